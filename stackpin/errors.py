@@ -1,0 +1,63 @@
+"""Errors a user can act on. The CLI prints each as one line and exits with its code; no traceback."""
+
+from __future__ import annotations
+
+
+class StackpinError(Exception):
+    """A problem with the user's input or environment (exit code 2 unless a subclass says otherwise)."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def lines(self) -> list[str]:
+        """The one-line-per-problem form the CLI prints."""
+        text = self.message if not self.hint else f"{self.message} (hint: {self.hint})"
+        return [text]
+
+
+class Location:
+    """Where a value sits in a YAML file: `path:line:col` (1-based, as editors count)."""
+
+    __slots__ = ("file", "line", "col")
+
+    def __init__(self, file: str, line: int = 0, col: int = 0) -> None:
+        self.file, self.line, self.col = file, line, col
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}" if self.line else self.file
+
+
+class Problem:
+    """One located problem: `file:line:col: field.path: message`."""
+
+    __slots__ = ("location", "field", "message")
+
+    def __init__(self, location: Location, field: str, message: str) -> None:
+        self.location, self.field, self.message = location, field, message
+
+    def __str__(self) -> str:
+        field = f" {self.field}:" if self.field else ""
+        return f"{self.location}:{field} {self.message}"
+
+
+class InputError(StackpinError):
+    """One or more located problems in input files; all are reported, one line each."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(str(p) for p in problems))
+
+    def lines(self) -> list[str]:
+        return [str(p) for p in self.problems]
+
+
+class ResolveError(StackpinError):
+    """A reference could not be resolved to an immutable digest (registry, layout, network)."""
+
+
+class IntegrityError(ResolveError):
+    """Bytes did not match the digest that names them."""
