@@ -1,0 +1,1 @@
+"""Rendering of Kubernetes manifests and their validation."""

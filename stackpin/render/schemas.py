@@ -1,0 +1,372 @@
+"""Schema validation of Kubernetes manifests, with every error reported, one line each.
+
+Custom resources (DynamoGraphDeployment, ComputeDomain) validate against the bundled CRDs'
+`openAPIV3Schema`, turned into JSON Schema that rejects unknown fields the way the API server's
+pruning plus `kubectl --validate=strict` does. Core kinds validate against the strict JSON schemas
+that kubernetes-validate ships for the newest Kubernetes version it knows. Each validator is built
+once per (apiVersion, kind).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from stackpin.errors import InputError, Location, Problem
+
+if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+    from jsonschema.protocols import Validator
+
+__all__ = ["ManifestError", "validate_objects", "validate_paths"]
+
+_CRD_DIR = Path(__file__).with_name("crds")
+_KUSTOMIZE_GROUP = "kustomize.config.k8s.io"
+_KUSTOMIZATION_FILES = frozenset({"kustomization.yaml", "kustomization.yml"})
+_MANIFEST_SUFFIXES = frozenset({".yaml", ".yml"})
+
+_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN_PATTERN = rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$"
+_DNS1123_LABEL_PATTERN = rf"^{_DNS1123_LABEL}$"
+# Say what our own name patterns mean instead of printing the regular expression.
+_PATTERN_NAMES = {
+    _DNS1123_SUBDOMAIN_PATTERN: "a DNS-1123 subdomain (lowercase alphanumerics, '-' and '.')",
+    _DNS1123_LABEL_PATTERN: "a DNS-1123 label (lowercase alphanumerics and '-')",
+}
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+# The API server needs a name on create unless it is asked to generate one.
+_NAME_OR_GENERATE_NAME = {"if": {"not": {"required": ["generateName"]}}, "then": {"required": ["name"]}}
+_METADATA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 253, "pattern": _DNS1123_SUBDOMAIN_PATTERN},
+        "generateName": {"type": "string"},
+        "namespace": {"type": "string", "maxLength": 63, "pattern": _DNS1123_LABEL_PATTERN},
+        "labels": _STRING_MAP,
+        "annotations": _STRING_MAP,
+    },
+    **_NAME_OR_GENERATE_NAME,
+}
+
+# OpenAPI v3 keywords that mean the same in JSON Schema draft 7; annotations (description,
+# default, example), `format` and the x-kubernetes-* extensions are not copied as they are.
+_COPIED_KEYWORDS = frozenset({
+    "type", "enum", "required", "pattern", "multipleOf", "uniqueItems",
+    "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
+    "minLength", "maxLength", "minItems", "maxItems", "minProperties", "maxProperties",
+})
+
+
+@dataclass(frozen=True)
+class ManifestError:
+    """One schema violation in one object: `origin: Kind/name: path: reason`."""
+
+    origin: str
+    resource: str
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        parts = [self.origin, self.resource, self.path, self.reason]
+        return ": ".join(part for part in parts if part)
+
+
+def validate_objects(objects: Iterable[tuple[str, dict[str, Any]]]) -> list[ManifestError]:
+    """Validate (origin, object) pairs; errors come in input order, then sorted by path."""
+    errors: list[ManifestError] = []
+    for origin, obj in objects:
+        errors.extend(_validate_object(origin, obj))
+    return errors
+
+
+def validate_paths(paths: list[Path]) -> list[ManifestError]:
+    """Validate every document of the given YAML files and directories (walked recursively).
+
+    Raises InputError, naming every unreadable file and YAML syntax error, before validating.
+    """
+    problems: list[Problem] = []
+    objects: list[tuple[str, dict[str, Any]]] = []
+    for file in _manifest_files(paths, problems):
+        objects.extend(_load_documents(file, problems))
+    if problems:
+        raise InputError(problems)
+    return validate_objects(objects)
+
+
+class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+    """Safe loader that keeps timestamps as strings, as kubectl's YAML-to-JSON step does."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _manifest_files(paths: list[Path], problems: list[Problem]) -> list[Path]:
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted(
+                found for found in path.rglob("*")
+                if found.suffix in _MANIFEST_SUFFIXES
+                and found.name not in _KUSTOMIZATION_FILES
+                and found.is_file()
+            ))
+        elif path.exists():
+            files.append(path)
+        else:
+            problems.append(Problem(Location(str(path)), "", "no such file or directory"))
+    return files
+
+
+def _load_documents(file: Path, problems: list[Problem]) -> list[tuple[str, dict[str, Any]]]:
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(Problem(Location(str(file)), "", f"cannot read: {exc}"))
+        return []
+    try:
+        documents = list(yaml.load_all(text, Loader=_Loader))
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = Location(str(file), mark.line + 1, mark.column + 1) if mark else Location(str(file))
+        problems.append(Problem(where, "", f"invalid YAML: {exc.problem or exc.context}"))
+        return []
+    except yaml.YAMLError as exc:
+        problems.append(Problem(Location(str(file)), "", f"invalid YAML: {exc}"))
+        return []
+    # Numbered by position so `#3` is the third document a reader counts in the file.
+    return [(f"{file}#{index}", doc) for index, doc in enumerate(documents, 1) if doc is not None]
+
+
+def _validate_object(origin: str, obj: Any) -> list[ManifestError]:
+    if not isinstance(obj, dict):
+        return [ManifestError(origin, "?", "", "not a Kubernetes object (expected a mapping)")]
+    resource = _resource_name(obj)
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if not (isinstance(api_version, str) and api_version and isinstance(kind, str) and kind):
+        return [ManifestError(origin, resource, "", "apiVersion and kind must be set")]
+    if kind == "Kustomization" and api_version.split("/")[0] == _KUSTOMIZE_GROUP:
+        return []
+    validator = _validator(api_version, kind)
+    if validator is None:
+        return [ManifestError(origin, resource, "", f"no schema for {api_version}/{kind}")]
+    findings = {finding for error in validator.iter_errors(obj) for finding in _findings(error)}
+    return [
+        ManifestError(origin, resource, _format_path(path), reason)
+        for path, reason in sorted(findings, key=lambda f: (_path_key(f[0]), f[1]))
+    ]
+
+
+def _resource_name(obj: dict[str, Any]) -> str:
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    name = meta.get("name") or (f"{meta['generateName']}*" if meta.get("generateName") else "?")
+    namespace = meta.get("namespace")
+    kind = obj.get("kind") or "?"
+    return f"{kind}/{namespace}/{name}" if namespace else f"{kind}/{name}"
+
+
+@functools.cache
+def _validator(api_version: str, kind: str) -> Validator | None:
+    from jsonschema.validators import Draft7Validator, validator_for
+
+    core = _core_schema(api_version, kind)
+    if core is not None:
+        schema, registry = core
+        return validator_for(schema)(schema, registry=registry)
+    crd_schema = _crd_schemas().get((api_version, kind))
+    if crd_schema is None:
+        return None
+    schema = _structural_to_json_schema(crd_schema)
+    schema.setdefault("properties", {})["metadata"] = _METADATA
+    schema["required"] = sorted({*schema.get("required", ()), "metadata"})
+    return Draft7Validator(schema)
+
+
+# --- core kinds: kubernetes-validate's bundled strict schemas ------------------------------------
+
+@functools.cache
+def _core_schema_dir() -> Path:
+    # Locate the package without importing it: its import pulls in more than we need.
+    spec = importlib.util.find_spec("kubernetes_validate")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("kubernetes-validate is not installed")
+    root = Path(next(iter(spec.submodule_search_locations))) / "kubernetes-json-schema"
+    versions = [
+        (tuple(int(n) for n in match.group(1).split(".")), entry)
+        for entry in root.iterdir()
+        if (match := re.fullmatch(r"v(\d+\.\d+\.\d+)-local-strict", entry.name))
+    ]
+    return max(versions)[1]
+
+
+@functools.cache
+def _core_registry() -> Any:
+    from referencing import Registry, Resource
+
+    definitions = json.loads((_core_schema_dir() / "_definitions.json").read_text())
+    return Registry().with_resource(definitions["$id"], Resource.from_contents(definitions))
+
+
+def _core_schema(api_version: str, kind: str) -> tuple[dict[str, Any], Any] | None:
+    group, _, version = api_version.rpartition("/")
+    # Files are named kind-<first label of the group>-version; the group-version-kind inside
+    # tells a Kubernetes group from a custom one sharing that first label (resource.nvidia.com).
+    prefix = f"{group.split('.')[0]}-" if group else ""
+    file = _core_schema_dir() / f"{kind.lower()}-{prefix}{version}.json"
+    if not file.is_file():
+        return None
+    schema = json.loads(file.read_text())
+    wanted = {"group": group, "version": version, "kind": kind}
+    if wanted not in schema.get("x-kubernetes-group-version-kind", []):
+        return None
+    metadata = schema["properties"]["metadata"]
+    schema["properties"]["metadata"] = {**metadata, **_NAME_OR_GENERATE_NAME}
+    schema["required"] = sorted({*schema.get("required", ()), "metadata"})
+    return schema, _core_registry()
+
+
+# --- custom resources: bundled CRDs --------------------------------------------------------------
+
+@functools.cache
+def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    """(apiVersion, kind) -> openAPIV3Schema, for every served version of every bundled CRD."""
+    schemas: dict[tuple[str, str], dict[str, Any]] = {}
+    for file in sorted(_CRD_DIR.glob("*.yaml")):
+        for doc in yaml.load_all(file.read_text(encoding="utf-8"), Loader=_Loader):
+            if not doc or doc.get("kind") != "CustomResourceDefinition":
+                continue
+            spec = doc["spec"]
+            for version in spec["versions"]:
+                if version.get("served", True):
+                    key = (f"{spec['group']}/{version['name']}", spec["names"]["kind"])
+                    schemas[key] = version["schema"]["openAPIV3Schema"]
+    return schemas
+
+
+def _structural_to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
+    """Translate one OpenAPI v3 structural schema node (and its children) into JSON Schema."""
+    out = {key: value for key, value in node.items() if key in _COPIED_KEYWORDS}
+    # OpenAPI v3.0 writes exclusive bounds as booleans beside minimum/maximum (draft 4 style).
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if out.get(exclusive) is True:
+            out[exclusive] = out.pop(bound)
+        elif out.get(exclusive) is False:
+            del out[exclusive]
+    if "properties" in node:
+        out["properties"] = {
+            name: _structural_to_json_schema(sub) for name, sub in node["properties"].items()
+        }
+    for key in ("items", "additionalProperties", "not"):
+        if isinstance(node.get(key), dict):
+            out[key] = _structural_to_json_schema(node[key])
+        elif isinstance(node.get(key), bool):
+            out[key] = node[key]
+    for key in ("allOf", "anyOf", "oneOf"):
+        if key in node:
+            out[key] = [_structural_to_json_schema(sub) for sub in node[key]]
+
+    if node.get("x-kubernetes-int-or-string"):
+        out["type"] = ["integer", "string"]
+        # Structural schemas spell int-or-string as anyOf/allOf of bare types; the type list says
+        # the same and gives one clear error instead of a nested "not valid under any" one.
+        for key in ("anyOf", "allOf"):
+            kept = [sub for sub in out.get(key, ()) if set(sub) - {"type"}]
+            if kept:
+                out[key] = kept
+            else:
+                out.pop(key, None)
+    if node.get("x-kubernetes-embedded-resource"):
+        properties = out.setdefault("properties", {})
+        properties.setdefault("apiVersion", {"type": "string"})
+        properties.setdefault("kind", {"type": "string"})
+        properties["metadata"] = _METADATA
+        out["required"] = sorted({*out.get("required", ()), "apiVersion", "kind"})
+    # Unknown fields under a declared object are pruned by the API server and refused by
+    # `kubectl --validate=strict`; for us they are errors, unless the schema keeps them.
+    if "properties" in out and not node.get("x-kubernetes-preserve-unknown-fields"):
+        out.setdefault("additionalProperties", False)
+    if node.get("nullable"):
+        if "type" in out:
+            types = out["type"] if isinstance(out["type"], list) else [out["type"]]
+            out["type"] = [*types, "null"]
+        if "enum" in out:
+            out["enum"] = [*out["enum"], None]
+    return out
+
+
+# --- error reporting -----------------------------------------------------------------------------
+
+_Path = tuple[str | int, ...]
+_PLAIN_KEY = re.compile(r"[A-Za-z_$][\w$-]*")
+
+
+def _findings(error: ValidationError) -> Iterator[tuple[_Path, str]]:
+    """(path, reason) pairs for one jsonschema error, pointing at the offending field itself."""
+    path: _Path = tuple(error.absolute_path)
+    instance, schema = error.instance, error.schema
+    if error.validator == "additionalProperties" and isinstance(instance, dict):
+        known = schema.get("properties", {})
+        patterns = [re.compile(p) for p in schema.get("patternProperties", {})]
+        for key in instance:
+            if key not in known and not any(p.search(key) for p in patterns):
+                yield (*path, key), "unknown field"
+    elif error.validator == "required" and isinstance(instance, dict):
+        for key in error.validator_value:
+            if key not in instance:
+                yield (*path, key), "required field is missing"
+    elif error.validator == "type":
+        expected = error.validator_value
+        expected = " or ".join(expected) if isinstance(expected, list) else expected
+        yield path, f"expected {expected}, got {_json_type(instance)} {_short(instance)}"
+    elif error.validator == "enum":
+        allowed = ", ".join(_short(v) for v in error.validator_value)
+        yield path, f"{_short(instance)} is not one of: {allowed}"
+    elif error.validator == "pattern" and error.validator_value in _PATTERN_NAMES:
+        yield path, f"{_short(instance)} is not {_PATTERN_NAMES[error.validator_value]}"
+    else:
+        yield path, _clip(error.message, 200)
+
+
+def _json_type(value: Any) -> str:
+    for python_type, name in ((bool, "boolean"), (int, "integer"), (float, "number"),
+                              (str, "string"), (list, "array"), (dict, "object")):
+        if isinstance(value, python_type):
+            return name
+    return "null"
+
+
+def _short(value: Any) -> str:
+    return _clip(json.dumps(value, default=str), 60)
+
+
+def _clip(text: str, limit: int) -> str:
+    # jsonschema messages embed the whole failing value, which can be a large object.
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _format_path(path: _Path) -> str:
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif _PLAIN_KEY.fullmatch(part):
+            text += f".{part}" if text else part
+        else:
+            text += f"[{json.dumps(part)}]"
+    return text
+
+
+def _path_key(path: _Path) -> tuple[tuple[int, int, str], ...]:
+    # Indexes sort numerically ([2] before [10]); keys sort by name.
+    return tuple((0, part, "") if isinstance(part, int) else (1, 0, part) for part in path)
