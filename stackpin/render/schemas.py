@@ -94,8 +94,9 @@ def validate_paths(paths: list[Path]) -> list[ManifestError]:
     """
     problems: list[Problem] = []
     objects: list[tuple[str, dict[str, Any]]] = []
-    for file in _manifest_files(paths, problems):
-        objects.extend(_load_documents(file, problems))
+    for path in paths:
+        for file in _manifest_files(path, problems):
+            objects.extend(_load_documents(file, problems))
     if problems:
         raise InputError(problems)
     return validate_objects(objects)
@@ -111,21 +112,18 @@ _Loader.yaml_implicit_resolvers = {
 }
 
 
-def _manifest_files(paths: list[Path], problems: list[Problem]) -> list[Path]:
-    files: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            files.extend(sorted(
-                found for found in path.rglob("*")
-                if found.suffix in _MANIFEST_SUFFIXES
-                and found.name not in _KUSTOMIZATION_FILES
-                and found.is_file()
-            ))
-        elif path.exists():
-            files.append(path)
-        else:
-            problems.append(Problem(Location(str(path)), "", "no such file or directory"))
-    return files
+def _manifest_files(path: Path, problems: list[Problem]) -> list[Path]:
+    if path.is_dir():
+        return sorted(
+            found for found in path.rglob("*")
+            if found.suffix in _MANIFEST_SUFFIXES
+            and found.name not in _KUSTOMIZATION_FILES
+            and found.is_file()
+        )
+    if path.exists():
+        return [path]
+    problems.append(Problem(Location(str(path)), "", "no such file or directory"))
+    return []
 
 
 def _load_documents(file: Path, problems: list[Problem]) -> list[tuple[str, dict[str, Any]]]:
