@@ -1,0 +1,142 @@
+"""Facts as data: hardware, models, engine vocabulary and version pins, each with its source.
+
+Loaded once per process and handed out as immutable models; nothing else in stackpin spells a fact.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict
+
+
+class _Fact(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Gpu(_Fact):
+    name: str
+    device_name: str
+    sm_arch: str
+    hbm_gib: float
+    hbm_tbps: float
+    scaleup_gbps: float
+    native_fp8: bool
+    native_fp4: bool
+    source: str
+
+
+class Platform(_Fact):
+    kind: str
+    gpu: str
+    gpus_per_node: int
+    nodes: int
+    nvlink_domain_gpus: int
+    cpu_arch: str
+    multinode_nvlink: bool
+    node_labels: dict[str, str]
+    source: str
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * self.nodes
+
+
+class ModelFacts(_Fact):
+    hf_ids: tuple[str, ...]
+    model_type: str
+    params_b: float
+    active_params_b: dict[str, float]
+    precision: dict[str, str]
+    checkpoint_gib: float
+    routed_expert_share: float
+    kv_bytes_per_token: int
+    max_context: int
+    speculative_methods: tuple[str, ...]
+    rejected_speculative_methods: dict[str, str]
+    attention_backends: tuple[str, ...]
+    rejected_attention_backends: dict[str, str]
+    kv_cache_dtypes: tuple[str, ...]
+    source: str
+
+
+class DynamoPin(_Fact):
+    vllm: str
+    nixl: str
+    crd: str
+
+
+class VllmPin(_Fact):
+    flashinfer: str
+    torch: str
+
+
+class RemovedEnv(_Fact):
+    removed_in: str
+    use: str
+
+
+class Versions(_Fact):
+    dynamo: dict[str, DynamoPin]
+    vllm: dict[str, VllmPin]
+    removed_env: dict[str, RemovedEnv]
+    source: str
+
+
+class Engine(_Fact):
+    cudagraph_modes: tuple[str, ...]
+    full_decode_modes: tuple[str, ...]
+    speculative_methods: tuple[str, ...]
+    draft_sample_methods: tuple[str, ...]
+    rejection_sample_methods: tuple[str, ...]
+    moe_backends: tuple[str, ...]
+    linear_backends: tuple[str, ...]
+    all2all_backends: tuple[str, ...]
+    fallback_backends: tuple[str, ...]
+    router_modes: tuple[str, ...]
+    kv_connectors: tuple[str, ...]
+    default_max_capture_size: dict[str, int]
+    sm100_family: tuple[str, ...]
+    memory_dependent_defaults: dict[str, float]
+    memory_reserve: dict[str, float]
+    headroom_warn_fraction: float
+    source: str
+
+
+class Catalog(_Fact):
+    gpus: dict[str, Gpu]
+    platforms: dict[str, Platform]
+    models: dict[str, ModelFacts]
+    legacy_speculative_methods: tuple[str, ...]
+    versions: Versions
+    engine: Engine
+
+    def model_for(self, model_id: str) -> tuple[str, ModelFacts] | None:
+        """Catalog entry for a Hugging Face id (or a catalog key), if the catalog knows the model."""
+        for key, facts in self.models.items():
+            if model_id == key or model_id in facts.hf_ids:
+                return key, facts
+        return None
+
+    def gpu_of(self, platform: str) -> Gpu:
+        return self.gpus[self.platforms[platform].gpu]
+
+
+def _read(name: str) -> Any:
+    return yaml.safe_load(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
+
+
+@cache
+def load_catalog() -> Catalog:
+    hardware, models = _read("hardware.yaml"), _read("models.yaml")
+    return Catalog(
+        gpus=hardware["gpus"],
+        platforms=hardware["platforms"],
+        models=models["models"],
+        legacy_speculative_methods=models["legacy_speculative_methods"],
+        versions=_read("versions.yaml"),
+        engine=_read("engine.yaml"),
+    )

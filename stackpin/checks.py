@@ -1,0 +1,66 @@
+"""Library twin of `stackpin validate`: load profiles, run the rules, summarize. No printing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
+
+from stackpin.errors import InputError, Location, Problem, StackpinError
+from stackpin.profile import load_profile
+from stackpin.summary import StackSummary, summarize
+from stackpin.validate import Finding, Severity, run_rules
+
+
+class ProfileReport(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    file: str
+    name: str
+    summary: StackSummary
+    findings: tuple[Finding, ...]
+
+    def count(self, severity: Severity) -> int:
+        return sum(1 for f in self.findings if f.severity == severity)
+
+
+class CheckResult(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reports: tuple[ProfileReport, ...]
+    input_errors: tuple[str, ...]
+
+    def failed(self, fail_on: Severity = Severity.error) -> bool:
+        levels = {Severity.error} if fail_on == Severity.error else {Severity.error, Severity.warning}
+        return any(f.severity in levels for r in self.reports for f in r.findings)
+
+
+def check_profiles(paths: Iterable[str | Path]) -> CheckResult:
+    """Validate every profile; bad input in one file does not hide findings in the others."""
+    reports, errors = [], []
+    for path in paths:
+        try:
+            loaded = load_profile(path)
+        except StackpinError as exc:
+            errors.extend(exc.lines())
+            continue
+        reports.append(ProfileReport(file=str(path), name=loaded.profile.name, summary=summarize(loaded.profile),
+                                     findings=tuple(run_rules(loaded))))
+    return CheckResult(reports=tuple(reports), input_errors=tuple(errors))
+
+
+def expand_profile_args(args: Iterable[str]) -> list[Path]:
+    """Files as given; directories expand to their profiles (files starting with '_' are bases)."""
+    out: list[Path] = []
+    for arg in args:
+        path = Path(arg)
+        if path.is_dir():
+            found = sorted(p for p in path.rglob("*.y*ml") if not p.name.startswith("_"))
+            if not found:
+                raise InputError([Problem(Location(arg), "", "directory holds no *.yaml profiles")])
+            out.extend(found)
+        else:
+            out.append(path)
+    return out
+

@@ -1,0 +1,392 @@
+"""The StackProfile model and its loader.
+
+A profile is YAML (`apiVersion: stackpin.dev/v1`, `kind: StackProfile`) that may `extends:` a base
+profile: maps merge deeply, lists replace, cycles are an error. Pydantic validates the merged
+document; every error is reported at the file, line and column that supplied the field.
+"""
+
+from __future__ import annotations
+
+import difflib
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from stackpin.errors import InputError, Location, Problem
+from stackpin.yamlio import FieldPath, Positions, load_yaml
+
+API_VERSION = "stackpin.dev/v1"
+KIND = "StackProfile"
+
+_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class _Model(BaseModel):
+    """Frozen, typo-proof, camelCase in YAML and snake_case in Python."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel,
+                              populate_by_name=True, use_enum_values=True)
+
+
+class Placement(StrEnum):
+    colocated = "colocated"
+    disaggregated = "disaggregated"
+
+
+class AutotuneMode(StrEnum):
+    off = "off"
+    tune = "tune"
+    replay = "replay"
+
+
+class Precision(StrEnum):
+    bf16 = "bf16"
+    fp8 = "fp8"
+    fp4 = "fp4"
+    fp8_fp4 = "fp8-fp4"
+
+
+class PlatformName(StrEnum):
+    gb300_nvl72 = "gb300-nvl72"
+    vera_rubin_nvl72 = "vera-rubin-nvl72"
+    b200 = "b200"
+    h200 = "h200"
+    a100 = "a100"
+
+
+class CudaGraphMode(StrEnum):
+    NONE = "NONE"
+    PIECEWISE = "PIECEWISE"
+    FULL = "FULL"
+    FULL_DECODE_ONLY = "FULL_DECODE_ONLY"
+    FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
+
+
+class RouterMode(StrEnum):
+    kv = "kv"
+    round_robin = "round-robin"
+    random = "random"
+
+
+PositiveInt = Annotated[int, Field(ge=1)]
+Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.-]?(post|rc|dev)\d+)?$")]
+
+
+class Metadata(_Model):
+    name: Annotated[str, Field(pattern=_DNS_LABEL, max_length=40,
+                               description="Stack name; lockfiles and manifests are named after it.")]
+    deployment: Annotated[str, Field(pattern=_DNS_LABEL, max_length=40,
+                                     description="The DynamoGraphDeployment this stack is a version of.")]
+    namespace: Annotated[str, Field(pattern=_DNS_LABEL, max_length=63)] = "dynamo"
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class ModelSpec(_Model):
+    id: Annotated[str, Field(min_length=1, description="Hugging Face model id.")]
+    revision: Annotated[str, Field(min_length=1, description="Branch, tag or 40-hex commit; lock pins a commit.")] = (
+        "main"
+    )
+    weights: Precision = Field(description="Precision of the weights as served.")
+    max_model_len: PositiveInt
+    tokenizer_mode: str = "auto"
+
+
+class KvCache(_Model):
+    dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "nvfp4_ds_mla"] = "auto"
+    block_size: PositiveInt | None = None
+    prefix_caching: bool = True
+    events: bool = Field(True, description="Publish KV events so the frontend's KV router can route by cache hits.")
+
+
+class Target(_Model):
+    platform: PlatformName
+    count: PositiveInt = Field(1, description="Racks (or nodes, for node platforms) the stack may use.")
+
+
+class Versions(_Model):
+    dynamo: Version
+    vllm: Version
+    flashinfer: Version
+    nixl: Version
+    runtime_image: Annotated[str, Field(min_length=1, description="Dynamo vLLM runtime image (tag or digest).")]
+
+
+class Kernels(_Model):
+    attention: str | None = None
+    moe: str | None = None
+    linear: str | None = None
+    all2all: str | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment variables.")
+
+
+class Autotune(_Model):
+    mode: AutotuneMode = AutotuneMode.off
+    cache: str | None = Field(None, description="OCI reference of a packed autotune cache (replay mode).")
+
+
+class CudaGraphs(_Model):
+    mode: CudaGraphMode = CudaGraphMode.FULL_AND_PIECEWISE
+    capture_sizes: list[PositiveInt] | None = None
+    max_capture_size: PositiveInt | None = None
+
+
+class Speculative(_Model):
+    method: str | None = Field(None, description="vLLM speculative method; null turns speculation off.")
+    num_speculative_tokens: PositiveInt | None = None
+    draft_model: str | None = None
+    draft_tensor_parallel_size: PositiveInt | None = None
+    draft_sample_method: Literal["greedy", "probabilistic"] | None = None
+    rejection_sample_method: Literal["standard", "synthetic", "block", "fly"] | None = None
+    adaptive_verification: bool | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.method is not None
+
+    @property
+    def k(self) -> int:
+        return (self.num_speculative_tokens or 0) if self.enabled else 0
+
+
+class Pool(_Model):
+    replicas: PositiveInt = 1
+    tensor_parallel: PositiveInt = 1
+    data_parallel: PositiveInt = 1
+    pipeline_parallel: PositiveInt = 1
+    expert_parallel: bool = False
+    nodes_per_replica: PositiveInt | None = Field(
+        None, description="Nodes one replica spans; derived from the GPUs it needs when unset.")
+    max_num_seqs: PositiveInt | None = None
+    max_num_batched_tokens: PositiveInt | None = None
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    speculative: Speculative | None = Field(None, description="Overrides spec.speculative for this pool.")
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel * self.data_parallel * self.pipeline_parallel
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_replica * self.replicas
+
+    @property
+    def expert_parallel_size(self) -> int:
+        return self.tensor_parallel * self.data_parallel if self.expert_parallel else 1
+
+
+class Pools(_Model):
+    worker: Pool | None = None
+    prefill: Pool | None = None
+    decode: Pool | None = None
+
+
+class PlacementSpec(_Model):
+    mode: Placement
+    router: RouterMode = RouterMode.kv
+    kv_connector: str | None = Field(None, description="KV-transfer connector between prefill and decode.")
+    pools: Pools
+
+    def active_pools(self) -> dict[str, Pool]:
+        """The pools this placement runs, by role, in a fixed order."""
+        names = ("worker",) if self.mode == Placement.colocated else ("prefill", "decode")
+        return {n: p for n in names if (p := getattr(self.pools, n)) is not None}
+
+
+class Fallbacks(_Model):
+    """What a GPU without native support must use instead; stated so that nobody is surprised."""
+
+    precision_emulation: list[Literal["fp8", "fp4"]] = Field(default_factory=list)
+    cpu_offload_gib: Annotated[float, Field(ge=0)] = 0
+
+
+class Service(_Model):
+    per_agent_tok_s: Annotated[float, Field(gt=0)]
+    ttft_seconds: Annotated[float, Field(gt=0)]
+    agents: PositiveInt
+
+
+class Spec(_Model):
+    model: ModelSpec
+    target: Target
+    versions: Versions
+    kv_cache: KvCache = Field(default_factory=KvCache)
+    kernels: Kernels = Field(default_factory=Kernels)
+    autotune: Autotune = Field(default_factory=Autotune)
+    cuda_graphs: CudaGraphs = Field(default_factory=CudaGraphs)
+    speculative: Speculative = Field(default_factory=Speculative)
+    placement: PlacementSpec
+    fallbacks: Fallbacks = Field(default_factory=Fallbacks)
+    service: Service
+    mirrors: dict[str, str] = Field(
+        default_factory=dict, description="Registry -> mirror (host[:port][/prefix]) used to resolve images.")
+
+
+class StackProfile(_Model):
+    api_version: Literal["stackpin.dev/v1"] = Field(alias="apiVersion")
+    kind: Literal["StackProfile"]
+    extends: str | None = Field(None, description="Base profile path, relative to this file.")
+    metadata: Metadata
+    spec: Spec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def speculative_for(self, pool: Pool) -> Speculative:
+        """The speculative settings a pool runs with: its own override, else the stack's."""
+        return pool.speculative if pool.speculative is not None else self.spec.speculative
+
+
+class LoadedProfile:
+    """A validated profile with where it came from: its file, the files it extends, and positions."""
+
+    __slots__ = ("profile", "path", "sources", "positions", "document")
+
+    def __init__(self, profile: StackProfile, path: Path, sources: tuple[Path, ...],
+                 positions: MergedPositions, document: dict[str, Any]) -> None:
+        self.profile, self.path, self.sources = profile, path, sources
+        self.positions, self.document = positions, document
+
+    def locate(self, path: FieldPath) -> Location:
+        return self.positions.locate(path)
+
+
+class MergedPositions:
+    """Positions over a document merged from several files: each field points at the file that set it."""
+
+    def __init__(self) -> None:
+        self._marks: dict[FieldPath, Location] = {}
+
+    def overlay(self, positions: Positions, data: Any, prefix: FieldPath = ()) -> None:
+        self._marks[prefix] = positions.locate(prefix)
+        if isinstance(data, dict):
+            for key, value in data.items():
+                child = prefix + (key,)
+                if isinstance(value, list):  # lists replace: forget the base's items
+                    self._marks = {p: loc for p, loc in self._marks.items()
+                                   if p[: len(child)] != child or p == child}
+                self.overlay(positions, value, child)
+        elif isinstance(data, list):
+            for i, value in enumerate(data):
+                self.overlay(positions, value, prefix + (i,))
+
+    def locate(self, path: FieldPath) -> Location:
+        path = tuple(path)
+        while path and path not in self._marks:
+            path = path[:-1]
+        return self._marks.get(path) or Location("<profile>")
+
+
+def deep_merge(base: Any, overlay: Any) -> Any:
+    """Maps merge key by key; anything else (lists, scalars) in the overlay replaces the base."""
+    if isinstance(base, dict) and isinstance(overlay, dict):
+        merged = dict(base)
+        for key, value in overlay.items():
+            merged[key] = deep_merge(base[key], value) if key in base else value
+        return merged
+    return overlay
+
+
+def _field_path(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The YAML keys allowed at `loc` (for 'did you mean' hints on unknown keys)."""
+    current: Any = model
+    for part in loc[:-1]:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = next((f for n, f in current.model_fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return []
+        current = _inner_model(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or n for n, f in current.model_fields.items()]
+    return []
+
+
+def _inner_model(annotation: Any) -> Any:
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
+
+
+def _problems(exc: ValidationError, positions: MergedPositions) -> list[Problem]:
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+            close = difflib.get_close_matches(str(loc[-1]), _known_fields(StackProfile, loc), n=1)
+            if close:
+                message += f" (did you mean '{close[0]}'?)"
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        elif err["type"] in ("enum", "literal_error"):
+            message = f"{message}, got {err.get('input')!r}"
+        problems.append(Problem(positions.locate(loc), _field_path(loc), message))
+    return problems
+
+
+def _read_chain(path: Path) -> tuple[dict[str, Any], MergedPositions, tuple[Path, ...]]:
+    """Read `path` and the chain of profiles it extends, base first; merge them."""
+    chain: list[tuple[Path, dict[str, Any], Positions]] = []
+    seen: list[Path] = []
+    current: Path | None = path
+    display = str(path)
+    while current is not None:
+        resolved = current.resolve()
+        if resolved in seen:
+            cycle = " -> ".join(str(p) for p in [*seen, resolved])
+            raise InputError([Problem(Location(display), "extends", f"extends cycle: {cycle}")])
+        seen.append(resolved)
+        data, positions = load_yaml(current, display)
+        if not isinstance(data, dict):
+            raise InputError([Problem(positions.locate(()), "",
+                                      "a profile must be a YAML mapping (apiVersion, kind, metadata, spec)")])
+        chain.append((current, data, positions))
+        parent = data.get("extends")
+        if parent is None:
+            current = None
+        elif not isinstance(parent, str) or not parent:
+            raise InputError([Problem(positions.locate(("extends",)), "extends",
+                                      "must be a path to a base profile")])
+        else:
+            current = current.parent / parent
+            display = str(current)
+            if not current.is_file():
+                raise InputError([Problem(positions.locate(("extends",)), "extends",
+                                          f"base profile {parent!r} not found")])
+    merged: dict[str, Any] = {}
+    merged_positions = MergedPositions()
+    for _, data, positions in reversed(chain):
+        merged = deep_merge(merged, data)
+        merged_positions.overlay(positions, data)
+    merged.pop("extends", None)  # the effective profile stands alone
+    return merged, merged_positions, tuple(p for p, _, _ in chain)
+
+
+def load_profile(path: str | Path) -> LoadedProfile:
+    """Load, merge and type-check one profile. Raises InputError listing every problem."""
+    path = Path(path)
+    document, positions, sources = _read_chain(path)
+    try:
+        profile = StackProfile.model_validate(document)
+    except ValidationError as exc:
+        raise InputError(_problems(exc, positions)) from None
+    return LoadedProfile(profile, path, sources, positions, document)
+
+
+def profile_json_schema() -> dict[str, Any]:
+    schema = StackProfile.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["$id"] = "https://stackpin.dev/schemas/stackprofile.v1.json"
+    schema["title"] = "stackpin StackProfile"
+    return schema
+

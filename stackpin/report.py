@@ -1,0 +1,46 @@
+"""Human-readable output of validation results (rich tables), kept out of the library twins."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from stackpin.checks import CheckResult
+from stackpin.validate import Severity
+
+_STYLE = {Severity.error: "red", Severity.warning: "yellow", Severity.info: "blue"}
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def print_reports(result: CheckResult, console: Console | None = None) -> None:
+    if console is None:
+        # Never narrower than the summary table: rich assumes 80 columns on a pipe and would truncate.
+        console = Console(highlight=False)
+        console.width = max(console.width, 150)
+    for report in result.reports:
+        if report.findings:
+            console.print(f"[bold]{report.file}[/] ({report.name})")
+        for finding in report.findings:
+            console.print(f"  [{_STYLE[finding.severity]}]{finding}[/]", soft_wrap=True)
+    if not result.reports:
+        return
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("stack", "target", "GPUs", "placement", "pools", "weights GiB/GPU", "KV GiB/GPU",
+                   "headroom GiB/GPU", "result"):
+        table.add_column(column, justify="right" if "GiB" in column or column == "GPUs" else "left", no_wrap=True)
+    for report in result.reports:
+        s = report.summary
+        errors, warnings = report.count(Severity.error), report.count(Severity.warning)
+        verdict = f"[red]{errors} error(s)[/]" if errors else "[green]ok[/]"
+        if warnings:
+            verdict += f", {warnings} warning(s)"
+        for i, pool in enumerate(s.pools):
+            first = i == 0
+            table.add_row(s.name if first else "", s.platform if first else "",
+                          f"{s.gpus_used}/{s.gpus_available}" if first else "", s.placement if first else "",
+                          f"{pool.role} {pool.shape}", _num(pool.weights_gib_per_gpu), _num(pool.kv_gib_per_gpu),
+                          _num(pool.headroom_gib_per_gpu), verdict if first else "")
+    console.print(table)

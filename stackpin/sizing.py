@@ -1,0 +1,65 @@
+"""Per-GPU memory arithmetic for a pool: weights shard, KV cache, reserve, headroom. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from stackpin.catalog import Catalog, ModelFacts
+from stackpin.profile import Pool, StackProfile
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class PoolMemory:
+    """What one GPU of a pool holds, in GiB (estimates built from catalog facts)."""
+
+    hbm_gib: float
+    usable_gib: float  # HBM x gpu-memory-utilization: vLLM's pool
+    weights_gib: float
+    reserve_gib: float
+    kv_gib: float  # left for the KV cache
+    one_sequence_gib: float  # KV of one max-model-len sequence
+    kv_tokens: int  # KV cache capacity in tokens on this GPU
+
+    @property
+    def headroom_gib(self) -> float:
+        """HBM outside vLLM's pool: all the CUDA context, NCCL/NIXL buffers and fragmentation get."""
+        return self.hbm_gib - self.usable_gib
+
+    @property
+    def fits(self) -> bool:
+        return self.kv_gib >= self.one_sequence_gib
+
+
+def weights_per_gpu_gib(model: ModelFacts, pool: Pool, offload_gib: float) -> float:
+    """Routed experts shard over the expert-parallel group, everything else over TP x PP."""
+    experts = model.checkpoint_gib * model.routed_expert_share
+    dense = model.checkpoint_gib - experts
+    model_parallel = pool.tensor_parallel * pool.pipeline_parallel
+    expert_group = pool.expert_parallel_size * pool.pipeline_parallel if pool.expert_parallel else model_parallel
+    return max(dense / model_parallel + experts / expert_group - offload_gib, 0.0)
+
+
+def capture_size_count(profile: StackProfile, catalog: Catalog) -> int:
+    graphs = profile.spec.cuda_graphs
+    if graphs.mode == "NONE":
+        return 0
+    if graphs.capture_sizes is not None:
+        return len(set(graphs.capture_sizes))
+    # vLLM's default list: 1, 2, 4, then steps of 8 up to the max (about max/8 sizes).
+    return 3 + (graphs.max_capture_size or int(catalog.engine.default_max_capture_size["default"])) // 8
+
+
+def pool_memory(profile: StackProfile, pool: Pool, model: ModelFacts, catalog: Catalog) -> PoolMemory:
+    gpu = catalog.gpu_of(profile.spec.target.platform)
+    reserve_facts = catalog.engine.memory_reserve
+    usable = gpu.hbm_gib * pool.gpu_memory_utilization
+    weights = weights_per_gpu_gib(model, pool, profile.spec.fallbacks.cpu_offload_gib)
+    reserve = reserve_facts["runtime_gib"] + capture_size_count(profile, catalog) * (
+        reserve_facts["cudagraph_mib_per_size"] / 1024)
+    kv = usable - weights - reserve
+    # MLA keeps one latent KV head, replicated on every TP rank: each GPU holds whole tokens.
+    one_sequence = profile.spec.model.max_model_len * model.kv_bytes_per_token / GIB
+    kv_tokens = max(int(kv * GIB / model.kv_bytes_per_token), 0)
+    return PoolMemory(gpu.hbm_gib, usable, weights, reserve, kv, one_sequence, kv_tokens)

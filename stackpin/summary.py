@@ -1,0 +1,68 @@
+"""A short, typed summary of a stack: target, GPUs used, placement and per-GPU memory."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from stackpin.catalog import Catalog, load_catalog
+from stackpin.profile import StackProfile
+from stackpin.sizing import pool_memory
+
+
+class PoolSummary(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    role: str
+    replicas: int
+    tensor_parallel: int
+    data_parallel: int
+    expert_parallel_size: int
+    gpus: int
+    nodes_per_replica: int
+    weights_gib_per_gpu: float | None
+    kv_gib_per_gpu: float | None
+    kv_tokens_per_gpu: int | None
+    headroom_gib_per_gpu: float | None
+
+    @property
+    def shape(self) -> str:
+        parts = [f"TP{self.tensor_parallel}"]
+        if self.data_parallel > 1:
+            parts.append(f"DP{self.data_parallel}")
+        if self.expert_parallel_size > 1:
+            parts.append(f"EP{self.expert_parallel_size}")
+        return f"{self.replicas}x {' '.join(parts)}"
+
+
+class StackSummary(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    platform: str
+    gpu: str
+    gpus_available: int
+    gpus_used: int
+    placement: str
+    pools: tuple[PoolSummary, ...]
+
+
+def summarize(profile: StackProfile, catalog: Catalog | None = None) -> StackSummary:
+    catalog = catalog or load_catalog()
+    platform = catalog.platforms[profile.spec.target.platform]
+    found = catalog.model_for(profile.spec.model.id)
+    pools = []
+    for role, pool in profile.spec.placement.active_pools().items():
+        mem = pool_memory(profile, pool, found[1], catalog) if found else None
+        pools.append(PoolSummary(
+            role=role, replicas=pool.replicas, tensor_parallel=pool.tensor_parallel,
+            data_parallel=pool.data_parallel, expert_parallel_size=pool.expert_parallel_size, gpus=pool.gpus,
+            nodes_per_replica=-(-pool.gpus_per_replica // platform.gpus_per_node),
+            weights_gib_per_gpu=round(mem.weights_gib, 1) if mem else None,
+            kv_gib_per_gpu=round(mem.kv_gib, 1) if mem else None,
+            kv_tokens_per_gpu=mem.kv_tokens if mem else None,
+            headroom_gib_per_gpu=round(mem.headroom_gib, 1) if mem else None,
+        ))
+    return StackSummary(
+        name=profile.name, platform=profile.spec.target.platform, gpu=catalog.gpus[platform.gpu].name,
+        gpus_available=platform.total_gpus * profile.spec.target.count,
+        gpus_used=sum(p.gpus for p in pools), placement=profile.spec.placement.mode, pools=tuple(pools))

@@ -1,0 +1,138 @@
+"""Profile validation: rules with stable codes, run on the merged profile against the catalog.
+
+Each family of rules lives in its own module and registers with `@rule`. A rule is a generator of
+`Hit`s; the runner turns them into `Finding`s with the rule's code and the file position of the
+field. Severity is the rule's unless a hit says otherwise (for example an error that becomes a
+warning once the profile states the fallback explicitly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform, load_catalog
+from stackpin.profile import LoadedProfile, StackProfile
+from stackpin.yamlio import FieldPath
+
+
+class Severity(StrEnum):
+    error = "error"
+    warning = "warning"
+    info = "info"
+
+
+_ORDER = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
+
+
+class Finding(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    code: str
+    severity: Severity
+    path: str
+    message: str
+    hint: str | None = None
+    location: str
+
+    def __str__(self) -> str:
+        text = f"{self.location}: {self.severity} {self.code} {self.path}: {self.message}"
+        return f"{text} (hint: {self.hint})" if self.hint else text
+
+
+@dataclass(frozen=True)
+class Hit:
+    path: FieldPath
+    message: str
+    hint: str | None = None
+    severity: Severity | None = None
+
+
+@dataclass(frozen=True)
+class Context:
+    profile: StackProfile
+    catalog: Catalog
+    platform: Platform
+    gpu: Gpu
+    model_key: str | None
+    model: ModelFacts | None
+
+
+@dataclass(frozen=True)
+class Rule:
+    code: str
+    severity: Severity
+    title: str
+    check: Callable[[Context], Iterable[Hit]]
+
+
+RULES: dict[str, Rule] = {}
+
+
+def rule(code: str, severity: Severity, title: str) -> Callable[[Callable[[Context], Iterable[Hit]]], Callable]:
+    def register(fn: Callable[[Context], Iterable[Hit]]) -> Callable[[Context], Iterable[Hit]]:
+        if code in RULES:
+            raise RuntimeError(f"duplicate rule code {code}")
+        RULES[code] = Rule(code, severity, title, fn)
+        return fn
+
+    return register
+
+
+def _load_rules() -> None:
+    # Importing the family modules registers their rules.
+    from stackpin.validate import (  # noqa: F401
+        autotune,
+        graphs,
+        kernels,
+        memory,
+        parallelism,
+        placement,
+        precision,
+        provenance,
+        speculative,
+        versions,
+    )
+
+
+def context_for(profile: StackProfile, catalog: Catalog | None = None) -> Context:
+    catalog = catalog or load_catalog()
+    platform = catalog.platforms[profile.spec.target.platform]
+    found = catalog.model_for(profile.spec.model.id)
+    return Context(profile, catalog, platform, catalog.gpus[platform.gpu],
+                   found[0] if found else None, found[1] if found else None)
+
+
+def _dotted(path: FieldPath) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None) -> list[Finding]:
+    """All findings for one loaded profile, errors first, then by position in the file."""
+    _load_rules()
+    ctx = context_for(loaded.profile, catalog)
+    keyed = []
+    for r in RULES.values():
+        for hit in r.check(ctx):
+            loc = loaded.locate(hit.path)
+            finding = Finding(code=r.code, severity=hit.severity or r.severity, path=_dotted(hit.path),
+                              message=hit.message, hint=hit.hint, location=str(loc))
+            keyed.append(((_ORDER[finding.severity], loc.file, loc.line, loc.col, r.code, finding.path), finding))
+    return [finding for _, finding in sorted(keyed, key=lambda kv: kv[0])]
+
+
+def pools(ctx: Context) -> Iterator[tuple[str, FieldPath, object]]:
+    """(role, YAML path, Pool) for every pool the placement runs."""
+    for role, pool in ctx.profile.spec.placement.active_pools().items():
+        yield role, ("spec", "placement", "pools", role), pool
+
+
+def all_rules() -> list[Rule]:
+    _load_rules()
+    return [RULES[c] for c in sorted(RULES)]

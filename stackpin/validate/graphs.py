@@ -1,0 +1,116 @@
+"""CUDA graph capture rules (vLLM config/vllm.py::_set_cudagraph_sizes, FACTS.md s5)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from stackpin.validate import Context, Hit, Severity, pools, rule
+
+_G = ("spec", "cudaGraphs")
+
+
+def _round_up(size: int, multiple: int) -> int:
+    return -(-size // multiple) * multiple
+
+
+def effective_capture_sizes(sizes: list[int], max_batched: int | None, k: int, full_decode: bool,
+                            max_size: int | None) -> list[int]:
+    """The sizes vLLM would capture: de-duplicated, sorted, within max-num-batched-tokens and,
+    under speculative decoding with FULL decode graphs, rounded up to multiples of 1+k."""
+    out = sorted(set(sizes))
+    if max_batched is not None:
+        out = [s for s in out if s <= max_batched]
+    if k and full_decode:
+        limit = max_size if max_size is not None else (out[-1] if out else 0)
+        out = sorted({_round_up(s, 1 + k) for s in out})
+        out = [s for s in out if s <= limit]
+    return out
+
+
+def _full_decode(ctx: Context) -> bool:
+    return ctx.profile.spec.cuda_graphs.mode in ctx.catalog.engine.full_decode_modes
+
+
+@rule("SP101", Severity.warning, "capture sizes not sorted and unique")
+def unsorted(ctx: Context) -> Iterator[Hit]:
+    sizes = ctx.profile.spec.cuda_graphs.capture_sizes
+    if sizes is not None and sizes != sorted(set(sizes)):
+        yield Hit(_G + ("captureSizes",), "capture sizes are not sorted and unique; vLLM de-duplicates and "
+                  "sorts them silently", f"write them as vLLM will use them: {sorted(set(sizes))}")
+
+
+@rule("SP102", Severity.warning, "capture size above max-num-batched-tokens")
+def above_batched(ctx: Context) -> Iterator[Hit]:
+    sizes = ctx.profile.spec.cuda_graphs.capture_sizes or []
+    for role, path, pool in pools(ctx):
+        limit = pool.max_num_batched_tokens
+        dropped = sorted({s for s in sizes if limit is not None and s > limit})
+        if dropped:
+            yield Hit(_G + ("captureSizes",), f"sizes {dropped} exceed {role} maxNumBatchedTokens={limit}; vLLM "
+                      "drops them silently", f"remove them or raise {'.'.join(path[1:])}.maxNumBatchedTokens")
+
+
+@rule("SP103", Severity.error, "max capture size disagrees with the largest capture size")
+def max_disagrees(ctx: Context) -> Iterator[Hit]:
+    graphs = ctx.profile.spec.cuda_graphs
+    if graphs.capture_sizes and graphs.max_capture_size is not None:
+        largest = max(graphs.capture_sizes)
+        if graphs.max_capture_size != largest:
+            yield Hit(_G + ("maxCaptureSize",), f"maxCaptureSize={graphs.max_capture_size} differs from the "
+                      f"largest capture size {largest}; vLLM refuses to start",
+                      f"set maxCaptureSize: {largest} or drop it")
+
+
+@rule("SP104", Severity.warning, "capture sizes not multiples of 1+k under speculative decoding")
+def not_multiple(ctx: Context) -> Iterator[Hit]:
+    graphs = ctx.profile.spec.cuda_graphs
+    if not graphs.capture_sizes or not _full_decode(ctx):
+        return
+    k = ctx.profile.spec.speculative.k
+    odd = [s for s in sorted(set(graphs.capture_sizes)) if k and s % (1 + k)]
+    if odd:
+        yield Hit(_G + ("captureSizes",), f"sizes {odd} are not multiples of 1+k={1 + k}; with "
+                  f"{graphs.mode} graphs vLLM rounds them up (or drops them above the max)",
+                  f"use multiples of {1 + k}: {sorted({_round_up(s, 1 + k) for s in odd})}")
+
+
+@rule("SP105", Severity.error, "no capture size left")
+def none_left(ctx: Context) -> Iterator[Hit]:
+    graphs = ctx.profile.spec.cuda_graphs
+    if not graphs.capture_sizes or graphs.mode == "NONE":
+        return
+    for role, _, pool in pools(ctx):
+        k = ctx.profile.speculative_for(pool).k
+        left = effective_capture_sizes(graphs.capture_sizes, pool.max_num_batched_tokens, k, _full_decode(ctx),
+                                       graphs.max_capture_size)
+        if not left:
+            yield Hit(_G + ("captureSizes",), f"no capture size survives for the {role} pool (within "
+                      f"maxNumBatchedTokens, multiples of 1+k={1 + k}); vLLM fails at startup")
+
+
+@rule("SP106", Severity.warning, "capture sizes set while CUDA graphs are off")
+def sizes_unused(ctx: Context) -> Iterator[Hit]:
+    graphs = ctx.profile.spec.cuda_graphs
+    if graphs.mode == "NONE" and (graphs.capture_sizes or graphs.max_capture_size):
+        yield Hit(_G + ("mode",), "cudaGraphs.mode is NONE, so capture sizes are ignored",
+                  "drop captureSizes/maxCaptureSize or choose a graph mode")
+
+
+@rule("SP107", Severity.warning, "capture sizes left to vLLM's defaults")
+def sizes_unpinned(ctx: Context) -> Iterator[Hit]:
+    graphs = ctx.profile.spec.cuda_graphs
+    if graphs.mode != "NONE" and graphs.capture_sizes is None:
+        yield Hit(_G, "captureSizes is unset: vLLM derives them from max-num-seqs, speculative tokens and the "
+                  "GPU family, so the graphs captured change with any of those",
+                  "pin captureSizes (and maxCaptureSize) explicitly")
+
+
+@rule("SP108", Severity.warning, "vLLM forces breakable CUDA graphs for DeepSeek V3.2/V4/V4.1")
+def breakable(ctx: Context) -> Iterator[Hit]:
+    if ctx.model is None or not ctx.model.model_type.startswith("deepseek_v4"):
+        return
+    env = ctx.profile.spec.kernels.env
+    if ctx.profile.spec.cuda_graphs.mode != "NONE" and "VLLM_USE_BREAKABLE_CUDAGRAPH" not in env:
+        yield Hit(("spec", "kernels", "env"), f"for {ctx.model.model_type} vLLM sets VLLM_USE_BREAKABLE_CUDAGRAPH=1 "
+                  "unless it is set, which forces compilation mode NONE; the stack does not say which it runs",
+                  "set kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH to \"1\" or \"0\" explicitly")

@@ -1,0 +1,55 @@
+"""Floating references and memory-dependent defaults: what makes a stack not reproducible."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+
+from stackpin.validate import Context, Hit, Severity, pools, rule
+
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+
+def image_is_pinned(image: str) -> bool:
+    return re.search(r"@sha256:[0-9a-f]{64}$", image) is not None
+
+
+@rule("SP181", Severity.warning, "floating image tag")
+def floating_image(ctx: Context) -> Iterator[Hit]:
+    image = ctx.profile.spec.versions.runtime_image
+    if not image_is_pinned(image):
+        yield Hit(("spec", "versions", "runtimeImage"), f"{image} is a tag a registry can re-push; it is an error "
+                  "once locked", "stackpin lock resolves it to a digest")
+
+
+@rule("SP182", Severity.error, "image without a version")
+def latest_image(ctx: Context) -> Iterator[Hit]:
+    image = ctx.profile.spec.versions.runtime_image
+    last = image.split("@", 1)[0].rsplit("/", 1)[-1]
+    if not image_is_pinned(image) and (":" not in last or last.endswith(":latest")):
+        yield Hit(("spec", "versions", "runtimeImage"), f"{image} names no version (latest or no tag)",
+                  "name the release tag, for example vllm-runtime:<dynamo version>")
+
+
+@rule("SP183", Severity.warning, "model revision is a branch or tag")
+def model_revision(ctx: Context) -> Iterator[Hit]:
+    revision = ctx.profile.spec.model.revision
+    if not _COMMIT.match(revision):
+        yield Hit(("spec", "model", "revision"), f"revision {revision!r} can move; the weights served may change",
+                  "stackpin lock records the commit; or pin a 40-hex commit here")
+
+
+@rule("SP191", Severity.warning, "max-num-seqs left to the GPU-memory default")
+def seqs_unpinned(ctx: Context) -> Iterator[Hit]:
+    for role, path, pool in pools(ctx):
+        if pool.max_num_seqs is None:
+            yield Hit(path, f"{role} maxNumSeqs is unset: vLLM picks it from GPU memory, and CUDA graph capture "
+                      "sizes derive from it", "pin maxNumSeqs")
+
+
+@rule("SP192", Severity.warning, "max-num-batched-tokens left to the GPU-memory default")
+def batched_unpinned(ctx: Context) -> Iterator[Hit]:
+    for role, path, pool in pools(ctx):
+        if pool.max_num_batched_tokens is None:
+            yield Hit(path, f"{role} maxNumBatchedTokens is unset: vLLM picks it from GPU memory, and the autotune "
+                      "shapes and capture sizes derive from it", "pin maxNumBatchedTokens")

@@ -1,0 +1,82 @@
+"""Speculative decoding rules (vLLM config/speculative.py, FACTS.md s5)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from stackpin.profile import Speculative
+from stackpin.validate import Context, Hit, Severity, rule
+from stackpin.yamlio import FieldPath
+
+
+def _settings(ctx: Context) -> Iterator[tuple[FieldPath, Speculative]]:
+    """The stack's speculative settings and every pool override, with their YAML paths."""
+    yield ("spec", "speculative"), ctx.profile.spec.speculative
+    for role, pool in ctx.profile.spec.placement.active_pools().items():
+        if pool.speculative is not None:
+            yield ("spec", "placement", "pools", role, "speculative"), pool.speculative
+
+
+@rule("SP111", Severity.error, "speculative method unknown to vLLM")
+def unknown_method(ctx: Context) -> Iterator[Hit]:
+    known = set(ctx.catalog.engine.speculative_methods) | set(ctx.catalog.legacy_speculative_methods)
+    for path, spec in _settings(ctx):
+        if spec.method is not None and spec.method not in known:
+            yield Hit(path + ("method",), f"unknown speculative method {spec.method!r}",
+                      f"one of: {', '.join(ctx.catalog.engine.speculative_methods)}")
+
+
+@rule("SP112", Severity.error, "speculative method the model rejects")
+def rejected_by_model(ctx: Context) -> Iterator[Hit]:
+    if ctx.model is None:
+        return
+    for path, spec in _settings(ctx):
+        method = "mtp" if spec.method in ctx.catalog.legacy_speculative_methods else spec.method
+        reason = ctx.model.rejected_speculative_methods.get(method or "")
+        if reason:
+            yield Hit(path + ("method",), f"{ctx.model_key} does not accept {spec.method!r}: {reason}",
+                      f"use one of: {', '.join(ctx.model.speculative_methods)}")
+
+
+@rule("SP113", Severity.warning, "legacy speculative method name")
+def legacy_name(ctx: Context) -> Iterator[Hit]:
+    for path, spec in _settings(ctx):
+        if spec.method in ctx.catalog.legacy_speculative_methods:
+            yield Hit(path + ("method",), f"{spec.method!r} is a legacy name that vLLM rewrites to 'mtp' with a "
+                      "warning", "write the method vLLM will run")
+
+
+@rule("SP114", Severity.error, "speculative method without a token count")
+def no_token_count(ctx: Context) -> Iterator[Hit]:
+    for path, spec in _settings(ctx):
+        if spec.method is not None and spec.num_speculative_tokens is None:
+            yield Hit(path, f"method {spec.method!r} needs numSpeculativeTokens",
+                      "retune it for this model, workload and GPU; it changes capture sizes too")
+
+
+@rule("SP115", Severity.error, "draft-model speculation without a draft model")
+def no_draft_model(ctx: Context) -> Iterator[Hit]:
+    for path, spec in _settings(ctx):
+        if spec.method in ("draft_model", "eagle", "eagle3") and not spec.draft_model:
+            yield Hit(path + ("method",), f"method {spec.method!r} needs draftModel")
+
+
+@rule("SP116", Severity.error, "draft tensor parallel size neither 1 nor the target's")
+def draft_tp(ctx: Context) -> Iterator[Hit]:
+    spec_path = ("spec", "speculative")
+    for role, pool in ctx.profile.spec.placement.active_pools().items():
+        spec = ctx.profile.speculative_for(pool)
+        size = spec.draft_tensor_parallel_size
+        if size is not None and size not in (1, pool.tensor_parallel):
+            path = spec_path if pool.speculative is None else ("spec", "placement", "pools", role, "speculative")
+            yield Hit(path + ("draftTensorParallelSize",), f"draftTensorParallelSize={size} must be 1 or the "
+                      f"{role} pool's tensorParallel={pool.tensor_parallel}")
+
+
+@rule("SP117", Severity.warning, "speculative options without a method")
+def options_without_method(ctx: Context) -> Iterator[Hit]:
+    for path, spec in _settings(ctx):
+        options = spec.model_dump(exclude={"method"}, exclude_none=True)
+        if spec.method is None and options:
+            yield Hit(path, f"speculation is off (no method) but {sorted(options)} are set; they are ignored",
+                      "set a method or remove the options")

@@ -1,0 +1,76 @@
+"""Version pins that must agree, and engine env vars the pinned vLLM no longer reads (FACTS.md s4, s5)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from stackpin.validate import Context, Hit, Severity, rule
+
+_V = ("spec", "versions")
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
+
+
+@rule("SP161", Severity.warning, "Dynamo release unknown to the catalog")
+def unknown_dynamo(ctx: Context) -> Iterator[Hit]:
+    dynamo = ctx.profile.spec.versions.dynamo
+    if dynamo not in ctx.catalog.versions.dynamo:
+        yield Hit(_V + ("dynamo",), f"Dynamo {dynamo} is not in the catalog; its vLLM/NIXL pins cannot be checked",
+                  f"known: {', '.join(ctx.catalog.versions.dynamo)}")
+
+
+def _pin_rule(ctx: Context, field: str, want: str | None, by: str) -> Iterator[Hit]:
+    have = getattr(ctx.profile.spec.versions, field)
+    if want is not None and have != want:
+        yield Hit(_V + (field,), f"{field} {have} does not match {want}, the version {by} pins",
+                  f"set versions.{field}: {want}")
+
+
+@rule("SP162", Severity.error, "vLLM is not the version Dynamo pins")
+def vllm_pin(ctx: Context) -> Iterator[Hit]:
+    pin = ctx.catalog.versions.dynamo.get(ctx.profile.spec.versions.dynamo)
+    yield from _pin_rule(ctx, "vllm", pin.vllm if pin else None, f"Dynamo {ctx.profile.spec.versions.dynamo}")
+
+
+@rule("SP163", Severity.error, "NIXL is not the version Dynamo pins")
+def nixl_pin(ctx: Context) -> Iterator[Hit]:
+    pin = ctx.catalog.versions.dynamo.get(ctx.profile.spec.versions.dynamo)
+    yield from _pin_rule(ctx, "nixl", pin.nixl if pin else None, f"Dynamo {ctx.profile.spec.versions.dynamo}")
+
+
+@rule("SP164", Severity.error, "FlashInfer is not the version vLLM pins")
+def flashinfer_pin(ctx: Context) -> Iterator[Hit]:
+    pin = ctx.catalog.versions.vllm.get(ctx.profile.spec.versions.vllm)
+    yield from _pin_rule(ctx, "flashinfer", pin.flashinfer if pin else None, f"vLLM {ctx.profile.spec.versions.vllm}")
+
+
+@rule("SP165", Severity.warning, "runtime image tag differs from the Dynamo version")
+def image_tag_version(ctx: Context) -> Iterator[Hit]:
+    image = ctx.profile.spec.versions.runtime_image
+    name = image.split("@", 1)[0]
+    tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else None
+    dynamo = ctx.profile.spec.versions.dynamo
+    if tag is not None and not tag.startswith(dynamo):
+        yield Hit(_V + ("runtimeImage",), f"image tag {tag!r} does not name Dynamo {dynamo}; the image's "
+                  "engine may not be the pinned one", f"use the {dynamo} runtime image")
+
+
+@rule("SP171", Severity.error, "engine env var the pinned vLLM no longer reads")
+def removed_env(ctx: Context) -> Iterator[Hit]:
+    vllm = version_key(ctx.profile.spec.versions.vllm)
+    for name in ctx.profile.spec.kernels.env:
+        gone = ctx.catalog.versions.removed_env.get(name)
+        if gone is not None and vllm >= version_key(gone.removed_in):
+            yield Hit(("spec", "kernels", "env", name), f"vLLM {ctx.profile.spec.versions.vllm} no longer reads "
+                      f"{name} (gone by {gone.removed_in}); it is silently ignored", f"use {gone.use}")
+
+
+@rule("SP172", Severity.warning, "env var that stackpin sets itself")
+def managed_env(ctx: Context) -> Iterator[Hit]:
+    managed = {"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "autotune.cache", "VLLM_CACHE_ROOT": "autotune.cache"}
+    for name in ctx.profile.spec.kernels.env:
+        if name in managed:
+            yield Hit(("spec", "kernels", "env", name), f"{name} is set by stackpin from {managed[name]}; a manual "
+                      "value fights the pinned autotune cache", f"remove it and use spec.{managed[name]}")

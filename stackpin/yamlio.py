@@ -1,0 +1,134 @@
+"""YAML in and out: loading that remembers where every value came from, canonical dumping.
+
+Loading composes the node graph (which carries marks) and builds plain Python values alongside a
+map from field path (a tuple of keys and indexes) to the file position, so errors found later, by
+pydantic or by a validation rule, can still point at `file:line:col`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stackpin.errors import InputError, Location, Problem
+
+FieldPath = tuple[str | int, ...]
+
+
+class Positions:
+    """Field path -> Location for one loaded document (falls back to the nearest known parent)."""
+
+    def __init__(self, file: str, marks: dict[FieldPath, tuple[int, int]]) -> None:
+        self.file = file
+        self._marks = marks
+
+    def locate(self, path: FieldPath) -> Location:
+        path = tuple(path)
+        while path and path not in self._marks:
+            path = path[:-1]
+        line, col = self._marks.get(path, (1, 1))
+        return Location(self.file, line, col)
+
+
+def _build(node: yaml.Node, path: FieldPath, marks: dict[FieldPath, tuple[int, int]],
+           loader: yaml.SafeLoader, file: str) -> Any:
+    marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if isinstance(node, yaml.MappingNode):
+        out: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                raise InputError([Problem(Location(file, key_node.start_mark.line + 1,
+                                                   key_node.start_mark.column + 1), "",
+                                          "YAML merge keys (<<) are not supported; use extends:")])
+            key = loader.construct_object(key_node, deep=True)
+            if not isinstance(key, str):
+                key = str(key)
+            if key in out:
+                raise InputError([Problem(Location(file, key_node.start_mark.line + 1,
+                                                   key_node.start_mark.column + 1),
+                                          ".".join(map(str, path + (key,))), "duplicate key")])
+            out[key] = _build(value_node, path + (key,), marks, loader, file)
+            # Point a key's errors at the key itself, where editors put the cursor.
+            marks[path + (key,)] = (key_node.start_mark.line + 1, key_node.start_mark.column + 1)
+        return out
+    if isinstance(node, yaml.SequenceNode):
+        return [_build(item, path + (i,), marks, loader, file) for i, item in enumerate(node.value)]
+    return loader.construct_object(node, deep=True)
+
+
+def load_yaml(path: Path, display: str | None = None) -> tuple[Any, Positions]:
+    """Load one YAML document from `path`; bad input raises InputError with file:line:col."""
+    file = display or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError([Problem(Location(file), "", "no such file")]) from None
+    except IsADirectoryError:
+        raise InputError([Problem(Location(file), "", "is a directory, expected a YAML file")]) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError([Problem(Location(file), "", f"cannot read: {exc}")]) from None
+    return parse_yaml(text, file)
+
+
+def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None, Positions(file, {})
+        marks: dict[FieldPath, tuple[int, int]] = {}
+        data = _build(node, (), marks, loader, file)
+        return data, Positions(file, marks)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        reason = exc.problem or exc.context or "invalid YAML"
+        raise InputError([Problem(Location(file, line, col), "", f"invalid YAML: {reason}")]) from None
+    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
+        raise InputError([Problem(Location(file), "", f"invalid YAML: {exc}")]) from None
+    finally:
+        loader.dispose()
+
+
+class _CanonicalDumper(yaml.SafeDumper):
+    """Block style, no aliases, stable string quoting: the same data always gives the same bytes."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_CanonicalDumper.add_representer(str, _str_representer)
+
+
+def dump_yaml(data: Any, sort_keys: bool = True) -> str:
+    return yaml.dump(data, Dumper=_CanonicalDumper, sort_keys=sort_keys, default_flow_style=False,
+                     allow_unicode=True, width=4096)
+
+
+def dump_yaml_all(docs: list[Any], sort_keys: bool = True) -> str:
+    return yaml.dump_all(docs, Dumper=_CanonicalDumper, sort_keys=sort_keys,
+                         default_flow_style=False, allow_unicode=True, width=4096)
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write via a temp file in the same directory and rename: a failed run never leaves half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,239 @@
+"""Pytest fixtures running a real CNCF distribution registry (Debian `docker-registry`) on loopback.
+
+- `registry`: open registry, filesystem storage in a temp dir, deletes enabled.
+- `auth_registry`: registry with `auth: token`; a token service in this module (http.server in a
+  thread) checks basic credentials and issues RS256 JWTs that the registry verifies against a
+  self-signed certificate made with the `openssl` CLI. Anonymous requests get a token with no access,
+  as public token services do, so the registry itself answers 401.
+
+Both are session-scoped. A missing binary FAILS the tests that use them: CI installs it with
+scripts/install-test-services.sh.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+REGISTRY_BINARY = "docker-registry"
+SERVICE = "stackpin-test-registry"
+ISSUER = "stackpin-test-token-service"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class RunningRegistry:
+    host: str
+    url: str
+    storage: Path
+
+    def blob_path(self, digest: str) -> Path:
+        """Where distribution's filesystem driver keeps a blob's bytes."""
+        hex_ = digest.removeprefix("sha256:")
+        return self.storage / "docker/registry/v2/blobs/sha256" / hex_[:2] / hex_ / "data"
+
+
+@dataclass
+class AuthRegistry(RunningRegistry):
+    username: str = "stackpin"
+    password: str = "s3cret-pass"
+    token_requests: list[str] = field(default_factory=list)
+
+    def docker_config(self, directory: Path, *, inline_auth: bool = True) -> Path:
+        """A docker config.json holding this registry's credentials; returns its path."""
+        if inline_auth:
+            entry = {"auth": base64.b64encode(f"{self.username}:{self.password}".encode()).decode()}
+        else:
+            entry = {"username": self.username, "password": self.password}
+        path = directory / "config.json"
+        path.write_text(json.dumps({"auths": {self.host: entry}}))
+        return path
+
+
+def _binary() -> str:
+    found = shutil.which(REGISTRY_BINARY) or (
+        "/usr/bin/docker-registry" if Path("/usr/bin/docker-registry").exists() else None
+    )
+    if not found:
+        pytest.fail(
+            "docker-registry binary not found: install it with scripts/install-test-services.sh "
+            "(apt-get install docker-registry)",
+            pytrace=False,
+        )
+    return found
+
+
+@contextmanager
+def _start(tmp: Path, auth: dict[str, object] | None) -> Iterator[tuple[str, Path]]:
+    port = free_port()
+    storage = tmp / "storage"
+    config: dict[str, object] = {
+        "version": 0.1,
+        "log": {"level": "error", "accesslog": {"disabled": True}},
+        "storage": {"filesystem": {"rootdirectory": str(storage)}, "delete": {"enabled": True}},
+        "http": {"addr": f"127.0.0.1:{port}", "secret": "stackpin-test"},
+    }
+    if auth:
+        config["auth"] = auth
+    # JSON is YAML, and needs no YAML writer.
+    (tmp / "config.yml").write_text(json.dumps(config))
+    log = (tmp / "registry.log").open("wb")
+    proc = subprocess.Popen([_binary(), "serve", str(tmp / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_ready(f"http://127.0.0.1:{port}/v2/", proc, tmp / "registry.log")
+        yield f"127.0.0.1:{port}", storage
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"docker-registry exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        try:
+            urllib.request.urlopen(url, timeout=1).close()
+            return
+        except urllib.error.HTTPError:  # 401 from an auth registry: it is up
+            return
+        except OSError:
+            time.sleep(0.05)
+    pytest.fail(f"docker-registry did not answer {url} within 15s: {log.read_text()[-2000:]}")
+
+
+@pytest.fixture(scope="session")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRegistry]:
+    """An open registry on 127.0.0.1:<free port>."""
+    tmp = tmp_path_factory.mktemp("registry")
+    with _start(tmp, None) as (host, storage):
+        yield RunningRegistry(host=host, url=f"http://{host}", storage=storage)
+
+
+# --- token service --------------------------------------------------------------------------------
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+class _Signer:
+    """RS256 with a self-signed certificate; the registry trusts the certificate (rootcertbundle)
+    and finds the key through the JWT's `x5c` header."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.key, self.cert = tmp / "token.key", tmp / "token.pem"
+        subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-sha256", "-days", "2",
+             "-subj", "/CN=stackpin-test-token", "-keyout", str(self.key), "-out", str(self.cert)],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        der = subprocess.run(
+            ["openssl", "x509", "-in", str(self.cert), "-outform", "DER"],
+            check=True, capture_output=True,
+        ).stdout  # fmt: skip
+        self.x5c = base64.b64encode(der).decode()
+
+    def token(self, access: list[dict[str, object]]) -> str:
+        now = int(time.time())
+        header = {"typ": "JWT", "alg": "RS256", "x5c": [self.x5c]}
+        claims = {
+            "iss": ISSUER,
+            "sub": "stackpin",
+            "aud": SERVICE,
+            "iat": now - 5,
+            "nbf": now - 5,
+            "exp": now + 600,
+            "jti": f"{now}-{time.monotonic_ns()}",
+            "access": access,
+        }
+        signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
+        signature = subprocess.run(
+            ["openssl", "dgst", "-sha256", "-sign", str(self.key)],
+            input=signing_input.encode(), check=True, capture_output=True,
+        ).stdout  # fmt: skip
+        return f"{signing_input}.{_b64url(signature)}"
+
+
+def _token_server(signer: _Signer, reg: AuthRegistry) -> ThreadingHTTPServer:
+    expected = "Basic " + base64.b64encode(f"{reg.username}:{reg.password}".encode()).decode()
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            query = parse_qs(urlsplit(self.path).query)
+            given = self.headers.get("Authorization")
+            reg.token_requests.append(" ".join(query.get("scope", [])))
+            if given is not None and given != expected:
+                self._answer(401, {"details": "bad credentials"})
+                return
+            access = []
+            if given == expected:
+                for scope in query.get("scope", []):
+                    kind, _, rest = scope.partition(":")
+                    name, _, actions = rest.rpartition(":")
+                    access.append({"type": kind, "name": name, "actions": actions.split(",")})
+            token = signer.token(access)
+            self._answer(200, {"token": token, "access_token": token, "expires_in": 600})
+
+        def _answer(self, status: int, body: dict[str, object]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: object) -> None:  # keep test output clean
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@pytest.fixture(scope="session")
+def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthRegistry]:
+    """A registry demanding Bearer tokens from a loopback token service (`auth: token`)."""
+    tmp = tmp_path_factory.mktemp("auth-registry")
+    reg = AuthRegistry(host="", url="", storage=tmp / "storage")
+    server = _token_server(_Signer(tmp), reg)
+    auth = {
+        "token": {
+            "realm": f"http://127.0.0.1:{server.server_address[1]}/token",
+            "service": SERVICE,
+            "issuer": ISSUER,
+            "rootcertbundle": str(tmp / "token.pem"),
+        }
+    }
+    try:
+        with _start(tmp, auth) as (host, _):
+            reg.host, reg.url = host, f"http://{host}"
+            yield reg
+    finally:
+        server.shutdown()
+        server.server_close()
