@@ -19,7 +19,7 @@ def print_reports(result: CheckResult, console: Console | None = None) -> None:
     if console is None:
         # Never narrower than the summary table: rich assumes 80 columns on a pipe and would truncate.
         console = Console(highlight=False)
-        console.width = max(console.width, 150)
+        console.width = max(console.width, 160)
     for report in result.reports:
         if report.findings:
             console.print(f"[bold]{report.file}[/] ({report.name})")
@@ -27,10 +27,12 @@ def print_reports(result: CheckResult, console: Console | None = None) -> None:
             console.print(f"  [{_STYLE[finding.severity]}]{finding}[/]", soft_wrap=True)
     if not result.reports:
         return
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in ("stack", "target", "GPUs", "placement", "pools", "weights GiB/GPU", "KV GiB/GPU",
-                   "headroom GiB/GPU", "result"):
-        table.add_column(column, justify="right" if "GiB" in column or column == "GPUs" else "left", no_wrap=True)
+    table = Table(box=None, pad_edge=False, header_style="bold", caption_justify="left",
+                  caption="weights, KV, headroom: GiB per GPU (estimates from the catalog); "
+                          "headroom = HBM outside vLLM's pool")
+    for column in ("stack", "target", "GPUs", "placement", "pools", "weights", "KV", "headroom", "result"):
+        numeric = column in ("GPUs", "weights", "KV", "headroom")
+        table.add_column(column, justify="right" if numeric else "left", no_wrap=True)
     for report in result.reports:
         s = report.summary
         errors, warnings = report.count(Severity.error), report.count(Severity.warning)

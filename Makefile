@@ -1,0 +1,37 @@
+# stackpin: `make demo` sets up and runs the main job on the shipped profiles; `make test` runs the tests.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STACKPIN := $(BIN)/stackpin
+PROFILES := profiles
+
+.PHONY: setup demo test bench lint schema docs clean
+
+$(BIN)/stackpin: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $@
+
+setup: $(BIN)/stackpin
+
+demo: setup
+	$(STACKPIN) validate $(PROFILES)
+
+test: setup
+	$(BIN)/pytest
+
+bench: setup
+	$(BIN)/python bench/run.py
+
+lint: setup
+	$(BIN)/ruff check stackpin tests bench scripts
+
+# Regenerate the checked-in JSON Schema and profile reference from the models.
+schema: setup
+	$(STACKPIN) schema > schema/stackprofile.schema.json
+docs: setup
+	$(BIN)/python scripts/gen_profile_reference.py > docs/profile-reference.md
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis
