@@ -59,7 +59,8 @@ _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 # --- references ------------------------------------------------------------------------------
 
 
-def _check_digest(digest: str, context: str) -> str:
+def check_digest(digest: str, context: str) -> str:
+    """`digest` if it is a well-formed sha256 digest (the only algorithm supported), else a ResolveError."""
     if not _DIGEST_RE.fullmatch(digest):
         raise ResolveError(f"invalid digest {digest!r} in {context}: expected 'sha256:' and 64 lowercase hex digits")
     return digest
@@ -87,7 +88,7 @@ class ImageRef:
             raise ResolveError(f"invalid {where}: empty or surrounded by whitespace")
         name, at, digest = text.partition("@")
         if at:
-            _check_digest(digest, where)
+            check_digest(digest, where)
         tag = None
         # A ':' after the last '/' starts the tag; one before it belongs to host:port.
         colon = name.rfind(":")
@@ -141,10 +142,11 @@ class ImageRef:
         return self.digest is not None
 
     def with_digest(self, digest: str) -> ImageRef:
-        return replace(self, digest=_check_digest(digest, f"pin for {self}"))
+        return replace(self, digest=check_digest(digest, f"pin for {self}"))
 
 
 def as_image_ref(ref: ImageRef | str) -> ImageRef:
+    """Accept either form wherever a reference is expected."""
     return ref if isinstance(ref, ImageRef) else ImageRef.parse(ref)
 
 
@@ -219,7 +221,7 @@ def descriptor_digest(desc: Any, what: str) -> str:
     digest = desc.get("digest") if isinstance(desc, dict) else None
     if not isinstance(digest, str):
         raise ResolveError(f"{what}: descriptor without a digest")
-    return _check_digest(digest, what)
+    return check_digest(digest, what)
 
 
 def artifact_manifest(
@@ -270,9 +272,9 @@ def platforms_of(
         for entry in manifest.get("manifests") or []:
             plat = entry.get("platform") if isinstance(entry, dict) else None
             # buildkit attestations are listed as unknown/unknown: not a runnable platform.
-            if not isinstance(plat, dict) or plat.get("os") in (None, "unknown"):
+            if not isinstance(plat, dict) or plat.get("os") in (None, "unknown") or not plat.get("architecture"):
                 continue
-            key = platform_key(plat["os"], plat.get("architecture", ""), plat.get("variant"))
+            key = platform_key(plat["os"], plat["architecture"], plat.get("variant"))
             platforms.setdefault(key, descriptor_digest(entry, f"index {digest}"))
         return platforms
     config = manifest.get("config")
@@ -328,7 +330,7 @@ def load_docker_credentials(path: Path) -> dict[str, tuple[str, str]]:
         user, password = entry.get("username"), entry.get("password")
         if entry.get("auth"):
             try:
-                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+                user, _, password = base64.b64decode(entry["auth"], validate=True).decode().partition(":")
             except ValueError:
                 raise ResolveError(f"docker config {path}: auths.{key}.auth is not base64 of 'user:password'") from None
         if user and password is not None:
@@ -367,6 +369,10 @@ def _error_codes(resp: httpx.Response) -> list[str]:
         return []
 
 
+def _tries(attempts: int) -> str:
+    return f" after {attempts} attempts" if attempts > 1 else ""
+
+
 def _transport_reason(exc: Exception) -> str:
     text = str(exc)
     return "connection refused" if "refused" in text.lower() else (text or type(exc).__name__)
@@ -381,7 +387,8 @@ class RegistryClient:
     Transport errors (refused, reset, timeout) and HTTP 429/5xx are retried `retries` times with
     exponential backoff starting at `backoff` seconds; other 4xx are final. Registries answering 401
     get the Bearer token flow (or Basic) with credentials from the docker config.json; tokens are
-    cached per (registry, scope). `plain_http` says which registries speak HTTP instead of HTTPS:
+    cached per (registry, scope). Only inline config.json credentials are used: credential helpers
+    (`credsStore`/`credHelpers`) are not supported. `plain_http` says which registries speak HTTP instead of HTTPS:
     a predicate or a set of `host` / `host:port`; by default only loopback hosts.
     """
 
@@ -462,8 +469,9 @@ class RegistryClient:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
         for future in futures.values():
-            if not future.cancelled() and future.exception() is not None:
-                raise future.exception()  # type: ignore[misc]
+            error = None if future.cancelled() else future.exception()
+            if error is not None:
+                raise error
         return [futures[r].result() for r in asked]
 
     def _get_manifest(self, target: ImageRef, mirror_of: ImageRef | None = None) -> tuple[str, bytes, str]:
@@ -474,6 +482,7 @@ class RegistryClient:
         head = self._request("HEAD", target, f"/v2/{repo}/manifests/{target.reference}", headers=accept)
         if head.status_code not in (200, 404):
             raise self._failure(head, target, f"pull {target.name}")
+        # A 404 HEAD has no body to say why; the GET below gets the error codes.
         head_digest = head.headers.get("Docker-Content-Digest") if head.status_code == 200 else None
         # GET by the digest HEAD announced, so that a tag moving in between cannot mix answers.
         by = head_digest if head_digest and _DIGEST_RE.fullmatch(head_digest) else target.reference
@@ -506,7 +515,7 @@ class RegistryClient:
     def pull_blob(self, target: ImageRef | str | tuple[str, str], digest: str) -> bytes:
         """The blob's bytes, verified against `digest`."""
         ref = _repo_ref(target)
-        _check_digest(digest, f"blob of {ref.name}")
+        check_digest(digest, f"blob of {ref.name}")
         resp = self._request("GET", ref, f"/v2/{ref.repository}/blobs/{digest}")
         if resp.status_code == 404:
             raise ResolveError(f"blob {digest} not found in registry {ref.registry} ({ref.repository})")
@@ -690,9 +699,7 @@ class RegistryClient:
                 resp = self._http.request(method, url, **kwargs)
             except httpx.TimeoutException:
                 if last:
-                    raise ResolveError(
-                        f"{where} did not answer within {self.timeout:g}s ({attempts} attempts)"
-                    ) from None
+                    raise ResolveError(f"{where} did not answer within {self.timeout:g}s{_tries(attempts)}") from None
             except httpx.TransportError as exc:
                 if last:
                     raise ResolveError(f"cannot reach {where}: {_transport_reason(exc)}") from None
@@ -721,9 +728,7 @@ class RegistryClient:
         if status in (401, 403):
             return self._unauthorized(ref)
         if status in _RETRY_STATUS:
-            return ResolveError(
-                f"registry {ref.registry} answered HTTP {status} to {doing} after {self.retries + 1} attempts"
-            )
+            return ResolveError(f"registry {ref.registry} answered HTTP {status} to {doing}{_tries(self.retries + 1)}")
         codes = ", ".join(_error_codes(resp))
         return ResolveError(
             f"registry {ref.registry} refused to {doing}: HTTP {status}" + (f" {codes}" if codes else "")

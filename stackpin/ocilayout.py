@@ -35,6 +35,7 @@ from stackpin.oci import (
     artifact_manifest,
     as_image_ref,
     canonical_json,
+    check_digest,
     descriptor,
     descriptor_digest,
     manifest_media_type,
@@ -101,7 +102,7 @@ class LayoutResolver:
     def read_blob(self, digest: str, size: int | None = None) -> bytes:
         """The blob's bytes, verified against its digest (and size, when a descriptor gives one)."""
         what = f"blob {digest} in {self.source}"
-        descriptor_digest({"digest": digest}, what)
+        check_digest(digest, what)
         try:
             data = (self.path / "blobs" / "sha256" / digest.removeprefix("sha256:")).read_bytes()
         except FileNotFoundError:
