@@ -388,8 +388,8 @@ class RegistryClient:
     exponential backoff starting at `backoff` seconds; other 4xx are final. Registries answering 401
     get the Bearer token flow (or Basic) with credentials from the docker config.json; tokens are
     cached per (registry, scope). Only inline config.json credentials are used: credential helpers
-    (`credsStore`/`credHelpers`) are not supported. `plain_http` says which registries speak HTTP instead of HTTPS:
-    a predicate or a set of `host` / `host:port`; by default only loopback hosts.
+    (`credsStore`/`credHelpers`) are not supported. `plain_http` says which registries speak HTTP
+    instead of HTTPS: a predicate or a set of `host` / `host:port`; by default only loopback hosts.
     """
 
     def __init__(

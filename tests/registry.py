@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -30,7 +31,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-REGISTRY_BINARY = "docker-registry"
 SERVICE = "stackpin-test-registry"
 ISSUER = "stackpin-test-token-service"
 
@@ -71,12 +71,12 @@ class AuthRegistry(RunningRegistry):
 
 
 def _binary() -> str:
-    found = shutil.which(REGISTRY_BINARY) or (
-        "/usr/bin/docker-registry" if Path("/usr/bin/docker-registry").exists() else None
-    )
+    # STACKPIN_DOCKER_REGISTRY points at another build; /usr/bin is where Debian puts it.
+    name = os.environ.get("STACKPIN_DOCKER_REGISTRY", "docker-registry")
+    found = shutil.which(name) or shutil.which(name, path="/usr/bin:/usr/sbin")
     if not found:
         pytest.fail(
-            "docker-registry binary not found: install it with scripts/install-test-services.sh "
+            f"{name} binary not found: install it with scripts/install-test-services.sh "
             "(apt-get install docker-registry)",
             pytrace=False,
         )

@@ -477,3 +477,23 @@ def test_malformed_docker_config(tmp_path: Path, registry: RunningRegistry) -> N
                 c.resolve(f"{proxy.host}/stack/x:1")
     finally:
         proxy.close()
+
+
+def test_plain_http_only_where_configured(registry: RunningRegistry, tmp_path: Path) -> None:
+    # Forcing HTTPS against the plain-HTTP registry fails the TLS handshake: reported, not raised raw.
+    with RegistryClient(retries=0, plain_http=set(), docker_config=tmp_path / "none.json") as c:
+        with pytest.raises(ResolveError, match=f"cannot reach registry {registry.host}"):
+            c.resolve(f"{registry.host}/stack/x:1")
+    with RegistryClient(retries=0, plain_http={"127.0.0.1"}, docker_config=tmp_path / "none.json") as c:
+        with pytest.raises(ResolveError, match="tag 1 not found"):
+            c.resolve(f"{registry.host}/stack/x:1")
+
+
+def test_default_docker_config_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path))
+    with RegistryClient() as c:
+        assert c.docker_config == tmp_path / "config.json"
+    monkeypatch.delenv("DOCKER_CONFIG")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with RegistryClient() as c:
+        assert c.docker_config == tmp_path / ".docker" / "config.json"
