@@ -16,7 +16,7 @@ class StackpinError(Exception):
     def lines(self) -> list[str]:
         """The one-line-per-problem form the CLI prints."""
         text = self.message if not self.hint else f"{self.message} (hint: {self.hint})"
-        return [text]
+        return text.splitlines()
 
 
 class Location:

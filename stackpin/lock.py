@@ -1,0 +1,333 @@
+"""Lockfiles: a profile with every floating reference pinned, named by its stack digest.
+
+`lock_profiles` resolves the images, model revisions and autotune caches of many profiles at once
+and returns `StackLock`s; `write_lock` writes one atomically. The stack digest is a sha256 over the
+canonical bytes of what defines the stack (the effective profile and the pinned references); where
+a digest was resolved (registry, mirror, layout) is recorded beside it but never hashed, so the same
+stack locked through a mirror or a layout has the same digest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from stackpin.catalog import Catalog, load_catalog
+from stackpin.errors import InputError, Problem, StackpinError
+from stackpin.oci import ImageRef, Resolved
+from stackpin.profile import LoadedProfile, StackProfile, load_profile
+from stackpin.resolvers import COMMIT, ImageSource, ModelRevision, ModelSource, is_stand_in
+from stackpin.yamlio import dump_yaml, load_yaml, write_atomic
+
+LOCK_KIND = "StackLock"
+AUTOTUNE_ANNOTATIONS = {
+    "flashinfer": "dev.stackpin.autotune.flashinfer",
+    "device": "dev.stackpin.autotune.device",
+    "ranks": "dev.stackpin.autotune.ranks",
+}
+
+
+class StackMismatch(StackpinError):
+    """The stack does not hold together (for example a cache captured for another engine): exit 1."""
+
+    exit_code = 1
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class LockedImage(_Model):
+    reference: str = Field(description="The reference as the profile wrote it, canonicalized.")
+    digest: str = Field(description="Digest of the manifest or index the tag pointed to.")
+    pinned: str = Field(description="repository@digest: what manifests use.")
+    platform: str
+    platform_digest: str
+    resolved_via: str
+    stand_in: bool = False
+
+
+class LockedModel(_Model):
+    id: str
+    requested: str
+    revision: str
+    resolved_via: str
+    stand_in: bool = False
+
+
+class LockedArtifact(_Model):
+    reference: str
+    digest: str
+    pinned: str
+    annotations: dict[str, str]
+    resolved_via: str
+    stand_in: bool = False
+
+
+class LockedEngines(_Model):
+    dynamo: str
+    vllm: str
+    flashinfer: str
+    nixl: str
+
+
+class ResolvedSection(_Model):
+    images: dict[str, LockedImage]
+    model: LockedModel
+    engines: LockedEngines
+    autotune_cache: LockedArtifact | None = None
+
+    @property
+    def stand_in(self) -> bool:
+        parts = [*self.images.values(), self.model, *([self.autotune_cache] if self.autotune_cache else [])]
+        return any(p.stand_in for p in parts)
+
+
+class LockMetadata(_Model):
+    name: str
+    profile: str = Field(description="Path of the profile, relative to the lockfile's directory parent.")
+    profile_digest: str = Field(description="sha256 of the effective profile; lock --check compares it.")
+
+
+class StackLock(_Model):
+    api_version: str = Field("stackpin.dev/v1", alias="apiVersion")
+    kind: str = LOCK_KIND
+    metadata: LockMetadata
+    stack_digest: str
+    profile: dict[str, Any]
+    resolved: ResolvedSection
+
+    @property
+    def stack_profile(self) -> StackProfile:
+        return StackProfile.model_validate(self.profile)
+
+    @property
+    def short_digest(self) -> str:
+        return self.stack_digest.removeprefix("sha256:")[:12]
+
+
+def canonical_bytes(obj: Any) -> bytes:
+    """JSON with sorted keys and no whitespace: the bytes every digest in stackpin is taken over."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+def sha256(obj: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical_bytes(obj)).hexdigest()
+
+
+def effective_profile(profile: StackProfile) -> dict[str, Any]:
+    """The merged profile with every default filled in, as plain data (extends already applied)."""
+    return profile.model_dump(mode="json", by_alias=True, exclude={"extends"})
+
+
+def stack_digest(profile: dict[str, Any], resolved: ResolvedSection) -> str:
+    # Where each pin came from is provenance, not identity: leave resolvedVia/standIn out of the hash.
+    what = resolved.model_dump(mode="json", by_alias=True, exclude_none=True)
+    for section in (*what["images"].values(), what["model"], what.get("autotuneCache") or {}):
+        section.pop("resolvedVia", None)
+        section.pop("standIn", None)
+    return sha256({"profile": profile, "resolved": what})
+
+
+def lock_path(lockdir: Path, name: str) -> Path:
+    return lockdir / f"{name}.lock.yaml"
+
+
+@dataclass
+class Sources:
+    """Where references resolve. `previous` holds pins from existing lockfiles (for --offline)."""
+
+    images: ImageSource | None
+    models: ModelSource | None
+    previous: dict[str, StackLock] = field(default_factory=dict)
+
+
+def _platform_key(resolved: Resolved, arch: str) -> tuple[str, str]:
+    for key, digest in sorted(resolved.platforms.items()):
+        parts = key.split("/")
+        if len(parts) >= 2 and parts[0] == "linux" and parts[1] == arch:
+            return key, digest
+    have = ", ".join(sorted(resolved.platforms)) or "none (not an image)"
+    raise StackMismatch(f"{resolved.ref} has no linux/{arch} image (platforms: {have}); "
+                        f"the target's nodes are {arch}")
+
+
+def _previous_image(previous: StackLock | None, reference: str) -> LockedImage | None:
+    if previous is None:
+        return None
+    return next((i for i in previous.resolved.images.values() if i.reference == reference), None)
+
+
+def _offline_error(what: str) -> StackpinError:
+    return StackpinError(f"--offline: {what} still floats and no existing lockfile pins it",
+                         "run stackpin lock without --offline once")
+
+
+def _profile_images(profile: StackProfile) -> dict[str, ImageRef]:
+    return {"runtime": ImageRef.parse(profile.spec.versions.runtime_image)}
+
+
+def lock_profiles(loaded: Sequence[LoadedProfile], sources: Sources, lockdir: Path, offline: bool = False,
+                  catalog: Catalog | None = None) -> list[StackLock]:
+    """Resolve every reference of every profile (concurrently, once each) and build their locks."""
+    catalog = catalog or load_catalog()
+    wanted: dict[ImageRef, None] = {}
+    per_profile = []
+    for item in loaded:
+        profile = item.profile
+        images = _profile_images(profile)
+        cache = ImageRef.parse(profile.spec.autotune.cache) if (
+            profile.spec.autotune.mode == "replay" and profile.spec.autotune.cache) else None
+        previous = sources.previous.get(profile.name)
+        if not offline:
+            wanted.update(dict.fromkeys([*images.values(), *([cache] if cache else [])]))
+        per_profile.append((item, images, cache, previous))
+    resolved_refs: dict[ImageRef, Resolved] = {}
+    if wanted:
+        if sources.images is None:
+            raise StackpinError("no image source configured")
+        refs = list(wanted)
+        resolved_refs = dict(zip(refs, sources.images.resolve_many(refs), strict=True))
+    # Recorded relative to the project root (the lock directory's parent): the same bytes from any cwd.
+    root = lockdir.resolve().parent
+    return [_lock_one(item, images, cache, previous, resolved_refs, sources, offline, catalog, root)
+            for item, images, cache, previous in per_profile]
+
+
+def _lock_one(item: LoadedProfile, images: dict[str, ImageRef], cache: ImageRef | None, previous: StackLock | None,
+              resolved_refs: dict[ImageRef, Resolved], sources: Sources, offline: bool,
+              catalog: Catalog, root: Path) -> StackLock:
+    profile = item.profile
+    arch = catalog.platforms[profile.spec.target.platform].cpu_arch
+    locked_images = {}
+    for role, ref in images.items():
+        if offline:
+            old = _previous_image(previous, str(ref))
+            if old is None:
+                raise _offline_error(f"image {ref}")
+            locked_images[role] = old
+            continue
+        res = resolved_refs[ref]
+        platform, platform_digest = _platform_key(res, arch)
+        locked_images[role] = LockedImage(reference=str(ref), digest=res.digest, pinned=f"{ref.name}@{res.digest}",
+                                          platform=platform, platform_digest=platform_digest,
+                                          resolved_via=res.source, stand_in=is_stand_in(res))
+    model = _lock_model(profile, previous, sources, offline)
+    artifact = _lock_cache(profile, cache, previous, resolved_refs, offline, catalog) if cache else None
+    document = effective_profile(profile)
+    section = ResolvedSection(images=locked_images, model=model, autotune_cache=artifact,
+                              engines=LockedEngines(**profile.spec.versions.model_dump(exclude={"runtime_image"})))
+    relative = Path(os.path.relpath(item.path.resolve(), root)).as_posix()
+    return StackLock(metadata=LockMetadata(name=profile.name, profile=relative,
+                                           profile_digest=sha256(document)),
+                     stack_digest=stack_digest(document, section), profile=document, resolved=section)
+
+
+def _lock_model(profile: StackProfile, previous: StackLock | None, sources: Sources, offline: bool) -> LockedModel:
+    model_id, requested = profile.spec.model.id, profile.spec.model.revision
+    if COMMIT.match(requested):
+        return LockedModel(id=model_id, requested=requested, revision=requested, resolved_via="profile")
+    if offline:
+        old = previous.resolved.model if previous else None
+        if old is None or (old.id, old.requested) != (model_id, requested):
+            raise _offline_error(f"model {model_id}@{requested}")
+        return old
+    if sources.models is None:
+        raise StackpinError(f"model {model_id}@{requested} needs resolving but no model source is configured",
+                            "pass --hf-endpoint or --hf-cache, or pin a 40-hex commit in spec.model.revision")
+    found: ModelRevision = sources.models.resolve(model_id, requested)
+    return LockedModel(id=model_id, requested=requested, revision=found.commit, resolved_via=found.source,
+                       stand_in=found.stand_in)
+
+
+def _lock_cache(profile: StackProfile, ref: ImageRef, previous: StackLock | None,
+                resolved_refs: dict[ImageRef, Resolved], offline: bool, catalog: Catalog) -> LockedArtifact:
+    if offline:
+        old = previous.resolved.autotune_cache if previous else None
+        if old is None or old.reference != str(ref):
+            raise _offline_error(f"autotune cache {ref}")
+        return old
+    res = resolved_refs[ref]
+    notes = {k: res.annotations[v] for k, v in AUTOTUNE_ANNOTATIONS.items() if v in res.annotations}
+    want = {"flashinfer": profile.spec.versions.flashinfer, "device": catalog.gpu_of(profile.spec.target.platform)
+            .device_name}
+    for key, value in want.items():
+        if key not in notes:
+            raise StackMismatch(f"autotune cache {ref} does not say which {key} it was captured on",
+                                "pack it with `stackpin autotune pack`")
+        if notes[key] != value:
+            raise StackMismatch(f"autotune cache {ref} was captured with {key} {notes[key]!r} but the stack "
+                                f"{profile.name} runs {value!r}; vLLM would ignore it and retune")
+    return LockedArtifact(reference=str(ref), digest=res.digest, pinned=f"{res.ref.name}@{res.digest}",
+                          annotations=notes, resolved_via=res.source, stand_in=is_stand_in(res))
+
+
+def render_lock(lock: StackLock) -> str:
+    header = ("# Generated by `stackpin lock`; do not edit. stackDigest names this stack.\n"
+              + ("# STAND-IN PINS: resolved through a demo mirror; not production digests.\n"
+                 if lock.resolved.stand_in else ""))
+    return header + dump_yaml(lock.model_dump(mode="json", by_alias=True, exclude_none=True))
+
+
+def write_lock(lock: StackLock, lockdir: Path) -> Path:
+    path = lock_path(lockdir, lock.metadata.name)
+    write_atomic(path, render_lock(lock))
+    return path
+
+
+def read_lock(path: Path) -> StackLock:
+    data, positions = load_yaml(path)
+    if not isinstance(data, dict) or data.get("kind") != LOCK_KIND:
+        raise InputError([Problem(positions.locate(()), "kind", f"not a {LOCK_KIND}")])
+    try:
+        lock = StackLock.model_validate(data)
+    except ValidationError as exc:
+        raise InputError([Problem(positions.locate(tuple(e["loc"])), ".".join(map(str, e["loc"])), e["msg"])
+                          for e in exc.errors(include_url=False)]) from None
+    if stack_digest(lock.profile, lock.resolved) != lock.stack_digest:
+        raise InputError([Problem(positions.locate(("stackDigest",)), "stackDigest",
+                                  "does not match the lockfile's content (edited by hand?); run stackpin lock")])
+    return lock
+
+
+def read_existing_locks(lockdir: Path, names: Sequence[str]) -> dict[str, StackLock]:
+    out = {}
+    for name in names:
+        path = lock_path(lockdir, name)
+        if path.exists():
+            out[name] = read_lock(path)
+    return out
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    profile: str
+    lockfile: str
+    status: str  # "current", "missing", "stale"
+    detail: str = ""
+
+
+def check_locks(profiles: Sequence[Path], lockdir: Path) -> list[CheckOutcome]:
+    """uv-style `lock --check`: is every profile's lockfile present and made from this profile?"""
+    out = []
+    for path in profiles:
+        loaded = load_profile(path)
+        lock_file = lock_path(lockdir, loaded.profile.name)
+        if not lock_file.exists():
+            out.append(CheckOutcome(str(path), str(lock_file), "missing"))
+            continue
+        lock = read_lock(lock_file)
+        if lock.metadata.profile_digest != sha256(effective_profile(loaded.profile)):
+            out.append(CheckOutcome(str(path), str(lock_file), "stale", "the profile changed since it was locked"))
+        else:
+            out.append(CheckOutcome(str(path), str(lock_file), "current"))
+    return out
+
