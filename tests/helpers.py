@@ -1,0 +1,121 @@
+"""Helpers for profile tests: valid base documents, dotted-path mutation, write-and-load, line lookup."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from stackpin.profile import LoadedProfile, load_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES_DIR = ROOT / "profiles" / "deepseek-v4.1-flash"
+SHIPPED = sorted(PROFILES_DIR.glob("*.yaml"))
+SCHEMA_FILE = ROOT / "schema" / "stackprofile.schema.json"
+
+
+class _Null:
+    """Marker for `mutate`: write an explicit YAML null (plain `None` deletes the key)."""
+
+    def __repr__(self) -> str:
+        return "NULL"
+
+
+NULL = _Null()
+
+
+@cache
+def _merged(name: str) -> dict[str, Any]:
+    return load_profile(PROFILES_DIR / f"{name}.yaml").document
+
+
+def base_doc(name: str = "gb300-tuned") -> dict[str, Any]:
+    """A deep copy of a shipped profile's merged document (extends resolved, `extends` removed)."""
+    return copy.deepcopy(_merged(name))
+
+
+def _parts(path: str | tuple[str | int, ...]) -> list[str | int]:
+    if isinstance(path, tuple):
+        return list(path)
+    return [int(p) if p.isdigit() else p for p in path.split(".")]
+
+
+def mutate(doc: dict[str, Any], path: str | tuple[str | int, ...], value: Any) -> dict[str, Any]:
+    """Set `doc[path]` (dotted, digits index lists) in place and return doc.
+
+    `None` deletes the key; `NULL` writes an explicit null. Missing intermediate maps are created.
+    """
+    parts = _parts(path)
+    node: Any = doc
+    for part in parts[:-1]:
+        if isinstance(node, dict):
+            if not isinstance(node.get(part), dict | list):
+                node[part] = {}
+            node = node[part]
+        else:
+            node = node[part]
+    last = parts[-1]
+    if value is None:
+        if isinstance(node, dict):
+            node.pop(last, None)
+        else:
+            del node[last]
+    else:
+        node[last] = None if value is NULL else copy.deepcopy(value)
+    return doc
+
+
+def apply(doc: dict[str, Any], mutations: dict[str, Any]) -> dict[str, Any]:
+    for path, value in mutations.items():
+        mutate(doc, path, value)
+    return doc
+
+
+def dump(doc: Any) -> str:
+    """Block-style YAML, keys in document order (so a key's line can be found by indentation)."""
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096)
+
+
+def write_profile(directory: Path, doc: Any, name: str = "profile.yaml") -> Path:
+    path = directory / name
+    path.write_text(dump(doc) if not isinstance(doc, str) else doc, encoding="utf-8")
+    return path
+
+
+def load_doc(directory: Path, doc: Any, name: str = "profile.yaml") -> LoadedProfile:
+    """Write `doc` as YAML under `directory` and load it with the real loader."""
+    return load_profile(write_profile(directory, doc, name))
+
+
+def line_of(text: str, path: str | tuple[str | int, ...]) -> tuple[int, int]:
+    """(line, col), 1-based, of the key at `path` in block-style YAML `text`, found by indentation alone.
+
+    Falls back to the deepest key of `path` that exists (as the loader does for absent fields).
+    """
+    lines = text.splitlines()
+    start, indent, found = 0, -1, (1, 1)
+    for part in _parts(path):
+        child_indent, hit = None, None
+        for i in range(start, len(lines)):
+            stripped = lines[i].lstrip(" ")
+            if not stripped or stripped.startswith("#"):
+                continue
+            ind = len(lines[i]) - len(stripped)
+            if ind <= indent:
+                break
+            if child_indent is None:
+                child_indent = ind
+            if ind == child_indent and stripped.startswith((f"{part}:", f"'{part}':", f'"{part}":')):
+                hit = i
+                break
+        if hit is None:
+            return found
+        found, start, indent = (hit + 1, indent_of(lines[hit]) + 1), hit + 1, indent_of(lines[hit])
+    return found
+
+
+def indent_of(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))

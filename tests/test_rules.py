@@ -1,0 +1,271 @@
+"""Every validation rule: one mutation of a valid shipped profile that triggers it, one close variant
+that does not. Each trigger asserts the code, severity, field path and `file:line:col` location."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+
+from stackpin.checks import check_profiles
+from stackpin.validate import Finding, all_rules, run_rules
+from tests.helpers import NULL, SHIPPED, apply, base_doc, dump, line_of, load_doc
+
+W = "spec.placement.pools.worker"
+D = "spec.placement.pools.decode"
+DIGEST = "@sha256:" + "a" * 64
+IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime"
+OLD_PINS = {"spec.versions.dynamo": "1.3.1", "spec.versions.vllm": "0.23.0", "spec.versions.flashinfer": "0.6.12",
+            "spec.versions.nixl": "1.1.0"}
+
+
+class Case(NamedTuple):
+    code: str
+    severity: str
+    path: str  # where the finding points (dotted, as Finding.path spells it)
+    trigger: dict[str, Any]
+    ok: dict[str, Any]  # a close variant that must not trigger the rule
+    base: str = "gb300-tuned"
+    label: str = ""
+
+
+CASES = [
+    # CUDA graphs
+    Case("SP101", "warning", "spec.cudaGraphs.captureSizes",
+         {"spec.cudaGraphs.captureSizes": [12, 6, 24, 48, 96, 192, 384, 384]},
+         {"spec.cudaGraphs.captureSizes": [6, 12, 24, 48, 96, 192, 384]}),
+    Case("SP102", "warning", "spec.cudaGraphs.captureSizes", {f"{W}.maxNumBatchedTokens": 383},
+         {f"{W}.maxNumBatchedTokens": 384}),
+    Case("SP103", "error", "spec.cudaGraphs.maxCaptureSize", {"spec.cudaGraphs.maxCaptureSize": 512},
+         {"spec.cudaGraphs.maxCaptureSize": None}),
+    Case("SP104", "warning", "spec.cudaGraphs.captureSizes", {"spec.speculative.numSpeculativeTokens": 3},
+         {"spec.speculative.numSpeculativeTokens": 2}),
+    Case("SP105", "error", "spec.cudaGraphs.captureSizes",
+         {"spec.cudaGraphs.captureSizes": [1, 2], "spec.cudaGraphs.maxCaptureSize": 2},
+         {"spec.cudaGraphs.captureSizes": [1, 6], "spec.cudaGraphs.maxCaptureSize": 6}),
+    Case("SP106", "warning", "spec.cudaGraphs.mode", {"spec.cudaGraphs.mode": "NONE"},
+         {"spec.cudaGraphs.mode": "PIECEWISE"}),
+    Case("SP107", "warning", "spec.cudaGraphs",
+         {"spec.cudaGraphs.captureSizes": None, "spec.cudaGraphs.maxCaptureSize": None},
+         {"spec.cudaGraphs.captureSizes": None, "spec.cudaGraphs.maxCaptureSize": None,
+          "spec.cudaGraphs.mode": "NONE", "spec.autotune": {"mode": "off"}}),
+    Case("SP108", "warning", "spec.kernels.env", {"spec.kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH": None},
+         {"spec.kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH": "1"}),
+    # speculative decoding
+    Case("SP111", "error", "spec.speculative.method", {"spec.speculative.method": "dspark2"},
+         {"spec.speculative.method": "ngram"}),
+    Case("SP112", "error", "spec.speculative.method", {"spec.speculative.method": "mtp"},
+         {"spec.speculative.method": "suffix"}),
+    Case("SP112", "error", "spec.placement.pools.worker.speculative.method",
+         {f"{W}.speculative": {"method": "deepseek_mtp", "numSpeculativeTokens": 5}},
+         {f"{W}.speculative": {"method": "dspark", "numSpeculativeTokens": 5}}, label="pool-override-legacy"),
+    Case("SP113", "warning", "spec.speculative.method", {"spec.speculative.method": "deepseek_mtp"},
+         {"spec.speculative.method": "mtp"}),
+    Case("SP114", "error", "spec.speculative", {"spec.speculative.numSpeculativeTokens": None},
+         {"spec.speculative.numSpeculativeTokens": 1}),
+    Case("SP115", "error", "spec.speculative.method", {"spec.speculative.method": "draft_model"},
+         {"spec.speculative.method": "draft_model", "spec.speculative.draftModel": "acme/tiny-draft"}),
+    Case("SP116", "error", "spec.speculative.draftTensorParallelSize",
+         {"spec.speculative.draftTensorParallelSize": 2}, {"spec.speculative.draftTensorParallelSize": 4}),
+    Case("SP117", "warning", "spec.speculative", {"spec.speculative.method": None}, {"spec.speculative": {}}),
+    # parallelism
+    Case("SP121", "warning", f"{W}.tensorParallel", {f"{W}.tensorParallel": 8, f"{W}.replicas": 9},
+         {f"{W}.tensorParallel": 4, f"{W}.dataParallel": 2, f"{W}.replicas": 9}, label="nvl72-warning"),
+    Case("SP121", "error", f"{W}.tensorParallel", {f"{W}.tensorParallel": 16}, {f"{W}.tensorParallel": 8},
+         base="a100-8x-selfhost", label="a100-error"),
+    Case("SP121", "error", f"{W}.tensorParallel",
+         {"spec.target.platform": "b200", f"{W}.replicas": 1, f"{W}.tensorParallel": 16},
+         {"spec.target.platform": "b200", f"{W}.replicas": 1, f"{W}.tensorParallel": 8}, label="b200-error"),
+    Case("SP121", "error", f"{W}.tensorParallel",
+         {"spec.target.platform": "h200", f"{W}.replicas": 1, f"{W}.tensorParallel": 16},
+         {"spec.target.platform": "h200", f"{W}.replicas": 1, f"{W}.tensorParallel": 8}, label="h200-error"),
+    Case("SP122", "error", W, {f"{W}.replicas": 1, f"{W}.dataParallel": 19},
+         {f"{W}.replicas": 1, f"{W}.dataParallel": 18}),
+    Case("SP123", "error", "spec.placement.pools", {f"{W}.replicas": 19},
+         {f"{W}.replicas": 19, "spec.target.count": 2}),
+    Case("SP124", "error", f"{W}.nodesPerReplica", {f"{W}.nodesPerReplica": 2}, {f"{W}.nodesPerReplica": 1}),
+    Case("SP125", "error", W, {f"{W}.tensorParallel": 2, f"{W}.dataParallel": 3, f"{W}.replicas": 12},
+         {f"{W}.tensorParallel": 2, f"{W}.dataParallel": 4, f"{W}.replicas": 9}),
+    Case("SP126", "info", "spec.placement.pools", {f"{W}.replicas": 17}, {f"{W}.replicas": 18}),
+    Case("SP127", "warning", "spec.kernels.all2all", {f"{W}.dataParallel": 2, f"{W}.replicas": 9},
+         {f"{W}.dataParallel": 2, f"{W}.replicas": 9, "spec.kernels.all2all": "flashinfer_nvlink_one_sided"}),
+    # memory
+    Case("SP131", "error", W, {f"{W}.tensorParallel": 1, f"{W}.replicas": 72},
+         {f"{W}.tensorParallel": 2, f"{W}.replicas": 36}),
+    Case("SP132", "error", W, {f"{W}.tensorParallel": 2, f"{W}.replicas": 36, f"{W}.gpuMemoryUtilization": 0.87},
+         {f"{W}.tensorParallel": 2, f"{W}.replicas": 36, f"{W}.gpuMemoryUtilization": 0.9}),
+    Case("SP133", "warning", f"{W}.gpuMemoryUtilization", {f"{W}.gpuMemoryUtilization": 0.97},
+         {f"{W}.gpuMemoryUtilization": 0.94}),
+    Case("SP134", "error", "spec.model.maxModelLen", {"spec.model.maxModelLen": 1048577},
+         {"spec.model.maxModelLen": 1048576}),
+    Case("SP135", "warning", "spec.model.id", {"spec.model.id": "acme/Unknown-1"},
+         {"spec.model.id": "deepseek-v4.1-flash"}),
+    # precision
+    Case("SP141", "error", "spec.model.weights", {"spec.fallbacks.precisionEmulation": ["fp4"]},
+         {"spec.fallbacks.precisionEmulation": ["fp4"], "spec.model.weights": "fp4"},
+         base="a100-8x-selfhost", label="a100-undeclared-error"),
+    Case("SP141", "warning", "spec.fallbacks.precisionEmulation", {"spec.fallbacks.precisionEmulation": ["fp8", "fp4"]},
+         {"spec.fallbacks.precisionEmulation": ["fp8", "fp4"], "spec.model.weights": "bf16"},
+         base="a100-8x-selfhost", label="a100-declared-warning"),
+    Case("SP141", "error", "spec.model.weights",
+         {"spec.model.weights": "bf16", "spec.kvCache.dtype": "fp8", "spec.fallbacks.precisionEmulation": []},
+         {"spec.model.weights": "bf16", "spec.kvCache.dtype": "auto", "spec.fallbacks.precisionEmulation": []},
+         base="a100-8x-selfhost", label="a100-fp8-kv-cache"),
+    Case("SP142", "error", "spec.model.weights", {"spec.fallbacks.precisionEmulation": ["fp8"]},
+         {"spec.fallbacks.precisionEmulation": ["fp8"], "spec.model.weights": "fp8"},
+         base="a100-8x-selfhost", label="a100-undeclared-error"),
+    Case("SP142", "warning", "spec.fallbacks.precisionEmulation", {"spec.fallbacks.precisionEmulation": ["fp8", "fp4"]},
+         {"spec.fallbacks.precisionEmulation": ["fp8", "fp4"], "spec.model.weights": "fp8"},
+         base="a100-8x-selfhost", label="a100-declared-warning"),
+    Case("SP142", "error", "spec.model.weights", {"spec.target.platform": "h200"},
+         {"spec.target.platform": "b200"}, label="h200-undeclared-error"),
+    Case("SP142", "warning", "spec.fallbacks.precisionEmulation",
+         {"spec.target.platform": "h200", "spec.fallbacks.precisionEmulation": ["fp4"]},
+         {"spec.target.platform": "h200", "spec.fallbacks.precisionEmulation": ["fp4"], "spec.model.weights": "fp8",
+          "spec.kvCache.dtype": "fp8"}, label="h200-declared-warning"),
+    Case("SP143", "warning", "spec.fallbacks.precisionEmulation", {"spec.fallbacks.precisionEmulation": ["fp8"]},
+         {"spec.fallbacks.precisionEmulation": []}),
+    Case("SP144", "error", "spec.kernels.moe", {"spec.kernels.moe": "flashinfer_cutlass"},
+         {"spec.kernels.moe": "triton"}, base="a100-8x-selfhost"),
+    Case("SP145", "warning", "spec.fallbacks.cpuOffloadGib", {"spec.fallbacks.cpuOffloadGib": 8},
+         {"spec.fallbacks.cpuOffloadGib": 0}),
+    Case("SP146", "error", "spec.kvCache.dtype", {"spec.kvCache.dtype": "fp8_e4m3"}, {"spec.kvCache.dtype": "fp8"}),
+    # placement
+    Case("SP151", "error", "spec.placement", {"spec.placement.kvConnector": None}, {},
+         base="gb300-disagg-wide-ep"),
+    Case("SP152", "error", "spec.placement.pools", {f"{D}": None}, {}, base="gb300-disagg-wide-ep"),
+    Case("SP153", "warning", "spec.placement.pools.prefill", {"spec.placement.pools.prefill": {"replicas": 1}},
+         {"spec.placement.pools.prefill": NULL}),
+    Case("SP154", "error", f"{D}.speculative", {f"{D}.speculative": {"method": "dspark", "numSpeculativeTokens": 3}},
+         {f"{D}.speculative": {"method": "dspark", "numSpeculativeTokens": 5, "draftSampleMethod": "probabilistic",
+                               "rejectionSampleMethod": "block", "adaptiveVerification": True}},
+         base="gb300-disagg-wide-ep"),
+    Case("SP155", "error", "spec.placement.kvConnector", {"spec.placement.kvConnector": "LMCacheConnector"},
+         {"spec.placement.kvConnector": "NixlConnector"}, base="gb300-disagg-wide-ep"),
+    Case("SP156", "warning", "spec.placement.kvConnector", {"spec.placement.kvConnector": "NixlConnector"},
+         {"spec.placement.kvConnector": NULL}),
+    Case("SP157", "warning", "spec.service.agents", {"spec.service.agents": 1153}, {"spec.service.agents": 1152}),
+    # versions and env
+    Case("SP161", "warning", "spec.versions.dynamo", {"spec.versions.dynamo": "1.7.0"},
+         {"spec.versions.dynamo": "1.6.0"}),
+    Case("SP162", "error", "spec.versions.vllm", {"spec.versions.vllm": "0.28.0"}, {"spec.versions.vllm": "0.31.0"}),
+    Case("SP163", "error", "spec.versions.nixl", {"spec.versions.nixl": "1.3.2"}, {"spec.versions.nixl": "1.4.1"}),
+    Case("SP164", "error", "spec.versions.flashinfer", {"spec.versions.flashinfer": "0.7.2.post1"},
+         {"spec.versions.flashinfer": "0.7.0.post1"}),
+    Case("SP165", "warning", "spec.versions.runtimeImage", {"spec.versions.runtimeImage": f"{IMAGE}:1.5.1"},
+         {"spec.versions.runtimeImage": f"{IMAGE}:1.6.1-cuda13{DIGEST}"}),
+    Case("SP171", "error", "spec.kernels.env.VLLM_ATTENTION_BACKEND",
+         {"spec.kernels.env.VLLM_ATTENTION_BACKEND": "FLASHMLA"},
+         {**OLD_PINS, "spec.versions.runtimeImage": f"{IMAGE}:1.3.1",
+          "spec.kernels.env.VLLM_USE_FLASHINFER_MOE_FP4": "1"}),
+    Case("SP172", "warning", "spec.kernels.env.VLLM_CACHE_ROOT", {"spec.kernels.env.VLLM_CACHE_ROOT": "/cache"},
+         {"spec.kernels.env.VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS": "moe"}),
+    # provenance
+    Case("SP181", "warning", "spec.versions.runtimeImage", {},
+         {"spec.versions.runtimeImage": f"{IMAGE}:1.6.1{DIGEST}"}),
+    Case("SP182", "error", "spec.versions.runtimeImage", {"spec.versions.runtimeImage": f"{IMAGE}:latest"},
+         {"spec.versions.runtimeImage": f"{IMAGE}:1.6.1"}),
+    Case("SP182", "error", "spec.versions.runtimeImage", {"spec.versions.runtimeImage": "localhost:5000/vllm-runtime"},
+         {"spec.versions.runtimeImage": "localhost:5000/vllm-runtime:1.6.1"}, label="registry-port"),
+    Case("SP183", "warning", "spec.model.revision", {"spec.model.revision": "v4.1"}, {"spec.model.revision": "0" * 40}),
+    Case("SP191", "warning", W, {f"{W}.maxNumSeqs": None}, {f"{W}.maxNumSeqs": 1}),
+    Case("SP192", "warning", W, {f"{W}.maxNumBatchedTokens": None}, {f"{W}.maxNumBatchedTokens": 16384}),
+    # autotune
+    Case("SP201", "error", "spec.autotune.mode", {"spec.autotune.cache": None}, {"spec.autotune.cache": "x:1"}),
+    Case("SP202", "warning", "spec.autotune.cache", {"spec.autotune.mode": "off"}, {"spec.autotune.mode": "replay"}),
+    Case("SP203", "warning", "spec.autotune.mode", {"spec.autotune.mode": "tune"}, {"spec.autotune.mode": "replay"}),
+    Case("SP204", "warning", "spec.autotune.mode", {"spec.cudaGraphs.mode": "NONE"},
+         {"spec.cudaGraphs.mode": "NONE", "spec.autotune": {"mode": "off"}}),
+    # kernels
+    Case("SP211", "error", "spec.kernels.attention", {"spec.kernels.attention": "FLASHINFER_MLA_SPARSE"},
+         {"spec.kernels.attention": "FLASHINFER_MLA_SPARSE_DSV41"}),
+    Case("SP212", "warning", "spec.kernels.attention", {"spec.kernels.attention": "TRITON_MLA"},
+         {"spec.kernels.attention": "FLASHMLA_SPARSE_DSV41"}),
+    Case("SP213", "error", "spec.kernels.moe", {"spec.kernels.moe": "fancy"}, {"spec.kernels.moe": "cutlass"}),
+    Case("SP213", "error", "spec.kernels.linear", {"spec.kernels.linear": "marlin2"}, {"spec.kernels.linear": "auto"},
+         label="linear"),
+    Case("SP213", "error", "spec.kernels.all2all", {"spec.kernels.all2all": "nccl"}, {"spec.kernels.all2all": "naive"},
+         label="all2all"),
+    Case("SP214", "warning", "spec.kernels.moe", {"spec.kernels.moe": "marlin"}, {"spec.kernels.moe": "cutlass"}),
+    Case("SP214", "warning", "spec.kernels.linear", {"spec.kernels.linear": "triton"}, {}, base="gb300-tuned",
+         label="linear"),
+]
+
+
+def _id(case: Case) -> str:
+    return f"{case.code}-{case.label}" if case.label else case.code
+
+
+def _findings(tmp_path: Path, case: Case, mutations: dict[str, Any]) -> tuple[list[Finding], Path, str]:
+    doc = apply(base_doc(case.base), mutations)
+    loaded = load_doc(tmp_path, doc)
+    return run_rules(loaded), loaded.path, dump(doc)
+
+
+def test_every_rule_has_cases() -> None:
+    registered = {r.code for r in all_rules()}
+    tested = {c.code for c in CASES}
+    assert registered - tested == set(), "rules without a trigger/ok case in tests/test_rules.py"
+    assert tested - registered == set(), "cases for rules that are not registered"
+    assert len(registered) >= 60
+
+
+def test_default_severities_match_registry() -> None:
+    """A row that expects the rule's own severity documents it; overrides are the labelled rows."""
+    severities = {r.code: str(r.severity) for r in all_rules()}
+    for case in CASES:
+        if case.code in ("SP121", "SP141", "SP142") and case.severity == "warning":
+            continue  # severity lowered per hit (NVL72 / declared emulation)
+        assert severities[case.code] == case.severity, _id(case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_rule_triggers(tmp_path: Path, case: Case) -> None:
+    findings, file, text = _findings(tmp_path, case, case.trigger)
+    hits = [f for f in findings if f.code == case.code]
+    assert hits, f"{case.code} did not fire; got {[str(f) for f in findings]}"
+    matching = [f for f in hits if f.path == case.path]
+    assert matching, f"{case.code} fired at {[f.path for f in hits]}, expected {case.path}"
+    finding = matching[0]
+    assert finding.severity == case.severity
+    assert finding.message
+    line, col = line_of(text, case.path)
+    assert finding.location == f"{file}:{line}:{col}"
+    # The located line really holds the field the path ends in.
+    key = case.path.rsplit(".", 1)[-1]
+    assert text.splitlines()[line - 1].strip().startswith(f"{key}:")
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_rule_quiet_on_close_variant(tmp_path: Path, case: Case) -> None:
+    findings, _, _ = _findings(tmp_path, case, case.ok)
+    assert [str(f) for f in findings if f.code == case.code] == []
+
+
+def test_findings_sorted_errors_first(tmp_path: Path) -> None:
+    doc = apply(base_doc(), {"spec.versions.nixl": "1.3.2", "spec.service.agents": 5000, f"{W}.replicas": 17})
+    findings = run_rules(load_doc(tmp_path, doc))
+    order = {"error": 0, "warning": 1, "info": 2}
+    assert [order[f.severity] for f in findings] == sorted(order[f.severity] for f in findings)
+    assert {"SP163", "SP157", "SP126"} <= {f.code for f in findings}
+
+
+def test_finding_in_base_file_points_at_base(tmp_path: Path) -> None:
+    """A rule hit on a field the overlay inherits is located in the base file."""
+    base = apply(base_doc(), {"spec.kernels.moe": "fancy"})
+    (tmp_path / "base.yaml").write_text(dump(base), encoding="utf-8")
+    overlay = {"apiVersion": "stackpin.dev/v1", "kind": "StackProfile", "extends": "base.yaml",
+               "metadata": {"name": "child"}}
+    (tmp_path / "child.yaml").write_text(dump(overlay), encoding="utf-8")
+    result = check_profiles([tmp_path / "child.yaml"])
+    (finding,) = [f for f in result.reports[0].findings if f.code == "SP213"]
+    line, col = line_of(dump(base), "spec.kernels.moe")
+    assert finding.location == f"{tmp_path / 'base.yaml'}:{line}:{col}"
+
+
+@pytest.mark.parametrize("profile", SHIPPED, ids=lambda p: p.stem)
+def test_shipped_profiles_have_no_errors(profile: Path) -> None:
+    result = check_profiles([profile])
+    assert result.input_errors == ()
+    assert [str(f) for f in result.reports[0].findings if f.severity == "error"] == []
