@@ -95,7 +95,7 @@ class ModelSpec(_Model):
 
 
 class KvCache(_Model):
-    dtype: Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla", "nvfp4_ds_mla"] = "auto"
+    dtype: str = Field("auto", description="vLLM --kv-cache-dtype; checked against the model and the pinned vLLM.")
     block_size: PositiveInt | None = None
     prefix_caching: bool = True
     events: bool = Field(True, description="Publish KV events so the frontend's KV router can route by cache hits.")
@@ -118,7 +118,7 @@ class Kernels(_Model):
     attention: str | None = None
     moe: str | None = None
     linear: str | None = None
-    all2all: str | None = None
+    all2all: str | None = Field(None, alias="all2all")  # to_camel would make it all2All
     env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment variables.")
 
 

@@ -5,6 +5,7 @@ Loaded once per process and handed out as immutable models; nothing else in stac
 
 from __future__ import annotations
 
+import json
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -50,6 +51,7 @@ class ModelFacts(_Fact):
     model_type: str
     params_b: float
     active_params_b: dict[str, float]
+    architecture: str
     precision: dict[str, str]
     checkpoint_gib: float
     routed_expert_share: float
@@ -89,14 +91,7 @@ class Versions(_Fact):
 class Engine(_Fact):
     cudagraph_modes: tuple[str, ...]
     full_decode_modes: tuple[str, ...]
-    speculative_methods: tuple[str, ...]
-    draft_sample_methods: tuple[str, ...]
-    rejection_sample_methods: tuple[str, ...]
-    moe_backends: tuple[str, ...]
-    linear_backends: tuple[str, ...]
-    all2all_backends: tuple[str, ...]
     fallback_backends: tuple[str, ...]
-    router_modes: tuple[str, ...]
     kv_connectors: tuple[str, ...]
     default_max_capture_size: dict[str, int]
     sm100_family: tuple[str, ...]
@@ -110,7 +105,6 @@ class Catalog(_Fact):
     gpus: dict[str, Gpu]
     platforms: dict[str, Platform]
     models: dict[str, ModelFacts]
-    legacy_speculative_methods: tuple[str, ...]
     versions: Versions
     engine: Engine
 
@@ -125,6 +119,43 @@ class Catalog(_Fact):
         return self.gpus[self.platforms[platform].gpu]
 
 
+class VllmFlags(_Fact):
+    """What one vLLM release accepts, extracted from its source (catalog/engines/vllm-<version>.json)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    version: str
+    option_strings: tuple[str, ...]
+    boolean_optional_options: tuple[str, ...]
+    choices: dict[str, tuple[str, ...]]
+    env_vars: tuple[str, ...]
+    model_architectures: dict[str, tuple[str, ...]]
+
+    def accepts(self, option: str) -> bool:
+        """Is `option` a flag of this release (argparse adds --no-x for boolean-optional --x)?"""
+        if option in self.option_strings:
+            return True
+        return option.startswith("--no-") and f"--{option[5:]}" in self.boolean_optional_options
+
+
+@cache
+def vllm_flags(version: str) -> VllmFlags | None:
+    """The flag catalog of a vLLM release, or None when stackpin has not extracted it."""
+    path = resources.files(__package__).joinpath(f"engines/vllm-{version}.json")
+    if not path.is_file():
+        return None
+    return VllmFlags.model_validate_json(path.read_text(encoding="utf-8"))
+
+
+@cache
+def dynamo_flags(version: str) -> dict[str, Any] | None:
+    """The Dynamo worker/frontend flag catalog of a release, or None when not extracted."""
+    path = resources.files(__package__).joinpath(f"engines/dynamo-{version}.json")
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def _read(name: str) -> Any:
     return yaml.safe_load(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
 
@@ -136,7 +167,6 @@ def load_catalog() -> Catalog:
         gpus=hardware["gpus"],
         platforms=hardware["platforms"],
         models=models["models"],
-        legacy_speculative_methods=models["legacy_speculative_methods"],
         versions=_read("versions.yaml"),
         engine=_read("engine.yaml"),
     )

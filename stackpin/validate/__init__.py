@@ -14,7 +14,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform, load_catalog
+from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform, VllmFlags, load_catalog, vllm_flags
 from stackpin.profile import LoadedProfile, StackProfile
 from stackpin.yamlio import FieldPath
 
@@ -59,6 +59,7 @@ class Context:
     gpu: Gpu
     model_key: str | None
     model: ModelFacts | None
+    vllm: VllmFlags | None  # the pinned vLLM's flag catalog, when stackpin has extracted it
 
 
 @dataclass(frozen=True)
@@ -103,7 +104,7 @@ def context_for(profile: StackProfile, catalog: Catalog | None = None) -> Contex
     platform = catalog.platforms[profile.spec.target.platform]
     found = catalog.model_for(profile.spec.model.id)
     return Context(profile, catalog, platform, catalog.gpus[platform.gpu],
-                   found[0] if found else None, found[1] if found else None)
+                   found[0] if found else None, found[1] if found else None, vllm_flags(profile.spec.versions.vllm))
 
 
 def _dotted(path: FieldPath) -> str:
@@ -131,6 +132,18 @@ def pools(ctx: Context) -> Iterator[tuple[str, FieldPath, object]]:
     """(role, YAML path, Pool) for every pool the placement runs."""
     for role, pool in ctx.profile.spec.placement.active_pools().items():
         yield role, ("spec", "placement", "pools", role), pool
+
+
+def choices_hint(value: str, choices: Iterable[str], source: str) -> str:
+    """Name the closest valid choices instead of dumping dozens of them."""
+    import difflib
+
+    options = list(choices)
+    close = difflib.get_close_matches(value, options, n=3, cutoff=0.5)
+    if len(options) <= 8:
+        return f"one of: {', '.join(options)}"
+    near = f"closest: {', '.join(close)}; " if close else ""
+    return f"{near}{len(options)} choices in {source}"
 
 
 def all_rules() -> list[Rule]:

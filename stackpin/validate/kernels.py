@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.validate import Context, Hit, Severity, rule
+from stackpin.validate import Context, Hit, Severity, choices_hint, rule
 
 _K = ("spec", "kernels")
 
@@ -26,14 +26,16 @@ def attention_unknown(ctx: Context) -> Iterator[Hit]:
                   f"{ctx.model_key}", f"one of: {', '.join(ctx.model.attention_backends)}")
 
 
-@rule("SP213", Severity.error, "unknown MoE, linear or all2all backend")
+@rule("SP213", Severity.error, "kernel backend the pinned vLLM does not have")
 def backend_unknown(ctx: Context) -> Iterator[Hit]:
-    engine = ctx.catalog.engine
-    known = {"moe": engine.moe_backends, "linear": engine.linear_backends, "all2all": engine.all2all_backends}
-    for field, choices in known.items():
+    if ctx.vllm is None:
+        return
+    for field in ("attention", "moe", "linear", "all2all"):
         value = getattr(ctx.profile.spec.kernels, field)
+        choices = ctx.vllm.choices[f"{field}_backends"]
         if value is not None and value not in choices:
-            yield Hit(_K + (field,), f"unknown {field} backend {value!r}", f"one of: {', '.join(choices)}")
+            yield Hit(_K + (field,), f"vLLM {ctx.vllm.version} has no {field} backend {value!r}",
+                      choices_hint(value, choices, f"catalog/engines/vllm-{ctx.vllm.version}.json"))
 
 
 @rule("SP214", Severity.warning, "fallback kernels on a GPU with native support")

@@ -78,8 +78,11 @@ def cpu_offload(ctx: Context) -> Iterator[Hit]:
                   "PCIe on every forward pass", "expect a large drop in output tok/s")
 
 
-@rule("SP146", Severity.error, "KV-cache dtype the model does not support")
+@rule("SP146", Severity.error, "KV-cache dtype the model or the pinned vLLM does not support")
 def kv_dtype(ctx: Context) -> Iterator[Hit]:
-    if ctx.model is not None and ctx.profile.spec.kv_cache.dtype not in ctx.model.kv_cache_dtypes:
-        yield Hit(("spec", "kvCache", "dtype"), f"{ctx.model_key} does not support kv-cache dtype "
-                  f"{ctx.profile.spec.kv_cache.dtype!r}", f"one of: {', '.join(ctx.model.kv_cache_dtypes)}")
+    dtype = ctx.profile.spec.kv_cache.dtype
+    if ctx.model is not None and dtype not in ctx.model.kv_cache_dtypes:
+        yield Hit(("spec", "kvCache", "dtype"), f"{ctx.model_key} does not support kv-cache dtype {dtype!r}",
+                  f"one of: {', '.join(ctx.model.kv_cache_dtypes)}")
+    elif ctx.vllm is not None and dtype not in ctx.vllm.choices["kv_cache_dtypes"]:
+        yield Hit(("spec", "kvCache", "dtype"), f"vLLM {ctx.vllm.version} has no kv-cache dtype {dtype!r}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.profile import Speculative
-from stackpin.validate import Context, Hit, Severity, rule
+from stackpin.validate import Context, Hit, Severity, choices_hint, rule
 from stackpin.yamlio import FieldPath
 
 
@@ -17,13 +17,19 @@ def _settings(ctx: Context) -> Iterator[tuple[FieldPath, Speculative]]:
             yield ("spec", "placement", "pools", role, "speculative"), pool.speculative
 
 
-@rule("SP111", Severity.error, "speculative method unknown to vLLM")
+def _aliases(ctx: Context) -> tuple[str, ...]:
+    return ctx.vllm.choices.get("speculative_mtp_aliases", ()) if ctx.vllm else ()
+
+
+@rule("SP111", Severity.error, "speculative method unknown to the pinned vLLM")
 def unknown_method(ctx: Context) -> Iterator[Hit]:
-    known = set(ctx.catalog.engine.speculative_methods) | set(ctx.catalog.legacy_speculative_methods)
+    if ctx.vllm is None:
+        return
+    methods = ctx.vllm.choices["speculative_methods"]
     for path, spec in _settings(ctx):
-        if spec.method is not None and spec.method not in known:
-            yield Hit(path + ("method",), f"unknown speculative method {spec.method!r}",
-                      f"one of: {', '.join(ctx.catalog.engine.speculative_methods)}")
+        if spec.method is not None and spec.method not in methods and spec.method not in _aliases(ctx):
+            yield Hit(path + ("method",), f"vLLM {ctx.vllm.version} has no speculative method {spec.method!r}",
+                      choices_hint(spec.method, methods, f"catalog/engines/vllm-{ctx.vllm.version}.json"))
 
 
 @rule("SP112", Severity.error, "speculative method the model rejects")
@@ -31,7 +37,7 @@ def rejected_by_model(ctx: Context) -> Iterator[Hit]:
     if ctx.model is None:
         return
     for path, spec in _settings(ctx):
-        method = "mtp" if spec.method in ctx.catalog.legacy_speculative_methods else spec.method
+        method = "mtp" if spec.method in _aliases(ctx) else spec.method
         reason = ctx.model.rejected_speculative_methods.get(method or "")
         if reason:
             yield Hit(path + ("method",), f"{ctx.model_key} does not accept {spec.method!r}: {reason}",
@@ -41,7 +47,7 @@ def rejected_by_model(ctx: Context) -> Iterator[Hit]:
 @rule("SP113", Severity.warning, "legacy speculative method name")
 def legacy_name(ctx: Context) -> Iterator[Hit]:
     for path, spec in _settings(ctx):
-        if spec.method in ctx.catalog.legacy_speculative_methods:
+        if spec.method in _aliases(ctx):
             yield Hit(path + ("method",), f"{spec.method!r} is a legacy name that vLLM rewrites to 'mtp' with a "
                       "warning", "write the method vLLM will run")
 

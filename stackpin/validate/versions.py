@@ -57,14 +57,34 @@ def image_tag_version(ctx: Context) -> Iterator[Hit]:
                   "engine may not be the pinned one", f"use the {dynamo} runtime image")
 
 
-@rule("SP171", Severity.error, "engine env var the pinned vLLM no longer reads")
+@rule("SP171", Severity.error, "engine env var the pinned vLLM does not read")
 def removed_env(ctx: Context) -> Iterator[Hit]:
-    vllm = version_key(ctx.profile.spec.versions.vllm)
+    vllm = ctx.profile.spec.versions.vllm
     for name in ctx.profile.spec.kernels.env:
         gone = ctx.catalog.versions.removed_env.get(name)
-        if gone is not None and vllm >= version_key(gone.removed_in):
-            yield Hit(("spec", "kernels", "env", name), f"vLLM {ctx.profile.spec.versions.vllm} no longer reads "
-                      f"{name} (gone by {gone.removed_in}); it is silently ignored", f"use {gone.use}")
+        if gone is not None and version_key(vllm) >= version_key(gone.removed_in):
+            yield Hit(("spec", "kernels", "env", name), f"vLLM {vllm} no longer reads {name} (gone by "
+                      f"{gone.removed_in}); it is silently ignored", f"use {gone.use}")
+        elif gone is None and ctx.vllm is not None and name.startswith("VLLM_") and name not in ctx.vllm.env_vars:
+            yield Hit(("spec", "kernels", "env", name), f"vLLM {vllm} does not read {name} (not in vllm/envs.py); "
+                      "it is silently ignored", "check the name against the pinned release")
+
+
+@rule("SP166", Severity.error, "pinned vLLM cannot run the model")
+def model_architecture(ctx: Context) -> Iterator[Hit]:
+    if ctx.model is None or ctx.vllm is None:
+        return
+    if ctx.model.architecture not in ctx.vllm.model_architectures.get("supported", ()):
+        yield Hit(_V + ("vllm",), f"vLLM {ctx.vllm.version} has no {ctx.model.architecture}: it cannot load "
+                  f"{ctx.profile.spec.model.id}", "pin a vLLM release that supports the model")
+
+
+@rule("SP167", Severity.warning, "no flag catalog for the pinned vLLM")
+def no_flag_catalog(ctx: Context) -> Iterator[Hit]:
+    if ctx.vllm is None:
+        yield Hit(_V + ("vllm",), f"stackpin has no flag catalog for vLLM {ctx.profile.spec.versions.vllm}: "
+                  "backends, speculative methods, env vars and engine flags go unchecked",
+                  "run scripts/extract_engine_flags.py for this release")
 
 
 @rule("SP172", Severity.warning, "env var that stackpin sets itself")
