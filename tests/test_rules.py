@@ -16,6 +16,8 @@ W = "spec.placement.pools.worker"
 D = "spec.placement.pools.decode"
 DIGEST = "@sha256:" + "a" * 64
 IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime"
+PINS_1_5 = {"spec.versions.dynamo": "1.5.1", "spec.versions.vllm": "0.28.0", "spec.versions.flashinfer": "0.6.16.post3",
+            "spec.versions.nixl": "1.3.2", "spec.versions.runtimeImage": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.5.1"}
 OLD_PINS = {"spec.versions.dynamo": "1.3.1", "spec.versions.vllm": "0.23.0", "spec.versions.flashinfer": "0.6.12",
             "spec.versions.nixl": "1.1.0"}
 
@@ -132,6 +134,8 @@ CASES = [
          {"spec.fallbacks.cpuOffloadGib": 0}),
     Case("SP146", "error", "spec.kvCache.dtype", {"spec.kvCache.dtype": "fp8_e4m3"}, {"spec.kvCache.dtype": "fp8"}),
     # placement
+    Case("SP146", "error", "spec.kvCache.dtype", {**PINS_1_5, "spec.kvCache.dtype": "nvfp4_ds_mla"},
+         {**PINS_1_5, "spec.kvCache.dtype": "fp8_ds_mla"}, label="not-in-pinned-vllm"),
     Case("SP151", "error", "spec.placement", {"spec.placement.kvConnector": None}, {},
          base="gb300-disagg-wide-ep"),
     Case("SP152", "error", "spec.placement.pools", {f"{D}": None}, {}, base="gb300-disagg-wide-ep"),
@@ -155,10 +159,16 @@ CASES = [
          {"spec.versions.flashinfer": "0.7.0.post1"}),
     Case("SP165", "warning", "spec.versions.runtimeImage", {"spec.versions.runtimeImage": f"{IMAGE}:1.5.1"},
          {"spec.versions.runtimeImage": f"{IMAGE}:1.6.1-cuda13{DIGEST}"}),
+    Case("SP166", "error", "spec.versions.vllm", PINS_1_5,
+         {"spec.versions.vllm": "0.33.0"}),
+    Case("SP167", "warning", "spec.versions.vllm", {"spec.versions.vllm": "0.26.0"}, {"spec.versions.vllm": "0.28.0"}),
     Case("SP171", "error", "spec.kernels.env.VLLM_ATTENTION_BACKEND",
          {"spec.kernels.env.VLLM_ATTENTION_BACKEND": "FLASHMLA"},
          {**OLD_PINS, "spec.versions.runtimeImage": f"{IMAGE}:1.3.1",
           "spec.kernels.env.VLLM_USE_FLASHINFER_MOE_FP4": "1"}),
+    Case("SP171", "error", "spec.kernels.env.VLLM_NOT_A_SETTING", {"spec.kernels.env.VLLM_NOT_A_SETTING": "1"},
+         {"spec.kernels.env.VLLM_DEEP_GEMM_WARMUP": "skip", "spec.kernels.env.NCCL_DEBUG": "INFO"},
+         label="not-in-envs"),
     Case("SP172", "warning", "spec.kernels.env.VLLM_CACHE_ROOT", {"spec.kernels.env.VLLM_CACHE_ROOT": "/cache"},
          {"spec.kernels.env.VLLM_FLASHINFER_AUTOTUNE_SKIP_OPS": "moe"}),
     # provenance
@@ -187,6 +197,10 @@ CASES = [
          label="linear"),
     Case("SP213", "error", "spec.kernels.all2all", {"spec.kernels.all2all": "nccl"}, {"spec.kernels.all2all": "naive"},
          label="all2all"),
+    Case("SP213", "error", "spec.kernels.attention", {"spec.kernels.attention": "NOPE_ATTN"},
+         {"spec.kernels.attention": "TRITON_MLA"}, label="attention"),
+    Case("SP213", "error", "spec.kernels.moe", {"spec.versions.vllm": "0.33.0", "spec.kernels.moe": "fancy"},
+         {"spec.versions.vllm": "0.26.0", "spec.kernels.moe": "fancy"}, label="no-flag-catalog"),
     Case("SP214", "warning", "spec.kernels.moe", {"spec.kernels.moe": "marlin"}, {"spec.kernels.moe": "cutlass"}),
     Case("SP214", "warning", "spec.kernels.linear", {"spec.kernels.linear": "triton"}, {}, base="gb300-tuned",
          label="linear"),
