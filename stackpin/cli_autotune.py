@@ -1,0 +1,172 @@
+"""`stackpin autotune`: inspect, verify and pack FlashInfer autotune caches (see stackpin.autotune).
+
+Registered in stackpin/cli.py with `main.add_command(autotune)`. Heavy imports (httpx via stackpin.oci)
+stay inside the commands so `stackpin --help` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from contextlib import ExitStack
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from stackpin.cli import OUTPUT, emit, user_errors
+
+if TYPE_CHECKING:
+    from stackpin.autotune import CacheInfo
+
+LAYOUT = click.option("--oci-layout", "layout", metavar="DIR", type=click.Path(file_okay=False),
+                      help="Read REF from this OCI layout directory instead of a registry.")
+
+
+@click.group()
+def autotune() -> None:
+    """FlashInfer autotune caches as pinned, verified OCI artifacts."""
+
+
+def _is_ref(source: str, layout: str | None) -> bool:
+    """A source is a reference when it is not a path here and names its registry explicitly (so a
+    mistyped directory never turns into a Docker Hub lookup)."""
+    from stackpin.errors import ResolveError
+    from stackpin.oci import ImageRef
+
+    if os.path.exists(source):
+        return False
+    try:
+        ImageRef.parse(source)
+    except ResolveError:
+        return False
+    first = source.split("/", 1)[0]
+    explicit = "/" in source and ("." in first or ":" in first or first == "localhost")
+    return layout is not None or explicit or "@" in source
+
+
+def _load(source: str, layout: str | None, stack: ExitStack) -> tuple[CacheInfo, str | None]:
+    """(cache info, manifest digest or None) for a directory or a reference (fetched to a temp dir)."""
+    from stackpin.autotune import fetch_cache, inspect_cache
+    from stackpin.errors import StackpinError
+
+    if not _is_ref(source, layout):
+        if layout is not None:
+            raise StackpinError(f"--oci-layout needs a reference (registry/repository:tag), got path {source!r}")
+        return inspect_cache(source), None
+    dest = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stackpin-autotune-")))
+    if layout is not None:
+        fetched = fetch_cache(source, dest, layout=layout)
+    else:
+        from stackpin.oci import RegistryClient
+
+        client = stack.enter_context(RegistryClient())
+        fetched = fetch_cache(source, dest, client=client)
+    return fetched.info, fetched.digest
+
+
+def _print_info(info: CacheInfo, digest: str | None, source: str) -> None:
+    click.echo(f"cache: {source}" + (f"@{digest}" if digest and "@" not in source else ""))
+    click.echo(f"flashinfer: {', '.join(info.flashinfer_versions)}  arch: {', '.join(info.arch_lists)}  "
+               f"device: {', '.join(info.values('gpu')) or '(no metadata)'}")
+    metas = {str(sorted((f.metadata or {}).items())): f.metadata for f in info.files}
+    for meta in metas.values():
+        if meta:
+            click.echo("metadata: " + " ".join(f"{k}={v}" for k, v in meta.items()))
+    for directory, files in info.directories().items():
+        click.echo(f"{directory}/  ({len(files)} file{'s' if len(files) != 1 else ''})")
+        for f in files:
+            where = "shared" if f.rank is None else f"dp{f.dp} rank{f.rank}"
+            gen = f"  generation {f.generation[:12]}" if f.generation else ""
+            click.echo(f"  {f.name}  {where}  {f.entries} entries{gen}")
+
+
+@autotune.command("inspect")
+@click.argument("source", metavar="DIR|REF")
+@LAYOUT
+@OUTPUT
+@user_errors
+def inspect_cmd(source: str, layout: str | None, output: str) -> None:
+    """Show what a captured cache (directory) or a pushed one (REF) holds, file by file."""
+    with ExitStack() as stack:
+        info, digest = _load(source, layout, stack)
+        if output == "text":
+            _print_info(info, digest, source)
+        else:
+            data: dict[str, Any] = info.summary()
+            data["digest"] = digest
+            if digest:
+                data["root"] = source  # the temp dir it was unpacked to is gone when this returns
+            emit(data, output)
+
+
+@autotune.command()
+@click.argument("source", metavar="DIR|REF")
+@click.argument("profile", type=click.Path(dir_okay=False))
+@LAYOUT
+@OUTPUT
+@user_errors
+def verify(source: str, profile: str, layout: str | None, output: str) -> None:
+    """Check a cache against PROFILE: FlashInfer version, GPU, metadata, and one file per rank for
+    every pool. Exit 0 when it fits, 1 listing each mismatch, 2 on unreadable input."""
+    from stackpin.autotune import verify_cache
+    from stackpin.catalog import load_catalog
+    from stackpin.profile import load_profile
+
+    loaded = load_profile(profile)
+    with ExitStack() as stack:
+        info, digest = _load(source, layout, stack)
+        mismatches = verify_cache(info, loaded.profile, load_catalog())
+    if output == "text":
+        for m in mismatches:
+            click.echo(f"mismatch: {m}")
+        if not mismatches:
+            pools = ", ".join(loaded.profile.spec.placement.active_pools())
+            click.echo(f"ok: {len(info.files)} files fit {loaded.profile.name} (pools: {pools})")
+    else:
+        emit({"ok": not mismatches, "digest": digest, "profile": loaded.profile.name,
+              "mismatches": [m.model_dump(mode="json") for m in mismatches]}, output)
+    if mismatches:
+        sys.exit(1)
+
+
+@autotune.command()
+@click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--push", "push_ref", metavar="REF", help="Push to a registry as registry/repository:tag.")
+@click.option("--output", "output_file", metavar="FILE.tar.gz", type=click.Path(dir_okay=False),
+              help="Write the packed cache to a file.")
+@click.option("--oci-layout", "layout", metavar="DIR", type=click.Path(file_okay=False),
+              help="Add the artifact to an OCI layout directory (with --tag).")
+@click.option("--tag", metavar="REF", help="Full reference the layout entry is named by (registry/repo:tag).")
+@user_errors
+def pack(directory: str, push_ref: str | None, output_file: str | None, layout: str | None,
+         tag: str | None) -> None:
+    """Pack a captured cache reproducibly; push it, write it, or add it to an OCI layout. Prints the
+    digest to pin as spec.autotune.cache."""
+    from stackpin.autotune import pack_cache, pinned, push_cache, write_cache_to_layout
+    from stackpin.errors import StackpinError
+
+    if (layout is None) != (tag is None):
+        raise StackpinError("--oci-layout and --tag go together: --oci-layout DIR --tag registry/repo:tag")
+    if not (push_ref or output_file or layout):
+        raise StackpinError("nothing to do: give --push REF, --output FILE.tar.gz or --oci-layout DIR --tag REF")
+    if output_file:
+        import hashlib
+
+        from stackpin.yamlio import write_atomic
+
+        blob = pack_cache(directory)
+        write_atomic(Path(output_file), blob)
+        click.echo(f"wrote {output_file} (sha256:{hashlib.sha256(blob).hexdigest()}, {len(blob)} bytes)")
+    if layout and tag:
+        resolved = write_cache_to_layout(directory, layout, tag)
+        click.echo(f"layout {layout}: {tag} -> {resolved.digest}")
+        click.echo(f"pin: {pinned(resolved)}")
+    if push_ref:
+        from stackpin.oci import RegistryClient
+
+        with RegistryClient() as client:
+            resolved = push_cache(directory, push_ref, client)
+        click.echo(f"pushed {push_ref} -> {resolved.digest}")
+        click.echo(f"pin: {pinned(resolved)}")
