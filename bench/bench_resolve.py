@@ -1,13 +1,16 @@
 """Resolving 200 image references against a real local registry: concurrently (what `stackpin lock`
 does) versus one at a time (what a shell loop over `crane digest` or `skopeo inspect` does).
 
-Starts Debian's docker-registry on loopback (scripts/install-test-services.sh installs it).
+Starts Debian's docker-registry on loopback (scripts/install-test-services.sh installs it), and
+measures it twice: directly (no network latency: both sides compete for this machine's CPUs) and
+through bench/latency_proxy.py adding 20 ms per request, as a registry across a WAN would.
 Run from the repository root: `python bench/bench_resolve.py [N_REFS] [REPEATS]`.
 """
 
 from __future__ import annotations
 
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -18,7 +21,10 @@ sys.path.insert(0, str(ROOT))
 
 from stackpin.oci import OCI_INDEX, ImageRef, RegistryClient  # noqa: E402
 from stackpin.ocilayout import LayoutResolver, LayoutWriter, push_layout_to_registry  # noqa: E402
-from tests.registry import _start  # noqa: E402  (the test suite's registry launcher)
+from tests.registry import _start, free_port  # noqa: E402  (the test suite's registry launcher)
+
+WORKERS = 16
+WAN_DELAY_MS = 20
 
 
 def main() -> None:
@@ -35,23 +41,36 @@ def main() -> None:
             refs = [ImageRef.parse(f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:t{i}") for i in range(n)]
             for ref in refs:
                 client.push_manifest(ImageRef(host, f"bench/{ref.repository}", ref.tag), data, OCI_INDEX)
-            client.resolve_many(refs[:8], mirrors)  # warm the connection pool
-            sequential, concurrent = [], []
-            for _ in range(repeats):
-                start = time.perf_counter()
-                for ref in refs:
-                    client.resolve(ref, mirrors)
-                sequential.append(time.perf_counter() - start)
-                start = time.perf_counter()
-                resolved = client.resolve_many(refs, mirrors, max_workers=16)
-                concurrent.append(time.perf_counter() - start)
-            assert all(r.digest == index.digest for r in resolved)
-    seq, con = statistics.median(sequential), statistics.median(concurrent)
-    print(f"resolve {n} references against a local registry (median of {repeats})")
-    print(f"  one at a time              {seq * 1000:8.1f} ms  ({seq / n * 1000:.2f} ms/ref)")
-    print(f"  concurrent (16 workers)    {con * 1000:8.1f} ms  ({con / n * 1000:.2f} ms/ref)")
-    print(f"  speed-up                   {seq / con:8.2f}x")
+            rows = [("loopback", *_measure(client, refs, mirrors, repeats))]
+            port = free_port()
+            proxy = subprocess.Popen([sys.executable, str(ROOT / "bench/latency_proxy.py"), str(port), host,
+                                      str(WAN_DELAY_MS)], stdout=subprocess.PIPE, text=True)
+            try:
+                proxy.stdout.readline()  # "ready"
+                wan = {"nvcr.io": f"127.0.0.1:{port}/bench"}
+                rows.append((f"+{WAN_DELAY_MS} ms per request", *_measure(client, refs, wan, repeats)))
+            finally:
+                proxy.terminate()
+                proxy.wait()
+    print(f"resolve {n} references against a local docker-registry, median of {repeats}")
+    print(f"  {'path':<22} {'one at a time':>14} {f'concurrent ({WORKERS})':>16} {'speed-up':>9}")
+    for name, seq, con in rows:
+        print(f"  {name:<22} {seq * 1000:11.1f} ms {con * 1000:13.1f} ms {seq / con:8.2f}x")
 
+
+def _measure(client: RegistryClient, refs: list[ImageRef], mirrors: dict[str, str],
+             repeats: int) -> tuple[float, float]:
+    client.resolve_many(refs[:WORKERS], mirrors, max_workers=WORKERS)  # warm the connection pool
+    sequential, concurrent = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for ref in refs:
+            client.resolve(ref, mirrors)
+        sequential.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        client.resolve_many(refs, mirrors, max_workers=WORKERS)
+        concurrent.append(time.perf_counter() - start)
+    return statistics.median(sequential), statistics.median(concurrent)
 
 if __name__ == "__main__":
     main()
