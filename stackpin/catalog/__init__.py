@@ -99,6 +99,9 @@ class Engine(_Fact):
     memory_reserve: dict[str, float]
     headroom_warn_fraction: float
     source: str
+    startup_estimate: dict[str, float]
+    startup_unknown_checkpoint_gib: float
+    worker_shared_memory: str
 
 
 class Catalog(_Fact):

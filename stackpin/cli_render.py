@@ -1,0 +1,44 @@
+"""`stackpin render`: locks (or profiles with current locks) -> validated manifest directories."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from stackpin.cli import user_errors
+
+
+@click.command()
+@click.argument("inputs", nargs=-1, metavar="[LOCK|PROFILE|DIR]...")
+@click.option("-o", "--output-dir", "outdir", default="manifests", show_default=True,
+              type=click.Path(file_okay=False), help="Each stack renders to OUTPUT_DIR/<name>/.")
+@click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
+              help="Where a profile's lock is looked up; with no inputs, every lock in it is rendered.")
+@click.option("--check", is_flag=True,
+              help="Render in memory and exit 1 naming every drifted, missing or extra file; write nothing.")
+@user_errors
+def render(inputs: tuple[str, ...], outdir: str, lockdir: str, check: bool) -> None:
+    """Render locked stacks into Kubernetes manifests (DynamoGraphDeployment, ComputeDomain).
+
+    A profile renders from its lock in --lockdir, which must be current. Rendering never touches the
+    network, and writes nothing unless every stack renders and validates.
+    """
+    from pathlib import Path
+
+    from stackpin.render.output import check_stacks, load_inputs, render_stacks, write_stacks
+
+    locks, whole = load_inputs(inputs, Path(lockdir))
+    stacks = render_stacks(locks)
+    if check:
+        drift = check_stacks(stacks, Path(outdir), whole_dir=whole)
+        for item in drift:
+            click.echo(str(item), err=True)
+        if drift:
+            click.echo(f"error: {len(drift)} file(s) differ from a fresh render; run stackpin render", err=True)
+            sys.exit(1)
+        click.echo(f"manifests current: {len(stacks)} stack(s) in {outdir}", err=True)
+        return
+    write_stacks(stacks, Path(outdir))
+    for stack in stacks:
+        click.echo(f"rendered {Path(outdir) / stack.name}/  ({len(stack.files)} files)")

@@ -1,0 +1,244 @@
+"""Engine and frontend command lines: pure, typed functions from a profile to argv.
+
+Every value reaches the container as its own argv element (never through a shell or a template),
+JSON arguments are compact with sorted keys, and flags come out in one fixed order, so the same
+profile always gives the same bytes. `check_flags` compares an argv with the flag catalog that was
+extracted from the pinned vLLM / Dynamo packages (stackpin/catalog/engines/).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+from stackpin.profile import Placement, Pool, RouterMode, Speculative, StackProfile
+
+WorkerRole = Literal["worker", "prefill", "decode"]
+Flag = tuple[str, str | None]  # (option, value); None for a bare switch
+
+# Dynamo's own worker / frontend entry points (FACTS.md s7, upstream DynamoGraphDeployment examples).
+WORKER_COMMAND = ("python3", "-m", "dynamo.vllm")
+FRONTEND_COMMAND = ("python3", "-m", "dynamo.frontend")
+FRONTEND_HTTP_PORT = 8000  # dynamo.frontend's default --http-port, stated so probes can point at it
+# KV-event publisher the KV router subscribes to; the values of the upstream agg_router example.
+KV_EVENTS = {"enable_kv_cache_events": True, "endpoint": "tcp://*:20080", "publisher": "zmq", "topic": "kv-events"}
+DEFAULT_KV_CONNECTOR = "NixlConnector"
+
+_DISAGGREGATION_MODE: dict[str, str] = {"worker": "agg", "prefill": "prefill", "decode": "decode"}
+
+
+def compact_json(value: Any) -> str:
+    """Canonical JSON for a command line: sorted keys, no spaces (stable bytes, clean diffs)."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def flatten(flags: list[Flag]) -> list[str]:
+    return [part for flag, value in flags for part in ((flag,) if value is None else (flag, value))]
+
+
+# --- flag catalogs ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class FlagCatalog:
+    """The options one entry point of one pinned package accepts, with argparse-enforced choices."""
+
+    name: str  # e.g. "vllm 0.31.0" or "dynamo 1.6.1 worker_vllm"
+    options: frozenset[str]
+    enforced: dict[str, tuple[str, ...]]  # option -> choices argparse rejects anything outside of
+    known: dict[str, tuple[str, ...]]  # option -> values the package knows but checks later (or never)
+
+    def accepts(self, option: str) -> bool:
+        return option in self.options
+
+
+def catalog_file(engine: Literal["vllm", "dynamo"], version: str) -> str:
+    return f"{engine}-{version}.json"
+
+
+@cache
+def _catalog_json(engine: str, version: str) -> dict[str, Any] | None:
+    path = resources.files("stackpin.catalog").joinpath("engines", catalog_file(engine, version))  # type: ignore[arg-type]
+    if not path.is_file():
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _section_catalog(name: str, section: dict[str, Any]) -> FlagCatalog:
+    options = set(section["option_strings"])
+    # argparse.BooleanOptionalAction registers --no-x beside --x at runtime (catalog README).
+    options.update("--no-" + o.removeprefix("--") for o in section.get("boolean_optional_options", ()))
+    enforced: dict[str, tuple[str, ...]] = {}
+    known: dict[str, tuple[str, ...]] = {}
+    for option, info in section.get("options", {}).items():
+        choices = info.get("choices")
+        if not choices:
+            continue
+        # vLLM marks whether argparse enforces its choices; Dynamo's options pass choices= to argparse.
+        target = enforced if info.get("choices_enforced_by_argparse", True) else known
+        for string in info.get("strings", [option]):
+            target[string] = tuple(choices)
+    return FlagCatalog(name, frozenset(options), enforced, known)
+
+
+@cache
+def vllm_catalog(version: str) -> FlagCatalog | None:
+    data = _catalog_json("vllm", version)
+    if data is None:
+        return None
+    catalog = _section_catalog(f"vLLM {version}", data)
+    # --attention-backend takes any string at parse time and is checked against the backend
+    # registry when the engine starts: a known value list, not an argparse one.
+    known = dict(catalog.known)
+    known["--attention-backend"] = tuple(data.get("choices", {}).get("attention_backends", ()))
+    return FlagCatalog(catalog.name, catalog.options, catalog.enforced, known)
+
+
+@cache
+def dynamo_catalog(version: str, entry: Literal["worker_vllm", "frontend"]) -> FlagCatalog | None:
+    data = _catalog_json("dynamo", version)
+    if data is None:
+        return None
+    return _section_catalog(f"Dynamo {version} {entry}", data[entry])
+
+
+def check_flags(flags: list[Flag], catalogs: list[FlagCatalog]) -> list[str]:
+    """Problems that make the pinned engine refuse to start: an unknown option, or a value outside
+    the choices argparse enforces. `catalogs` together form the entry point (dynamo.vllm accepts
+    Dynamo's options and every vLLM option)."""
+    problems = []
+    names = " + ".join(c.name for c in catalogs)
+    for option, value in flags:
+        owners = [c for c in catalogs if c.accepts(option)]
+        if not owners:
+            problems.append(f"{option} is not an option of {names}")
+            continue
+        for owner in owners:
+            choices = owner.enforced.get(option)
+            if value is not None and choices is not None and value not in choices:
+                problems.append(f"{option} {value} is not one of {owner.name}'s choices: {', '.join(choices)}")
+    return problems
+
+
+def unknown_values(flags: list[Flag], catalogs: list[FlagCatalog]) -> list[str]:
+    """Values argparse lets through but the pinned engine does not know (e.g. an attention backend
+    it does not have): the engine fails at start-up, later than with an unknown option."""
+    out = []
+    for option, value in flags:
+        for catalog in catalogs:
+            known = catalog.known.get(option)
+            if value is not None and known and value not in known:
+                out.append(f"{option} {value} is not known to {catalog.name}")
+    return out
+
+
+# --- command lines -------------------------------------------------------------------------------
+
+def speculative_config(spec: Speculative) -> dict[str, Any] | None:
+    """vLLM's --speculative-config for these settings; None when speculation is off."""
+    if not spec.enabled:
+        return None
+    fields: dict[str, Any] = {
+        "method": spec.method,
+        "num_speculative_tokens": spec.num_speculative_tokens,
+        "model": spec.draft_model,
+        "draft_tensor_parallel_size": spec.draft_tensor_parallel_size,
+        "draft_sample_method": spec.draft_sample_method,
+        "rejection_sample_method": spec.rejection_sample_method,
+        "enable_adaptive_verification": spec.adaptive_verification,
+    }
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def compilation_config(profile: StackProfile) -> dict[str, Any]:
+    graphs = profile.spec.cuda_graphs
+    config: dict[str, Any] = {"cudagraph_mode": graphs.mode}
+    if graphs.capture_sizes is not None:
+        # vLLM de-duplicates and sorts the list itself; doing it here keeps the bytes canonical.
+        config["cudagraph_capture_sizes"] = sorted(set(graphs.capture_sizes))
+    if graphs.max_capture_size is not None:
+        config["max_cudagraph_capture_size"] = graphs.max_capture_size
+    return config
+
+
+def autotune_flags(profile: StackProfile, vllm: FlagCatalog | None) -> list[Flag]:
+    """Turn FlashInfer autotuning off the way the pinned vLLM spells it; nothing when it is on
+    (tune, or replay of a pinned cache: an "off" flag would contradict the cache)."""
+    if profile.spec.autotune.mode != "off":
+        return []
+    if vllm is None or vllm.accepts("--no-enable-flashinfer-autotune"):
+        # Without a catalog, the switch the upstream GB200 recipes use.
+        return [("--no-enable-flashinfer-autotune", None)]
+    if vllm.accepts("--kernel-config"):
+        return [("--kernel-config", compact_json({"enable_flashinfer_autotune": False}))]
+    return []  # a vLLM without either has no FlashInfer autotuning to turn off
+
+
+def kv_events_enabled(profile: StackProfile) -> bool:
+    kv = profile.spec.kv_cache
+    return kv.events and kv.prefix_caching and profile.spec.placement.router == RouterMode.kv
+
+
+def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_revision: str,
+                 vllm: FlagCatalog | None = None) -> list[Flag]:
+    """The flags of `python3 -m dynamo.vllm` for one pool, in a fixed order."""
+    spec = profile.spec
+    flags: list[Flag] = [("--model", spec.model.id), ("--revision", model_revision)]
+    if spec.model.tokenizer_mode != "auto":
+        flags.append(("--tokenizer-mode", spec.model.tokenizer_mode))
+    flags += [
+        ("--tensor-parallel-size", str(pool.tensor_parallel)),
+        ("--pipeline-parallel-size", str(pool.pipeline_parallel)),
+        ("--data-parallel-size", str(pool.data_parallel)),
+    ]
+    if pool.expert_parallel:
+        flags.append(("--enable-expert-parallel", None))
+    flags.append(("--max-model-len", str(spec.model.max_model_len)))
+    if pool.max_num_seqs is not None:
+        flags.append(("--max-num-seqs", str(pool.max_num_seqs)))
+    if pool.max_num_batched_tokens is not None:
+        flags.append(("--max-num-batched-tokens", str(pool.max_num_batched_tokens)))
+    flags.append(("--gpu-memory-utilization", repr(pool.gpu_memory_utilization)))
+    flags.append(("--kv-cache-dtype", spec.kv_cache.dtype))
+    if spec.kv_cache.block_size is not None:
+        flags.append(("--block-size", str(spec.kv_cache.block_size)))
+    flags.append(("--enable-prefix-caching" if spec.kv_cache.prefix_caching else "--no-enable-prefix-caching", None))
+    for option, value in (("--attention-backend", spec.kernels.attention), ("--moe-backend", spec.kernels.moe),
+                          ("--linear-backend", spec.kernels.linear), ("--all2all-backend", spec.kernels.all2all)):
+        if value is not None:
+            flags.append((option, value))
+    flags.append(("--compilation-config", compact_json(compilation_config(profile))))
+    speculative = speculative_config(profile.speculative_for(pool))
+    if speculative is not None:
+        flags.append(("--speculative-config", compact_json(speculative)))
+    flags += autotune_flags(profile, vllm)
+    if spec.placement.mode == Placement.disaggregated:
+        # kv_both on both sides: the NIXL connector pulls either way (FACTS.md s7).
+        connector = spec.placement.kv_connector or DEFAULT_KV_CONNECTOR
+        flags.append(("--kv-transfer-config", compact_json({"kv_connector": connector, "kv_role": "kv_both"})))
+    if kv_events_enabled(profile):
+        flags.append(("--kv-events-config", compact_json(KV_EVENTS)))
+    flags.append(("--disaggregation-mode", _DISAGGREGATION_MODE[role]))
+    return flags
+
+
+def engine_args(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_revision: str,
+                vllm: FlagCatalog | None = None) -> list[str]:
+    """argv after `python3 -m dynamo.vllm` for one pool."""
+    return flatten(engine_flags(profile, role, pool, model_revision=model_revision, vllm=vllm))
+
+
+def frontend_flags(profile: StackProfile) -> list[Flag]:
+    router = profile.spec.placement.router
+    flags: list[Flag] = [("--http-port", str(FRONTEND_HTTP_PORT)), ("--router-mode", router)]
+    if router == RouterMode.kv and not kv_events_enabled(profile):
+        # Workers publish no KV events: the KV router must predict cache contents itself.
+        flags.append(("--no-router-kv-events", None))
+    return flags
+
+
+def frontend_args(profile: StackProfile) -> list[str]:
+    """argv after `python3 -m dynamo.frontend`."""
+    return flatten(frontend_flags(profile))

@@ -1,0 +1,367 @@
+"""A lock -> the Kubernetes objects that run it: a DynamoGraphDeployment and, when a replica spans
+nodes of an NVLink rack, a ComputeDomain.
+
+Why a typed builder and not text templates: the resource is deeply nested, its shape differs
+between DynamoGraphDeployment v1alpha1 (`spec.services` map, `extraPodSpec.mainContainer`) and
+v1beta1 (`spec.components` list, `podTemplate`), and every value is user data that must never change
+the structure. So the lock is first turned into a small typed plan (`StackPlan`: what runs where,
+with which argv, env and probes), then one function per CRD version lays the plan out as plain
+dicts. No string is ever spliced into YAML; output.py dumps the dicts canonically.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from stackpin.catalog import Catalog, Platform, load_catalog
+from stackpin.errors import StackpinError
+from stackpin.lock import StackLock
+from stackpin.profile import Placement, StackProfile
+from stackpin.render import args as argmod
+from stackpin.sizing import capture_size_count
+
+LABEL_PREFIX = "stackpin.dev/"
+DGD_GROUP = "nvidia.com"
+COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
+CONTAINER = "main"  # the operator finds the engine container by this name
+SYSTEM_PORT = 9090  # Dynamo's worker system server (/health, /live); the upstream recipes probe it
+CLAIM = "compute-domain-channel"
+CLIQUE_KEY = "nvidia.com/gpu.clique"  # GPU feature discovery: nodes of one NVLink clique share it
+ARCH_KEY = "kubernetes.io/arch"
+AUTOTUNE_VOLUME = "autotune-cache"
+AUTOTUNE_MOUNT = "/opt/stackpin/autotune"
+# The packed cache is rooted at flashinfer_autotune_cache/ (stackpin/autotune.py), the directory
+# vLLM otherwise keeps under $VLLM_CACHE_ROOT and lets VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR replace.
+AUTOTUNE_DIR = f"{AUTOTUNE_MOUNT}/flashinfer_autotune_cache"
+MNNVL_ENV = {"NCCL_CUMEM_ENABLE": "1", "NCCL_MNNVL_ENABLE": "1", "UCX_CUDA_IPC_ENABLE_MNNVL": "y"}
+
+# Kubernetes label syntax (apimachinery validation): render refuses what the API server would.
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+
+class RenderError(StackpinError):
+    """The lock cannot become valid manifests (exit 1: the check ran and found a problem)."""
+
+    exit_code = 1
+
+
+# --- the plan --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Probe:
+    path: str
+    port: int
+    period_s: int
+    failure_threshold: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"httpGet": {"path": self.path, "port": self.port}, "periodSeconds": self.period_s,
+                "timeoutSeconds": self.period_s, "failureThreshold": self.failure_threshold}
+
+
+@dataclass(frozen=True)
+class ComponentPlan:
+    name: str  # frontend | worker | prefill | decode: also the v1beta1 type
+    replicas: int
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    startup: Probe | None
+    readiness: Probe
+    liveness: Probe
+    gpus_per_pod: int = 0
+    node_count: int = 1  # nodes one replica spans
+    compute_domain: str | None = None  # ComputeDomain name whose channel the pods claim
+    clique_affinity: bool = False
+    autotune_image: str | None = None
+    shared_memory: str | None = None
+    node_selector: tuple[tuple[str, str], ...] = ()
+    pod_labels: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class StackPlan:
+    name: str
+    deployment: str
+    namespace: str
+    crd_version: str  # v1alpha1 | v1beta1
+    image: str
+    cpu_arch: str
+    labels: tuple[tuple[str, str], ...]
+    annotations: tuple[tuple[str, str], ...]
+    components: tuple[ComponentPlan, ...]
+    compute_domain: str | None
+    tolerate_arch: bool
+    hard_clique: bool = field(default=True)
+
+
+# --- derived numbers -------------------------------------------------------------------------------
+
+def nodes_per_replica(gpus_per_replica: int, requested: int | None, platform: Platform) -> tuple[int, int]:
+    """(nodes one replica spans, GPUs per pod): a pod is one node's share of the replica."""
+    nodes = requested or math.ceil(gpus_per_replica / platform.gpus_per_node)
+    if gpus_per_replica % nodes:
+        raise RenderError(f"{gpus_per_replica} GPUs per replica do not split evenly over {nodes} nodes")
+    per_pod = gpus_per_replica // nodes
+    if per_pod > platform.gpus_per_node:
+        raise RenderError(f"{per_pod} GPUs per pod exceed the {platform.gpus_per_node} GPUs of one node")
+    return nodes, per_pod
+
+
+def startup_budget_s(profile: StackProfile, catalog: Catalog) -> int:
+    """Seconds a worker may take to become healthy: model load plus CUDA graph capture (plus
+    autotuning when the engine tunes at start), with a margin. Every rate is a catalog estimate:
+
+        budget = (base_s + checkpoint_gib / load_gib_per_s + capture_sizes * capture_s_per_size
+                  + autotune_s [mode tune]) * margin
+    """
+    est = catalog.engine.startup_estimate
+    found = catalog.model_for(profile.spec.model.id)
+    checkpoint_gib = found[1].checkpoint_gib if found else catalog.engine.startup_unknown_checkpoint_gib
+    seconds = est["base_s"] + checkpoint_gib / est["load_gib_per_s"]
+    seconds += capture_size_count(profile, catalog) * est["capture_s_per_size"]
+    if profile.spec.autotune.mode == "tune":
+        seconds += est["autotune_s"]
+    return math.ceil(seconds * est["margin"])
+
+
+def short_digest(lock: StackLock) -> str:
+    return lock.short_digest
+
+
+def _label_problems(labels: dict[str, str]) -> list[str]:
+    problems = []
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if not (0 < len(name) <= 63 and _LABEL_NAME.match(name)) or (
+                prefix and not (len(prefix) <= 253 and _LABEL_PREFIX.match(prefix))):
+            problems.append(f"metadata.labels: {key!r} is not a valid Kubernetes label key")
+        if value and not (len(value) <= 63 and _LABEL_NAME.match(value)):
+            problems.append(f"metadata.labels.{key}: {value[:80]!r} is not a valid Kubernetes label value "
+                            "(63 characters at most: alphanumerics, '-', '_', '.', alphanumeric at both ends)")
+    return problems
+
+
+# --- plan ------------------------------------------------------------------------------------------
+
+def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
+    catalog = catalog or load_catalog()
+    profile = lock.stack_profile
+    spec = profile.spec
+    pin = catalog.versions.dynamo.get(spec.versions.dynamo)
+    if pin is None:
+        raise RenderError(f"Dynamo {spec.versions.dynamo} is not in the version catalog; cannot tell which "
+                          "DynamoGraphDeployment version it serves", "add it to stackpin/catalog/versions.yaml")
+    platform = catalog.platforms[spec.target.platform]
+    image = lock.resolved.images["runtime"].pinned
+    deployment = profile.metadata.deployment
+    vllm = argmod.vllm_catalog(spec.versions.vllm)
+    # dynamo.vllm accepts Dynamo's options and vLLM's: check only when both catalogs exist.
+    worker_catalogs = [c for c in (argmod.dynamo_catalog(spec.versions.dynamo, "worker_vllm"), vllm) if c]
+    if len(worker_catalogs) < 2:
+        worker_catalogs = []
+    frontend_catalog = argmod.dynamo_catalog(spec.versions.dynamo, "frontend")
+    problems: list[str] = []
+
+    base_labels = {"app.kubernetes.io/name": deployment, "app.kubernetes.io/part-of": deployment}
+    pools = spec.placement.active_pools()
+    layouts = {role: nodes_per_replica(pool.gpus_per_replica, pool.nodes_per_replica, platform)
+               for role, pool in pools.items()}
+    spans = any(nodes > 1 for nodes, _ in layouts.values())
+    # IMEX channels exist only where NVLink crosses nodes; elsewhere a multi-node replica talks over
+    # the network and needs no ComputeDomain.
+    domain = f"{deployment}-compute-domain" if spans and platform.multinode_nvlink else None
+
+    period = int(catalog.engine.startup_estimate["probe_period_s"])
+    budget = startup_budget_s(profile, catalog)
+    cache = lock.resolved.autotune_cache
+    generated_env: dict[str, str] = {"VLLM_ENGINE_READY_TIMEOUT_S": str(budget)}
+    if domain:
+        generated_env.update(MNNVL_ENV)
+    if cache:
+        generated_env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] = AUTOTUNE_DIR
+    clash = sorted(set(spec.kernels.env) & set(generated_env))
+    if clash:
+        problems.append(f"spec.kernels.env sets {', '.join(clash)}, which render derives from the stack; "
+                        "remove it from the profile")
+    worker_env = tuple(sorted({**spec.kernels.env, **generated_env}.items()))
+
+    node_selector = tuple(sorted({**platform.node_labels, ARCH_KEY: platform.cpu_arch}.items()))
+    fe_flags = argmod.frontend_flags(profile)
+    if frontend_catalog:
+        problems += argmod.check_flags(fe_flags, [frontend_catalog])
+    components = [ComponentPlan(
+        name="frontend", replicas=1, command=argmod.FRONTEND_COMMAND, args=tuple(argmod.flatten(fe_flags)),
+        env=(), startup=None,
+        readiness=Probe("/health", argmod.FRONTEND_HTTP_PORT, period, 3),
+        liveness=Probe("/live", argmod.FRONTEND_HTTP_PORT, period, 6),
+        node_selector=((ARCH_KEY, platform.cpu_arch),),
+        pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": "frontend"}.items())),
+    )]
+    speculative: dict[str, str | None] = {}
+    for role, pool in pools.items():
+        nodes, per_pod = layouts[role]
+        flags = argmod.engine_flags(profile, role, pool,  # type: ignore[arg-type]
+                                    model_revision=lock.resolved.model.revision, vllm=vllm)
+        if worker_catalogs:
+            problems += [f"{role}: {p}" for p in argmod.check_flags(flags, worker_catalogs)]
+        speculative[role] = dict(flags).get("--speculative-config")
+        components.append(ComponentPlan(
+            name=role, replicas=pool.replicas, command=argmod.WORKER_COMMAND, args=tuple(argmod.flatten(flags)),
+            env=worker_env,
+            startup=Probe("/health", SYSTEM_PORT, period, math.ceil(budget / period)),
+            readiness=Probe("/health", SYSTEM_PORT, period, 3),
+            liveness=Probe("/live", SYSTEM_PORT, period, 6),
+            gpus_per_pod=per_pod, node_count=nodes,
+            # Every worker joins the domain: NIXL moves KV between prefill and decode over MNNVL too.
+            compute_domain=domain, clique_affinity=domain is not None and nodes > 1,
+            autotune_image=cache.pinned if cache else None,
+            shared_memory=catalog.engine.worker_shared_memory,
+            node_selector=node_selector,
+            pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": role}.items())),
+        ))
+    if spec.placement.mode == Placement.disaggregated and len(set(speculative.values())) > 1:
+        # NIXL's compatibility hash covers speculative_config (vllm PR #49230): transfers would fail.
+        problems.append("prefill and decode must run identical speculative settings; remove the per-pool "
+                        "speculative override")
+
+    labels = {**base_labels, "app.kubernetes.io/managed-by": "stackpin", f"{LABEL_PREFIX}profile": profile.name,
+              f"{LABEL_PREFIX}stack-digest": lock.short_digest}
+    if lock.resolved.stand_in:
+        labels[f"{LABEL_PREFIX}stand-in"] = "true"
+    reserved = sorted(set(profile.metadata.labels) & set(labels))
+    if reserved:
+        problems.append(f"metadata.labels: {', '.join(reserved)} are set by stackpin render")
+    problems += _label_problems(profile.metadata.labels)
+    if problems:
+        raise RenderError(f"{profile.name}: " + f"\n{profile.name}: ".join(problems))
+    annotations = {
+        f"{LABEL_PREFIX}stack-digest": lock.stack_digest,
+        f"{LABEL_PREFIX}model": lock.resolved.model.id,
+        f"{LABEL_PREFIX}model-revision": lock.resolved.model.revision,
+        f"{LABEL_PREFIX}runtime-image": image,
+    }
+    if cache:
+        annotations[f"{LABEL_PREFIX}autotune-cache"] = cache.pinned
+    return StackPlan(
+        name=profile.name, deployment=deployment, namespace=profile.metadata.namespace, crd_version=pin.crd,
+        image=image, cpu_arch=platform.cpu_arch,
+        labels=tuple(sorted({**profile.metadata.labels, **labels}.items())),
+        annotations=tuple(sorted(annotations.items())), components=tuple(components), compute_domain=domain,
+        tolerate_arch=platform.cpu_arch == "arm64",
+        # One rack is one clique: require it. Several racks: prefer, or nothing fits past the first.
+        hard_clique=spec.target.count == 1,
+    )
+
+
+# --- layout: pieces shared by both CRD versions ----------------------------------------------------
+
+def _metadata(plan: StackPlan, name: str) -> dict[str, Any]:
+    return {"name": name, "namespace": plan.namespace, "labels": dict(plan.labels),
+            "annotations": dict(plan.annotations)}
+
+
+def _container(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
+    """Container fields both versions share (v1alpha1 puts them in mainContainer)."""
+    out: dict[str, Any] = {"image": plan.image, "command": list(comp.command), "args": list(comp.args),
+                           "readinessProbe": comp.readiness.as_dict(), "livenessProbe": comp.liveness.as_dict()}
+    if comp.env:
+        out["env"] = [{"name": k, "value": v} for k, v in comp.env]
+    if comp.startup:
+        out["startupProbe"] = comp.startup.as_dict()
+    if comp.autotune_image:
+        out["volumeMounts"] = [{"name": AUTOTUNE_VOLUME, "mountPath": AUTOTUNE_MOUNT, "readOnly": True}]
+    return out
+
+
+def _pod_fields(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
+    """Pod-level fields both versions share (v1alpha1 puts them in extraPodSpec)."""
+    out: dict[str, Any] = {"nodeSelector": dict(comp.node_selector)}
+    if plan.tolerate_arch:
+        # Rack nodes (Grace / Vera) carry the arm64 taint, as in the upstream GB200 recipes.
+        out["tolerations"] = [{"key": ARCH_KEY, "operator": "Equal", "value": plan.cpu_arch,
+                               "effect": "NoSchedule"}]
+    if comp.compute_domain:
+        out["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": f"{comp.compute_domain}-channel"}]
+    if comp.clique_affinity:
+        term = {"labelSelector": {"matchLabels": dict(comp.pod_labels)}, "topologyKey": CLIQUE_KEY}
+        out["affinity"] = {"podAffinity": (
+            {"requiredDuringSchedulingIgnoredDuringExecution": [term]} if plan.hard_clique
+            else {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]})}
+    if comp.autotune_image:
+        # Kubernetes 1.33+ ImageVolume: the cache arrives by digest, read-only, verified by the runtime.
+        out["volumes"] = [{"name": AUTOTUNE_VOLUME,
+                           "image": {"reference": comp.autotune_image, "pullPolicy": "IfNotPresent"}}]
+    return out
+
+
+def _component_v1beta1(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
+    container = {"name": CONTAINER, **_container(plan, comp)}
+    if comp.gpus_per_pod:
+        gpus = {"nvidia.com/gpu": str(comp.gpus_per_pod)}
+        container["resources"] = {"limits": dict(gpus), "requests": dict(gpus)}
+        if comp.compute_domain:
+            container["resources"]["claims"] = [{"name": CLAIM}]
+    out: dict[str, Any] = {
+        "name": comp.name, "type": comp.name, "replicas": comp.replicas,
+        "podTemplate": {"metadata": {"labels": dict(comp.pod_labels)},
+                        "spec": {**_pod_fields(plan, comp), "containers": [container]}},
+    }
+    if comp.node_count > 1:
+        out["multinode"] = {"nodeCount": comp.node_count}
+    if comp.shared_memory:
+        out["sharedMemorySize"] = comp.shared_memory
+    return out
+
+
+def _service_v1alpha1(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "componentType": "frontend" if comp.name == "frontend" else "worker",
+        "replicas": comp.replicas,
+        "extraPodMetadata": {"labels": dict(comp.pod_labels)},
+        "extraPodSpec": {**_pod_fields(plan, comp), "mainContainer": {"name": CONTAINER, **_container(plan, comp)}},
+    }
+    if comp.name in ("prefill", "decode"):
+        out["subComponentType"] = comp.name
+    if comp.gpus_per_pod:
+        gpus = {"gpu": str(comp.gpus_per_pod)}
+        out["resources"] = {"limits": dict(gpus), "requests": dict(gpus)}
+        if comp.compute_domain:
+            out["resources"]["claims"] = [{"name": CLAIM}]
+    if comp.node_count > 1:
+        out["multinode"] = {"nodeCount": comp.node_count}
+    if comp.shared_memory:
+        out["sharedMemory"] = {"size": comp.shared_memory}
+    return out
+
+
+def dynamo_graph_deployment(plan: StackPlan) -> dict[str, Any]:
+    spec: dict[str, Any] = {"backendFramework": "vllm"}
+    if plan.crd_version == "v1beta1":
+        spec["components"] = [_component_v1beta1(plan, c) for c in plan.components]
+    else:
+        spec["services"] = {c.name: _service_v1alpha1(plan, c) for c in plan.components}
+    return {"apiVersion": f"{DGD_GROUP}/{plan.crd_version}", "kind": "DynamoGraphDeployment",
+            "metadata": _metadata(plan, plan.deployment), "spec": spec}
+
+
+def compute_domain(plan: StackPlan) -> dict[str, Any]:
+    assert plan.compute_domain is not None
+    # numNodes is deprecated (DRA driver CRD): 0 lets IMEX daemons start as pods arrive.
+    return {"apiVersion": COMPUTE_DOMAIN_API, "kind": "ComputeDomain",
+            "metadata": _metadata(plan, plan.compute_domain),
+            "spec": {"numNodes": 0,
+                     "channel": {"resourceClaimTemplate": {"name": f"{plan.compute_domain}-channel"}}}}
+
+
+def build_objects(lock: StackLock, catalog: Catalog | None = None) -> list[dict[str, Any]]:
+    """Every Kubernetes object of one stack, as plain data."""
+    plan = plan_stack(lock, catalog)
+    objects = [dynamo_graph_deployment(plan)]
+    if plan.compute_domain:
+        objects.append(compute_domain(plan))
+    return objects
