@@ -360,7 +360,11 @@ def _read_chain(path: Path) -> tuple[dict[str, Any], MergedPositions, tuple[Path
         else:
             current = current.parent / parent
             display = str(current)
-            if not current.is_file():
+            try:
+                found = current.is_file()
+            except OSError:  # a name too long for the filesystem, ...
+                found = False
+            if not found:
                 raise InputError([Problem(positions.locate(("extends",)), "extends",
                                           f"base profile {parent!r} not found")])
     merged: dict[str, Any] = {}

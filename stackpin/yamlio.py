@@ -34,9 +34,18 @@ class Positions:
         return Location(self.file, line, col)
 
 
+# Values built, aliases expanded: far above any profile, far below what an alias bomb expands to.
+MAX_NODES = 100_000
+# Integers beyond 64 bits are no sane setting and overflow float arithmetic later.
+MAX_INT = 2**63
+
+
 def _build(node: yaml.Node, path: FieldPath, marks: dict[FieldPath, tuple[int, int]],
            loader: yaml.SafeLoader, file: str) -> Any:
     marks[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
+    if len(marks) > MAX_NODES:
+        raise InputError([Problem(Location(file, *marks[path]), "", f"invalid YAML: more than {MAX_NODES} "
+                                  "values once aliases are expanded")])
     if isinstance(node, yaml.MappingNode):
         out: dict[str, Any] = {}
         for key_node, value_node in node.value:
@@ -57,7 +66,11 @@ def _build(node: yaml.Node, path: FieldPath, marks: dict[FieldPath, tuple[int, i
         return out
     if isinstance(node, yaml.SequenceNode):
         return [_build(item, path + (i,), marks, loader, file) for i, item in enumerate(node.value)]
-    return loader.construct_object(node, deep=True)
+    value = loader.construct_object(node, deep=True)
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= MAX_INT:
+        raise InputError([Problem(Location(file, *marks[path]), ".".join(map(str, path)),
+                                  "integer out of range (more than 64 bits)")])
+    return value
 
 
 def load_yaml(path: Path, display: str | None = None) -> tuple[Any, Positions]:
@@ -75,7 +88,14 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, Positions]:
 
 
 def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)  # rejects unprintable characters (NUL, ...) right here
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        col = exc.position - text.rfind("\n", 0, exc.position)
+        char = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise InputError([Problem(Location(file, line, col), "", f"invalid YAML: unacceptable character "
+                                  f"#x{char:04x}: {exc.reason}")]) from None
     try:
         node = loader.get_single_node()
         if node is None:
