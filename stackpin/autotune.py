@@ -722,15 +722,18 @@ def unpack_cache(blob: bytes, dest: Path, what: str = "autotune cache") -> None:
         raise StackpinError(f"{dest} is not empty; fetch into a new or empty directory")
     for rel, m in plan:
         target = dest.joinpath(*rel.parts)
-        if m.isdir():
-            target.mkdir(mode=0o755, parents=True, exist_ok=True)
-            continue
-        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        src = tar.extractfile(m)
-        assert src is not None  # regular file
-        with open(target, "xb") as fh:  # 'x': never follow or overwrite something already there
-            fh.write(src.read())
-        os.chmod(target, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
+        try:
+            if m.isdir():
+                target.mkdir(mode=0o755, parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+            src = tar.extractfile(m)
+            assert src is not None  # regular file
+            with open(target, "xb") as fh:  # 'x': never follow or overwrite something already there
+                fh.write(src.read())
+            os.chmod(target, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
+        except OSError as exc:  # e.g. a file and a directory of the same name
+            raise _unsafe(what, f"cannot unpack {m.name!r}: {exc.strerror or exc}") from None
 
 
 def _unsafe(what: str, message: str) -> IntegrityError:

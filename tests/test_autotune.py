@@ -27,6 +27,7 @@ from stackpin.autotune import (
     inspect_cache,
     pack_cache,
     push_cache,
+    tuning_groups,
     unpack_cache,
     verify_cache,
     write_cache_to_layout,
@@ -214,6 +215,12 @@ def test_rank_numbering_folds_dp_into_world() -> None:
     assert decode[7] == (3, 7, "autotune_configs_dp3_rank7.json")
 
 
+def test_tuning_groups_are_tp_groups_per_pp_stage() -> None:
+    assert tuning_groups(Pool(tensor_parallel=2, data_parallel=2)) == [[0, 1, 2, 3]]
+    assert tuning_groups(Pool(tensor_parallel=2, pipeline_parallel=2, data_parallel=2)) == [
+        [0, 1], [2, 3], [4, 5], [6, 7]]
+
+
 def test_verify_tuned_worker_pool_ok(tmp_path: Path, tuned_cache: Path) -> None:
     profile = load(tmp_path, "gb300-tuned.yaml")
     assert profile.spec.placement.active_pools()["worker"].tensor_parallel == 4
@@ -391,6 +398,12 @@ def test_unpack_rejects_unsafe_members(tmp_path: Path, member: tarfile.TarInfo, 
     with pytest.raises(IntegrityError, match=expect):
         unpack_cache(blob, tmp_path / "out")
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_unpack_rejects_file_dir_clash(tmp_path: Path) -> None:
+    blob = _tar((_member("flashinfer_autotune_cache/a"), b"{}"), (_member("flashinfer_autotune_cache/a/b"), b"{}"))
+    with pytest.raises(IntegrityError, match="cannot unpack"):
+        unpack_cache(blob, tmp_path / "out")
 
 
 def test_unpack_rejects_garbage(tmp_path: Path) -> None:
