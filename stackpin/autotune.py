@@ -27,6 +27,8 @@ flashinfer-python wheels 0.7.0.post1 and 0.7.2.post1 from PyPI):
   group (the world group, or each PP stage's TP group when PP > 1) uses the files only if EVERY rank
   has one and all have the same fingerprint = (`_metadata`, number of top-level keys other than
   `_metadata`); otherwise every rank retunes (a rank-0-only hit deadlocked before this, vllm#57423).
+- vLLM 0.33.0 (`use_flashinfer_autotune_v2`) sends a one-rank, one-node engine to FlashInfer's managed
+  v2 store (`flashinfer/autotune_cache.py`, one JSON per entry) instead; such pools cannot use these files.
 - File content (flashinfer/autotuner/autotuner.py `save_configs`/`load_configs`/`_collect_metadata`,
   same in 0.7.0.post1 and 0.7.2.post1): `_metadata` = {flashinfer_version, cuda_version,
   cublas_version, cudnn_version, cudnn_frontend_version, cutlass_dsl_version, gpu (device name)};
@@ -70,6 +72,10 @@ TITLE_ANNOTATION = "org.opencontainers.image.title"
 CACHE_DIR_NAME = "flashinfer_autotune_cache"  # under $VLLM_CACHE_ROOT (vLLM flashinfer_autotune_cache.py)
 SHARED_FILE = "autotune_configs.json"  # vLLM <= 0.31.0: one file, read by rank 0 and broadcast
 PER_RANK_SINCE_VLLM = (0, 32, 0)  # first vLLM with autotune_configs_dp{d}_rank{r}.json (0.32.0 sdist)
+# vLLM 0.33.0 `use_flashinfer_autotune_v2`: a one-rank engine (world size 1, one node, no elastic EP)
+# keeps its tuning in FlashInfer's managed v2 store when FlashInfer has `autotune_v2` (0.7.x does),
+# never in these files. 0.32.0 has no such path.
+V2_STORE_SINCE_VLLM = (0, 33, 0)
 
 METADATA_KEY = "_metadata"
 GENERATION_KEY = "_generation"
@@ -382,7 +388,15 @@ def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> li
     out += _check_device(info, gpu.device_name, gpu.sm_arch)
     out += _check_metadata(info)
     per_rank = per_rank_files(profile.spec.versions.vllm)
-    out += _check_pools(info, profile.spec.placement.active_pools(), per_rank, profile.spec.versions.vllm)
+    pools = profile.spec.placement.active_pools()
+    if per_rank and _version_tuple(profile.spec.versions.vllm) >= V2_STORE_SINCE_VLLM:
+        for role, pool in pools.items():
+            if pool.gpus_per_replica == 1:
+                out.append(Mismatch(field="ranks", pool=role, message=(
+                    f"pool {role} runs on one GPU: vLLM {profile.spec.versions.vllm} keeps its tuning in "
+                    "FlashInfer's managed v2 store there, not in autotune_configs files")))
+        pools = {role: pool for role, pool in pools.items() if pool.gpus_per_replica > 1}
+    out += _check_pools(info, pools, per_rank, profile.spec.versions.vllm)
     return out
 
 

@@ -304,6 +304,17 @@ def test_verify_wildcard_metadata_is_accepted(tmp_path: Path) -> None:
     assert verify_cache(inspect_cache(cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog()) == []
 
 
+def test_verify_single_gpu_pool_on_vllm_033_uses_flashinfer_v2_store(tmp_path: Path) -> None:
+    base = profile_at(tmp_path, "gb300-tuned.yaml")
+    one = tmp_path / "one-gpu.yaml"
+    one.write_text(f"apiVersion: stackpin.dev/v1\nkind: StackProfile\nextends: {base.name}\nmetadata:\n  name: one\n"
+                   "spec:\n  placement:\n    pools:\n      worker:\n        tensorParallel: 1\n")
+    cache = tmp_path / "c"
+    write_pool(cache, HASH_W, tp=1)
+    (m,) = verify_cache(inspect_cache(cache), load_profile(one).profile, load_catalog())
+    assert m.pool == "worker" and "managed v2 store" in m.message
+
+
 def test_verify_shipped_profile_pins_vllm_031_which_reads_one_shared_file(tmp_path: Path, tuned_cache: Path) -> None:
     """vLLM 0.31.0 (the shipped profiles' pin) reads autotune_configs.json only: per-rank files are dead weight."""
     shipped = load_profile(PROFILES / "gb300-tuned.yaml").profile
