@@ -15,8 +15,14 @@ $(BIN)/stackpin: pyproject.toml
 
 setup: $(BIN)/stackpin
 
+# The demo locks against a local mirror of stand-ins (no registry or Hub is reachable here);
+# the locks say so. Against a real site mirror: stackpin lock profiles --mirror nvcr.io=<mirror>.
+DEMO_MIRROR := .demo/mirror
+
 demo: setup
 	$(STACKPIN) validate $(PROFILES)
+	$(BIN)/python -m stackpin.demo $(DEMO_MIRROR) $(PROFILES)
+	$(STACKPIN) lock $(PROFILES) --oci-layout $(DEMO_MIRROR)/oci --hf-cache $(DEMO_MIRROR)/hf
 
 test: setup
 	$(BIN)/pytest

@@ -183,3 +183,13 @@ def lock(profiles: tuple[str, ...], lockdir: str, check: bool, offline: bool, mi
     for path, lock_ in written:
         note = "  [stand-in pins: demo mirror]" if lock_.resolved.stand_in else ""
         click.echo(f"locked {path}  {lock_.stack_digest}{note}")
+
+
+def _register() -> None:
+    # Command groups live in their own modules; importing them costs only their click definitions.
+    from stackpin.cli_autotune import autotune
+
+    main.add_command(autotune)
+
+
+_register()

@@ -12,10 +12,13 @@ Run: python -m stackpin.demo DEST PROFILE_OR_DIR...
 from __future__ import annotations
 
 import hashlib
+import json
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from stackpin.catalog import load_catalog
 from stackpin.checks import expand_profile_args
 from stackpin.oci import ImageRef
 from stackpin.ocilayout import LayoutWriter
@@ -43,9 +46,49 @@ def build_demo_mirror(dest: Path, profiles: Sequence[StackProfile]) -> None:
         model = profile.spec.model
         write_hf_cache_ref(hf, model.id, model.revision, stand_in_commit(model.id, model.revision))
         if profile.spec.autotune.mode == "replay" and profile.spec.autotune.cache:
-            from stackpin.autotune import add_stand_in_cache
+            add_stand_in_cache(layout, profile)
 
-            add_stand_in_cache(layout, profile, extra_annotations=STAND_IN)
+
+def write_stand_in_cache(root: Path, profile: StackProfile) -> Path:
+    """A captured-cache tree in vLLM's real layout for every pool of `profile`, holding stand-in
+    tactics (the directory and file names, metadata keys and per-rank rules are vLLM's)."""
+    from stackpin.autotune import CACHE_DIR_NAME, SHARED_FILE, arch_tokens, expected_files, per_rank_files
+
+    catalog = load_catalog()
+    gpu = catalog.gpu_of(profile.spec.target.platform)
+    versions = profile.spec.versions
+    meta = {"flashinfer_version": versions.flashinfer, "gpu": gpu.device_name, "cuda_version": "stand-in",
+            "cublas_version": "stand-in", "cudnn_version": "stand-in", "cudnn_frontend_version": "stand-in",
+            "cutlass_dsl_version": "stand-in"}
+    base = root / CACHE_DIR_NAME / versions.flashinfer / sorted(arch_tokens(gpu.sm_arch))[0]
+    for role, pool in profile.spec.placement.active_pools().items():
+        # vLLM names the directory by its config hash, which only vLLM can compute; a stand-in
+        # hash per pool keeps pools apart the same way.
+        config_hash = hashlib.sha256(f"stand-in {profile.name} {role}".encode()).hexdigest()
+        names = [name for _, _, name in expected_files(pool)] if per_rank_files(versions.vllm) else [SHARED_FILE]
+        for name in names:
+            doc = {"_metadata": meta, f"stand-in ({role}, {name})": ["StandInRunner", 0]}
+            path = base / config_hash / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+    return root
+
+
+def add_stand_in_cache(layout: LayoutWriter, profile: StackProfile) -> None:
+    from stackpin.autotune import (
+        ARTIFACT_TYPE,
+        LAYER_TAR_GZIP,
+        TITLE,
+        TITLE_ANNOTATION,
+        cache_annotations,
+        inspect_cache,
+        pack_info,
+    )
+
+    with tempfile.TemporaryDirectory() as tmp:
+        info = inspect_cache(write_stand_in_cache(Path(tmp), profile))
+        layout.add_artifact(profile.spec.autotune.cache, [(pack_info(info), LAYER_TAR_GZIP, {TITLE_ANNOTATION: TITLE})],
+                            ARTIFACT_TYPE, {**cache_annotations(info), **STAND_IN})
 
 
 def main(argv: Sequence[str]) -> int:
