@@ -1,0 +1,43 @@
+"""The shipped profiles and their committed lockfiles stay in step, and the demo relocks them byte for byte."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from stackpin.checks import expand_profile_args
+from stackpin.demo import build_demo_mirror
+from stackpin.lock import check_locks, read_lock
+from stackpin.lockrun import run_lock
+from stackpin.profile import load_profile
+
+ROOT = Path(__file__).resolve().parent.parent
+PROFILES = expand_profile_args([str(ROOT / "profiles")])
+
+
+def test_every_shipped_profile_has_a_current_lock() -> None:
+    outcomes = check_locks(PROFILES, ROOT / "lockfiles")
+    assert [(Path(o.profile).name, o.status) for o in outcomes if o.status != "current"] == [], (
+        "run `make demo` to relock the shipped profiles")
+    assert len(outcomes) == 6
+
+
+def test_committed_locks_say_they_hold_stand_in_pins() -> None:
+    for path in sorted((ROOT / "lockfiles").glob("*.lock.yaml")):
+        lock = read_lock(path)  # also checks stackDigest against the content
+        assert lock.resolved.stand_in, path
+        assert path.read_text().splitlines()[1].startswith("# STAND-IN PINS")
+        assert lock.resolved.images["runtime"].platform == (
+            "linux/amd64" if lock.stack_profile.spec.target.platform == "a100" else "linux/arm64")
+
+
+def test_demo_relocks_identical_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    shutil.copytree(ROOT / "profiles", tmp_path / "profiles")
+    monkeypatch.chdir(tmp_path)
+    profiles = expand_profile_args(["profiles"])
+    build_demo_mirror(Path(".demo/mirror"), [load_profile(p).profile for p in profiles])
+    run_lock(profiles, Path("lockfiles"), oci_layout=".demo/mirror/oci", hf_cache=".demo/mirror/hf")
+    for committed in sorted((ROOT / "lockfiles").glob("*.lock.yaml")):
+        assert (tmp_path / "lockfiles" / committed.name).read_bytes() == committed.read_bytes(), committed.name
