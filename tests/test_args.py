@@ -1,0 +1,134 @@
+"""Engine / frontend argv: every flag the shipped stacks emit exists in the pinned packages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from stackpin.profile import StackProfile
+from stackpin.render import args as a
+from tests.helpers import base_doc, mutate
+from tests.lockkit import shipped_locks
+
+ENGINES = Path(__file__).resolve().parent.parent / "stackpin" / "catalog" / "engines"
+SHIPPED_NAMES = sorted(shipped_locks())
+
+
+def _profile(name: str = "gb300-tuned", **changes: object) -> StackProfile:
+    doc = base_doc(name)
+    for path, value in changes.items():
+        mutate(doc, path.replace("__", "."), value)
+    return StackProfile.model_validate(doc)
+
+
+def _missing(engine: str, version: str) -> str:
+    return (f"{ENGINES / a.catalog_file(engine, version)} is missing: the pinned {engine} {version} has no flag "
+            f"catalog (run scripts/extract_engine_flags.py --{engine} {version})")
+
+
+@pytest.mark.parametrize("name", SHIPPED_NAMES)
+def test_every_emitted_flag_exists_in_the_pinned_versions(name: str) -> None:
+    lock = shipped_locks()[name]
+    profile = lock.stack_profile
+    versions = profile.spec.versions
+    vllm = a.vllm_catalog(versions.vllm)
+    worker = a.dynamo_catalog(versions.dynamo, "worker_vllm")
+    frontend = a.dynamo_catalog(versions.dynamo, "frontend")
+    missing = [_missing("vllm", versions.vllm)] if vllm is None else []
+    missing += [_missing("dynamo", versions.dynamo)] if worker is None else []
+    assert not missing, "\n".join(missing)
+    assert vllm and worker and frontend
+    problems = a.check_flags(a.frontend_flags(profile), [frontend])
+    for role, pool in profile.spec.placement.active_pools().items():
+        flags = a.engine_flags(profile, role, pool, model_revision=lock.resolved.model.revision, vllm=vllm)
+        problems += [f"{role}: {p}" for p in a.check_flags(flags, [worker, vllm])]
+        # Values argparse lets through but the engine would reject at start-up (attention backends).
+        problems += [f"{role}: {p}" for p in a.unknown_values(flags, [worker, vllm])]
+    assert problems == []
+
+
+def test_check_flags_names_unknown_options_and_enforced_choices() -> None:
+    vllm = a.vllm_catalog("0.31.0")
+    assert vllm is not None
+    flags: list[a.Flag] = [("--moe-backend", "no_such"), ("--no-such-flag", None), ("--enable-prefix-caching", None),
+                           ("--no-enable-prefix-caching", None)]
+    problems = a.check_flags(flags, [vllm])
+    assert len(problems) == 2
+    assert "--moe-backend no_such is not one of vLLM 0.31.0's choices" in problems[0]
+    assert problems[1] == "--no-such-flag is not an option of vLLM 0.31.0"
+    assert a.unknown_values([("--attention-backend", "FLASHMLA_SPARSE_DSV41")], [a.vllm_catalog("0.28.0")]) == [
+        "--attention-backend FLASHMLA_SPARSE_DSV41 is not known to vLLM 0.28.0"]
+
+
+def test_json_arguments_are_compact_and_sorted() -> None:
+    profile = _profile()
+    pool = profile.spec.placement.pools.worker
+    assert pool is not None
+    argv = a.engine_args(profile, "worker", pool, model_revision="c" * 40, vllm=a.vllm_catalog("0.31.0"))
+    spec = argv[argv.index("--speculative-config") + 1]
+    assert spec == ('{"draft_sample_method":"probabilistic","enable_adaptive_verification":true,"method":"dspark",'
+                    '"num_speculative_tokens":5,"rejection_sample_method":"block"}')
+    cc = json.loads(argv[argv.index("--compilation-config") + 1])
+    assert cc == {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [6, 12, 24, 48, 96, 192, 384],
+                  "max_cudagraph_capture_size": 384}
+    assert argv[:4] == ["--model", "deepseek-ai/DeepSeek-V4.1-Flash", "--revision", "c" * 40]
+    assert argv[-2:] == ["--disaggregation-mode", "agg"]
+    assert "--kv-transfer-config" not in argv
+    # A replayed cache is on: nothing may turn autotuning off.
+    assert not any("autotune" in x for x in argv)
+
+
+def test_disaggregated_pools_share_speculative_config_and_kv_transfer() -> None:
+    profile = StackProfile.model_validate(shipped_locks()["gb300-launch"].profile)
+    argv = {role: a.engine_args(profile, role, pool, model_revision="c" * 40)
+            for role, pool in profile.spec.placement.active_pools().items()}
+    assert set(argv) == {"prefill", "decode"}
+    spec = {role: v[v.index("--speculative-config") + 1] for role, v in argv.items()}
+    assert spec["prefill"] == spec["decode"]
+    for role, v in argv.items():
+        assert v[v.index("--kv-transfer-config") + 1] == '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+        assert v[v.index("--disaggregation-mode") + 1] == role
+
+
+def test_autotune_off_uses_what_the_pinned_vllm_has() -> None:
+    profile = _profile(spec__autotune={"mode": "off"})
+    assert a.autotune_flags(profile, a.vllm_catalog("0.31.0")) == [("--no-enable-flashinfer-autotune", None)]
+    assert a.autotune_flags(profile, None) == [("--no-enable-flashinfer-autotune", None)]
+    only_kernel_config = a.FlagCatalog("vLLM test", frozenset({"--kernel-config"}), {}, {})
+    assert a.autotune_flags(profile, only_kernel_config) == [
+        ("--kernel-config", '{"enable_flashinfer_autotune":false}')]
+    assert a.autotune_flags(_profile(spec__autotune={"mode": "tune"}), a.vllm_catalog("0.31.0")) == []
+
+
+def test_kv_events_follow_the_router_and_prefix_caching() -> None:
+    on = _profile()
+    pool = on.spec.placement.pools.worker
+    assert pool is not None
+    assert "--kv-events-config" in a.engine_args(on, "worker", pool, model_revision="x")
+    assert a.frontend_args(on) == ["--http-port", "8000", "--router-mode", "kv"]
+    off = _profile(spec__kvCache__events=False)
+    assert "--kv-events-config" not in a.engine_args(off, "worker", pool, model_revision="x")
+    assert a.frontend_args(off)[-1] == "--no-router-kv-events"
+    no_prefix = _profile(spec__kvCache__prefixCaching=False)
+    argv = a.engine_args(no_prefix, "worker", pool, model_revision="x")
+    assert "--no-enable-prefix-caching" in argv and "--kv-events-config" not in argv
+    rr = _profile(spec__placement__router="round-robin")
+    assert a.frontend_args(rr) == ["--http-port", "8000", "--router-mode", "round-robin"]
+    assert "--kv-events-config" not in a.engine_args(rr, "worker", pool, model_revision="x")
+
+
+def test_parallelism_and_limits() -> None:
+    profile = StackProfile.model_validate(shipped_locks()["gb300-disagg-wide-ep"].profile)
+    decode = profile.spec.placement.pools.decode
+    assert decode is not None
+    argv = a.engine_args(profile, "decode", decode, model_revision="x")
+    pairs = dict(zip(argv, argv[1:], strict=False))
+    assert pairs["--tensor-parallel-size"] == "2" and pairs["--data-parallel-size"] == "8"
+    assert pairs["--pipeline-parallel-size"] == "1" and "--enable-expert-parallel" in argv
+    assert pairs["--max-num-seqs"] == "64" and pairs["--max-num-batched-tokens"] == "16384"
+    assert pairs["--max-model-len"] == "262144" and pairs["--gpu-memory-utilization"] == "0.9"
+    assert pairs["--kv-cache-dtype"] == "fp8_ds_mla" and pairs["--block-size"] == "64"
+    assert pairs["--all2all-backend"] == "flashinfer_nvlink_one_sided"
+    assert pairs["--attention-backend"] == "FLASHMLA_MEGA_ATTN_DSV41"

@@ -1,0 +1,386 @@
+"""stackpin render: golden manifests, determinism, CRD version choice, multi-node, autotune cache,
+--check drift, input errors, and hostile strings that must never change the YAML structure."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from click.testing import CliRunner
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from stackpin.cli import main as cli_main
+from stackpin.cli_render import render
+from stackpin.lock import StackLock
+from stackpin.render.build import RenderError, build_objects
+from stackpin.render.output import render_stack, render_stacks, write_stacks
+from tests.lockkit import PROFILES_DIR, ROOT, lock_files, lock_paths, shipped_locks
+
+GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
+UPDATE = os.environ.get("STACKPIN_UPDATE_GOLDEN") == "1"
+SHIPPED_NAMES = sorted(shipped_locks())
+
+
+def _objects(files: dict[str, str]) -> dict[str, Any]:
+    return {name: yaml.safe_load(text) for name, text in files.items()}
+
+
+def _dgd(files: dict[str, str]) -> dict[str, Any]:
+    [obj] = [o for o in _objects(files).values() if o["kind"] == "DynamoGraphDeployment"]
+    return obj
+
+
+def _components(dgd: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in dgd["spec"]["components"]}
+
+
+# --- golden ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", SHIPPED_NAMES)
+def test_golden(name: str) -> None:
+    stack = render_stack(shipped_locks()[name])
+    directory = GOLDEN / name
+    if UPDATE:
+        directory.mkdir(parents=True, exist_ok=True)
+        for old in directory.glob("*.yaml"):
+            old.unlink()
+        for file, text in stack.files.items():
+            (directory / file).write_text(text, encoding="utf-8")
+    on_disk = {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.yaml"))}
+    assert on_disk, f"no golden files for {name}: run STACKPIN_UPDATE_GOLDEN=1 pytest tests/test_render.py"
+    assert stack.files == on_disk, "rendered output changed; review, then STACKPIN_UPDATE_GOLDEN=1 to accept"
+
+
+def test_launch_is_v1beta1_disaggregated_and_tuned_colocated() -> None:
+    launch = _dgd(render_stack(shipped_locks()["gb300-launch"]).files)
+    assert launch["apiVersion"] == "nvidia.com/v1beta1" and "services" not in launch["spec"]
+    comps = _components(launch)
+    assert list(comps) == ["frontend", "prefill", "decode"]
+    assert [comps[n]["type"] for n in comps] == ["frontend", "prefill", "decode"]
+    args = {n: comps[n]["podTemplate"]["spec"]["containers"][0]["args"] for n in ("prefill", "decode")}
+    spec = {n: a[a.index("--speculative-config") + 1] for n, a in args.items()}
+    assert spec["prefill"] == spec["decode"]
+    for n, a in args.items():
+        assert a[a.index("--kv-transfer-config") + 1] == '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+        assert a[a.index("--disaggregation-mode") + 1] == n
+        assert "--no-enable-flashinfer-autotune" in a  # launch runs autotune off
+    tuned = _components(_dgd(render_stack(shipped_locks()["gb300-tuned"]).files))
+    assert list(tuned) == ["frontend", "worker"]
+    worker = tuned["worker"]["podTemplate"]["spec"]["containers"][0]
+    assert worker["args"][worker["args"].index("--disaggregation-mode") + 1] == "agg"
+    assert worker["command"] == ["python3", "-m", "dynamo.vllm"] and worker["name"] == "main"
+
+
+def test_pinned_image_placement_and_labels() -> None:
+    lock = shipped_locks()["gb300-tuned"]
+    dgd = _dgd(render_stack(lock).files)
+    meta = dgd["metadata"]
+    assert meta["labels"]["app.kubernetes.io/part-of"] == "dsv41-flash"
+    assert meta["labels"]["stackpin.dev/profile"] == "gb300-tuned"
+    assert meta["labels"]["stackpin.dev/stack-digest"] == lock.stack_digest.removeprefix("sha256:")[:12]
+    assert meta["labels"]["stackpin.dev/stand-in"] == "true"
+    assert meta["annotations"]["stackpin.dev/stack-digest"] == lock.stack_digest
+    assert meta["annotations"]["stackpin.dev/model-revision"] == lock.resolved.model.revision
+    worker = _components(dgd)["worker"]
+    pod = worker["podTemplate"]["spec"]
+    main = pod["containers"][0]
+    assert main["image"] == lock.resolved.images["runtime"].pinned and "@sha256:" in main["image"]
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    assert pod["nodeSelector"] == {"kubernetes.io/arch": "arm64", "nvidia.com/gpu.product": "NVIDIA-GB300"}
+    assert pod["tolerations"] == [{"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm64",
+                                   "effect": "NoSchedule"}]
+    assert worker["replicas"] == 18 and "multinode" not in worker and worker["sharedMemorySize"] == "200Gi"
+    budget = main["startupProbe"]["periodSeconds"] * main["startupProbe"]["failureThreshold"]
+    env = {e["name"]: e["value"] for e in main["env"]}
+    assert budget >= int(env["VLLM_ENGINE_READY_TIMEOUT_S"]) > 475  # at least the checkpoint load
+    assert {"readinessProbe", "livenessProbe"} <= set(main)
+
+
+def test_multinode_decode_gets_compute_domain_claims_and_node_count() -> None:
+    files = render_stack(shipped_locks()["gb300-disagg-wide-ep"]).files
+    objs = _objects(files)
+    [cd] = [o for o in objs.values() if o["kind"] == "ComputeDomain"]
+    assert cd["apiVersion"] == "resource.nvidia.com/v1beta1"
+    template = cd["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    assert template == f"{cd['metadata']['name']}-channel"
+    assert f"computedomain-{cd['metadata']['name']}.yaml" in files
+    assert yaml.safe_load(files["kustomization.yaml"])["resources"] == sorted(
+        n for n in files if n != "kustomization.yaml")
+    comps = _components(_dgd(files))
+    decode = comps["decode"]
+    assert decode["multinode"] == {"nodeCount": 4}  # TP2 x DP8 = 16 GPUs over 4-GPU trays
+    pod = decode["podTemplate"]["spec"]
+    assert pod["resourceClaims"] == [{"name": "compute-domain-channel", "resourceClaimTemplateName": template}]
+    main = pod["containers"][0]
+    assert main["resources"]["claims"] == [{"name": "compute-domain-channel"}]
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+    env = {e["name"]: e["value"] for e in main["env"]}
+    assert env["NCCL_MNNVL_ENABLE"] == "1" and env["NCCL_CUMEM_ENABLE"] == "1"
+    assert env["UCX_CUDA_IPC_ENABLE_MNNVL"] == "y"
+    term = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["topologyKey"] == "nvidia.com/gpu.clique"
+    assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "decode"
+    assert "multinode" not in comps["prefill"]  # TP4 fits one tray
+    assert "resourceClaims" not in comps["frontend"]["podTemplate"]["spec"]
+    # Single-node stacks need no ComputeDomain.
+    assert not any(o["kind"] == "ComputeDomain" for o in _objects(render_stack(shipped_locks()["gb300-tuned"]).files)
+                   .values())
+
+
+def test_autotune_cache_is_an_image_volume_with_its_env() -> None:
+    lock = shipped_locks()["vera-rubin-tuned"]
+    cache = lock.resolved.autotune_cache
+    assert cache is not None
+    pod = _components(_dgd(render_stack(lock).files))["worker"]["podTemplate"]["spec"]
+    [volume] = pod["volumes"]
+    assert volume["image"]["reference"] == cache.pinned and "@sha256:" in cache.pinned
+    main = pod["containers"][0]
+    [mount] = main["volumeMounts"]
+    assert mount["name"] == volume["name"] and mount["readOnly"] is True
+    env = {e["name"]: e["value"] for e in main["env"]}
+    assert env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"].startswith(mount["mountPath"] + "/")
+    assert not any("autotune" in arg for arg in main["args"])
+
+
+def test_v1alpha1_for_dynamo_before_1_5(tmp_path: Path) -> None:
+    variant = tmp_path / "launch-142.yaml"
+    variant.write_text(f"""apiVersion: stackpin.dev/v1
+kind: StackProfile
+extends: {PROFILES_DIR / 'gb300-launch.yaml'}
+metadata:
+  name: launch-142
+spec:
+  versions:
+    dynamo: 1.4.2
+    vllm: 0.26.0
+    flashinfer: 0.6.14
+    nixl: 1.3.2
+    runtimeImage: nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.2
+""")
+    [lock] = lock_files([variant], tmp_path / "lockfiles")
+    dgd = _dgd(render_stack(lock).files)  # render validates against the v1alpha1 schema
+    assert dgd["apiVersion"] == "nvidia.com/v1alpha1" and "components" not in dgd["spec"]
+    services = dgd["spec"]["services"]
+    assert set(services) == {"frontend", "prefill", "decode"}
+    decode = services["decode"]
+    assert decode["componentType"] == "worker" and decode["subComponentType"] == "decode"
+    assert decode["resources"]["limits"] == {"gpu": "4"}
+    assert decode["extraPodSpec"]["mainContainer"]["image"].endswith(lock.resolved.images["runtime"].digest)
+    assert services["frontend"]["componentType"] == "frontend"
+
+
+# --- determinism -----------------------------------------------------------------------------------
+
+def _tree(directory: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(directory)): p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file()}
+
+
+def test_rendering_is_deterministic_across_runs_hash_seeds_and_cwd(tmp_path: Path) -> None:
+    lockdir = tmp_path / "lockfiles"
+    lock_paths(lockdir)
+    first = render_stacks(list(shipped_locks().values()))
+    assert first == render_stacks(list(shipped_locks().values()))
+    outs = []
+    for seed, cwd in (("1", tmp_path), ("4242", ROOT)):
+        out = tmp_path / f"out-{seed}"
+        code = ("import sys; from stackpin.cli_render import render; "
+                "render.main(sys.argv[1:], prog_name='stackpin render')")
+        env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
+        proc = subprocess.run([sys.executable, "-c", code, "--lockdir", str(lockdir), "-o", str(out)],
+                              cwd=cwd, env=env, capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr
+        outs.append(_tree(out))
+    assert outs[0] == outs[1]
+    in_process = {f"{s.name}/{f}": t.encode() for s in first for f, t in s.files.items()}
+    assert outs[0] == in_process
+
+
+# --- CLI -------------------------------------------------------------------------------------------
+
+@pytest.fixture()
+def lockdir(tmp_path: Path) -> Path:
+    d = tmp_path / "lockfiles"
+    lock_paths(d)
+    return d
+
+
+def test_render_writes_stacks_that_validate(tmp_path: Path, lockdir: Path) -> None:
+    out = tmp_path / "manifests"
+    result = CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == SHIPPED_NAMES
+    assert (out / "gb300-tuned" / "dynamographdeployment-dsv41-flash.yaml").is_file()
+    checked = CliRunner().invoke(cli_main, ["validate", "--manifests", str(out)])
+    assert checked.exit_code == 0, checked.output
+    # Rendering one lockfile by path touches only its directory.
+    again = CliRunner().invoke(render, [str(lockdir / "gb300-tuned.lock.yaml"), "-o", str(out)])
+    assert again.exit_code == 0, again.output
+
+
+def test_check_reports_modified_missing_and_extra_files(tmp_path: Path, lockdir: Path) -> None:
+    out = tmp_path / "manifests"
+    assert CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)]).exit_code == 0
+    clean = CliRunner().invoke(render, ["--check", "--lockdir", str(lockdir), "-o", str(out)])
+    assert clean.exit_code == 0, clean.output
+    modified = out / "gb300-tuned" / "dynamographdeployment-dsv41-flash.yaml"
+    modified.write_text(modified.read_text().replace("replicas: 18", "replicas: 17"))
+    missing = out / "gb300-disagg-wide-ep" / "computedomain-dsv41-flash-compute-domain.yaml"
+    missing.unlink()
+    extra = out / "gb300-launch" / "configmap-stray.yaml"
+    extra.write_text("kind: ConfigMap\n")
+    stray_stack = out / "old-stack"
+    stray_stack.mkdir()
+    before = _tree(out)
+    result = CliRunner().invoke(render, ["--check", "--lockdir", str(lockdir), "-o", str(out)])
+    assert result.exit_code == 1
+    lines = result.stderr.splitlines()
+    assert f"drifted  {modified}" in lines
+    assert f"missing  {missing}" in lines
+    assert f"extra    {extra}" in lines
+    assert f"extra    {stray_stack}" in lines
+    assert _tree(out) == before  # --check writes nothing
+    # A render puts it right, removing the stale file of the stack it renders.
+    assert CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)]).exit_code == 0
+    assert not extra.exists() and missing.exists()
+
+
+def _profile_copy(tmp_path: Path) -> Path:
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    path = profiles / "gb300-tuned.yaml"
+    path.write_text((PROFILES_DIR / "gb300-tuned.yaml").read_text())
+    return path
+
+
+@pytest.mark.parametrize("state", ["missing", "stale"])
+def test_profile_without_a_current_lock_is_refused(tmp_path: Path, state: str) -> None:
+    profile = _profile_copy(tmp_path)
+    lockdir = tmp_path / "lockfiles"
+    if state == "stale":
+        lock_paths(lockdir, [profile])
+        profile.write_text(profile.read_text().replace("maxNumSeqs: 64", "maxNumSeqs: 32"))
+    out = tmp_path / "manifests"
+    result = CliRunner().invoke(render, [str(profile), "--lockdir", str(lockdir), "-o", str(out)])
+    assert result.exit_code == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "Traceback" not in result.output
+    assert state in result.stderr or "no lockfile" in result.stderr
+    assert "stackpin lock" in result.stderr
+    assert not out.exists()
+    if state == "stale":
+        lock_paths(lockdir, [profile])  # relocked: renders
+        ok = CliRunner().invoke(render, [str(profile), "--lockdir", str(lockdir), "-o", str(out)])
+        assert ok.exit_code == 0, ok.output
+
+
+def _relabel(lock: StackLock, path: tuple[str, ...], value: Any, also_model_id: bool = False) -> StackLock:
+    data = lock.model_dump(mode="json", by_alias=True)
+    node = data["profile"]
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+    if also_model_id:
+        data["resolved"]["model"]["id"] = value
+    return StackLock.model_validate(data)
+
+
+def test_nothing_is_written_when_any_stack_fails(tmp_path: Path) -> None:
+    good = shipped_locks()["gb300-tuned"]
+    bad = _relabel(shipped_locks()["gb300-launch"], ("metadata", "labels", "team"), "not a label value!")
+    with pytest.raises(RenderError) as info:
+        render_stacks([good, bad])
+    assert "not a valid Kubernetes label value" in str(info.value)
+    assert info.value.exit_code == 1
+    out = tmp_path / "manifests"
+    lockdir = tmp_path / "lockfiles"
+    lockdir.mkdir()
+    for lock in (good, bad):
+        from stackpin.lock import render_lock
+
+        (lockdir / f"{lock.metadata.name}.lock.yaml").write_text(render_lock(lock))
+    result = CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)])
+    # The hand-edited lock fails its digest check (exit 2) before anything renders.
+    assert result.exit_code == 2 and "stackDigest" in result.stderr
+    assert not out.exists()
+    write_stacks(render_stacks([good]), out)
+    assert sorted(p.name for p in out.iterdir()) == ["gb300-tuned"]
+
+
+# --- hostile strings -------------------------------------------------------------------------------
+
+HOSTILE = ['"', "'", "a\nb: c", "{{ .Values.x }}", "{% raw %}", "key: value", "# comment", "- item", "[1, 2]",
+           "{a: b}", "&anchor *alias", "!!python/object:os.system", "null", "true", "0x1F", "---", "...", " lead",
+           "trail ", "tab\there", "ünïcödé ∑ 😀", "x" * 5000, "line1\nline2\n", "\\", "%TAG", "`", "|", ">",
+           "$(rm -rf /)", "a\r\nb", "\u2028sep", "\x00nul", "?", "@at"]
+STRINGS = st.one_of(st.sampled_from(HOSTILE),
+                    st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=80))
+BASE = "gb300-disagg-wide-ep"
+# (profile path, must render) - where each hostile string goes
+FIELDS = {
+    "model-id": (("spec", "model", "id"), True),
+    "env-value": (("spec", "kernels", "env", "VLLM_DEEP_GEMM_WARMUP"), True),
+    "new-env-value": (("spec", "kernels", "env", "STACKPIN_TEST"), True),
+    "draft-model": (("spec", "speculative", "draftModel"), True),
+    "attention": (("spec", "kernels", "attention"), True),
+    "tokenizer-mode": (("spec", "model", "tokenizerMode"), True),
+    "label-value": (("metadata", "labels", "stackpin.dev/story"), False),
+}
+
+
+def _strings(obj: Any) -> list[str]:
+    if isinstance(obj, dict):
+        return [s for k, v in obj.items() for s in (k, *_strings(v))]
+    if isinstance(obj, list):
+        return [s for v in obj for s in _strings(v)]
+    return [obj] if isinstance(obj, str) else []
+
+
+def _shape(obj: Any) -> Any:
+    """Structure without string contents: keys and list lengths of dicts, types of leaves."""
+    if isinstance(obj, dict):
+        return {k: _shape(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_shape(v) for v in obj]
+    return type(obj).__name__
+
+
+@pytest.mark.parametrize("field", sorted(FIELDS))
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=STRINGS)
+def test_hostile_strings_never_change_the_structure(field: str, value: str) -> None:
+    path, must_render = FIELDS[field]
+    try:
+        lock = _relabel(shipped_locks()[BASE], path, value, also_model_id=field == "model-id")
+        lock.stack_profile  # noqa: B018 - the profile model itself may refuse the value
+    except ValidationError:
+        assume(False)
+    try:
+        stack = render_stack(lock)
+    except RenderError:
+        assert not must_render, f"{field}={value!r} should render"
+        return
+    parsed = _objects(stack.files)
+    built = {f"{o['kind'].lower()}-{o['metadata']['name']}.yaml": o for o in build_objects(lock)}
+    for name, obj in built.items():
+        assert parsed[name] == obj  # the text parses back to exactly what was built
+    base = _objects(render_stack(shipped_locks()[BASE]).files)
+    assert set(parsed) == set(base)
+    for name in base:
+        assert _shape(parsed[name]) == _shape(base[name]) or field in ("new-env-value",) or (
+            field == "tokenizer-mode"), name
+        assert parsed[name]["kind"] == base[name]["kind"]
+    assert value in _strings(parsed["dynamographdeployment-dsv41-flash.yaml"]) or field in (
+        "draft-model",) or (field == "tokenizer-mode" and value == "auto")
+    if field == "draft-model":
+        dgd = parsed["dynamographdeployment-dsv41-flash.yaml"]
+        for comp in dgd["spec"]["components"][1:]:
+            argv = comp["podTemplate"]["spec"]["containers"][0]["args"]
+            assert json.loads(argv[argv.index("--speculative-config") + 1])["model"] == value
