@@ -41,7 +41,8 @@ class Problem:
 
     def __str__(self) -> str:
         field = f" {self.field}:" if self.field else ""
-        return f"{self.location}:{field} {self.message}"
+        # One line per problem, even when a key or value quoted in it holds a line break.
+        return f"{self.location}:{field} {self.message}".replace("\r", "\\r").replace("\n", "\\n")
 
 
 class InputError(StackpinError):
