@@ -319,7 +319,7 @@ def test_nothing_is_written_when_any_stack_fails(tmp_path: Path) -> None:
 HOSTILE = ['"', "'", "a\nb: c", "{{ .Values.x }}", "{% raw %}", "key: value", "# comment", "- item", "[1, 2]",
            "{a: b}", "&anchor *alias", "!!python/object:os.system", "null", "true", "0x1F", "---", "...", " lead",
            "trail ", "tab\there", "ünïcödé ∑ 😀", "x" * 5000, "line1\nline2\n", "\\", "%TAG", "`", "|", ">",
-           "$(rm -rf /)", "a\r\nb", "\u2028sep", "\x00nul", "?", "@at"]
+           "$(rm -rf /)", "a\r\nb", "\u2028sep", "\x00nul", "?", "@at", "nel\x85"]
 STRINGS = st.one_of(st.sampled_from(HOSTILE),
                     st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=80))
 BASE = "gb300-disagg-wide-ep"
@@ -364,8 +364,9 @@ def test_hostile_strings_never_change_the_structure(field: str, value: str) -> N
         assume(False)
     try:
         stack = render_stack(lock)
-    except RenderError:
-        assert not must_render, f"{field}={value!r} should render"
+    except RenderError as exc:
+        # NEL (U+0085) is refused, not written as another string: PyYAML emits it raw inside quotes.
+        assert not must_render or ("\x85" in value and "round-trip" in str(exc)), f"{field}={value!r} should render"
         return
     parsed = _objects(stack.files)
     built = {f"{o['kind'].lower()}-{o['metadata']['name']}.yaml": o for o in build_objects(lock)}

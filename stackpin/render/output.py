@@ -39,6 +39,20 @@ def _header(lock: StackLock) -> str:
     return text
 
 
+def _dump_checked(obj: dict[str, Any], name: str) -> str:
+    """Dump canonically, then parse the text back: what is written must mean exactly what was
+    built. (PyYAML emits U+0085 NEL raw inside quoted scalars, where a reader folds it; such a value
+    is refused rather than written as another string.)"""
+    import yaml
+
+    text = dump_yaml(obj)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    if yaml.load(text, Loader=loader) != obj:
+        raise RenderError(f"{name}: a value does not survive YAML round-trip (control characters such as "
+                          "U+0085?); remove it from the profile")
+    return text
+
+
 def render_stack(lock: StackLock) -> RenderedStack:
     """Build, validate and dump one stack. Raises RenderError listing every schema error."""
     from stackpin.render.schemas import validate_objects  # jsonschema loads only here
@@ -49,7 +63,7 @@ def render_stack(lock: StackLock) -> RenderedStack:
     if errors:
         raise RenderError("\n".join(str(e) for e in errors))
     header = _header(lock)
-    files = {name: header + dump_yaml(obj) for name, obj in sorted(named.items())}
+    files = {name: header + _dump_checked(obj, name) for name, obj in sorted(named.items())}
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                      "resources": sorted(named)}
     files[KUSTOMIZATION] = header + dump_yaml(kustomization)
