@@ -397,3 +397,17 @@ def test_shipped_profile_names_schema(profile: Path) -> None:
     target = (profile.parent / first[len(prefix):].strip()).resolve()
     assert target == SCHEMA_FILE.resolve()
     assert target.is_file()
+
+
+def test_problem_with_line_break_in_key_stays_one_line(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, apply(base_doc(), {("spec", "bad\nkey"): 1}))
+    with pytest.raises(InputError) as exc:
+        load_profile(path)
+    (line,) = exc.value.lines()
+    assert "\n" not in line and "spec.bad\\nkey: unknown field" in line
+
+
+def test_extends_too_long_name_is_not_found(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, _overlay("a" * 5000), "child.yaml")
+    with pytest.raises(InputError, match="not found"):
+        load_profile(path)
