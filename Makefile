@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACKPIN := $(BIN)/stackpin
 PROFILES := profiles
 
-.PHONY: setup demo test bench lint schema docs clean
+.PHONY: setup demo test bench lint schema docs crds clean
 
 $(BIN)/stackpin: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,10 @@ schema: setup
 	$(STACKPIN) schema > schema/stackprofile.schema.json
 docs: setup
 	$(BIN)/python scripts/gen_profile_reference.py > docs/profile-reference.md
+
+# The bundled CRDs' schemas as JSON, so validation does not parse 1.5 MB of YAML on every start.
+crds: setup
+	$(BIN)/python scripts/extract_crd_schemas.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

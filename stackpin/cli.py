@@ -188,8 +188,10 @@ def lock(profiles: tuple[str, ...], lockdir: str, check: bool, offline: bool, mi
 def _register() -> None:
     # Command groups live in their own modules; importing them costs only their click definitions.
     from stackpin.cli_autotune import autotune
+    from stackpin.cli_render import render
 
     main.add_command(autotune)
+    main.add_command(render)
 
 
 _register()

@@ -121,8 +121,16 @@ class _CanonicalDumper(yaml.SafeDumper):
         return True
 
 
+# Line breaks YAML knows besides \n: PyYAML writes them raw in plain or single-quoted scalars,
+# where a reader folds them, so such strings are emitted double-quoted (escaped) instead.
+_OTHER_BREAKS = ("\x85", "\u2028", "\u2029", "\r")
+
+
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in value else None
+    if any(b in value for b in _OTHER_BREAKS):
+        style: str | None = '"'
+    else:
+        style = "|" if "\n" in value else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 

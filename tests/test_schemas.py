@@ -281,3 +281,9 @@ def test_non_mapping_document(tmp_path: Path) -> None:
     assert [str(e) for e in validate_paths([listing])] == [
         f"{listing}#1: ?: not a Kubernetes object (expected a mapping)"
     ]
+
+
+def test_crd_extract_is_in_step_with_the_bundled_crds() -> None:
+    from stackpin.render.schemas import _CRD_EXTRACT, crd_extract
+
+    assert _CRD_EXTRACT.read_text(encoding="utf-8") == crd_extract(), "run `make crds`"

@@ -1,0 +1,5 @@
+"""`python -m stackpin`: the same CLI as the `stackpin` console script."""
+
+from stackpin.cli import main
+
+main()
