@@ -41,3 +41,19 @@ def test_demo_relocks_identical_bytes(tmp_path: Path, monkeypatch: pytest.Monkey
     run_lock(profiles, Path("lockfiles"), oci_layout=".demo/mirror/oci", hf_cache=".demo/mirror/hf")
     for committed in sorted((ROOT / "lockfiles").glob("*.lock.yaml")):
         assert (tmp_path / "lockfiles" / committed.name).read_bytes() == committed.read_bytes(), committed.name
+
+
+def test_committed_manifests_match_the_committed_locks() -> None:
+    from click.testing import CliRunner
+
+    from stackpin.cli import main
+
+    result = CliRunner().invoke(main, ["render", "--check", "--lockdir", str(ROOT / "lockfiles"),
+                                       "-o", str(ROOT / "manifests")])
+    assert result.exit_code == 0, result.output + "\nrun `make demo` to re-render the shipped stacks"
+
+
+def test_committed_manifests_validate() -> None:
+    from stackpin.render.schemas import validate_paths
+
+    assert [str(e) for e in validate_paths([ROOT / "manifests"])] == []
