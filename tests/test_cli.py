@@ -220,3 +220,10 @@ def test_help_imports_nothing_heavy() -> None:
              "jinja2"}
     loaded = {name for name in imported if name.split(".")[0] in heavy}
     assert loaded == set(), f"`stackpin --help` imports {sorted(loaded)}"
+
+
+def test_python_dash_m_stackpin() -> None:
+    result = subprocess.run([sys.executable, "-m", "stackpin", "rules"], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert "SP121" in result.stdout
