@@ -4,44 +4,10 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
-from functools import wraps
-from typing import Any
 
 import click
 
-OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json", "yaml"]), default="text",
-                      show_default=True, help="Output format; json and yaml have stable keys.")
-
-
-def _fail(lines: list[str], code: int) -> None:
-    for line in lines:
-        click.echo(f"error: {line}" if not line.startswith(("error", "warning")) else line, err=True)
-    sys.exit(code)
-
-
-def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn StackpinError into one line per problem on stderr and its exit code; never a traceback."""
-
-    @wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from stackpin.errors import StackpinError
-
-        try:
-            return fn(*args, **kwargs)
-        except StackpinError as exc:
-            _fail(exc.lines(), exc.exit_code)
-
-    return wrapper
-
-
-def emit(data: Any, output: str) -> None:
-    if output == "json":
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
-    else:
-        from stackpin.yamlio import dump_yaml
-
-        click.echo(dump_yaml(data), nl=False)
+from stackpin.cli_common import OUTPUT, emit, fail, user_errors
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -81,7 +47,7 @@ def validate(profiles: tuple[str, ...], manifests: tuple[str, ...], fail_on: str
         emit(result.model_dump(mode="json"), output)
     if result.input_errors:
         if output == "text":
-            _fail(list(result.input_errors), 2)
+            fail(list(result.input_errors), 2)
         sys.exit(2)
     if result.failed(Severity(fail_on)):
         sys.exit(1)

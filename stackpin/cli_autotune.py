@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli import OUTPUT, emit, user_errors
+from stackpin.cli_common import OUTPUT, emit, user_errors
 
 if TYPE_CHECKING:
     from stackpin.autotune import CacheInfo
@@ -170,3 +170,37 @@ def pack(directory: str, push_ref: str | None, output_file: str | None, layout: 
             resolved = push_cache(directory, push_ref, client)
         click.echo(f"pushed {push_ref} -> {resolved.digest}")
         click.echo(f"pin: {pinned(resolved)}")
+
+
+@autotune.command("capture-job")
+@click.argument("stack", metavar="PROFILE|LOCK")
+@click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
+              help="Where a profile's lock is looked up (it must be current).")
+@click.option("--storage", default="20Gi", show_default=True, help="Size of the volume the cache is written to.")
+@click.option("--output-file", "-f", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@user_errors
+def capture_job(stack: str, lockdir: str, storage: str, output_file: str | None) -> None:
+    """Render the Jobs that run STACK once on its rack with autotuning on and the cache on a volume.
+
+    The Jobs run exactly the stack's engine flags (vLLM names the cache by a hash of them). When they
+    finish, copy the volume's flashinfer_autotune_cache/ out, then `stackpin autotune verify` and
+    `stackpin autotune pack --push` it and pin the digest in spec.autotune.cache.
+    """
+    from stackpin.capture import capture_objects
+    from stackpin.render.output import load_inputs
+    from stackpin.render.schemas import validate_objects
+    from stackpin.yamlio import dump_yaml_all, write_atomic
+
+    [lock], _ = load_inputs([stack], Path(lockdir))
+    objects = capture_objects(lock, storage=storage)
+    errors = validate_objects([(f"capture-job#{i}", obj) for i, obj in enumerate(objects, 1)])
+    if errors:
+        for error in errors:
+            click.echo(f"error: {error}", err=True)
+        sys.exit(1)
+    text = f"# stackpin autotune capture-job for {lock.metadata.name} ({lock.stack_digest})\n" + dump_yaml_all(objects)
+    if output_file:
+        write_atomic(Path(output_file), text)
+        click.echo(f"wrote {output_file} ({len(objects)} objects)", err=True)
+    else:
+        click.echo(text, nl=False)

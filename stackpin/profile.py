@@ -331,7 +331,7 @@ def _problems(exc: ValidationError, positions: MergedPositions) -> list[Problem]
         elif err["type"] in ("enum", "literal_error"):
             message = f"{message}, got {err.get('input')!r}"
         problems.append(Problem(positions.locate(loc), _field_path(loc), message))
-    return problems
+    return sorted(problems, key=lambda p: (p.location.file, p.location.line, p.location.col))
 
 
 def _read_chain(path: Path) -> tuple[dict[str, Any], MergedPositions, tuple[Path, ...]]:
@@ -381,7 +381,7 @@ def load_profile(path: str | Path) -> LoadedProfile:
     path = Path(path)
     document, positions, sources = _read_chain(path)
     try:
-        profile = StackProfile.model_validate(document)
+        profile = StackProfile.model_validate(document, by_alias=True, by_name=False)
     except ValidationError as exc:
         raise InputError(_problems(exc, positions)) from None
     return LoadedProfile(profile, path, sources, positions, document)

@@ -1,0 +1,147 @@
+"""`stackpin autotune capture-job`: the Kubernetes objects that run a locked stack once on its rack
+with FlashInfer autotuning on, writing the cache to a volume, so it can be packed and pinned.
+
+vLLM names a captured cache by a hash of its whole engine configuration, so the capture must run
+exactly the flags the stack serves with: this module takes the stack's own render plan with the
+autotune mode switched to `tune` and runs each worker pool's command under `vllm serve` (the same
+engine arguments; only Dynamo's own `--disaggregation-mode` is left out). A pool whose replica
+spans nodes becomes an Indexed Job, one pod per node, using vLLM's multi-node data parallelism.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stackpin.catalog import Catalog, load_catalog
+from stackpin.lock import StackLock
+from stackpin.render.build import (
+    ARCH_KEY,
+    CLAIM,
+    CONTAINER,
+    ComponentPlan,
+    RenderError,
+    StackPlan,
+    compute_domain,
+    plan_stack,
+)
+
+CACHE_ROOT = "/cache"  # VLLM_CACHE_ROOT: vLLM writes flashinfer_autotune_cache/<fi>/<arch>/<hash>/ below it
+DP_RPC_PORT = "13345"
+# `vllm serve` until the API answers /health (the cache is written during warm-up, before that),
+# then stop. Secondary nodes of a multi-node replica run headless and stop when rank 0 is done.
+# Engine arguments arrive as "$@": nothing from the profile is spliced into this text.
+CAPTURE_SCRIPT = r"""set -euo pipefail
+extra=()
+index="${JOB_COMPLETION_INDEX:-0}"
+if [ "$STACKPIN_NODES" -gt 1 ]; then
+  extra+=(--data-parallel-size-local "$STACKPIN_DP_LOCAL"
+          --data-parallel-start-rank "$((index * STACKPIN_DP_LOCAL))"
+          --data-parallel-address "$STACKPIN_LEADER" --data-parallel-rpc-port "$STACKPIN_DP_RPC_PORT")
+  if [ "$index" -gt 0 ]; then extra+=(--headless); fi
+fi
+done_marker="$VLLM_CACHE_ROOT/.stackpin-captured-$STACKPIN_POOL"
+vllm serve "$@" "${extra[@]}" &
+pid=$!
+if [ "$index" -eq 0 ]; then
+  until python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:8000/health")' 2>/dev/null; do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid"; exit 1; }
+    sleep 10
+  done
+  touch "$done_marker"
+else
+  until [ -e "$done_marker" ]; do kill -0 "$pid" 2>/dev/null || { wait "$pid"; exit 1; }; sleep 10; done
+fi
+kill -TERM "$pid"
+wait "$pid" || true
+find "$VLLM_CACHE_ROOT/flashinfer_autotune_cache" -type f -name '*.json' | sort
+"""
+
+
+def _tune_lock(lock: StackLock) -> StackLock:
+    """The same stack with autotune switched to tune and no cache: what a capture runs."""
+    profile = {**lock.profile, "spec": {**lock.profile["spec"], "autotune": {"mode": "tune", "cache": None}}}
+    resolved = lock.resolved.model_copy(update={"autotune_cache": None})
+    return lock.model_copy(update={"profile": profile, "resolved": resolved})
+
+
+def vllm_serve_args(args: tuple[str, ...]) -> list[str]:
+    """A dynamo.vllm argv as `vllm serve` argv: the model goes first, Dynamo's own flag goes."""
+    out, model, i = [], None, 0
+    while i < len(args):
+        if args[i] == "--model":
+            model, i = args[i + 1], i + 2
+        elif args[i] == "--disaggregation-mode":
+            i += 2
+        else:
+            out.append(args[i])
+            i += 1
+    if model is None:
+        raise RenderError("engine arguments carry no --model")
+    return [model, *out]
+
+
+def _job(plan: StackPlan, comp: ComponentPlan, pvc: str, catalog: Catalog, gpus_per_node: int) -> list[dict]:
+    name = f"{plan.name}-autotune-{comp.name}"
+    labels = {**dict(plan.labels), "app.kubernetes.io/component": f"autotune-capture-{comp.name}"}
+    meta = {"name": name, "namespace": plan.namespace, "labels": labels, "annotations": dict(plan.annotations)}
+    tp = int(comp.args[comp.args.index("--tensor-parallel-size") + 1])
+    env = {**dict(comp.env), "VLLM_CACHE_ROOT": CACHE_ROOT, "STACKPIN_POOL": comp.name,
+           "STACKPIN_NODES": str(comp.node_count), "STACKPIN_DP_RPC_PORT": DP_RPC_PORT}
+    env.pop("VLLM_ENGINE_READY_TIMEOUT_S", None)
+    objects: list[dict[str, Any]] = []
+    if comp.node_count > 1:
+        if tp > comp.gpus_per_pod:
+            raise RenderError(f"{plan.name}: pool {comp.name} splits a tensor-parallel group across nodes; "
+                              "capture-job runs multi-node pools through data parallelism only")
+        env["STACKPIN_DP_LOCAL"] = str(comp.gpus_per_pod // tp)
+        env["STACKPIN_LEADER"] = f"{name}-0.{name}.{plan.namespace}.svc"
+        objects.append({"apiVersion": "v1", "kind": "Service", "metadata": meta,
+                        "spec": {"clusterIP": "None", "selector": {"job-name": name},
+                                 "ports": [{"name": "dp-rpc", "port": int(DP_RPC_PORT)}]}})
+    gpus = {"nvidia.com/gpu": str(comp.gpus_per_pod)}
+    container: dict[str, Any] = {
+        "name": CONTAINER, "image": plan.image, "command": ["bash", "-c", CAPTURE_SCRIPT, "stackpin-capture"],
+        "args": vllm_serve_args(comp.args), "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
+        "resources": {"limits": dict(gpus), "requests": dict(gpus)},
+        "volumeMounts": [{"name": "cache", "mountPath": CACHE_ROOT}, {"name": "shm", "mountPath": "/dev/shm"}],
+    }
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never", "nodeSelector": dict(comp.node_selector), "containers": [container],
+        "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": pvc}},
+                    {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": comp.shared_memory}}],
+    }
+    if plan.tolerate_arch:
+        pod["tolerations"] = [{"key": ARCH_KEY, "operator": "Equal", "value": plan.cpu_arch, "effect": "NoSchedule"}]
+    if comp.compute_domain:
+        pod["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": f"{comp.compute_domain}-channel"}]
+        container["resources"]["claims"] = [{"name": CLAIM}]
+    spec: dict[str, Any] = {"backoffLimit": 0, "template": {"metadata": {"labels": labels}, "spec": pod}}
+    if comp.node_count > 1:
+        pod["subdomain"] = name
+        spec.update(completionMode="Indexed", completions=comp.node_count, parallelism=comp.node_count)
+    if comp.startup is not None:
+        # The whole run is start-up: bound it by the stack's start-up budget.
+        spec["activeDeadlineSeconds"] = comp.startup.period_s * comp.startup.failure_threshold
+    objects.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec})
+    return objects
+
+
+def capture_objects(lock: StackLock, catalog: Catalog | None = None, storage: str = "20Gi") -> list[dict[str, Any]]:
+    """PVC, Jobs (one per worker pool), and what multi-node pools need (headless Service,
+    ComputeDomain), all from the stack's own render plan."""
+    catalog = catalog or load_catalog()
+    plan = plan_stack(_tune_lock(lock), catalog)
+    platform = catalog.platforms[lock.stack_profile.spec.target.platform]
+    pvc = f"{plan.name}-autotune-cache"
+    objects: list[dict[str, Any]] = [{
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": pvc, "namespace": plan.namespace, "labels": dict(plan.labels)},
+        # Every pod of every pool writes its own files into the one tree that gets packed.
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": storage}}},
+    }]
+    for comp in plan.components:
+        if comp.name != "frontend":
+            objects += _job(plan, comp, pvc, catalog, platform.gpus_per_node)
+    if plan.compute_domain:
+        objects.append(compute_domain(plan))
+    return objects

@@ -1,0 +1,44 @@
+"""Pieces every CLI module shares: output format option, one-line user errors, structured output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from functools import wraps
+from typing import Any
+
+import click
+
+OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json", "yaml"]), default="text",
+                      show_default=True, help="Output format; json and yaml have stable keys.")
+
+
+def fail(lines: list[str], code: int) -> None:
+    for line in lines:
+        click.echo(f"error: {line}" if not line.startswith(("error", "warning")) else line, err=True)
+    sys.exit(code)
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn StackpinError into one line per problem on stderr and its exit code; never a traceback."""
+
+    @wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from stackpin.errors import StackpinError
+
+        try:
+            return fn(*args, **kwargs)
+        except StackpinError as exc:
+            fail(exc.lines(), exc.exit_code)
+
+    return wrapper
+
+
+def emit(data: Any, output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        from stackpin.yamlio import dump_yaml
+
+        click.echo(dump_yaml(data), nl=False)
