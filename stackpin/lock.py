@@ -284,6 +284,10 @@ def write_lock(lock: StackLock, lockdir: Path) -> Path:
 
 
 def read_lock(path: Path) -> StackLock:
+    lock = _read_lock_fast(path)
+    if lock is not None:
+        return lock
+    # Slow path, only for a lockfile that is not right: parse again keeping positions for the errors.
     data, positions = load_yaml(path)
     if not isinstance(data, dict) or data.get("kind") != LOCK_KIND:
         raise InputError([Problem(positions.locate(()), "kind", f"not a {LOCK_KIND}")])
@@ -292,10 +296,20 @@ def read_lock(path: Path) -> StackLock:
     except ValidationError as exc:
         raise InputError([Problem(positions.locate(tuple(e["loc"])), ".".join(map(str, e["loc"])), e["msg"])
                           for e in exc.errors(include_url=False)]) from None
-    if stack_digest(lock.profile, lock.resolved) != lock.stack_digest:
-        raise InputError([Problem(positions.locate(("stackDigest",)), "stackDigest",
-                                  "does not match the lockfile's content (edited by hand?); run stackpin lock")])
-    return lock
+    raise InputError([Problem(positions.locate(("stackDigest",)), "stackDigest",
+                              "does not match the lockfile's content (edited by hand?); run stackpin lock")])
+
+
+def _read_lock_fast(path: Path) -> StackLock | None:
+    """A well-formed, untampered lock through libyaml's parser (render reads many); else None."""
+    import yaml
+
+    try:
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        lock = StackLock.model_validate(data)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError):
+        return None
+    return lock if stack_digest(lock.profile, lock.resolved) == lock.stack_digest else None
 
 
 def read_existing_locks(lockdir: Path, names: Sequence[str]) -> dict[str, StackLock]:

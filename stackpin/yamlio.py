@@ -114,7 +114,7 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
         loader.dispose()
 
 
-class _CanonicalDumper(yaml.SafeDumper):
+class _PyCanonicalDumper(yaml.SafeDumper):
     """Block style, no aliases, stable string quoting: the same data always gives the same bytes."""
 
     def ignore_aliases(self, data: Any) -> bool:
@@ -134,7 +134,12 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
-_CanonicalDumper.add_representer(str, _str_representer)
+_PyCanonicalDumper.add_representer(str, _str_representer)
+
+# PyYAML's own emitter, not libyaml's: the two write different bytes for some values (trailing
+# line breaks, characters beyond the BMP, complex keys), and output must not depend on how PyYAML
+# was built on a machine.
+_CanonicalDumper = _PyCanonicalDumper
 
 
 def dump_yaml(data: Any, sort_keys: bool = True) -> str:
