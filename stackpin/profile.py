@@ -387,10 +387,33 @@ def load_profile(path: str | Path) -> LoadedProfile:
     return LoadedProfile(profile, path, sources, positions, document)
 
 
+def _without_required(node: Any) -> Any:
+    """A copy of a schema with no `required` anywhere and $refs pointing at the Partial* defs."""
+    if isinstance(node, dict):
+        out = {k: _without_required(v) for k, v in node.items() if k != "required"}
+        if isinstance(out.get("$ref"), str):
+            out["$ref"] = out["$ref"].replace("#/$defs/", "#/$defs/Partial")
+        return out
+    if isinstance(node, list):
+        return [_without_required(v) for v in node]
+    return node
+
+
 def profile_json_schema() -> dict[str, Any]:
-    schema = StackProfile.model_json_schema(by_alias=True)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["$id"] = "https://stackpin.dev/schemas/stackprofile.v1.json"
-    schema["title"] = "stackpin StackProfile"
-    return schema
+    """The profile schema for editors. A profile that `extends:` a base is checked for known keys and
+    types only: required fields may come from the base (load_profile checks the merged result)."""
+    full = StackProfile.model_json_schema(by_alias=True)
+    defs = full.pop("$defs")
+    partial_defs = {f"Partial{name}": _without_required(d) for name, d in defs.items()}
+    defs["StackProfile"] = full
+    partial_defs["PartialStackProfile"] = _without_required(full)
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://stackpin.dev/schemas/stackprofile.v1.json",
+        "title": "stackpin StackProfile",
+        "$defs": {**defs, **partial_defs},
+        "if": {"type": "object", "required": ["extends"]},
+        "then": {"$ref": "#/$defs/PartialStackProfile"},
+        "else": {"$ref": "#/$defs/StackProfile"},
+    }
 
