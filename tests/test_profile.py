@@ -415,3 +415,10 @@ def test_extends_too_long_name_is_not_found(tmp_path: Path) -> None:
     path = write_profile(tmp_path, _overlay("a" * 5000), "child.yaml")
     with pytest.raises(InputError, match="not found"):
         load_profile(path)
+
+
+def test_profile_reference_is_generated_from_the_models() -> None:
+    from stackpin.docgen import profile_reference
+
+    committed = (Path(__file__).resolve().parent.parent / "docs/profile-reference.md").read_text(encoding="utf-8")
+    assert committed == profile_reference(), "run `make docs`"
