@@ -4,16 +4,23 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.sizing import pool_memory
+from stackpin.profile import Pool
+from stackpin.sizing import PoolMemory, pool_memory
 from stackpin.validate import Context, Hit, Severity, pools, rule
+from stackpin.yamlio import FieldPath
+
+
+def _memories(ctx: Context) -> Iterator[tuple[str, FieldPath, Pool, PoolMemory]]:
+    """Each pool with its per-GPU memory estimate; nothing when the catalog does not know the model."""
+    if ctx.model is None:
+        return
+    for role, path, pool in pools(ctx):
+        yield role, path, pool, pool_memory(ctx.profile, pool, ctx.model, ctx.catalog)
 
 
 @rule("SP131", Severity.error, "weights do not fit on the GPU")
 def weights_fit(ctx: Context) -> Iterator[Hit]:
-    if ctx.model is None:
-        return
-    for role, path, pool in pools(ctx):
-        mem = pool_memory(ctx.profile, pool, ctx.model, ctx.catalog)
+    for role, path, pool, mem in _memories(ctx):
         if mem.weights_gib + mem.reserve_gib > mem.usable_gib:
             yield Hit(path, f"{role}: weights {mem.weights_gib:.1f} GiB + reserve {mem.reserve_gib:.1f} GiB per GPU "
                       f"exceed {mem.usable_gib:.1f} GiB ({ctx.gpu.hbm_gib:g} GiB x {pool.gpu_memory_utilization})",
@@ -22,10 +29,7 @@ def weights_fit(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP132", Severity.error, "KV cache cannot hold one max-length sequence")
 def kv_fit(ctx: Context) -> Iterator[Hit]:
-    if ctx.model is None:
-        return
-    for role, path, pool in pools(ctx):
-        mem = pool_memory(ctx.profile, pool, ctx.model, ctx.catalog)
+    for role, path, _pool, mem in _memories(ctx):
         if mem.weights_gib + mem.reserve_gib <= mem.usable_gib < (
                 mem.weights_gib + mem.reserve_gib + mem.one_sequence_gib):
             yield Hit(path, f"{role}: {max(mem.kv_gib, 0):.1f} GiB left for KV cache per GPU cannot hold one "
@@ -35,10 +39,7 @@ def kv_fit(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP133", Severity.warning, "little memory headroom per GPU")
 def headroom(ctx: Context) -> Iterator[Hit]:
-    if ctx.model is None:
-        return
-    for role, path, pool in pools(ctx):
-        mem = pool_memory(ctx.profile, pool, ctx.model, ctx.catalog)
+    for role, path, pool, mem in _memories(ctx):
         if mem.headroom_gib < ctx.catalog.engine.headroom_warn_fraction * mem.hbm_gib:
             yield Hit(path + ("gpuMemoryUtilization",), f"{role}: gpuMemoryUtilization={pool.gpu_memory_utilization} "
                       f"leaves {mem.headroom_gib:.1f} GiB ({mem.headroom_gib / mem.hbm_gib:.0%}) of {mem.hbm_gib:g} "

@@ -39,17 +39,19 @@ def model_revision(ctx: Context) -> Iterator[Hit]:
                   "stackpin lock records the commit; or pin a 40-hex commit here")
 
 
+def _unpinned(ctx: Context, field: str, derived: str) -> Iterator[Hit]:
+    for role, path, pool in pools(ctx):
+        if getattr(pool, field) is None:
+            yaml_key = "".join(w.capitalize() if i else w for i, w in enumerate(field.split("_")))
+            yield Hit(path, f"{role} {yaml_key} is unset: vLLM picks it from GPU memory, and {derived} derive from it",
+                      f"pin {yaml_key}")
+
+
 @rule("SP191", Severity.warning, "max-num-seqs left to the GPU-memory default")
 def seqs_unpinned(ctx: Context) -> Iterator[Hit]:
-    for role, path, pool in pools(ctx):
-        if pool.max_num_seqs is None:
-            yield Hit(path, f"{role} maxNumSeqs is unset: vLLM picks it from GPU memory, and CUDA graph capture "
-                      "sizes derive from it", "pin maxNumSeqs")
+    yield from _unpinned(ctx, "max_num_seqs", "CUDA graph capture sizes")
 
 
 @rule("SP192", Severity.warning, "max-num-batched-tokens left to the GPU-memory default")
 def batched_unpinned(ctx: Context) -> Iterator[Hit]:
-    for role, path, pool in pools(ctx):
-        if pool.max_num_batched_tokens is None:
-            yield Hit(path, f"{role} maxNumBatchedTokens is unset: vLLM picks it from GPU memory, and the autotune "
-                      "shapes and capture sizes derive from it", "pin maxNumBatchedTokens")
+    yield from _unpinned(ctx, "max_num_batched_tokens", "the autotune shapes and capture sizes")
