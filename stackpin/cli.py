@@ -65,8 +65,9 @@ def _validate_manifests(paths: tuple[str, ...], output: str) -> None:
         if not errors:
             click.echo(f"manifests valid: {', '.join(paths)}", err=True)
     else:
-        emit({"errors": [vars(e) if not hasattr(e, "__dataclass_fields__") else
-                         {k: getattr(e, k) for k in e.__dataclass_fields__} for e in errors]}, output)
+        from dataclasses import asdict
+
+        emit({"errors": [asdict(e) for e in errors]}, output)
     if errors:
         sys.exit(1)
 
