@@ -247,3 +247,21 @@ def test_cli_errors_are_one_line_exit_2(project: Path) -> None:
 def test_profile_digest_is_over_the_effective_profile(project: Path) -> None:
     [(_, lock)] = lock_layout(project)
     assert lock.metadata.profile_digest == sha256(lock.profile)
+
+
+def test_lock_through_a_token_registry_and_profile_mirrors(project: Path, auth_registry, tmp_path: Path) -> None:
+    """The site mirror demands Bearer tokens; credentials come from a docker config.json, the mirror
+    from the profile's spec.mirrors."""
+    prefix = f"{auth_registry.host}/site{uuid.uuid4().hex[:6]}"
+    (tmp_path / "docker").mkdir()
+    config = auth_registry.docker_config(tmp_path / "docker")
+    with RegistryClient(docker_config=config) as client:
+        push_layout_to_registry(project / "oci", client, {"nvcr.io": prefix})
+    write_profile(project / "profiles", extra=f"  mirrors:\n    nvcr.io: {prefix}\n")
+    with pytest.raises(ResolveError, match="not authorized"):
+        run_lock([project / "profiles/lock-test.yaml"], project / "lockfiles", hf_cache=str(project / "hf"),
+                 docker_config=str(tmp_path / "no-such-config.json"))
+    [(_, lock)] = run_lock([project / "profiles/lock-test.yaml"], project / "lockfiles",
+                           hf_cache=str(project / "hf"), docker_config=str(config))
+    assert lock.resolved.images["runtime"].resolved_via == f"mirror {prefix}"
+    assert lock.resolved.images["runtime"].pinned.startswith("nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:")
