@@ -455,16 +455,25 @@ class RegistryClient:
         refs: Iterable[ImageRef | str],
         mirrors: Mapping[str, str] | None = None,
         max_workers: int = 16,
+        on_done: Callable[[], None] | None = None,
     ) -> list[Resolved]:
         """`resolve` for each ref concurrently, in the order given. On failure the pending ones
-        are cancelled, running ones finish, and the first failing ref (in input order) raises."""
+        are cancelled, running ones finish, and the first failing ref (in input order) raises.
+        `on_done` is called once per resolved reference (from worker threads), for progress."""
         asked = [as_image_ref(r) for r in refs]
         unique = list(dict.fromkeys(asked))
         if not unique:
             return []
+
+        def one(ref: ImageRef) -> Resolved:
+            resolved = self.resolve(ref, mirrors)
+            if on_done is not None:
+                on_done()
+            return resolved
+
         pool = ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(unique))))
         try:
-            futures = {r: pool.submit(self.resolve, r, mirrors) for r in unique}
+            futures = {r: pool.submit(one, r) for r in unique}
             wait(futures.values(), return_when=FIRST_EXCEPTION)
         finally:
             pool.shutdown(wait=True, cancel_futures=True)

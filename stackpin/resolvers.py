@@ -37,9 +37,11 @@ class RegistrySource:
 
     def resolve_many(self, refs: Sequence[ImageRef]) -> list[Resolved]:
         from stackpin.oci import RegistryClient  # httpx loads only when a registry is used
+        from stackpin.progress import progress
 
-        with RegistryClient(timeout=self.timeout, docker_config=self.docker_config) as client:
-            return client.resolve_many(refs, mirrors=self.mirrors, max_workers=self.max_workers)
+        with RegistryClient(timeout=self.timeout, docker_config=self.docker_config) as client, \
+                progress("resolving references", len(refs)) as advance:
+            return client.resolve_many(refs, mirrors=self.mirrors, max_workers=self.max_workers, on_done=advance)
 
 
 @dataclass
