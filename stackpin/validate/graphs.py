@@ -66,12 +66,13 @@ def not_multiple(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
     if not graphs.capture_sizes or not _full_decode(ctx):
         return
-    k = ctx.profile.spec.speculative.k
-    odd = [s for s in sorted(set(graphs.capture_sizes)) if k and s % (1 + k)]
-    if odd:
-        yield Hit(_G + ("captureSizes",), f"sizes {odd} are not multiples of 1+k={1 + k}; with "
-                  f"{graphs.mode} graphs vLLM rounds them up (or drops them above the max)",
-                  f"use multiples of {1 + k}: {sorted({_round_up(s, 1 + k) for s in odd})}")
+    # Pools may override speculative settings: check every k a pool runs with.
+    for k in sorted({ctx.profile.speculative_for(pool).k for _, _, pool in pools(ctx)}):
+        odd = [s for s in sorted(set(graphs.capture_sizes)) if k and s % (1 + k)]
+        if odd:
+            yield Hit(_G + ("captureSizes",), f"sizes {odd} are not multiples of 1+k={1 + k}; with "
+                      f"{graphs.mode} graphs vLLM rounds them up (or drops them above the max)",
+                      f"use multiples of {1 + k}: {sorted({_round_up(s, 1 + k) for s in odd})}")
 
 
 @rule("SP105", Severity.error, "no capture size left")
