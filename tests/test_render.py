@@ -385,3 +385,17 @@ def test_hostile_strings_never_change_the_structure(field: str, value: str) -> N
         for comp in dgd["spec"]["components"][1:]:
             argv = comp["podTemplate"]["spec"]["containers"][0]["args"]
             assert json.loads(argv[argv.index("--speculative-config") + 1])["model"] == value
+
+
+def test_render_removes_only_files_it_wrote(tmp_path: Path) -> None:
+    from stackpin.render.output import render_stacks, write_stacks
+
+    locks = list(shipped_locks().values())
+    [stack] = render_stacks([locks[0]])
+    directory = tmp_path / stack.name
+    directory.mkdir()
+    (directory / "mine.yaml").write_text("# a user's own file\nkind: ConfigMap\n")
+    (directory / "computedomain-old.yaml").write_text(next(iter(stack.files.values())))
+    write_stacks([stack], tmp_path)
+    assert (directory / "mine.yaml").exists()
+    assert not (directory / "computedomain-old.yaml").exists()
