@@ -247,9 +247,10 @@ def test_check_reports_modified_missing_and_extra_files(tmp_path: Path, lockdir:
     assert f"extra    {extra}" in lines
     assert f"extra    {stray_stack}" in lines
     assert _tree(out) == before  # --check writes nothing
-    # A render puts it right, removing the stale file of the stack it renders.
+    # A render puts back what it owns; the stray file was not written by stackpin, so it stays.
     assert CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)]).exit_code == 0
-    assert not extra.exists() and missing.exists()
+    assert extra.exists() and missing.exists()
+    assert "replicas: 18" in modified.read_text()
 
 
 def _profile_copy(tmp_path: Path) -> Path:

@@ -160,7 +160,8 @@ def dynamo_flags(version: str) -> dict[str, Any] | None:
 
 
 def _read(name: str) -> Any:
-    return yaml.safe_load(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
+    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 @cache
