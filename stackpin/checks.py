@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
 from stackpin.errors import InputError, Location, Problem, StackpinError
-from stackpin.profile import load_profile
+from stackpin.profile import LoadedProfile, load_profile
 from stackpin.summary import StackSummary, summarize
 from stackpin.validate import Finding, Severity, run_rules
 
@@ -36,17 +36,36 @@ class CheckResult(BaseModel):
         return any(f.severity in levels for r in self.reports for f in r.findings)
 
 
+def duplicate_names(loaded: Sequence[LoadedProfile]) -> None:
+    """Lockfiles and manifests are named after metadata.name: two profiles may not share one."""
+    seen: dict[str, LoadedProfile] = {}
+    problems = []
+    for item in loaded:
+        first = seen.setdefault(item.profile.name, item)
+        if first is not item:
+            problems.append(Problem(item.locate(("metadata", "name")), "metadata.name",
+                                    f"{item.profile.name!r} is also the name of {first.path}; lockfiles and "
+                                    "manifests are named after it"))
+    if problems:
+        raise InputError(problems)
+
+
 def check_profiles(paths: Iterable[str | Path]) -> CheckResult:
     """Validate every profile; bad input in one file does not hide findings in the others."""
-    reports, errors = [], []
+    reports, errors, loaded_all = [], [], []
     for path in paths:
         try:
             loaded = load_profile(path)
         except StackpinError as exc:
             errors.extend(exc.lines())
             continue
+        loaded_all.append(loaded)
         reports.append(ProfileReport(file=str(path), name=loaded.profile.name, summary=summarize(loaded.profile),
                                      findings=tuple(run_rules(loaded))))
+    try:
+        duplicate_names(loaded_all)
+    except InputError as exc:
+        errors.extend(exc.lines())
     return CheckResult(reports=tuple(reports), input_errors=tuple(errors))
 
 

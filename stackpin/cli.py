@@ -146,7 +146,8 @@ def lock(profiles: tuple[str, ...], lockdir: str, check: bool, offline: bool, mi
     from stackpin.lockrun import run_lock
 
     written = run_lock(paths, Path(lockdir), offline=offline, mirrors=_parse_mirrors(mirrors),
-                       oci_layout=oci_layout, hf_cache=hf_cache, hf_endpoint=hf_endpoint, docker_config=docker_config)
+                       oci_layout=oci_layout, hf_cache=hf_cache, hf_endpoint=hf_endpoint, docker_config=docker_config,
+                       on_note=lambda note: click.echo(f"warning: {note}", err=True))
     for path, lock_ in written:
         note = "  [stand-in pins: demo mirror]" if lock_.resolved.stand_in else ""
         click.echo(f"locked {path}  {lock_.stack_digest}{note}")

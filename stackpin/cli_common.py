@@ -31,6 +31,9 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except StackpinError as exc:
             fail(exc.lines(), exc.exit_code)
+        except OSError as exc:  # the filesystem said no (read-only, full, not a directory, ...)
+            where = f"{exc.filename}: " if exc.filename else ""
+            fail([f"{where}{exc.strerror or exc}"], 2)
 
     return wrapper
 

@@ -1,7 +1,7 @@
 """Lockfiles: a profile with every floating reference pinned, named by its stack digest.
 
 `lock_profiles` resolves the images, model revisions and autotune caches of many profiles at once
-and returns `StackLock`s; `write_lock` writes one atomically. The stack digest is a sha256 over the
+and returns `StackLock`s; `write_locks` writes them all or none. The stack digest is a sha256 over the
 canonical bytes of what defines the stack (the effective profile and the pinned references); where
 a digest was resolved (registry, mirror, layout) is recorded beside it but never hashed, so the same
 stack locked through a mirror or a layout has the same digest.
@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,7 +25,7 @@ from stackpin.errors import InputError, Problem, StackpinError
 from stackpin.oci import ImageRef, Resolved
 from stackpin.profile import LoadedProfile, StackProfile, load_profile
 from stackpin.resolvers import COMMIT, ImageSource, ModelRevision, ModelSource, is_stand_in
-from stackpin.yamlio import dump_yaml, load_yaml, write_atomic
+from stackpin.yamlio import dump_yaml, load_yaml, write_files
 
 LOCK_KIND = "StackLock"
 AUTOTUNE_ANNOTATIONS = {
@@ -196,15 +196,13 @@ def lock_profiles(loaded: Sequence[LoadedProfile], sources: Sources, lockdir: Pa
             raise StackpinError("no image source configured")
         refs = list(wanted)
         resolved_refs = dict(zip(refs, sources.images.resolve_many(refs), strict=True))
-    # Recorded relative to the project root (the lock directory's parent): the same bytes from any cwd.
-    root = lockdir.resolve().parent
-    return [_lock_one(item, images, cache, previous, resolved_refs, sources, offline, catalog, root)
+    return [_lock_one(item, images, cache, previous, resolved_refs, sources, offline, catalog, lockdir)
             for item, images, cache, previous in per_profile]
 
 
 def _lock_one(item: LoadedProfile, images: dict[str, ImageRef], cache: ImageRef | None, previous: StackLock | None,
               resolved_refs: dict[ImageRef, Resolved], sources: Sources, offline: bool,
-              catalog: Catalog, root: Path) -> StackLock:
+              catalog: Catalog, lockdir: Path) -> StackLock:
     profile = item.profile
     arch = catalog.platforms[profile.spec.target.platform].cpu_arch
     locked_images = {}
@@ -225,8 +223,8 @@ def _lock_one(item: LoadedProfile, images: dict[str, ImageRef], cache: ImageRef 
     document = effective_profile(profile)
     section = ResolvedSection(images=locked_images, model=model, autotune_cache=artifact,
                               engines=LockedEngines(**profile.spec.versions.model_dump(exclude={"runtime_image"})))
-    relative = Path(os.path.relpath(item.path.resolve(), root)).as_posix()
-    return StackLock(metadata=LockMetadata(name=profile.name, profile=relative,
+    # The profile is named relative to the project root: the same bytes from any working directory.
+    return StackLock(metadata=LockMetadata(name=profile.name, profile=profile_relpath(item.path, lockdir),
                                            profile_digest=sha256(document)),
                      stack_digest=stack_digest(document, section), profile=document, resolved=section)
 
@@ -277,10 +275,11 @@ def render_lock(lock: StackLock) -> str:
     return header + dump_yaml(lock.model_dump(mode="json", by_alias=True, exclude_none=True))
 
 
-def write_lock(lock: StackLock, lockdir: Path) -> Path:
-    path = lock_path(lockdir, lock.metadata.name)
-    write_atomic(path, render_lock(lock))
-    return path
+def write_locks(locks: Sequence[StackLock], lockdir: Path) -> list[Path]:
+    """Write every lockfile or none (see yamlio.write_files)."""
+    files = {lock_path(lockdir, lock.metadata.name): render_lock(lock) for lock in locks}
+    write_files(files)
+    return list(files)
 
 
 def read_lock(path: Path) -> StackLock:
@@ -312,20 +311,34 @@ def _read_lock_fast(path: Path) -> StackLock | None:
     return lock if stack_digest(lock.profile, lock.resolved) == lock.stack_digest else None
 
 
-def read_existing_locks(lockdir: Path, names: Sequence[str]) -> dict[str, StackLock]:
+def read_existing_locks(lockdir: Path, names: Sequence[str],
+                        on_invalid: Callable[[Path, StackpinError], None] | None = None) -> dict[str, StackLock]:
+    """The current lockfiles of these stacks. An unreadable or tampered one raises, unless
+    `on_invalid` takes it (a fresh lock replaces it anyway; only --offline must trust it)."""
     out = {}
     for name in names:
         path = lock_path(lockdir, name)
-        if path.exists():
+        if not path.exists():
+            continue
+        try:
             out[name] = read_lock(path)
+        except StackpinError as exc:
+            if on_invalid is None:
+                raise
+            on_invalid(path, exc)
     return out
+
+
+def profile_relpath(profile_path: Path, lockdir: Path) -> str:
+    """How a lock names its profile: relative to the project root (the lock directory's parent)."""
+    return Path(os.path.relpath(profile_path.resolve(), lockdir.resolve().parent)).as_posix()
 
 
 @dataclass(frozen=True)
 class CheckOutcome:
     profile: str
     lockfile: str
-    status: str  # "current", "missing", "stale"
+    status: str  # "current", "missing", "stale", "invalid"
     detail: str = ""
 
 
@@ -338,7 +351,11 @@ def check_locks(profiles: Sequence[Path], lockdir: Path) -> list[CheckOutcome]:
         if not lock_file.exists():
             out.append(CheckOutcome(str(path), str(lock_file), "missing"))
             continue
-        lock = read_lock(lock_file)
+        try:
+            lock = read_lock(lock_file)
+        except StackpinError as exc:  # keep checking the others; the verdict is still "not current"
+            out.append(CheckOutcome(str(path), str(lock_file), "invalid", exc.lines()[0]))
+            continue
         if lock.metadata.profile_digest != sha256(effective_profile(loaded.profile)):
             out.append(CheckOutcome(str(path), str(lock_file), "stale", "the profile changed since it was locked"))
         else:

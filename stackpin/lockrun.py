@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from stackpin.checks import duplicate_names
 from stackpin.errors import StackpinError
-from stackpin.lock import Sources, StackLock, StackMismatch, lock_profiles, read_existing_locks, write_lock
+from stackpin.lock import (
+    Sources,
+    StackLock,
+    StackMismatch,
+    lock_path,
+    lock_profiles,
+    profile_relpath,
+    read_existing_locks,
+    write_locks,
+)
 from stackpin.profile import load_profile
 from stackpin.resolvers import HfCacheSource, HubSource, LayoutSource, ModelSource, RegistrySource
 from stackpin.validate import Severity, run_rules
@@ -14,13 +24,11 @@ from stackpin.validate import Severity, run_rules
 
 def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mirrors: Mapping[str, str] | None = None,
              oci_layout: str | None = None, hf_cache: str | None = None, hf_endpoint: str | None = None,
-             docker_config: str | None = None) -> list[tuple[Path, StackLock]]:
+             docker_config: str | None = None,
+             on_note: Callable[[str], None] | None = None) -> list[tuple[Path, StackLock]]:
     loaded = [load_profile(p) for p in paths]
     names = [item.profile.name for item in loaded]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise StackpinError(f"several profiles are named {', '.join(duplicates)}; lockfiles are named after "
-                            "metadata.name")
+    duplicate_names(loaded)
     errors = [f for item in loaded for f in run_rules(item) if f.severity == Severity.error]
     if errors:
         raise StackMismatch("\n".join(str(f) for f in errors) + "\nnot locked: fix the errors above")
@@ -32,7 +40,20 @@ def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mir
     images = LayoutSource(Path(oci_layout)) if oci_layout else RegistrySource(merged_mirrors, docker_config)
     models: ModelSource = HfCacheSource(Path(hf_cache)) if hf_cache else HubSource(
         **({"endpoint": hf_endpoint} if hf_endpoint else {}))
-    sources = Sources(images=images, models=models, previous=read_existing_locks(lockdir, names))
+    def replace_invalid(path: Path, exc: StackpinError) -> None:
+        if on_note is not None:
+            on_note(f"{path} is not a valid lockfile ({exc.lines()[0]}); it will be replaced")
+
+    previous = read_existing_locks(lockdir, names, on_invalid=None if offline else replace_invalid)
+    for item in loaded:
+        old = previous.get(item.profile.name)
+        mine = profile_relpath(item.path, lockdir)
+        if old is not None and old.metadata.profile != mine:
+            raise StackpinError(f"{lock_path(lockdir, item.profile.name)} is the lock of {old.metadata.profile}, "
+                                f"not of {mine}: both name the stack {item.profile.name!r}",
+                                "give the profile its own metadata.name, or delete the old lockfile if the "
+                                "profile moved")
+    sources = Sources(images=images, models=models, previous=previous)
     locks = lock_profiles(loaded, sources, lockdir, offline=offline)
-    # Everything resolved: only now touch the lock directory, one atomic rename per file.
-    return [(write_lock(lock, lockdir), lock) for lock in locks]
+    # Everything resolved: only now touch the lock directory, all files or none.
+    return list(zip(write_locks(locks, lockdir), locks, strict=True))

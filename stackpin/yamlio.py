@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -157,16 +158,40 @@ def dump_yaml_all(docs: list[Any], sort_keys: bool = True) -> str:
                          default_flow_style=False, allow_unicode=True, width=4096)
 
 
+def _write_failed(path: Path, exc: OSError) -> InputError:
+    reason = exc.strerror or type(exc).__name__
+    return InputError([Problem(Location(str(path)), "", f"cannot write: {reason}")])
+
+
+def write_files(files: Mapping[Path, str | bytes]) -> None:
+    """Write several files all or nothing: every file goes to a temp file beside its target first,
+    and only when all are written are they renamed into place. A failure (read-only, disk full, a
+    directory where a file should be) leaves every existing file as it was and raises one line."""
+    staged: list[tuple[str, Path]] = []
+    try:
+        for path, data in files.items():
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            except OSError as exc:
+                raise _write_failed(path, exc) from None
+            staged.append((tmp, path))
+            try:
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+                os.chmod(tmp, 0o644)
+            except OSError as exc:
+                raise _write_failed(path, exc) from None
+        for tmp, path in staged:
+            try:
+                os.replace(tmp, path)
+            except OSError as exc:
+                raise _write_failed(path, exc) from None
+    finally:
+        for tmp, _ in staged:
+            Path(tmp).unlink(missing_ok=True)
+
+
 def write_atomic(path: Path, data: str | bytes) -> None:
     """Write via a temp file in the same directory and rename: a failed run never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_files({path: data})

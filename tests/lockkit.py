@@ -19,7 +19,7 @@ from functools import cache
 from pathlib import Path
 
 from stackpin.catalog import load_catalog
-from stackpin.lock import AUTOTUNE_ANNOTATIONS, Sources, StackLock, lock_profiles, write_lock
+from stackpin.lock import AUTOTUNE_ANNOTATIONS, Sources, StackLock, lock_profiles, write_locks
 from stackpin.ocilayout import LayoutWriter
 from stackpin.profile import LoadedProfile, load_profile
 from stackpin.resolvers import STAND_IN_ANNOTATION, STAND_IN_MARKER, HfCacheSource, LayoutSource, write_hf_cache_ref
@@ -75,4 +75,4 @@ def shipped_locks() -> dict[str, StackLock]:
 
 def lock_paths(lockdir: Path, paths: Sequence[Path] = tuple(SHIPPED)) -> list[Path]:
     """Write lockfiles for `paths` into `lockdir`; returns their paths."""
-    return [write_lock(lock, lockdir) for lock in lock_files(paths, lockdir)]
+    return write_locks(lock_files(paths, lockdir), lockdir)

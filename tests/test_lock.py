@@ -265,3 +265,49 @@ def test_lock_through_a_token_registry_and_profile_mirrors(project: Path, auth_r
                            hf_cache=str(project / "hf"), docker_config=str(config))
     assert lock.resolved.images["runtime"].resolved_via == f"mirror {prefix}"
     assert lock.resolved.images["runtime"].pinned.startswith("nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:")
+
+
+def test_unwritable_lockfile_is_one_line(project: Path) -> None:
+    (project / "lockfiles/lock-test.lock.yaml").mkdir(parents=True)  # a directory where the file goes
+    result = CliRunner().invoke(main, ["lock", "--lockdir", str(project / "lockfiles"), "--oci-layout",
+                                       str(project / "oci"), "--hf-cache", str(project / "hf"),
+                                       str(project / "profiles/lock-test.yaml")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "cannot write" in errors[0]
+    assert [p.name for p in (project / "lockfiles").iterdir()] == ["lock-test.lock.yaml"]  # no temp files
+
+
+def test_a_tampered_lockfile_is_replaced_by_a_fresh_lock_but_not_trusted_offline(project: Path) -> None:
+    [(path, lock)] = lock_layout(project)
+    path.write_text(path.read_text().replace(lock.resolved.images["runtime"].digest, "sha256:" + "0" * 64))
+    with pytest.raises(StackpinError, match="does not match the lockfile's content"):
+        run_lock([project / "profiles/lock-test.yaml"], project / "lockfiles", offline=True)
+    notes: list[str] = []
+    [(_, fresh)] = lock_layout(project, on_note=notes.append)
+    assert fresh == lock and "not a valid lockfile" in notes[0]
+    assert read_lock(path) == lock
+
+
+def test_two_profiles_may_not_share_a_lockfile(project: Path) -> None:
+    lock_layout(project)
+    other = project / "elsewhere"
+    write_profile(other)  # another file, the same metadata.name
+    with pytest.raises(StackpinError, match="is the lock of profiles/lock-test.yaml, not of elsewhere/lock-test.yaml"):
+        run_lock([other / "lock-test.yaml"], project / "lockfiles", oci_layout=str(project / "oci"),
+                 hf_cache=str(project / "hf"))
+    result = CliRunner().invoke(main, ["validate", str(project / "profiles/lock-test.yaml"),
+                                       str(other / "lock-test.yaml")])
+    assert result.exit_code == 2 and "metadata.name: 'lock-test' is also the name of" in result.output
+
+
+def test_check_reports_an_invalid_lockfile_and_goes_on(project: Path) -> None:
+    write_profile(project / "profiles", name="second")
+    lock_layout(project)
+    run_lock([project / "profiles/second.yaml"], project / "lockfiles", oci_layout=str(project / "oci"),
+             hf_cache=str(project / "hf"))
+    (project / "lockfiles/lock-test.lock.yaml").write_text("a: [\n")
+    result = CliRunner().invoke(main, ["lock", "--check", "--lockdir", str(project / "lockfiles"),
+                                       str(project / "profiles")])
+    assert result.exit_code == 1
+    assert "invalid  " in result.output and "current  " in result.output and "second.lock.yaml" in result.output

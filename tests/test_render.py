@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -400,3 +401,19 @@ def test_render_removes_only_files_it_wrote(tmp_path: Path) -> None:
     write_stacks([stack], tmp_path)
     assert (directory / "mine.yaml").exists()
     assert not (directory / "computedomain-old.yaml").exists()
+
+
+def test_a_failed_write_changes_nothing(tmp_path: Path, lockdir: Path) -> None:
+    """One stack directory cannot be written (a file stands where it should be): one line, exit 2,
+    and no other stack's manifests are touched."""
+    out = tmp_path / "manifests"
+    assert CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)]).exit_code == 0
+    tuned = out / "gb300-tuned" / "dynamographdeployment-dsv41-flash.yaml"
+    tuned.write_text("edited by hand\n")
+    shutil.rmtree(out / "vera-rubin-tuned")
+    (out / "vera-rubin-tuned").write_text("a file, not a directory\n")
+    result = CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert len(result.output.strip().splitlines()) == 1 and "vera-rubin-tuned" in result.output
+    assert tuned.read_text() == "edited by hand\n"
+    assert not [p for p in out.rglob(".*.tmp")]

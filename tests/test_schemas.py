@@ -287,3 +287,9 @@ def test_crd_extract_is_in_step_with_the_bundled_crds() -> None:
     from stackpin.render.schemas import _CRD_EXTRACT, crd_extract
 
     assert _CRD_EXTRACT.read_text(encoding="utf-8") == crd_extract(), "run `make crds`"
+
+
+def test_nothing_to_validate_is_an_input_error(tmp_path: Path) -> None:
+    (tmp_path / "notes.txt").write_text("not a manifest\n")
+    with pytest.raises(InputError, match="holds no Kubernetes objects"):
+        validate_paths([tmp_path])

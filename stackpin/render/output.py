@@ -15,7 +15,7 @@ from typing import Any
 from stackpin.errors import StackpinError
 from stackpin.lock import StackLock, effective_profile, lock_path, read_lock, sha256
 from stackpin.render.build import RenderError, build_objects
-from stackpin.yamlio import dump_yaml, write_atomic
+from stackpin.yamlio import dump_yaml, write_files
 
 KUSTOMIZATION = "kustomization.yaml"
 LOCK_SUFFIX = ".lock.yaml"
@@ -93,14 +93,17 @@ def render_stacks(locks: Sequence[StackLock]) -> list[RenderedStack]:
 def write_stacks(stacks: Sequence[RenderedStack], outdir: Path) -> list[Path]:
     """Write every file (temp + rename each) and remove files stackpin rendered that a stack no
     longer has."""
+    changed: dict[Path, str] = {}
     written = []
     for stack in stacks:
-        directory = outdir / stack.name
         for name, text in stack.files.items():
-            path = directory / name
+            path = outdir / stack.name / name
             if not path.is_file() or path.read_bytes() != text.encode("utf-8"):
-                write_atomic(path, text)
+                changed[path] = text
             written.append(path)
+    write_files(changed)  # all or nothing: a failure leaves every existing manifest as it was
+    for stack in stacks:
+        directory = outdir / stack.name
         for old in sorted(directory.glob("*.yaml")):
             # An object the stack no longer has (e.g. its ComputeDomain); files stackpin did not
             # write stay (render --check reports them as extra).

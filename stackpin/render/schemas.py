@@ -95,8 +95,12 @@ def validate_paths(paths: list[Path]) -> list[ManifestError]:
     problems: list[Problem] = []
     objects: list[tuple[str, dict[str, Any]]] = []
     for path in paths:
-        for file in _manifest_files(path, problems):
-            objects.extend(_load_documents(file, problems))
+        known = len(problems)
+        found = [obj for file in _manifest_files(path, problems) for obj in _load_documents(file, problems)]
+        if not found and path.exists() and len(problems) == known:
+            # A mistyped path in CI must not pass as "all valid".
+            problems.append(Problem(Location(str(path)), "", "holds no Kubernetes objects (*.yaml, *.yml)"))
+        objects.extend(found)
     if problems:
         raise InputError(problems)
     return validate_objects(objects)
