@@ -14,6 +14,7 @@ import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +106,9 @@ class StackLock(_Model):
     profile: dict[str, Any]
     resolved: ResolvedSection
 
-    @property
+    @cached_property
     def stack_profile(self) -> StackProfile:
-        return StackProfile.model_validate(self.profile)
+        return StackProfile.model_validate(self.profile, by_alias=True, by_name=False)
 
     @property
     def short_digest(self) -> str:
@@ -292,9 +293,11 @@ def read_lock(path: Path) -> StackLock:
         raise InputError([Problem(positions.locate(()), "kind", f"not a {LOCK_KIND}")])
     try:
         lock = StackLock.model_validate(data)
+        lock.stack_profile  # noqa: B018 - the embedded profile must be a valid profile too
     except ValidationError as exc:
-        raise InputError([Problem(positions.locate(tuple(e["loc"])), ".".join(map(str, e["loc"])), e["msg"])
-                          for e in exc.errors(include_url=False)]) from None
+        prefix = () if exc.title == StackLock.__name__ else ("profile",)
+        raise InputError([Problem(positions.locate(prefix + tuple(e["loc"])), ".".join(map(str, prefix + e["loc"])),
+                                  e["msg"]) for e in exc.errors(include_url=False)]) from None
     raise InputError([Problem(positions.locate(("stackDigest",)), "stackDigest",
                               "does not match the lockfile's content (edited by hand?); run stackpin lock")])
 
@@ -306,6 +309,7 @@ def _read_lock_fast(path: Path) -> StackLock | None:
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         lock = StackLock.model_validate(data)
+        lock.stack_profile  # noqa: B018 - validates the embedded profile
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError):
         return None
     return lock if stack_digest(lock.profile, lock.resolved) == lock.stack_digest else None

@@ -12,7 +12,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
 from stackpin.errors import InputError, Location, Problem
@@ -81,7 +81,20 @@ class Metadata(_Model):
     deployment: Annotated[str, Field(pattern=_DNS_LABEL, max_length=40,
                                      description="The DynamoGraphDeployment this stack is a version of.")]
     namespace: Annotated[str, Field(pattern=_DNS_LABEL, max_length=63)] = "dynamo"
-    labels: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes labels for every rendered object.")
+
+    @field_validator("labels")
+    @classmethod
+    def _kubernetes_labels(cls, labels: dict[str, str]) -> dict[str, str]:
+        from stackpin.k8s_names import RENDERED_LABELS, label_problems
+
+        problems = label_problems(labels)
+        reserved = sorted(set(labels) & RENDERED_LABELS)
+        if reserved:
+            problems.append(f"{', '.join(reserved)} are set by stackpin render")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return labels
 
 
 class ModelSpec(_Model):
@@ -326,6 +339,8 @@ def _problems(exc: ValidationError, positions: MergedPositions) -> list[Problem]
             close = difflib.get_close_matches(str(loc[-1]), _known_fields(StackProfile, loc), n=1)
             if close:
                 message += f" (did you mean '{close[0]}'?)"
+        elif err["type"] == "value_error":
+            message = str(err.get("ctx", {}).get("error", message))
         elif err["type"] == "missing":
             message = "required field is missing"
         elif err["type"] in ("enum", "literal_error"):

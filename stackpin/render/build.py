@@ -12,12 +12,12 @@ dicts. No string is ever spliced into YAML; output.py dumps the dicts canonicall
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from stackpin.catalog import Catalog, Platform, load_catalog
 from stackpin.errors import StackpinError
+from stackpin.k8s_names import RENDERED_LABELS, label_problems
 from stackpin.lock import StackLock
 from stackpin.profile import Placement, StackProfile
 from stackpin.render import args as argmod
@@ -39,8 +39,6 @@ AUTOTUNE_DIR = f"{AUTOTUNE_MOUNT}/flashinfer_autotune_cache"
 MNNVL_ENV = {"NCCL_CUMEM_ENABLE": "1", "NCCL_MNNVL_ENABLE": "1", "UCX_CUDA_IPC_ENABLE_MNNVL": "y"}
 
 # Kubernetes label syntax (apimachinery validation): render refuses what the API server would.
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
-_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
 class RenderError(StackpinError):
@@ -133,19 +131,6 @@ def short_digest(lock: StackLock) -> str:
     return lock.short_digest
 
 
-def _label_problems(labels: dict[str, str]) -> list[str]:
-    problems = []
-    for key, value in labels.items():
-        prefix, _, name = key.rpartition("/")
-        if not (0 < len(name) <= 63 and _LABEL_NAME.match(name)) or (
-                prefix and not (len(prefix) <= 253 and _LABEL_PREFIX.match(prefix))):
-            problems.append(f"metadata.labels: {key!r} is not a valid Kubernetes label key")
-        if value and not (len(value) <= 63 and _LABEL_NAME.match(value)):
-            problems.append(f"metadata.labels.{key}: {value[:80]!r} is not a valid Kubernetes label value "
-                            "(63 characters at most: alphanumerics, '-', '_', '.', alphanumeric at both ends)")
-    return problems
-
-
 # --- plan ------------------------------------------------------------------------------------------
 
 def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
@@ -233,10 +218,10 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
               f"{LABEL_PREFIX}stack-digest": lock.short_digest}
     if lock.resolved.stand_in:
         labels[f"{LABEL_PREFIX}stand-in"] = "true"
-    reserved = sorted(set(profile.metadata.labels) & set(labels))
+    reserved = sorted(set(profile.metadata.labels) & RENDERED_LABELS)
     if reserved:
         problems.append(f"metadata.labels: {', '.join(reserved)} are set by stackpin render")
-    problems += _label_problems(profile.metadata.labels)
+    problems += [f"metadata.labels: {p}" for p in label_problems(profile.metadata.labels)]
     if problems:
         raise RenderError(f"{profile.name}: " + f"\n{profile.name}: ".join(problems))
     annotations = {

@@ -1,0 +1,28 @@
+"""Kubernetes naming rules stackpin checks before anything reaches an API server."""
+
+from __future__ import annotations
+
+import re
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+
+# Labels `stackpin render` sets on every object; a profile may not set them itself.
+RENDERED_LABELS = frozenset({
+    "app.kubernetes.io/name", "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by",
+    "app.kubernetes.io/component", "stackpin.dev/profile", "stackpin.dev/stack-digest", "stackpin.dev/stand-in",
+})
+
+
+def label_problems(labels: dict[str, str]) -> list[str]:
+    """Why each key or value is not a valid Kubernetes label (empty when all are)."""
+    problems = []
+    for key, value in labels.items():
+        prefix, _, name = key.rpartition("/")
+        if not (0 < len(name) <= 63 and _LABEL_NAME.match(name)) or (
+                prefix and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix))):
+            problems.append(f"{key[:80]!r} is not a valid Kubernetes label key")
+        if value and not (len(value) <= 63 and _LABEL_NAME.match(value)):
+            problems.append(f"{key[:80]}: {value[:80]!r} is not a valid Kubernetes label value "
+                            "(63 characters at most: alphanumerics, '-', '_', '.', alphanumeric at both ends)")
+    return problems
