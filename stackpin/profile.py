@@ -71,7 +71,10 @@ class RouterMode(StrEnum):
     random = "random"
 
 
-PositiveInt = Annotated[int, Field(ge=1)]
+# Strict: YAML gives real numbers, so `true` or `18.0` where a count belongs is a mistake, not a 1 or
+# an 18. Bounded like a Kubernetes int32 field; finite floats only.
+PositiveInt = Annotated[int, Field(ge=1, le=2**31 - 1, strict=True)]
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.-]?(post|rc|dev)\d+)?$")]
 
 
@@ -174,7 +177,7 @@ class Pool(_Model):
         None, description="Nodes one replica spans; derived from the GPUs it needs when unset.")
     max_num_seqs: PositiveInt | None = None
     max_num_batched_tokens: PositiveInt | None = None
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    gpu_memory_utilization: Annotated[Number, Field(gt=0, le=1)] = 0.9
     speculative: Speculative | None = Field(None, description="Overrides spec.speculative for this pool.")
 
     @property
@@ -212,12 +215,12 @@ class Fallbacks(_Model):
     """What a GPU without native support must use instead; stated so that nobody is surprised."""
 
     precision_emulation: list[Literal["fp8", "fp4"]] = Field(default_factory=list)
-    cpu_offload_gib: Annotated[float, Field(ge=0)] = 0
+    cpu_offload_gib: Annotated[Number, Field(ge=0, le=2**20)] = 0
 
 
 class Service(_Model):
-    per_agent_tok_s: Annotated[float, Field(gt=0)]
-    ttft_seconds: Annotated[float, Field(gt=0)]
+    per_agent_tok_s: Annotated[Number, Field(gt=0, le=1e6)]
+    ttft_seconds: Annotated[Number, Field(gt=0, le=86400)]
     agents: PositiveInt
 
 

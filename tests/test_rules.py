@@ -149,6 +149,8 @@ CASES = [
          {"spec.placement.kvConnector": "NixlConnector"}, base="gb300-disagg-wide-ep"),
     Case("SP156", "warning", "spec.placement.kvConnector", {"spec.placement.kvConnector": "NixlConnector"},
          {"spec.placement.kvConnector": NULL}),
+    Case("SP158", "warning", "metadata.deployment", {"metadata.deployment": "a" * 38},
+         {"metadata.deployment": "a" * 37}),
     Case("SP157", "warning", "spec.service.agents", {"spec.service.agents": 1153}, {"spec.service.agents": 1152}),
     # versions and env
     Case("SP161", "warning", "spec.versions.dynamo", {"spec.versions.dynamo": "1.7.0"},
@@ -179,6 +181,9 @@ CASES = [
     Case("SP182", "error", "spec.versions.runtimeImage", {"spec.versions.runtimeImage": "localhost:5000/vllm-runtime"},
          {"spec.versions.runtimeImage": "localhost:5000/vllm-runtime:1.6.1"}, label="registry-port"),
     Case("SP183", "warning", "spec.model.revision", {"spec.model.revision": "v4.1"}, {"spec.model.revision": "0" * 40}),
+    Case("SP193", "error", f"{W}.maxNumBatchedTokens", {f"{W}.maxNumBatchedTokens": 63},
+         {f"{W}.maxNumBatchedTokens": 64, "spec.cudaGraphs.captureSizes": [6, 12, 24, 48],
+          "spec.cudaGraphs.maxCaptureSize": 48}),
     Case("SP191", "warning", W, {f"{W}.maxNumSeqs": None}, {f"{W}.maxNumSeqs": 1}),
     Case("SP192", "warning", W, {f"{W}.maxNumBatchedTokens": None}, {f"{W}.maxNumBatchedTokens": 16384}),
     # autotune

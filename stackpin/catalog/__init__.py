@@ -102,6 +102,7 @@ class Engine(_Fact):
     startup_estimate: dict[str, float]
     startup_unknown_checkpoint_gib: float
     worker_shared_memory: str
+    grove_name_limit: int
 
 
 class Catalog(_Fact):

@@ -76,3 +76,15 @@ def agents_exceed_seqs(ctx: Context) -> Iterator[Hit]:
                 yield Hit(("spec", "service", "agents"), f"{agents} agents but the {role} pool runs at most {slots} "
                           "sequences at once (maxNumSeqs x dataParallel x replicas); the rest queue and miss the "
                           "TTFT target", "raise replicas or maxNumSeqs, or lower service.agents")
+
+
+@rule("SP158", Severity.warning, "deployment and component names too long for Grove")
+def grove_name_length(ctx: Context) -> Iterator[Hit]:
+    # Dynamo's admission webhook, with Grove: DGD name + component name <= 45 characters (FACTS.md s7).
+    limit = ctx.catalog.engine.grove_name_limit
+    deployment = ctx.profile.metadata.deployment
+    longest = max(["frontend", *ctx.profile.spec.placement.active_pools()], key=len)
+    if len(deployment) + len(longest) > limit:
+        yield Hit(("metadata", "deployment"), f"{deployment!r} + component {longest!r} is "
+                  f"{len(deployment) + len(longest)} characters; with Grove, Dynamo admits at most {limit}",
+                  f"shorten metadata.deployment to {limit - len(longest)} characters or fewer")

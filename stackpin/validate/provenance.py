@@ -55,3 +55,12 @@ def seqs_unpinned(ctx: Context) -> Iterator[Hit]:
 @rule("SP192", Severity.warning, "max-num-batched-tokens left to the GPU-memory default")
 def batched_unpinned(ctx: Context) -> Iterator[Hit]:
     yield from _unpinned(ctx, "max_num_batched_tokens", "the autotune shapes and capture sizes")
+
+
+@rule("SP193", Severity.error, "max-num-batched-tokens below max-num-seqs")
+def batched_below_seqs(ctx: Context) -> Iterator[Hit]:
+    for role, path, pool in pools(ctx):
+        if pool.max_num_seqs and pool.max_num_batched_tokens and pool.max_num_batched_tokens < pool.max_num_seqs:
+            yield Hit(path + ("maxNumBatchedTokens",), f"{role} maxNumBatchedTokens={pool.max_num_batched_tokens} is "
+                      f"below maxNumSeqs={pool.max_num_seqs}; vLLM refuses to start (one token per running sequence)",
+                      "raise maxNumBatchedTokens or lower maxNumSeqs")
