@@ -235,10 +235,17 @@ def test_check_reports_modified_missing_and_extra_files(tmp_path: Path, lockdir:
     modified.write_text(modified.read_text().replace("replicas: 18", "replicas: 17"))
     missing = out / "gb300-disagg-wide-ep" / "computedomain-dsv41-flash-compute-domain.yaml"
     missing.unlink()
-    extra = out / "gb300-launch" / "configmap-stray.yaml"
-    extra.write_text("kind: ConfigMap\n")
+    # Files stackpin rendered that no lock produces any more are extra; a user's own files are not.
+    extra = out / "gb300-launch" / "computedomain-old.yaml"
+    extra.write_text(modified.read_text())
+    own = out / "gb300-launch" / "notes.yaml"
+    own.write_text("kind: ConfigMap\n")
     stray_stack = out / "old-stack"
     stray_stack.mkdir()
+    (stray_stack / "kustomization.yaml").write_text(modified.read_text())
+    own_dir = out / "my-own"
+    own_dir.mkdir()
+    (own_dir / "cm.yaml").write_text("kind: ConfigMap\n")
     before = _tree(out)
     result = CliRunner().invoke(render, ["--check", "--lockdir", str(lockdir), "-o", str(out)])
     assert result.exit_code == 1
@@ -247,10 +254,11 @@ def test_check_reports_modified_missing_and_extra_files(tmp_path: Path, lockdir:
     assert f"missing  {missing}" in lines
     assert f"extra    {extra}" in lines
     assert f"extra    {stray_stack}" in lines
+    assert not [line for line in lines if str(own) in line or str(own_dir) in line]
     assert _tree(out) == before  # --check writes nothing
-    # A render puts back what it owns; the stray file was not written by stackpin, so it stays.
+    # A render puts back what it owns and removes what it rendered before; the user's files stay.
     assert CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)]).exit_code == 0
-    assert extra.exists() and missing.exists()
+    assert not extra.exists() and missing.exists() and own.exists()
     assert "replicas: 18" in modified.read_text()
 
 

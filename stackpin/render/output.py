@@ -107,7 +107,7 @@ def write_stacks(stacks: Sequence[RenderedStack], outdir: Path) -> list[Path]:
         for old in sorted(directory.glob("*.yaml")):
             # An object the stack no longer has (e.g. its ComputeDomain); files stackpin did not
             # write stay (render --check reports them as extra).
-            if old.name not in stack.files and old.read_text(encoding="utf-8", errors="replace").startswith(GENERATED):
+            if old.name not in stack.files and _generated(old):
                 old.unlink()
     return written
 
@@ -134,11 +134,22 @@ def check_stacks(stacks: Sequence[RenderedStack], outdir: Path, whole_dir: bool)
             elif path.read_bytes() != text.encode("utf-8"):
                 drift.append(Drift(str(path), "drifted"))
         if directory.is_dir():
-            drift += [Drift(str(p), "extra") for p in sorted(directory.iterdir()) if p.name not in stack.files]
+            drift += [Drift(str(p), "extra") for p in sorted(directory.iterdir())
+                      if p.name not in stack.files and _generated(p)]
     if whole_dir and outdir.is_dir():
+        # A stack directory of stackpin's whose lock is gone; a user's own directories are theirs.
         known = {s.name for s in stacks}
-        drift += [Drift(str(p), "extra") for p in sorted(outdir.iterdir()) if p.name not in known]
+        drift += [Drift(str(p), "extra") for p in sorted(outdir.iterdir())
+                  if p.name not in known and p.is_dir() and any(_generated(f) for f in p.iterdir())]
     return drift
+
+
+def _generated(path: Path) -> bool:
+    """Did stackpin render write this file? (Only those are its to replace, remove or report.)"""
+    if not path.is_file():
+        return False
+    with path.open("rb") as fh:
+        return fh.read(len(GENERATED)) == GENERATED.encode()
 
 
 # --- inputs --------------------------------------------------------------------------------------
