@@ -18,7 +18,7 @@ from stackpin.lock import (
     write_locks,
 )
 from stackpin.profile import load_profile
-from stackpin.resolvers import HfCacheSource, HubSource, LayoutSource, ModelSource, RegistrySource
+from stackpin.resolvers import HfCacheSource, HubSource, LayoutSource, ModelSource, RegistrySource, project_path
 from stackpin.validate import Severity, run_rules
 
 
@@ -37,8 +37,10 @@ def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mir
     for item in loaded:
         merged_mirrors.update(item.profile.spec.mirrors)
     merged_mirrors.update(mirrors or {})
-    images = LayoutSource(Path(oci_layout)) if oci_layout else RegistrySource(merged_mirrors, docker_config)
-    models: ModelSource = HfCacheSource(Path(hf_cache)) if hf_cache else HubSource(
+    root = lockdir.resolve().parent  # the project root: lockfiles name local sources relative to it
+    images = (LayoutSource(Path(oci_layout), project_path(Path(oci_layout), root)) if oci_layout
+              else RegistrySource(merged_mirrors, docker_config))
+    models: ModelSource = HfCacheSource(Path(hf_cache), project_path(Path(hf_cache), root)) if hf_cache else HubSource(
         **({"endpoint": hf_endpoint} if hf_endpoint else {}))
     def replace_invalid(path: Path, exc: StackpinError) -> None:
         if on_note is not None:

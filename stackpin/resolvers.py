@@ -49,11 +49,13 @@ class LayoutSource:
     """Images from an OCI image layout directory: locking with no registry at all."""
 
     path: Path
+    display: str | None = None  # how lockfiles name the layout (see project_path)
 
     def resolve_many(self, refs: Sequence[ImageRef]) -> list[Resolved]:
         from stackpin.ocilayout import LayoutResolver
 
         resolver = LayoutResolver(self.path)
+        resolver.source = f"oci-layout {self.display or self.path}"
         return [resolver.resolve(ref) for ref in refs]
 
 
@@ -106,6 +108,7 @@ class HfCacheSource:
     """A Hugging Face cache directory (`models--org--name/refs/<revision>` holds the commit)."""
 
     path: Path
+    display: str | None = None  # how lockfiles name the cache (see project_path)
 
     def resolve(self, model_id: str, revision: str) -> ModelRevision:
         ref_file = self.path / f"models--{model_id.replace('/', '--')}" / "refs" / revision
@@ -116,7 +119,18 @@ class HfCacheSource:
                                f"{self.path}") from None
         if not COMMIT.match(sha):
             raise ResolveError(f"{ref_file} holds {sha[:60]!r}, not a commit hash")
-        return ModelRevision(sha, f"hf-cache {self.path}", stand_in=(self.path / STAND_IN_MARKER).exists())
+        return ModelRevision(sha, f"hf-cache {self.display or self.path}",
+                             stand_in=(self.path / STAND_IN_MARKER).exists())
+
+
+def project_path(path: Path, root: Path) -> str:
+    """A local source as lockfiles record it: relative to the project root when inside it, so the
+    same lock comes out whatever the working directory or spelling of the path; else absolute."""
+    resolved = path.resolve()
+    try:
+        return resolved.relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return resolved.as_posix()
 
 
 def write_hf_cache_ref(cache: Path, model_id: str, revision: str, commit: str) -> None:

@@ -68,7 +68,7 @@ def test_lock_pins_image_model_and_names_the_stack(project: Path) -> None:
     assert image.reference == IMAGE
     assert image.pinned == f"nvcr.io/nvidia/ai-dynamo/vllm-runtime@{image.digest}"
     assert image.platform == "linux/arm64" and image.platform_digest.startswith("sha256:")
-    assert image.resolved_via == f"oci-layout {project / 'oci'}"
+    assert image.resolved_via == "oci-layout oci"  # relative to the project root (the lockdir's parent)
     assert lock.resolved.model.revision == COMMIT and lock.resolved.model.requested == "main"
     assert lock.resolved.engines.vllm == "0.31.0"
     assert lock.stack_digest == stack_digest(lock.profile, lock.resolved)
@@ -78,11 +78,16 @@ def test_lock_pins_image_model_and_names_the_stack(project: Path) -> None:
     assert "extends" not in lock.profile and lock.profile["spec"]["kvCache"]["prefixCaching"] is True
 
 
-def test_same_inputs_same_bytes(project: Path, tmp_path_factory: pytest.TempPathFactory) -> None:
+def test_same_inputs_same_bytes(project: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     [(path, _)] = lock_layout(project)
     first = path.read_bytes()
     path.unlink()
     lock_layout(project)
+    assert path.read_bytes() == first
+    # Another working directory, paths spelled relative to it: the same bytes.
+    path.unlink()
+    monkeypatch.chdir(project / "profiles")
+    run_lock([Path("lock-test.yaml")], Path("../lockfiles"), oci_layout="../oci", hf_cache="../hf")
     assert path.read_bytes() == first
     assert b"/tmp" not in first.split(b"resolvedVia")[0]  # no host paths outside provenance fields
 
