@@ -10,6 +10,7 @@ spans nodes becomes an Indexed Job, one pod per node, using vLLM's multi-node da
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from stackpin.catalog import Catalog, load_catalog
@@ -17,6 +18,7 @@ from stackpin.lock import StackLock
 from stackpin.render.build import (
     ARCH_KEY,
     CLAIM,
+    CLIQUE_KEY,
     CONTAINER,
     ComponentPlan,
     RenderError,
@@ -118,6 +120,9 @@ def _job(plan: StackPlan, comp: ComponentPlan, pvc: str, catalog: Catalog, gpus_
     spec: dict[str, Any] = {"backoffLimit": 0, "template": {"metadata": {"labels": labels}, "spec": pod}}
     if comp.node_count > 1:
         pod["subdomain"] = name
+        # One replica's pods inside one NVLink clique, as the serving stack requires.
+        pod["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"job-name": name}}, "topologyKey": CLIQUE_KEY}]}}
         spec.update(completionMode="Indexed", completions=comp.node_count, parallelism=comp.node_count)
     if comp.startup is not None:
         # The whole run is start-up: bound it by the stack's start-up budget.
@@ -131,6 +136,11 @@ def capture_objects(lock: StackLock, catalog: Catalog | None = None, storage: st
     ComputeDomain), all from the stack's own render plan."""
     catalog = catalog or load_catalog()
     plan = plan_stack(_tune_lock(lock), catalog)
+    if plan.compute_domain:
+        # Its own ComputeDomain: deleting the capture objects must never take the serving stack's.
+        domain = f"{plan.name}-autotune-compute-domain"
+        plan = replace(plan, compute_domain=domain, components=tuple(
+            replace(c, compute_domain=domain if c.compute_domain else None) for c in plan.components))
     platform = catalog.platforms[lock.stack_profile.spec.target.platform]
     pvc = f"{plan.name}-autotune-cache"
     objects: list[dict[str, Any]] = [{

@@ -64,6 +64,10 @@ def test_multi_node_pool_becomes_an_indexed_job() -> None:
     assert env["STACKPIN_LEADER"] == f"{job}-0.{job}.dynamo.svc"
     assert pod["resourceClaims"][0]["resourceClaimTemplateName"] == objects[4]["spec"]["channel"][
         "resourceClaimTemplate"]["name"]
+    # Never the serving stack's ComputeDomain (deleting the capture must not take it down).
+    assert objects[4]["metadata"]["name"] == "gb300-disagg-wide-ep-autotune-compute-domain"
+    term = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term == {"labelSelector": {"matchLabels": {"job-name": job}}, "topologyKey": "nvidia.com/gpu.clique"}
 
 
 def test_cli_prints_yaml_and_refuses_a_stale_lock(tmp_path: Path) -> None:
