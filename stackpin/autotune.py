@@ -1,9 +1,22 @@
-"""FlashInfer autotune caches as pinned, verified OCI artifacts.
+"""FlashInfer autotune caches as pinned, verified, mountable OCI images.
 
 A vLLM engine on SM >= 90 tunes FlashInfer kernels at startup and keeps the winners in JSON files.
 stackpin reads a captured cache (`inspect_cache`), checks it against a profile (`verify_cache`),
 packs it reproducibly (`pack_cache`), pushes it to a registry or an OCI layout (`push_cache`,
 `write_cache_to_layout`) so a profile can pin its digest, and fetches it back safely (`fetch_cache`).
+
+Published form (`cache_image`): a minimal OCI *image*, because workers mount the cache as a Kubernetes
+image volume (KEP-4639), and containerd / CRI-O mount only images: an index (`dev.stackpin.autotune.*`
+annotations, what `stackpin lock` reads) over one image manifest per CPU platform (linux/arm64,
+linux/amd64; the cache is for GPUs, the CPU platform only decides which manifest a node pulls), all
+sharing one standard layer (`application/vnd.oci.image.layer.v1.tar+gzip`, the deterministic tar.gz
+rooted at `flashinfer_autotune_cache/`) and each with a timestamp-free image config whose
+`rootfs.diff_ids` names the uncompressed tar. No `artifactType`: OCI image-spec 1.1 requires it only
+with the empty config and describes it as the type "when the manifest is used for an artifact"; these
+manifests are images (tools, stackpin's own `platforms_of` among them, read `artifactType` as "not a
+runnable image"), so the cache is named by the `dev.stackpin.autotune.type` annotation instead.
+`fetch_cache` still reads the earlier OCI 1.1 artifact form (empty config, `artifactType`, a
+stackpin-specific layer type), which image volumes cannot mount; `verify` reports it.
 
 Layout facts, each checked in upstream source (vLLM sdists 0.28.0, 0.31.0, 0.32.0, 0.33.0 from PyPI;
 flashinfer-python wheels 0.7.0.post1 and 0.7.2.post1 from PyPI):
@@ -48,6 +61,7 @@ import os
 import re
 import stat
 import tarfile
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path, PurePosixPath
@@ -60,14 +74,21 @@ from stackpin.errors import InputError, IntegrityError, Location, Problem, Resol
 if TYPE_CHECKING:
     from stackpin.catalog import Catalog
     from stackpin.oci import RegistryClient, Resolved
+    from stackpin.ocilayout import LayoutWriter
     from stackpin.profile import Pool, StackProfile
 
-ARTIFACT_TYPE = "application/vnd.stackpin.autotune-cache.v1"
-LAYER_TAR_GZIP = "application/vnd.stackpin.autotune-cache.v1.tar+gzip"
-LAYER_TAR = "application/vnd.stackpin.autotune-cache.v1.tar"
+ARTIFACT_TYPE = "application/vnd.stackpin.autotune-cache.v1"  # value of TYPE_ANNOTATION (and legacy artifactType)
+LAYER_TAR_GZIP = "application/vnd.oci.image.layer.v1.tar+gzip"  # standard layers: what runtimes unpack
+LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
+# The earlier OCI 1.1 artifact form (empty config + artifactType): readable, not mountable.
+LEGACY_LAYER_TAR_GZIP = "application/vnd.stackpin.autotune-cache.v1.tar+gzip"
+LEGACY_LAYER_TAR = "application/vnd.stackpin.autotune-cache.v1.tar"
 TITLE = "flashinfer-autotune-cache.tar.gz"
 ANNOTATION_PREFIX = "dev.stackpin.autotune."
+TYPE_ANNOTATION = f"{ANNOTATION_PREFIX}type"
 TITLE_ANNOTATION = "org.opencontainers.image.title"
+# CPU platforms of the published image: a node pulls the manifest of its own platform.
+IMAGE_PLATFORMS = (("linux", "arm64"), ("linux", "amd64"))
 
 CACHE_DIR_NAME = "flashinfer_autotune_cache"  # under $VLLM_CACHE_ROOT (vLLM flashinfer_autotune_cache.py)
 SHARED_FILE = "autotune_configs.json"  # vLLM <= 0.31.0: one file, read by rank 0 and broadcast
@@ -611,25 +632,100 @@ def cache_annotations(info: CacheInfo) -> dict[str, str]:
     }
 
 
-def _artifact(path: str | os.PathLike[str]) -> tuple[bytes, dict[str, str]]:
-    info = inspect_cache(path)
-    return pack_info(info), cache_annotations(info)
+class CacheImage(_Frozen):
+    """A packed cache as a minimal OCI image: what `push_cache` and `write_cache_to_layout` store.
+
+    `blobs` are (bytes, media type): the layer, then one config per platform; `manifests` the
+    platform image manifests, in `IMAGE_PLATFORMS` order; `index` the image index over them. Store
+    them in that order (registries refuse a manifest whose blobs or children are missing)."""
+
+    blobs: tuple[tuple[bytes, str], ...]
+    manifests: tuple[bytes, ...]
+    index: bytes
+    annotations: dict[str, str]
+    platforms: dict[str, str] = Field(description="os/arch -> platform manifest digest.")
+
+    @property
+    def digest(self) -> str:
+        from stackpin.oci import sha256_digest
+
+        return sha256_digest(self.index)
+
+
+def cache_image(info: CacheInfo, annotations: Mapping[str, str] | None = None) -> CacheImage:
+    """The image form of a cache; `annotations` are added to the index's (stand-in notes, say).
+    Deterministic: no timestamps anywhere, canonical JSON, so the same files give the same digests."""
+    from stackpin.oci import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, canonical_json, descriptor, platform_key
+
+    raw = pack_info(info, compress=False)
+    layer_bytes = gzip.compress(raw, compresslevel=9, mtime=0)  # == pack_info(info): same bytes, one tar pass
+    layer = descriptor(layer_bytes, LAYER_TAR_GZIP, {TITLE_ANNOTATION: TITLE})
+    diff_id = "sha256:" + hashlib.sha256(raw).hexdigest()
+    blobs: list[tuple[bytes, str]] = [(layer_bytes, LAYER_TAR_GZIP)]
+    manifests: list[bytes] = []
+    entries: list[dict[str, Any]] = []
+    platforms: dict[str, str] = {}
+    for os_name, arch in IMAGE_PLATFORMS:
+        config = canonical_json({"architecture": arch, "os": os_name, "config": {},
+                                 "rootfs": {"type": "layers", "diff_ids": [diff_id]}})
+        blobs.append((config, OCI_CONFIG))
+        manifest = canonical_json({
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
+            "config": descriptor(config, OCI_CONFIG),
+            "layers": [layer],
+            "annotations": {TYPE_ANNOTATION: ARTIFACT_TYPE},
+        })
+        manifests.append(manifest)
+        entry = descriptor(manifest, OCI_MANIFEST)
+        entries.append({**entry, "platform": {"architecture": arch, "os": os_name}})
+        platforms[platform_key(os_name, arch)] = entry["digest"]
+    index_annotations = {**cache_annotations(info), TYPE_ANNOTATION: ARTIFACT_TYPE, **(annotations or {})}
+    index = canonical_json({"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries,
+                            "annotations": index_annotations})
+    return CacheImage(blobs=tuple(blobs), manifests=tuple(manifests), index=index,
+                      annotations=index_annotations, platforms=platforms)
 
 
 def push_cache(path: str | os.PathLike[str], ref: str, client: RegistryClient) -> Resolved:
-    """Pack and push the cache as an OCI artifact; the returned digest is what a profile pins."""
-    blob, annotations = _artifact(path)
-    return client.push_artifact(ref, [(blob, LAYER_TAR_GZIP, {TITLE_ANNOTATION: TITLE})], ARTIFACT_TYPE,
-                                annotations)
+    """Pack and push the cache as an OCI image (see `cache_image`); the returned index digest is
+    what a profile pins."""
+    from dataclasses import replace
+
+    from stackpin.oci import OCI_INDEX, OCI_MANIFEST, Resolved, as_image_ref, sha256_digest
+
+    target = as_image_ref(ref)
+    image = cache_image(inspect_cache(path))
+    for data, _ in image.blobs:
+        client.push_blob(target, data)
+    untagged = replace(target, tag=None)
+    for manifest in image.manifests:  # children before the index that names them
+        client.push_manifest(untagged.with_digest(sha256_digest(manifest)), manifest, OCI_MANIFEST)
+    digest = client.push_manifest(target, image.index, OCI_INDEX)
+    return Resolved(ref=target, digest=digest, media_type=OCI_INDEX, size=len(image.index),
+                    platforms=dict(image.platforms), source=f"registry {target.registry}",
+                    annotations=dict(image.annotations))
+
+
+def add_cache_to_layout(writer: LayoutWriter, ref: str, info: CacheInfo,
+                        annotations: Mapping[str, str] | None = None) -> Resolved:
+    """Store the image form of `info` in an OCI layout under the full reference `ref`."""
+    from stackpin.oci import OCI_INDEX, OCI_MANIFEST
+
+    image = cache_image(info, annotations)
+    tagged = writer._tagged(ref)  # LayoutWriter has no public "tag this index" yet
+    for data, media_type in image.blobs:
+        writer.add_blob(data, media_type)
+    for manifest in image.manifests:
+        writer.add_blob(manifest, OCI_MANIFEST)
+    return writer._tag(tagged, image.index, OCI_INDEX)
 
 
 def write_cache_to_layout(path: str | os.PathLike[str], layout: str | os.PathLike[str], ref: str) -> Resolved:
     """Pack the cache into an OCI layout directory under the full reference `ref` (no registry)."""
     from stackpin.ocilayout import LayoutWriter
 
-    blob, annotations = _artifact(path)
-    return LayoutWriter(layout).add_artifact(ref, [(blob, LAYER_TAR_GZIP, {TITLE_ANNOTATION: TITLE})],
-                                             ARTIFACT_TYPE, annotations)
+    return add_cache_to_layout(LayoutWriter(layout), ref, inspect_cache(path))
 
 
 def pinned(resolved: Resolved) -> str:
@@ -647,6 +743,13 @@ class Fetched(_Frozen):
     digest: str
     source: str
     info: CacheInfo
+    mountable: bool = Field(True, description=(
+        "False for the earlier OCI artifact form, which Kubernetes image volumes cannot mount."))
+
+
+LEGACY_FORM = (f"an OCI artifact (artifactType {ARTIFACT_TYPE}, empty config), the form stackpin wrote before "
+               "caches became images: a Kubernetes image volume cannot mount it, so workers would retune; "
+               "re-pack it with `stackpin autotune pack --push`")
 
 
 def fetch_cache(
@@ -656,40 +759,109 @@ def fetch_cache(
     client: RegistryClient | None = None,
     layout: str | os.PathLike[str] | None = None,
 ) -> Fetched:
-    """Pull the artifact `ref` (from a registry via `client`, or from an OCI layout), check every
-    digest, unpack it safely into `dest` (created; must be empty) and inspect the result."""
-    from stackpin.oci import OCI_MANIFEST, as_image_ref, parse_manifest
+    """Pull the cache `ref` (from a registry via `client`, or from an OCI layout), check every
+    digest, unpack it safely into `dest` (created; must be empty) and inspect the result.
+
+    The image form: every platform image of the index must hold the same single standard layer, with
+    an image config for that platform whose diff_ids name the uncompressed tar (what a runtime checks
+    before it mounts). The earlier artifact form is read too and comes back with `mountable=False`."""
+    from stackpin.oci import INDEX_TYPES, annotations_of, as_image_ref, parse_manifest
 
     target = as_image_ref(ref)
+    what = str(target)
     if layout is not None:
         from stackpin.ocilayout import LayoutResolver
 
         resolver = LayoutResolver(layout)
         resolved = resolver.resolve(target)
-        manifest = parse_manifest(resolver.read_blob(resolved.digest), f"manifest {resolved.digest}")
-        layers = manifest.get("layers") or []
-        blobs = [resolver.read_blob(_layer_digest(d, target), d.get("size")) for d in layers
-                 if isinstance(d, dict)]
-        digest, source = resolved.digest, resolved.source
+
+        def load(digest: str) -> tuple[dict[str, Any], list[bytes]]:
+            manifest = parse_manifest(resolver.read_blob(digest), f"manifest {digest}")
+            layers = _layers(manifest, what)
+            return manifest, [resolver.read_blob(_layer_digest(d, target), d.get("size")) for d in layers]
+
+        def blob(desc: dict[str, Any]) -> bytes:
+            return resolver.read_blob(_layer_digest(desc, target), desc.get("size"))
     elif client is not None:
-        # Resolve first, then pull by that digest: the manifest and every blob are checked against it.
-        resolved = client.resolve(target)
-        manifest, blobs = client.pull_artifact(target.with_digest(resolved.digest))
-        layers = manifest.get("layers") or []
-        digest, source = resolved.digest, resolved.source
+        registry = client
+        # Resolve first, then pull by digest: every manifest and blob is checked against the index.
+        resolved = registry.resolve(target)
+
+        def load(digest: str) -> tuple[dict[str, Any], list[bytes]]:
+            return registry.pull_artifact(target.with_digest(digest))
+
+        def blob(desc: dict[str, Any]) -> bytes:
+            return registry.pull_blob(target, _layer_digest(desc, target))
     else:
         raise ValueError("fetch_cache needs a registry client or an OCI layout")
-    if manifest.get("mediaType", OCI_MANIFEST) != OCI_MANIFEST or manifest.get("artifactType") != ARTIFACT_TYPE:
-        raise ResolveError(f"{target} is not an autotune cache (artifactType {manifest.get('artifactType')!r}, "
-                           f"expected {ARTIFACT_TYPE})")
-    if len(blobs) != 1 or not isinstance(layers[0], dict) or layers[0].get("mediaType") not in (LAYER_TAR_GZIP,
-                                                                                                  LAYER_TAR):
-        raise ResolveError(f"{target}: expected one layer of type {LAYER_TAR_GZIP}")
+
+    loaded: dict[str, tuple[dict[str, Any], list[bytes]]] = {}
+    if resolved.media_type in INDEX_TYPES:
+        if resolved.annotations.get(TYPE_ANNOTATION) != ARTIFACT_TYPE:
+            raise ResolveError(f"{target} is not an autotune cache (an image index without the {TYPE_ANNOTATION}: "
+                               f"{ARTIFACT_TYPE} annotation)")
+    else:
+        manifest, blobs = loaded[resolved.digest] = load(resolved.digest)
+        if manifest.get("artifactType") == ARTIFACT_TYPE:  # the earlier artifact form
+            raw = _tar_bytes(_one_layer(manifest, blobs, (LEGACY_LAYER_TAR_GZIP, LEGACY_LAYER_TAR), what), what)
+            _unpack_tar(raw, Path(dest), what)
+            return Fetched(digest=resolved.digest, source=resolved.source, info=inspect_cache(dest), mountable=False)
+        if manifest.get("artifactType") or annotations_of(manifest).get(TYPE_ANNOTATION) != ARTIFACT_TYPE:
+            raise ResolveError(f"{target} is not an autotune cache (artifactType {manifest.get('artifactType')!r}, "
+                               f"no {TYPE_ANNOTATION}: {ARTIFACT_TYPE} annotation)")
+    if not resolved.platforms:
+        raise ResolveError(f"{target}: no platform image (an autotune cache image lists linux/arm64 and linux/amd64)")
+    layer_digest: str | None = None
+    raw = b""
+    for key, child in sorted(resolved.platforms.items()):
+        where = f"{what} ({key} image {child[:19]})"
+        manifest, blobs = loaded.get(child) or load(child)
+        layer = _one_layer(manifest, blobs, (LAYER_TAR_GZIP, LAYER_TAR), where)
+        if layer_digest is None:
+            layer_digest, raw = _layer_digest(manifest["layers"][0], target), _tar_bytes(layer, what)
+        elif _layer_digest(manifest["layers"][0], target) != layer_digest:
+            raise ResolveError(f"{where}: holds another layer than the other platforms; every node must mount "
+                               "the same cache")
+        _check_config(manifest, blob, key, "sha256:" + hashlib.sha256(raw).hexdigest(), where)
+    _unpack_tar(raw, Path(dest), what)
+    return Fetched(digest=resolved.digest, source=resolved.source, info=inspect_cache(dest))
+
+
+def _layers(manifest: dict[str, Any], what: str) -> list[dict[str, Any]]:
+    layers = manifest.get("layers")
+    if not isinstance(layers, list) or not all(isinstance(d, dict) for d in layers):
+        raise ResolveError(f"{what}: manifest layers are not a list of descriptors")
+    return layers
+
+
+def _one_layer(manifest: dict[str, Any], blobs: list[bytes], media_types: tuple[str, ...], what: str) -> bytes:
+    from stackpin.oci import OCI_MANIFEST
+
+    if manifest.get("mediaType", OCI_MANIFEST) != OCI_MANIFEST:
+        raise ResolveError(f"{what}: manifest media type {manifest.get('mediaType')!r}, expected {OCI_MANIFEST}")
+    layers = _layers(manifest, what)
+    if len(layers) != 1 or len(blobs) != 1 or layers[0].get("mediaType") not in media_types:
+        raise ResolveError(f"{what}: expected one layer of type {media_types[0]}")
     if layers[0].get("size") is not None and layers[0]["size"] != len(blobs[0]):
-        raise ResolveError(f"{target}: layer is {len(blobs[0])} bytes, its descriptor says {layers[0]['size']}")
-    out = Path(dest)
-    unpack_cache(blobs[0], out, what=str(target))
-    return Fetched(digest=digest, source=source, info=inspect_cache(out))
+        raise ResolveError(f"{what}: layer is {len(blobs[0])} bytes, its descriptor says {layers[0]['size']}")
+    return blobs[0]
+
+
+def _check_config(manifest: dict[str, Any], blob: Any, platform: str, diff_id: str, what: str) -> None:
+    """The image config a runtime reads: this platform, and diff_ids naming the uncompressed layer
+    (containerd refuses to mount a layer whose diff_id does not match)."""
+    from stackpin.oci import OCI_CONFIG, parse_manifest, platform_key
+
+    desc = manifest.get("config")
+    if not isinstance(desc, dict) or desc.get("mediaType") != OCI_CONFIG:
+        raise ResolveError(f"{what}: config is not an image config ({OCI_CONFIG})")
+    config = parse_manifest(blob(desc), f"{what}: config")
+    got = platform_key(str(config.get("os")), str(config.get("architecture")), config.get("variant"))
+    if got != platform:
+        raise ResolveError(f"{what}: config says platform {got}, the index says {platform}")
+    rootfs = config.get("rootfs")
+    if not isinstance(rootfs, dict) or rootfs.get("type") != "layers" or rootfs.get("diff_ids") != [diff_id]:
+        raise IntegrityError(f"{what}: config rootfs.diff_ids do not name the layer's uncompressed tar {diff_id}")
 
 
 def _layer_digest(desc: dict[str, Any], target: Any) -> str:
@@ -699,15 +871,33 @@ def _layer_digest(desc: dict[str, Any], target: Any) -> str:
 
 
 def unpack_cache(blob: bytes, dest: Path, what: str = "autotune cache") -> None:
-    """Extract a packed cache into `dest` (created if missing, must be empty). Only plain
-    directories and files under `flashinfer_autotune_cache/` are accepted: absolute names, `..`,
+    """Extract a packed cache (tar or tar.gz) into `dest` (created if missing, must be empty). Only
+    plain directories and files under `flashinfer_autotune_cache/` are accepted: absolute names, `..`,
     links, devices and duplicates are refused before anything is written."""
-    try:
-        raw = gzip.decompress(blob) if blob[:2] == b"\x1f\x8b" else blob
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
-        raise _unsafe(what, f"not a gzip stream: {exc}") from None
+    _unpack_tar(_tar_bytes(blob, what), dest, what)
+
+
+def _tar_bytes(blob: bytes, what: str) -> bytes:
+    """The uncompressed tar of a layer; gunzipped at most MAX_UNPACKED_BYTES (+1) far, so that a
+    small bomb cannot fill the memory."""
+    if blob[:2] != b"\x1f\x8b":
+        raw = blob
+    else:
+        inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        try:
+            raw = inflater.decompress(blob, MAX_UNPACKED_BYTES + 1)
+        except zlib.error as exc:
+            raise _unsafe(what, f"not a gzip stream: {exc}") from None
+        if len(raw) <= MAX_UNPACKED_BYTES and not inflater.eof:
+            raise _unsafe(what, "not a gzip stream: truncated")
+        if inflater.unused_data:
+            raise _unsafe(what, "not a gzip stream: data after the end of the stream")
     if len(raw) > MAX_UNPACKED_BYTES:
-        raise _unsafe(what, f"unpacks to {len(raw)} bytes, more than the {MAX_UNPACKED_BYTES} allowed")
+        raise _unsafe(what, f"unpacks to more than the {MAX_UNPACKED_BYTES} bytes allowed")
+    return raw
+
+
+def _unpack_tar(raw: bytes, dest: Path, what: str) -> None:
     try:
         tar = tarfile.open(fileobj=io.BytesIO(raw), mode="r:")
         members = tar.getmembers()

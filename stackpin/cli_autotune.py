@@ -26,7 +26,7 @@ LAYOUT = click.option("--oci-layout", "layout", metavar="DIR", type=click.Path(f
 
 @click.group()
 def autotune() -> None:
-    """FlashInfer autotune caches as pinned, verified OCI artifacts."""
+    """FlashInfer autotune caches as pinned, verified, mountable OCI images."""
 
 
 def _is_ref(source: str, layout: str | None) -> bool:
@@ -46,15 +46,16 @@ def _is_ref(source: str, layout: str | None) -> bool:
     return layout is not None or explicit or "@" in source
 
 
-def _load(source: str, layout: str | None, stack: ExitStack) -> tuple[CacheInfo, str | None]:
-    """(cache info, manifest digest or None) for a directory or a reference (fetched to a temp dir)."""
+def _load(source: str, layout: str | None, stack: ExitStack) -> tuple[CacheInfo, str | None, bool]:
+    """(cache info, manifest digest or None, mountable) for a directory or a reference (fetched to a
+    temp dir); mountable is False for a reference in the earlier artifact form."""
     from stackpin.autotune import fetch_cache, inspect_cache
     from stackpin.errors import StackpinError
 
     if not _is_ref(source, layout):
         if layout is not None:
             raise StackpinError(f"--oci-layout needs a reference (registry/repository:tag), got path {source!r}")
-        return inspect_cache(source), None
+        return inspect_cache(source), None, True
     dest = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stackpin-autotune-")))
     if layout is not None:
         fetched = fetch_cache(source, dest, layout=layout)
@@ -63,7 +64,7 @@ def _load(source: str, layout: str | None, stack: ExitStack) -> tuple[CacheInfo,
 
         client = stack.enter_context(RegistryClient())
         fetched = fetch_cache(source, dest, client=client)
-    return fetched.info, fetched.digest
+    return fetched.info, fetched.digest, fetched.mountable
 
 
 def _print_info(info: CacheInfo, digest: str | None, source: str) -> None:
@@ -89,13 +90,18 @@ def _print_info(info: CacheInfo, digest: str | None, source: str) -> None:
 @user_errors
 def inspect_cmd(source: str, layout: str | None, output: str) -> None:
     """Show what a captured cache (directory) or a pushed one (REF) holds, file by file."""
+    from stackpin.autotune import LEGACY_FORM
+
     with ExitStack() as stack:
-        info, digest = _load(source, layout, stack)
+        info, digest, mountable = _load(source, layout, stack)
+        if not mountable:
+            click.echo(f"warning: {source} is {LEGACY_FORM}", err=True)
         if output == "text":
             _print_info(info, digest, source)
         else:
             data: dict[str, Any] = info.summary()
             data["digest"] = digest
+            data["mountable"] = mountable
             if digest:
                 data["root"] = source  # the temp dir it was unpacked to is gone when this returns
             emit(data, output)
@@ -109,15 +115,18 @@ def inspect_cmd(source: str, layout: str | None, output: str) -> None:
 @user_errors
 def verify(source: str, profile: str, layout: str | None, output: str) -> None:
     """Check a cache against PROFILE: FlashInfer version, GPU, metadata, and one file per rank for
-    every pool. Exit 0 when it fits, 1 listing each mismatch, 2 on unreadable input."""
-    from stackpin.autotune import verify_cache
+    every pool (and, for a REF, that it is an image workers can mount). Exit 0 when it fits, 1 listing
+    each mismatch, 2 on unreadable input."""
+    from stackpin.autotune import LEGACY_FORM, Mismatch, verify_cache
     from stackpin.catalog import load_catalog
     from stackpin.profile import load_profile
 
     loaded = load_profile(profile)
     with ExitStack() as stack:
-        info, digest = _load(source, layout, stack)
+        info, digest, mountable = _load(source, layout, stack)
         mismatches = verify_cache(info, loaded.profile, load_catalog())
+    if not mountable:
+        mismatches.append(Mismatch(field="format", message=f"{source} is {LEGACY_FORM}"))
     if output == "text":
         for m in mismatches:
             click.echo(f"mismatch: {m}")
@@ -137,13 +146,14 @@ def verify(source: str, profile: str, layout: str | None, output: str) -> None:
 @click.option("--output", "output_file", metavar="FILE.tar.gz", type=click.Path(dir_okay=False),
               help="Write the packed cache to a file.")
 @click.option("--oci-layout", "layout", metavar="DIR", type=click.Path(file_okay=False),
-              help="Add the artifact to an OCI layout directory (with --tag).")
+              help="Add the cache image to an OCI layout directory (with --tag).")
 @click.option("--tag", metavar="REF", help="Full reference the layout entry is named by (registry/repo:tag).")
 @user_errors
 def pack(directory: str, push_ref: str | None, output_file: str | None, layout: str | None,
          tag: str | None) -> None:
-    """Pack a captured cache reproducibly; push it, write it, or add it to an OCI layout. Prints the
-    digest to pin as spec.autotune.cache."""
+    """Pack a captured cache reproducibly; push it, write it, or add it to an OCI layout. Pushed and
+    layout caches are OCI images (an index over linux/arm64 and linux/amd64 images sharing one layer)
+    that a Kubernetes image volume mounts. Prints the index digest to pin as spec.autotune.cache."""
     from stackpin.autotune import pack_cache, pinned, push_cache, write_cache_to_layout
     from stackpin.errors import StackpinError
 

@@ -75,20 +75,13 @@ def write_stand_in_cache(root: Path, profile: StackProfile) -> Path:
 
 
 def add_stand_in_cache(layout: LayoutWriter, profile: StackProfile) -> None:
-    from stackpin.autotune import (
-        ARTIFACT_TYPE,
-        LAYER_TAR_GZIP,
-        TITLE,
-        TITLE_ANNOTATION,
-        cache_annotations,
-        inspect_cache,
-        pack_info,
-    )
+    """The profile's cache reference as a stand-in cache in the published image form (an index over
+    linux/arm64 and linux/amd64 images of one layer), the stand-in notes on the index."""
+    from stackpin.autotune import add_cache_to_layout, inspect_cache
 
     with tempfile.TemporaryDirectory() as tmp:
         info = inspect_cache(write_stand_in_cache(Path(tmp), profile))
-        layout.add_artifact(profile.spec.autotune.cache, [(pack_info(info), LAYER_TAR_GZIP, {TITLE_ANNOTATION: TITLE})],
-                            ARTIFACT_TYPE, {**cache_annotations(info), **STAND_IN})
+        add_cache_to_layout(layout, profile.spec.autotune.cache, info, STAND_IN)
 
 
 def main(argv: Sequence[str]) -> int:

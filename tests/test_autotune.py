@@ -18,10 +18,15 @@ from pydantic import ValidationError
 
 from stackpin.autotune import (
     ARTIFACT_TYPE,
+    IMAGE_PLATFORMS,
     LAYER_TAR_GZIP,
+    LEGACY_LAYER_TAR_GZIP,
+    TITLE,
+    TYPE_ANNOTATION,
     CacheInfo,
     Mismatch,
     arch_tokens,
+    cache_image,
     expected_files,
     fetch_cache,
     inspect_cache,
@@ -36,7 +41,16 @@ from stackpin.catalog import load_catalog
 from stackpin.cli import main
 from stackpin.cli_autotune import autotune
 from stackpin.errors import InputError, IntegrityError, StackpinError
-from stackpin.oci import RegistryClient, sha256_digest
+from stackpin.oci import (
+    OCI_CONFIG,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    RegistryClient,
+    canonical_json,
+    parse_manifest,
+    sha256_digest,
+)
+from stackpin.ocilayout import LayoutResolver, LayoutWriter
 from stackpin.profile import Pool, StackProfile, load_profile
 from tests.registry import RunningRegistry
 
@@ -441,9 +455,20 @@ def test_push_fetch_inspect_by_ref(tmp_path: Path, client: RegistryClient, regis
     assert ann["dev.stackpin.autotune.arch"] == ARCH
     assert ann["dev.stackpin.autotune.ranks"].endswith("dp0-7 rank0-15 (16 files)")
     assert ann["org.opencontainers.image.title"] == "flashinfer-autotune-cache.tar.gz"
-    manifest, blobs = client.pull_artifact(ref)
-    assert manifest["artifactType"] == ARTIFACT_TYPE and manifest["layers"][0]["mediaType"] == LAYER_TAR_GZIP
-    assert blobs == [pack_cache(disagg_cache)]
+    # A mountable image: an index over one image per CPU platform, all sharing the one standard layer.
+    assert resolved.media_type == OCI_INDEX and ann[TYPE_ANNOTATION] == ARTIFACT_TYPE
+    assert sorted(resolved.platforms) == ["linux/amd64", "linux/arm64"]
+    diff_id = sha256_digest(pack_cache(disagg_cache, compress=False))
+    for key, child in resolved.platforms.items():
+        manifest, blobs = client.pull_artifact(f"{registry.host}/dynamo/autotune-cache@{child}")
+        assert "artifactType" not in manifest and manifest["mediaType"] == OCI_MANIFEST
+        assert [d["mediaType"] for d in manifest["layers"]] == [LAYER_TAR_GZIP]
+        assert manifest["layers"][0]["annotations"] == {"org.opencontainers.image.title": TITLE}
+        assert blobs == [pack_cache(disagg_cache)]
+        assert manifest["config"]["mediaType"] == OCI_CONFIG
+        config = json.loads(client.pull_blob(ref, manifest["config"]["digest"]))
+        assert config == {"architecture": key.split("/")[1], "os": "linux", "config": {},
+                          "rootfs": {"type": "layers", "diff_ids": [diff_id]}}
 
     fetched = fetch_cache(f"{registry.host}/dynamo/autotune-cache@{pushed.digest}", tmp_path / "got", client=client)
     assert fetched.digest == pushed.digest
@@ -483,6 +508,93 @@ def test_layout_write_and_fetch(tmp_path: Path, tuned_cache: Path) -> None:
     blob.write_bytes(b"tampered")
     with pytest.raises(IntegrityError):
         fetch_cache(ref, tmp_path / "got2", layout=tmp_path / "layout")
+
+
+def test_same_cache_same_digests_in_registry_and_layout(tmp_path: Path, client: RegistryClient,
+                                                       registry: RunningRegistry, disagg_cache: Path) -> None:
+    """Two copies of one cache, made at different times with other modes: one index digest, whether
+    pushed to a registry or written to an OCI layout."""
+    a, b = tmp_path / "a" / "flashinfer_autotune_cache", tmp_path / "b" / "flashinfer_autotune_cache"
+    _copy_tree(disagg_cache, a, mtime=1_000_000, mode=0o600)
+    time.sleep(0.01)
+    _copy_tree(disagg_cache, b, mtime=time.time(), mode=0o664)
+    ref = "nvcr.io/nvidia/ai-dynamo/autotune-cache:same"
+    in_layout = [write_cache_to_layout(src, tmp_path / f"layout-{i}", ref) for i, src in enumerate((a, b))]
+    pushed = [push_cache(src, f"{registry.host}/dynamo/autotune-same:{i}", client) for i, src in enumerate((a, b))]
+    assert len({r.digest for r in in_layout + pushed}) == 1
+    assert in_layout[0].platforms == pushed[0].platforms == cache_image(inspect_cache(a)).platforms
+    assert in_layout[0].annotations == pushed[0].annotations  # what `stackpin lock` reads
+    index = parse_manifest(LayoutResolver(tmp_path / "layout-0").read_blob(in_layout[0].digest), "index")
+    assert [m["platform"] for m in index["manifests"]] == [{"os": o, "architecture": c} for o, c in IMAGE_PLATFORMS]
+    assert "artifactType" not in index and index["annotations"][TYPE_ANNOTATION] == ARTIFACT_TYPE
+    for key in ("flashinfer", "device", "arch", "ranks"):
+        assert index["annotations"][f"dev.stackpin.autotune.{key}"]
+
+
+def _layout_image(path: Path, ref: str, layers: dict[str, bytes], diff_ids: dict[str, str] | None = None) -> None:
+    """An index over per-platform images whose layer (and config diff_ids) the test chooses."""
+    writer = LayoutWriter(path)
+    entries = []
+    for plat, layer in layers.items():
+        os_name, arch = plat.split("/")
+        diff_id = (diff_ids or {}).get(plat) or sha256_digest(gzip.decompress(layer))
+        config = writer.add_blob(canonical_json({"architecture": arch, "os": os_name, "config": {},
+                                                 "rootfs": {"type": "layers", "diff_ids": [diff_id]}}), OCI_CONFIG)
+        manifest = canonical_json({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config,
+                                   "layers": [writer.add_blob(layer, LAYER_TAR_GZIP)]})
+        entries.append({**writer.add_blob(manifest, OCI_MANIFEST), "platform": {"os": os_name, "architecture": arch}})
+    index = {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries,
+             "annotations": {TYPE_ANNOTATION: ARTIFACT_TYPE}}
+    writer._tag(writer._tagged(ref), canonical_json(index), OCI_INDEX)
+
+
+def test_fetch_checks_every_platform_image(tmp_path: Path, tuned_cache: Path, disagg_cache: Path) -> None:
+    ref = "nvcr.io/nvidia/ai-dynamo/autotune-cache:x"
+    tuned, disagg = pack_cache(tuned_cache), pack_cache(disagg_cache)
+    _layout_image(tmp_path / "ok", ref, {"linux/arm64": tuned, "linux/amd64": tuned})
+    assert len(fetch_cache(ref, tmp_path / "got", layout=tmp_path / "ok").info.files) == 4
+    _layout_image(tmp_path / "split", ref, {"linux/arm64": tuned, "linux/amd64": disagg})
+    with pytest.raises(StackpinError, match="another layer than the other platforms"):
+        fetch_cache(ref, tmp_path / "got-split", layout=tmp_path / "split")
+    _layout_image(tmp_path / "diff", ref, {"linux/arm64": tuned}, {"linux/arm64": sha256_digest(b"other")})
+    with pytest.raises(IntegrityError, match="diff_ids"):
+        fetch_cache(ref, tmp_path / "got-diff", layout=tmp_path / "diff")
+    assert not (tmp_path / "got-split").exists() and not (tmp_path / "got-diff").exists()
+
+
+@pytest.mark.parametrize(("member", "expect"), [
+    (_member("flashinfer_autotune_cache/../../evil.json"), "unsafe entry name"),
+    (_member("flashinfer_autotune_cache/link", tarfile.SYMTYPE, "/etc/passwd"), "link or special file"),
+    (_member("etc/passwd"), "outside flashinfer_autotune_cache/"),
+])
+def test_fetch_image_refuses_unsafe_members(tmp_path: Path, member: tarfile.TarInfo, expect: str) -> None:
+    ref = "nvcr.io/nvidia/ai-dynamo/autotune-cache:evil"
+    layer = gzip.compress(_tar((_member("flashinfer_autotune_cache/ok.json"), b"{}"), (member, b"")))
+    _layout_image(tmp_path / "layout", ref, {"linux/arm64": layer, "linux/amd64": layer})
+    with pytest.raises(IntegrityError, match=expect):
+        fetch_cache(ref, tmp_path / "got", layout=tmp_path / "layout")
+    assert not (tmp_path / "got").exists()
+
+
+def test_fetch_refuses_images_that_are_not_caches(tmp_path: Path) -> None:
+    ref = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1"
+    LayoutWriter(tmp_path / "layout").add_image(ref, [("linux", "arm64"), ("linux", "amd64")])
+    with pytest.raises(StackpinError, match="is not an autotune cache"):
+        fetch_cache(ref, tmp_path / "got", layout=tmp_path / "layout")
+
+
+def test_earlier_artifact_form_is_read_but_not_mountable(tmp_path: Path, tuned_cache: Path) -> None:
+    ref = "nvcr.io/nvidia/ai-dynamo/autotune-cache:old"
+    LayoutWriter(tmp_path / "layout").add_artifact(
+        ref, [(pack_cache(tuned_cache), LEGACY_LAYER_TAR_GZIP, {"org.opencontainers.image.title": TITLE})],
+        ARTIFACT_TYPE, {"dev.stackpin.autotune.flashinfer": FI})
+    fetched = fetch_cache(ref, tmp_path / "got", layout=tmp_path / "layout")
+    assert not fetched.mountable and len(fetched.info.files) == 4
+    code, out, _ = cli("verify", ref, str(profile_at(tmp_path, "gb300-tuned.yaml")), "--oci-layout",
+                       str(tmp_path / "layout"))
+    assert code == 1 and out.startswith("mismatch: format: ") and "image volume cannot mount it" in out
+    code, out, err = cli("inspect", ref, "--oci-layout", str(tmp_path / "layout"), "-o", "json")
+    assert code == 0 and json.loads(out)["mountable"] is False and "warning:" in err
 
 
 # --- CLI ----------------------------------------------------------------------------------------
