@@ -20,6 +20,7 @@ from stackpin.render.build import (
     CLAIM,
     CLIQUE_KEY,
     CONTAINER,
+    MODEL_VOLUME,
     ComponentPlan,
     RenderError,
     StackPlan,
@@ -112,6 +113,13 @@ def _job(plan: StackPlan, comp: ComponentPlan, pvc: str, catalog: Catalog, gpus_
         "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": pvc}},
                     {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": comp.shared_memory}}],
     }
+    if comp.model_store:
+        store = comp.model_store
+        container["volumeMounts"].append({"name": MODEL_VOLUME, "mountPath": store.mount_path, "readOnly": True})
+        pod["volumes"].append({"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": store.pvc,
+                                                                               "readOnly": True}})
+        if store.token_secret:
+            container["envFrom"] = [{"secretRef": {"name": store.token_secret}}]
     if plan.tolerate_arch:
         pod["tolerations"] = [{"key": ARCH_KEY, "operator": "Equal", "value": plan.cpu_arch, "effect": "NoSchedule"}]
     if comp.compute_domain:

@@ -22,6 +22,7 @@ API_VERSION = "stackpin.dev/v1"
 KIND = "StackProfile"
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class _Model(BaseModel):
@@ -218,6 +219,17 @@ class Fallbacks(_Model):
     cpu_offload_gib: Annotated[Number, Field(ge=0, le=2**20)] = 0
 
 
+class ModelStore(_Model):
+    """Where workers read the weights: a PVC holding a Hugging Face cache with the pinned revision
+    pre-staged (as the upstream DeepSeek V4 recipes do), instead of every pod downloading ~0.5 TB."""
+
+    pvc: Annotated[str, Field(pattern=_DNS_SUBDOMAIN, max_length=253, description="PersistentVolumeClaim name.")]
+    mount_path: Annotated[str, Field(pattern=r"^/[^\x00]*$")] = "/model-cache"
+    offline: bool = Field(True, description="HF_HUB_OFFLINE=1: the revision must already be on the volume.")
+    token_secret: Annotated[str, Field(pattern=_DNS_SUBDOMAIN, max_length=253)] | None = Field(
+        None, description="Secret whose keys (HF_TOKEN) become environment variables.")
+
+
 class Service(_Model):
     per_agent_tok_s: Annotated[Number, Field(gt=0, le=1e6)]
     ttft_seconds: Annotated[Number, Field(gt=0, le=86400)]
@@ -235,6 +247,7 @@ class Spec(_Model):
     speculative: Speculative = Field(default_factory=Speculative)
     placement: PlacementSpec
     fallbacks: Fallbacks = Field(default_factory=Fallbacks)
+    model_store: ModelStore | None = None
     service: Service
     mirrors: dict[str, str] = Field(
         default_factory=dict, description="Registry -> mirror (host[:port][/prefix]) used to resolve images.")

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from stackpin.cli import main as cli_main
 from stackpin.cli_render import render
+from stackpin.k8s_names import label_problems
 from stackpin.lock import StackLock
 from stackpin.render.build import RenderError, build_objects
 from stackpin.render.output import render_stack, render_stacks, write_stacks
@@ -141,11 +142,11 @@ def test_autotune_cache_is_an_image_volume_with_its_env() -> None:
     cache = lock.resolved.autotune_cache
     assert cache is not None
     pod = _components(_dgd(render_stack(lock).files))["worker"]["podTemplate"]["spec"]
-    [volume] = pod["volumes"]
+    [volume] = [v for v in pod["volumes"] if "image" in v]  # beside the model store's PVC
     assert volume["image"]["reference"] == cache.pinned and "@sha256:" in cache.pinned
     main = pod["containers"][0]
-    [mount] = main["volumeMounts"]
-    assert mount["name"] == volume["name"] and mount["readOnly"] is True
+    [mount] = [m for m in main["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True
     env = {e["name"]: e["value"] for e in main["env"]}
     assert env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"].startswith(mount["mountPath"] + "/")
     assert not any("autotune" in arg for arg in main["args"])
@@ -342,8 +343,14 @@ FIELDS = {
     "draft-model": (("spec", "speculative", "draftModel"), True),
     "attention": (("spec", "kernels", "attention"), True),
     "tokenizer-mode": (("spec", "model", "tokenizerMode"), True),
-    "label-value": (("metadata", "labels", "stackpin.dev/story"), False),
 }
+
+
+@pytest.mark.parametrize("value", [v for v in HOSTILE if label_problems({"k": v})])
+def test_hostile_label_values_are_refused_by_the_profile(value: str) -> None:
+    """Labels are the one string field with Kubernetes syntax: the profile refuses such values outright."""
+    with pytest.raises(ValidationError, match="not a valid Kubernetes label value"):
+        _relabel(shipped_locks()[BASE], ("metadata", "labels", "stackpin.dev/story"), value).stack_profile  # noqa: B018
 
 
 def _strings(obj: Any) -> list[str]:
@@ -426,3 +433,27 @@ def test_a_failed_write_changes_nothing(tmp_path: Path, lockdir: Path) -> None:
     assert len(result.output.strip().splitlines()) == 1 and "vera-rubin-tuned" in result.output
     assert tuned.read_text() == "edited by hand\n"
     assert not [p for p in out.rglob(".*.tmp")]
+
+
+def test_model_store_reaches_every_pod_read_only() -> None:
+    from stackpin.render.build import build_objects
+
+    dgd = build_objects(shipped_locks()["gb300-tuned"])[0]
+    for component in dgd["spec"]["components"]:
+        pod = component["podTemplate"]["spec"]
+        container = pod["containers"][0]
+        assert {"name": "model-cache", "persistentVolumeClaim": {"claimName": "model-cache", "readOnly": True}} in (
+            pod["volumes"])
+        assert {"name": "model-cache", "mountPath": "/model-cache", "readOnly": True} in container["volumeMounts"]
+        env = {e["name"]: e["value"] for e in container["env"]}
+        assert env["HF_HOME"] == "/model-cache" and env["HF_HUB_OFFLINE"] == "1"
+        assert container["envFrom"] == [{"secretRef": {"name": "hf-token-secret"}}]
+
+
+def test_cpu_offload_is_rendered_as_sized() -> None:
+    from stackpin.render.build import build_objects
+
+    dgd = build_objects(shipped_locks()["a100-8x-selfhost"])[0]
+    [worker] = [c for c in dgd["spec"]["components"] if c["name"] == "worker"]
+    args = worker["podTemplate"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--cpu-offload-gb") + 1] == "8"

@@ -181,6 +181,7 @@ CASES = [
     Case("SP182", "error", "spec.versions.runtimeImage", {"spec.versions.runtimeImage": "localhost:5000/vllm-runtime"},
          {"spec.versions.runtimeImage": "localhost:5000/vllm-runtime:1.6.1"}, label="registry-port"),
     Case("SP183", "warning", "spec.model.revision", {"spec.model.revision": "v4.1"}, {"spec.model.revision": "0" * 40}),
+    Case("SP184", "warning", "spec", {"spec.modelStore": None}, {"spec.modelStore": {"pvc": "model-cache"}}),
     Case("SP193", "error", f"{W}.maxNumBatchedTokens", {f"{W}.maxNumBatchedTokens": 63},
          {f"{W}.maxNumBatchedTokens": 64, "spec.cudaGraphs.captureSizes": [6, 12, 24, 48],
           "spec.cudaGraphs.maxCaptureSize": 48}),

@@ -201,6 +201,9 @@ def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_r
     if pool.max_num_batched_tokens is not None:
         flags.append(("--max-num-batched-tokens", str(pool.max_num_batched_tokens)))
     flags.append(("--gpu-memory-utilization", repr(pool.gpu_memory_utilization)))
+    if spec.fallbacks.cpu_offload_gib:
+        # The memory sizing (and validate's summary) counts these GiB as living in CPU memory.
+        flags.append(("--cpu-offload-gb", f"{spec.fallbacks.cpu_offload_gib:g}"))
     flags.append(("--kv-cache-dtype", spec.kv_cache.dtype))
     if spec.kv_cache.block_size is not None:
         flags.append(("--block-size", str(spec.kv_cache.block_size)))

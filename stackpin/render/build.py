@@ -19,7 +19,7 @@ from stackpin.catalog import Catalog, Platform, load_catalog
 from stackpin.errors import StackpinError
 from stackpin.k8s_names import RENDERED_LABELS, label_problems
 from stackpin.lock import StackLock
-from stackpin.profile import Placement, StackProfile
+from stackpin.profile import ModelStore, Placement, StackProfile
 from stackpin.render import args as argmod
 from stackpin.sizing import capture_size_count
 
@@ -36,6 +36,7 @@ AUTOTUNE_MOUNT = "/opt/stackpin/autotune"
 # The packed cache is rooted at flashinfer_autotune_cache/ (stackpin/autotune.py), the directory
 # vLLM otherwise keeps under $VLLM_CACHE_ROOT and lets VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR replace.
 AUTOTUNE_DIR = f"{AUTOTUNE_MOUNT}/flashinfer_autotune_cache"
+MODEL_VOLUME = "model-cache"
 MNNVL_ENV = {"NCCL_CUMEM_ENABLE": "1", "NCCL_MNNVL_ENABLE": "1", "UCX_CUDA_IPC_ENABLE_MNNVL": "y"}
 
 # Kubernetes label syntax (apimachinery validation): render refuses what the API server would.
@@ -76,6 +77,7 @@ class ComponentPlan:
     compute_domain: str | None = None  # ComputeDomain name whose channel the pods claim
     clique_affinity: bool = False
     autotune_image: str | None = None
+    model_store: ModelStore | None = None
     shared_memory: str | None = None
     node_selector: tuple[tuple[str, str], ...] = ()
     pod_labels: tuple[tuple[str, str], ...] = ()
@@ -169,6 +171,10 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
         generated_env.update(MNNVL_ENV)
     if cache:
         generated_env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] = AUTOTUNE_DIR
+    store = spec.model_store
+    # Workers and the frontend (which loads the tokenizer) read the model from the volume.
+    model_env = {"HF_HOME": store.mount_path, "HF_HUB_OFFLINE": "1" if store.offline else "0"} if store else {}
+    generated_env.update(model_env)
     clash = sorted(set(spec.kernels.env) & set(generated_env))
     if clash:
         problems.append(f"spec.kernels.env sets {', '.join(clash)}, which render derives from the stack; "
@@ -181,7 +187,7 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
         problems += argmod.check_flags(fe_flags, [frontend_catalog])
     components = [ComponentPlan(
         name="frontend", replicas=1, command=argmod.FRONTEND_COMMAND, args=tuple(argmod.flatten(fe_flags)),
-        env=(), startup=None,
+        env=tuple(sorted(model_env.items())), startup=None, model_store=store,
         readiness=Probe("/health", argmod.FRONTEND_HTTP_PORT, period, 3),
         liveness=Probe("/live", argmod.FRONTEND_HTTP_PORT, period, 6),
         node_selector=((ARCH_KEY, platform.cpu_arch),),
@@ -204,7 +210,7 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
             gpus_per_pod=per_pod, node_count=nodes,
             # Every worker joins the domain: NIXL moves KV between prefill and decode over MNNVL too.
             compute_domain=domain, clique_affinity=domain is not None and nodes > 1,
-            autotune_image=cache.pinned if cache else None,
+            autotune_image=cache.pinned if cache else None, model_store=store,
             shared_memory=catalog.engine.worker_shared_memory,
             node_selector=node_selector,
             pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": role}.items())),
@@ -258,8 +264,15 @@ def _container(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
         out["env"] = [{"name": k, "value": v} for k, v in comp.env]
     if comp.startup:
         out["startupProbe"] = comp.startup.as_dict()
+    mounts = []
     if comp.autotune_image:
-        out["volumeMounts"] = [{"name": AUTOTUNE_VOLUME, "mountPath": AUTOTUNE_MOUNT, "readOnly": True}]
+        mounts.append({"name": AUTOTUNE_VOLUME, "mountPath": AUTOTUNE_MOUNT, "readOnly": True})
+    if comp.model_store:
+        mounts.append({"name": MODEL_VOLUME, "mountPath": comp.model_store.mount_path, "readOnly": True})
+        if comp.model_store.token_secret:
+            out["envFrom"] = [{"secretRef": {"name": comp.model_store.token_secret}}]
+    if mounts:
+        out["volumeMounts"] = mounts
     return out
 
 
@@ -277,10 +290,16 @@ def _pod_fields(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
         out["affinity"] = {"podAffinity": (
             {"requiredDuringSchedulingIgnoredDuringExecution": [term]} if plan.hard_clique
             else {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]})}
+    volumes = []
     if comp.autotune_image:
         # Kubernetes 1.33+ ImageVolume: the cache arrives by digest, read-only, verified by the runtime.
-        out["volumes"] = [{"name": AUTOTUNE_VOLUME,
-                           "image": {"reference": comp.autotune_image, "pullPolicy": "IfNotPresent"}}]
+        volumes.append({"name": AUTOTUNE_VOLUME,
+                        "image": {"reference": comp.autotune_image, "pullPolicy": "IfNotPresent"}})
+    if comp.model_store:
+        volumes.append({"name": MODEL_VOLUME,
+                        "persistentVolumeClaim": {"claimName": comp.model_store.pvc, "readOnly": True}})
+    if volumes:
+        out["volumes"] = volumes
     return out
 
 

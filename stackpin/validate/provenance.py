@@ -64,3 +64,12 @@ def batched_below_seqs(ctx: Context) -> Iterator[Hit]:
             yield Hit(path + ("maxNumBatchedTokens",), f"{role} maxNumBatchedTokens={pool.max_num_batched_tokens} is "
                       f"below maxNumSeqs={pool.max_num_seqs}; vLLM refuses to start (one token per running sequence)",
                       "raise maxNumBatchedTokens or lower maxNumSeqs")
+
+
+@rule("SP184", Severity.warning, "no model store: every pod downloads the weights")
+def no_model_store(ctx: Context) -> Iterator[Hit]:
+    if ctx.profile.spec.model_store is None:
+        size = f" (~{ctx.model.checkpoint_gib:g} GiB)" if ctx.model else ""
+        yield Hit(("spec",), f"spec.modelStore is unset: every worker pod downloads the checkpoint{size} from the "
+                  "Hub at each start, inside its start-up budget", "pre-stage the pinned revision on a PVC and set "
+                  "spec.modelStore.pvc")
