@@ -26,7 +26,9 @@ from stackpin.render.build import RenderError, build_objects
 from stackpin.render.output import render_stack, render_stacks, write_stacks
 from tests.lockkit import PROFILES_DIR, ROOT, lock_files, lock_paths, shipped_locks
 
-GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
+# The committed manifests are the golden files: the shipped stacks, locked from a fresh demo mirror
+# (tests/lockkit.py), must render to exactly them.
+GOLDEN = Path(__file__).resolve().parent.parent / "manifests"
 UPDATE = os.environ.get("STACKPIN_UPDATE_GOLDEN") == "1"
 SHIPPED_NAMES = sorted(shipped_locks())
 
@@ -57,8 +59,8 @@ def test_golden(name: str) -> None:
         for file, text in stack.files.items():
             (directory / file).write_text(text, encoding="utf-8")
     on_disk = {p.name: p.read_text(encoding="utf-8") for p in sorted(directory.glob("*.yaml"))}
-    assert on_disk, f"no golden files for {name}: run STACKPIN_UPDATE_GOLDEN=1 pytest tests/test_render.py"
-    assert stack.files == on_disk, "rendered output changed; review, then STACKPIN_UPDATE_GOLDEN=1 to accept"
+    assert on_disk, f"no manifests for {name}: run make demo"
+    assert stack.files == on_disk, "rendered output changed; review, then `make demo` (or STACKPIN_UPDATE_GOLDEN=1)"
 
 
 def test_launch_is_v1beta1_disaggregated_and_tuned_colocated() -> None:
