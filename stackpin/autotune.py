@@ -403,6 +403,9 @@ def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> li
     An empty list means: right FlashInfer, right device and arch, consistent metadata, and a
     complete set of files for every pool the placement runs."""
     out: list[Mismatch] = []
+    if profile.spec.autotune.mode == "off":
+        out.append(Mismatch(field="mode", message=(
+            f"{profile.name} runs with autotune off: no cache is read; set spec.autotune.mode: replay")))
     want_fi = profile.spec.versions.flashinfer
     gpu = catalog.gpu_of(profile.spec.target.platform)
     out += _check_versions(info, want_fi)
@@ -507,10 +510,18 @@ def _check_pools(info: CacheInfo, pools: Mapping[str, Pool], per_rank: bool, vll
             out.append(Mismatch(field="ranks", file=stray[0].path, message=(
                 f"vLLM {vllm} reads only {SHARED_FILE}, never per-rank files (those need vLLM >= 0.32.0) "
                 f"({_n(stray)})")))
-        if not any(SHARED_FILE in names for names in names_by_dir.values()):
-            for role in pools:
-                out.append(Mismatch(field="ranks", pool=role, message=(
-                    f"pool {role}: no config directory holds {SHARED_FILE}, the file vLLM {vllm} reads")))
+        # Each distinct engine config has its own config-hash directory: pools that differ in anything
+        # but their replica count cannot share one.
+        configs: dict[str, list[str]] = {}
+        for role, pool in pools.items():
+            key = pool.model_dump_json(exclude={"replicas", "nodes_per_replica"})
+            configs.setdefault(key, []).append(role)
+        have = sum(1 for names in names_by_dir.values() if SHARED_FILE in names)
+        if have < len(configs):
+            for roles in configs.values():
+                out.append(Mismatch(field="ranks", pool=roles[0], message=(
+                    f"pool {'/'.join(roles)}: the stack runs {len(configs)} distinct engine configs, each tuned "
+                    f"into its own config directory, but {have} holds {SHARED_FILE} (the file vLLM {vllm} reads)")))
         return out
     # First give every pool a directory holding exactly its files; pools of one shape but different
     # engine configs (different hashes) each prefer a directory no other pool took.

@@ -341,7 +341,23 @@ def test_verify_shipped_profile_pins_vllm_031_which_reads_one_shared_file(tmp_pa
     write_pool(per_rank, HASH_W, tp=4, fi="0.7.0.post1", meta={**META, "flashinfer_version": "0.7.0.post1"})
     found = verify_cache(inspect_cache(per_rank), shipped, load_catalog())
     assert [m.field for m in found] == ["ranks", "ranks"]
-    assert "reads only autotune_configs.json" in found[0].message and "pool worker: no config" in found[1].message
+    assert "reads only autotune_configs.json" in found[0].message
+    assert "pool worker: the stack runs 1 distinct engine configs" in found[1].message
+
+
+def test_verify_wants_a_config_directory_per_distinct_pool_and_autotune_on(tmp_path: Path) -> None:
+    """Prefill and decode run different engine configs, so vLLM tunes them into two directories; a
+    colocated stack's single directory does not cover a disaggregated one. And autotune off reads nothing."""
+    meta = {**META, "flashinfer_version": "0.7.0.post1"}
+    one = tmp_path / "one"
+    write_file(one / "0.7.0.post1" / ARCH / HASH_W / "autotune_configs.json", meta=meta)
+    disagg = load_profile(PROFILES / "gb300-disagg-wide-ep.yaml").profile
+    found = verify_cache(inspect_cache(one), disagg, load_catalog())
+    assert {m.pool for m in found} == {"prefill", "decode"} and all(m.field == "ranks" for m in found)
+    write_file(one / "0.7.0.post1" / ARCH / ("e" * 64) / "autotune_configs.json", meta=meta)
+    assert verify_cache(inspect_cache(one), disagg, load_catalog()) == []
+    launch = load_profile(PROFILES / "gb300-launch.yaml").profile
+    assert [m.field for m in verify_cache(inspect_cache(one), launch, load_catalog())][0] == "mode"
 
 
 # --- pack ---------------------------------------------------------------------------------------
