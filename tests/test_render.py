@@ -131,7 +131,8 @@ def test_multinode_decode_gets_compute_domain_claims_and_node_count() -> None:
     assert env["UCX_CUDA_IPC_ENABLE_MNNVL"] == "y"
     term = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["topologyKey"] == "nvidia.com/gpu.clique"
-    assert term["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "decode"
+    # Scoped to one replica (its Grove scaling group), not to every decode pod of the stack.
+    assert term["matchLabelKeys"] == ["grove.io/podcliquescalinggroup"]
     assert "multinode" not in comps["prefill"]  # TP4 fits one tray
     assert "resourceClaims" not in comps["frontend"]["podTemplate"]["spec"]
     # Single-node stacks need no ComputeDomain.

@@ -12,7 +12,7 @@ dicts. No string is ever spliced into YAML; output.py dumps the dicts canonicall
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from stackpin.catalog import Catalog, Platform, load_catalog
@@ -30,6 +30,7 @@ CONTAINER = "main"  # the operator finds the engine container by this name
 SYSTEM_PORT = 9090  # Dynamo's worker system server (/health, /live); the upstream recipes probe it
 CLAIM = "compute-domain-channel"
 CLIQUE_KEY = "nvidia.com/gpu.clique"  # GPU feature discovery: nodes of one NVLink clique share it
+GROVE_SCALING_GROUP = "grove.io/podcliquescalinggroup"  # set by Grove on every pod of one multinode replica
 ARCH_KEY = "kubernetes.io/arch"
 AUTOTUNE_VOLUME = "autotune-cache"
 AUTOTUNE_MOUNT = "/opt/stackpin/autotune"
@@ -96,7 +97,6 @@ class StackPlan:
     components: tuple[ComponentPlan, ...]
     compute_domain: str | None
     tolerate_arch: bool
-    hard_clique: bool = field(default=True)
 
 
 # --- derived numbers -------------------------------------------------------------------------------
@@ -244,8 +244,6 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
         labels=tuple(sorted({**profile.metadata.labels, **labels}.items())),
         annotations=tuple(sorted(annotations.items())), components=tuple(components), compute_domain=domain,
         tolerate_arch=platform.cpu_arch == "arm64",
-        # One rack is one clique: require it. Several racks: prefer, or nothing fits past the first.
-        hard_clique=spec.target.count == 1,
     )
 
 
@@ -286,10 +284,15 @@ def _pod_fields(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
     if comp.compute_domain:
         out["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": f"{comp.compute_domain}-channel"}]
     if comp.clique_affinity:
-        term = {"labelSelector": {"matchLabels": dict(comp.pod_labels)}, "topologyKey": CLIQUE_KEY}
-        out["affinity"] = {"podAffinity": (
-            {"requiredDuringSchedulingIgnoredDuringExecution": [term]} if plan.hard_clique
-            else {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": term}]})}
+        # Every pod of one replica in ONE NVLink clique, required: a parallel group split across
+        # cliques fails at engine start (deep_gemm_mega_moe's symmetric memory cannot cross them). As
+        # in the upstream GB200 recipes, matchLabelKeys scopes the term to the replica's own Grove
+        # scaling group, whose value the operator generates.
+        out["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "topologyKey": CLIQUE_KEY,
+            "labelSelector": {"matchExpressions": [
+                {"key": "app.kubernetes.io/managed-by", "operator": "In", "values": ["grove-operator"]}]},
+            "matchLabelKeys": [GROVE_SCALING_GROUP]}]}}
     volumes = []
     if comp.autotune_image:
         # Kubernetes 1.33+ ImageVolume: the cache arrives by digest, read-only, verified by the runtime.
