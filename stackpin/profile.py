@@ -375,7 +375,8 @@ def _read_chain(path: Path) -> tuple[dict[str, Any], MergedPositions, tuple[Path
         resolved = current.resolve()
         if resolved in seen:
             cycle = " -> ".join(str(p) for p in [*seen, resolved])
-            raise InputError([Problem(Location(display), "extends", f"extends cycle: {cycle}")])
+            # Point at the `extends:` that closes the loop.
+            raise InputError([Problem(chain[-1][2].locate(("extends",)), "extends", f"extends cycle: {cycle}")])
         seen.append(resolved)
         data, positions = load_yaml(current, display)
         if not isinstance(data, dict):
