@@ -25,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.lockkit builds the stand-in locks
 
-from stackpin.lock import StackLock, effective_profile, sha256, stack_digest, write_lock  # noqa: E402
+from stackpin.lock import StackLock, effective_profile, sha256, stack_digest, write_locks  # noqa: E402
 from tests.lockkit import shipped_locks  # noqa: E402
 
 CHART = ROOT / "bench" / "chart"
@@ -92,7 +92,7 @@ def _many_locks(lockdir: Path, count: int) -> None:
         data["metadata"]["profileDigest"] = sha256(effective_profile(profile))
         fresh = StackLock.model_validate(data)
         data["stackDigest"] = stack_digest(fresh.profile, fresh.resolved)
-        write_lock(StackLock.model_validate(data), lockdir)
+        write_locks([StackLock.model_validate(data)], lockdir)
 
 
 def main() -> None:
@@ -102,7 +102,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
         work = Path(tmp)
         one = work / "one"
-        write_lock(shipped_locks()["gb300-tuned"], one)
+        write_locks([shipped_locks()["gb300-tuned"]], one)
         many = work / "many"
         _many_locks(many, STACKS)
         one_lock = str(one / "gb300-tuned.lock.yaml")
