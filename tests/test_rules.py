@@ -54,6 +54,8 @@ CASES = [
           "spec.cudaGraphs.mode": "NONE", "spec.autotune": {"mode": "off"}}),
     Case("SP108", "warning", "spec.kernels.env", {"spec.kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH": None},
          {"spec.kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH": "1"}),
+    Case("SP109", "warning", "spec.cudaGraphs.mode", {"spec.kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH": "1"},
+         {"spec.kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH": "1", "spec.cudaGraphs.mode": "FULL_DECODE_ONLY"}),
     # speculative decoding
     Case("SP111", "error", "spec.speculative.method", {"spec.speculative.method": "dspark2"},
          {"spec.speculative.method": "ngram"}),

@@ -115,3 +115,14 @@ def breakable(ctx: Context) -> Iterator[Hit]:
         yield Hit(("spec", "kernels", "env"), f"for {ctx.model.model_type} vLLM sets VLLM_USE_BREAKABLE_CUDAGRAPH=1 "
                   "unless it is set, which forces compilation mode NONE; the stack does not say which it runs",
                   "set kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH to \"1\" or \"0\" explicitly")
+
+
+@rule("SP109", Severity.warning, "piecewise CUDA graphs with breakable CUDA graphs on")
+def piecewise_without_compile(ctx: Context) -> Iterator[Hit]:
+    # VLLM_USE_BREAKABLE_CUDAGRAPH=1 forces compilation mode NONE (FACTS.md s5); piecewise graphs are
+    # cut by the compiler, so without it vLLM cannot capture them and falls back.
+    mode = ctx.profile.spec.cuda_graphs.mode
+    if ctx.profile.spec.kernels.env.get("VLLM_USE_BREAKABLE_CUDAGRAPH") == "1" and "PIECEWISE" in mode:
+        yield Hit(_G + ("mode",), f"cudaGraphs.mode {mode} needs torch.compile, which "
+                  "VLLM_USE_BREAKABLE_CUDAGRAPH=1 turns off (compilation mode NONE); the piecewise graphs are "
+                  "not captured", "set VLLM_USE_BREAKABLE_CUDAGRAPH to \"0\", or use FULL / FULL_DECODE_ONLY")
