@@ -120,8 +120,12 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
         loader.dispose()
 
 
-class _PyCanonicalDumper(yaml.SafeDumper):
-    """Block style, no aliases, stable string quoting: the same data always gives the same bytes."""
+class _CanonicalDumper(yaml.SafeDumper):
+    """Block style, no aliases, stable string quoting: the same data always gives the same bytes.
+
+    PyYAML's own emitter, not libyaml's: the two write different bytes for some values (trailing
+    line breaks, characters beyond the BMP, complex keys), and output must not depend on how PyYAML
+    was built on a machine."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
@@ -140,12 +144,7 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
-_PyCanonicalDumper.add_representer(str, _str_representer)
-
-# PyYAML's own emitter, not libyaml's: the two write different bytes for some values (trailing
-# line breaks, characters beyond the BMP, complex keys), and output must not depend on how PyYAML
-# was built on a machine.
-_CanonicalDumper = _PyCanonicalDumper
+_CanonicalDumper.add_representer(str, _str_representer)
 
 
 def dump_yaml(data: Any, sort_keys: bool = True) -> str:
