@@ -151,15 +151,6 @@ def vllm_flags(version: str) -> VllmFlags | None:
     return VllmFlags.model_validate_json(path.read_text(encoding="utf-8"))
 
 
-@cache
-def dynamo_flags(version: str) -> dict[str, Any] | None:
-    """The Dynamo worker/frontend flag catalog of a release, or None when not extracted."""
-    path = resources.files(__package__).joinpath(f"engines/dynamo-{version}.json")
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def _read(name: str) -> Any:
     text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
