@@ -5,7 +5,6 @@ Loaded once per process and handed out as immutable models; nothing else in stac
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from importlib import resources
 from typing import Any
