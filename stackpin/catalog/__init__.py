@@ -5,6 +5,7 @@ Loaded once per process and handed out as immutable models; nothing else in stac
 
 from __future__ import annotations
 
+import json
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -142,12 +143,20 @@ class VllmFlags(_Fact):
 
 
 @cache
-def vllm_flags(version: str) -> VllmFlags | None:
-    """The flag catalog of a vLLM release, or None when stackpin has not extracted it."""
-    path = resources.files(__package__).joinpath(f"engines/vllm-{version}.json")
+def engine_catalog(engine: str, version: str) -> dict[str, Any] | None:
+    """The extracted flag catalog `engines/<engine>-<version>.json`, or None when there is none.
+    Parsed once per process; validation and render both read it."""
+    path = resources.files(__package__).joinpath(f"engines/{engine}-{version}.json")
     if not path.is_file():
         return None
-    return VllmFlags.model_validate_json(path.read_text(encoding="utf-8"))
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+@cache
+def vllm_flags(version: str) -> VllmFlags | None:
+    """The flag catalog of a vLLM release, or None when stackpin has not extracted it."""
+    data = engine_catalog("vllm", version)
+    return None if data is None else VllmFlags.model_validate(data)
 
 
 def _read(name: str) -> Any:

@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
+from stackpin.catalog import engine_catalog
 from stackpin.profile import Placement, Pool, RouterMode, Speculative, StackProfile
 
 WorkerRole = Literal["worker", "prefill", "decode"]
@@ -58,14 +58,6 @@ def catalog_file(engine: Literal["vllm", "dynamo"], version: str) -> str:
     return f"{engine}-{version}.json"
 
 
-@cache
-def _catalog_json(engine: str, version: str) -> dict[str, Any] | None:
-    path = resources.files("stackpin.catalog").joinpath("engines", catalog_file(engine, version))  # type: ignore[arg-type]
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
 def _section_catalog(name: str, section: dict[str, Any]) -> FlagCatalog:
     options = set(section["option_strings"])
     # argparse.BooleanOptionalAction registers --no-x beside --x at runtime (catalog README).
@@ -85,7 +77,7 @@ def _section_catalog(name: str, section: dict[str, Any]) -> FlagCatalog:
 
 @cache
 def vllm_catalog(version: str) -> FlagCatalog | None:
-    data = _catalog_json("vllm", version)
+    data = engine_catalog("vllm", version)
     if data is None:
         return None
     catalog = _section_catalog(f"vLLM {version}", data)
@@ -98,7 +90,7 @@ def vllm_catalog(version: str) -> FlagCatalog | None:
 
 @cache
 def dynamo_catalog(version: str, entry: Literal["worker_vllm", "frontend"]) -> FlagCatalog | None:
-    data = _catalog_json("dynamo", version)
+    data = engine_catalog("dynamo", version)
     if data is None:
         return None
     return _section_catalog(f"Dynamo {version} {entry}", data[entry])
