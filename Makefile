@@ -33,7 +33,7 @@ bench: setup
 	$(BIN)/python bench/run.py
 
 lint: setup
-	$(BIN)/ruff check stackpin tests bench scripts
+	$(BIN)/ruff check stackpin tests bench scripts devkit
 
 # Regenerate the checked-in JSON Schema and profile reference from the models.
 schema: setup

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-STACKPIN = [sys.executable, "-c", "from stackpin.cli import main; main()"]
+STACKPIN = [sys.executable, "-c", "from stackpin.cli.main import main; main()"]
 HEAVY = ("kubernetes", "httpx", "matplotlib", "jsonschema", "rich", "pydantic")
 
 
@@ -36,7 +36,7 @@ def help_imports() -> tuple[float, list[str]]:
             continue
         _, cumulative, name = (part.strip() for part in line.split(":", 1)[1].split("|"))
         loaded.add(name.split(".")[0])
-        if name == "stackpin.cli":
+        if name == "stackpin.cli.main":
             cli_us = int(cumulative)
     return cli_us / 1000, sorted(h for h in HEAVY if h in loaded)
 
@@ -54,7 +54,7 @@ def main() -> None:
     for name, ms in rows:
         print(f"  {name:<36} {ms:8.1f} ms   {ms / floor:5.1f}x python startup")
     import_ms, heavy = help_imports()
-    print(f"  import stackpin.cli (cumulative, -X importtime): {import_ms:.1f} ms")
+    print(f"  import stackpin.cli.main (cumulative, -X importtime): {import_ms:.1f} ms")
     print(f"  heavy packages imported by --help: {', '.join(heavy) if heavy else 'none'}")
 
 

@@ -22,11 +22,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.lockkit builds the stand-in locks
+from stackpin.lock.lockfile import StackLock, effective_profile, read_lock, sha256, stack_digest, write_locks
 
-from stackpin.lock import StackLock, effective_profile, sha256, stack_digest, write_locks  # noqa: E402
-from tests.lockkit import shipped_locks  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 CHART = ROOT / "bench" / "chart"
 HELM = ROOT / ".bench" / "bin" / "helm"
@@ -35,7 +33,7 @@ PHASES = """
 import time
 t0 = time.perf_counter()
 from pathlib import Path
-from stackpin.lock import read_lock
+from stackpin.lock.lockfile import read_lock
 from stackpin.render.build import build_objects
 from stackpin.render.output import file_name
 from stackpin.yamlio import dump_yaml
@@ -43,7 +41,7 @@ t1 = time.perf_counter()
 lock = read_lock(Path({lock!r}))
 objects = build_objects(lock)
 t2 = time.perf_counter()
-from stackpin.render.schemas import validate_objects
+from stackpin.validate.manifests import validate_objects
 assert not validate_objects((file_name(o), o) for o in objects)
 t3 = time.perf_counter()
 texts = [dump_yaml(o) for o in objects]
@@ -52,12 +50,18 @@ print(t1 - t0, t2 - t1, t3 - t2, t4 - t3)
 """
 
 
+def _shipped_locks() -> dict[str, StackLock]:
+    """The committed locks of the shipped profiles (`make demo` writes them)."""
+    locks = [read_lock(path) for path in sorted((ROOT / "lockfiles").glob("*.lock.yaml"))]
+    return {lock.metadata.name: lock for lock in locks}
+
+
 def _stackpin_cmd() -> list[str]:
-    """The `stackpin render` entry point if cli.py registers it, else the command object itself."""
+    """The `stackpin render` console script if installed, else the command object itself."""
     exe = Path(sys.executable).with_name("stackpin")
     if exe.exists() and subprocess.run([str(exe), "render", "--help"], capture_output=True).returncode == 0:
         return [str(exe), "render"]
-    return [sys.executable, "-c", "from stackpin.cli_render import render; render(prog_name='stackpin render')"]
+    return [sys.executable, "-c", "from stackpin.cli.render import render; render(prog_name='stackpin render')"]
 
 
 def _helm() -> str | None:
@@ -81,7 +85,7 @@ def _median(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
 
 def _many_locks(lockdir: Path, count: int) -> None:
     """`count` distinct stacks (renamed copies of the shipped ones), each a valid lockfile."""
-    base = list(shipped_locks().values())
+    base = list(_shipped_locks().values())
     for i in range(count):
         lock = base[i % len(base)]
         data = lock.model_dump(mode="json", by_alias=True)
@@ -102,7 +106,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
         work = Path(tmp)
         one = work / "one"
-        write_locks([shipped_locks()["gb300-tuned"]], one)
+        write_locks([_shipped_locks()["gb300-tuned"]], one)
         many = work / "many"
         _many_locks(many, STACKS)
         one_lock = str(one / "gb300-tuned.lock.yaml")

@@ -19,9 +19,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from stackpin.oci import OCI_INDEX, ImageRef, RegistryClient  # noqa: E402
-from stackpin.ocilayout import LayoutResolver, LayoutWriter, push_layout_to_registry  # noqa: E402
-from tests.registry import _start, free_port  # noqa: E402  (the test suite's registry launcher)
+from devkit.registry import free_port, start_registry  # noqa: E402
+from stackpin.lock.oci import OCI_INDEX, ImageRef, RegistryClient  # noqa: E402
+from stackpin.lock.ocilayout import LayoutResolver, LayoutWriter, push_layout_to_registry  # noqa: E402
 
 WORKERS = 16
 WAN_DELAY_MS = 20
@@ -30,7 +30,7 @@ WAN_DELAY_MS = 20
 def main() -> None:
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     repeats = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-    with tempfile.TemporaryDirectory() as tmp, _start(Path(tmp), None) as (host, _):
+    with tempfile.TemporaryDirectory() as tmp, start_registry(Path(tmp)) as (host, _):
         base = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:bench"
         LayoutWriter(Path(tmp) / "oci").add_image(base, [("linux", "arm64"), ("linux", "amd64")])
         mirrors = {"nvcr.io": f"{host}/bench"}

@@ -15,7 +15,7 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
-from stackpin.render.schemas import validate_objects
+from stackpin.validate.manifests import validate_objects
 
 ROOT = Path(__file__).resolve().parent.parent
 DGD_EXAMPLE = ROOT / "tests" / "data" / "upstream" / "examples_backends_vllm_deploy_v1beta1_disagg.yaml"

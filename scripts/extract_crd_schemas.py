@@ -1,6 +1,6 @@
-"""Regenerate stackpin/render/crds/openapi-schemas.json from the bundled CRD YAML (`make crds`)."""
+"""Regenerate stackpin/validate/crds/openapi-schemas.json from the bundled CRD YAML (`make crds`)."""
 
-from stackpin.render.schemas import _CRD_EXTRACT, crd_extract
+from stackpin.validate.manifests import _CRD_EXTRACT, crd_extract
 
 _CRD_EXTRACT.write_text(crd_extract())
 print(f"wrote {_CRD_EXTRACT}")

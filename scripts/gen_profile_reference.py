@@ -1,5 +1,5 @@
 """Print docs/profile-reference.md (run through `make docs`)."""
 
-from stackpin.docgen import profile_reference
+from stackpin.profile.docgen import profile_reference
 
 print(profile_reference(), end="")

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from stackpin.profile import LoadedProfile, load_profile
+from stackpin.profile.loader import LoadedProfile, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES_DIR = ROOT / "profiles" / "deepseek-v4.1-flash"

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
-from stackpin.demo import build_demo_mirror
-from stackpin.lock import Sources, StackLock, lock_profiles, write_locks
-from stackpin.profile import LoadedProfile, load_profile
-from stackpin.resolvers import HfCacheSource, LayoutSource
+from stackpin.demo.mirror import build_demo_mirror
+from stackpin.lock.lockfile import Sources, StackLock, lock_profiles, write_locks
+from stackpin.lock.resolvers import HfCacheSource, LayoutSource
+from stackpin.profile.loader import LoadedProfile, load_profile
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES_DIR = ROOT / "profiles" / "deepseek-v4.1-flash"

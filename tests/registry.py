@@ -14,14 +14,9 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import shutil
-import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -31,14 +26,10 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from devkit.registry import RegistryUnavailable, start_registry
+
 SERVICE = "stackpin-test-registry"
 ISSUER = "stackpin-test-token-service"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @dataclass
@@ -70,61 +61,14 @@ class AuthRegistry(RunningRegistry):
         return path
 
 
-def _binary() -> str:
-    # STACKPIN_DOCKER_REGISTRY points at another build; /usr/bin is where Debian puts it.
-    name = os.environ.get("STACKPIN_DOCKER_REGISTRY", "docker-registry")
-    found = shutil.which(name) or shutil.which(name, path="/usr/bin:/usr/sbin")
-    if not found:
-        pytest.fail(
-            f"{name} binary not found: install it with scripts/install-test-services.sh "
-            "(apt-get install docker-registry)",
-            pytrace=False,
-        )
-    return found
-
-
 @contextmanager
 def _start(tmp: Path, auth: dict[str, object] | None) -> Iterator[tuple[str, Path]]:
-    port = free_port()
-    storage = tmp / "storage"
-    config: dict[str, object] = {
-        "version": 0.1,
-        "log": {"level": "error", "accesslog": {"disabled": True}},
-        "storage": {"filesystem": {"rootdirectory": str(storage)}, "delete": {"enabled": True}},
-        "http": {"addr": f"127.0.0.1:{port}", "secret": "stackpin-test"},
-    }
-    if auth:
-        config["auth"] = auth
-    # JSON is YAML, and needs no YAML writer.
-    (tmp / "config.yml").write_text(json.dumps(config))
-    log = (tmp / "registry.log").open("wb")
-    proc = subprocess.Popen([_binary(), "serve", str(tmp / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
+    """devkit's registry; a missing or broken binary FAILS the test (CI installs it)."""
     try:
-        _wait_ready(f"http://127.0.0.1:{port}/v2/", proc, tmp / "registry.log")
-        yield f"127.0.0.1:{port}", storage
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"docker-registry exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            urllib.request.urlopen(url, timeout=1).close()
-            return
-        except urllib.error.HTTPError:  # 401 from an auth registry: it is up
-            return
-        except OSError:
-            time.sleep(0.05)
-    pytest.fail(f"docker-registry did not answer {url} within 15s: {log.read_text()[-2000:]}")
+        with start_registry(tmp, auth) as started:
+            yield started
+    except RegistryUnavailable as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 @pytest.fixture(scope="session")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from stackpin.profile import StackProfile
+from stackpin.profile.model import StackProfile
 from stackpin.render import args as a
 from tests.helpers import base_doc, mutate
 from tests.lockkit import shipped_locks

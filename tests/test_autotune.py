@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 from pydantic import ValidationError
 
-from stackpin.autotune import (
+from stackpin.autotune.cache import (
     ARTIFACT_TYPE,
     IMAGE_PLATFORMS,
     LAYER_TAR_GZIP,
@@ -24,24 +24,16 @@ from stackpin.autotune import (
     TITLE,
     TYPE_ANNOTATION,
     CacheInfo,
-    Mismatch,
-    arch_tokens,
-    cache_image,
-    expected_files,
-    fetch_cache,
     inspect_cache,
-    pack_cache,
-    push_cache,
-    tuning_groups,
-    unpack_cache,
-    verify_cache,
-    write_cache_to_layout,
 )
+from stackpin.autotune.fetch import fetch_cache, unpack_cache
+from stackpin.autotune.image import cache_image, pack_cache, push_cache, write_cache_to_layout
+from stackpin.autotune.verify import Mismatch, arch_tokens, expected_files, tuning_groups, verify_cache
 from stackpin.catalog import load_catalog
-from stackpin.cli import main
-from stackpin.cli_autotune import autotune
+from stackpin.cli.autotune import autotune
+from stackpin.cli.main import main
 from stackpin.errors import InputError, IntegrityError, StackpinError
-from stackpin.oci import (
+from stackpin.lock.oci import (
     OCI_CONFIG,
     OCI_INDEX,
     OCI_MANIFEST,
@@ -50,8 +42,9 @@ from stackpin.oci import (
     parse_manifest,
     sha256_digest,
 )
-from stackpin.ocilayout import LayoutResolver, LayoutWriter
-from stackpin.profile import Pool, StackProfile, load_profile
+from stackpin.lock.ocilayout import LayoutResolver, LayoutWriter
+from stackpin.profile.loader import load_profile
+from stackpin.profile.model import Pool, StackProfile
 from tests.registry import RunningRegistry
 
 if "autotune" not in main.commands:

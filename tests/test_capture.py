@@ -7,11 +7,11 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from stackpin.capture import capture_objects, vllm_serve_args
-from stackpin.cli import main
-from stackpin.lock import read_lock
+from stackpin.cli.main import main
+from stackpin.lock.lockfile import read_lock
 from stackpin.render.build import build_objects
-from stackpin.render.schemas import validate_objects
+from stackpin.render.capture import capture_objects, vllm_serve_args
+from stackpin.validate.manifests import validate_objects
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from stackpin.cli import main
+from stackpin.cli.main import main
 from tests.helpers import PROFILES_DIR, SHIPPED, apply, base_doc, dump, write_profile
 
 STACKPIN = Path(sys.executable).parent / "stackpin"  # the console script installed next to the interpreter

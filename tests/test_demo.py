@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from stackpin.autotune import ARTIFACT_TYPE, TYPE_ANNOTATION, fetch_cache, verify_cache
+from stackpin.autotune.cache import ARTIFACT_TYPE, TYPE_ANNOTATION
+from stackpin.autotune.fetch import fetch_cache
+from stackpin.autotune.verify import verify_cache
 from stackpin.catalog import load_catalog
-from stackpin.demo import STAND_IN, add_stand_in_cache
-from stackpin.lock import AUTOTUNE_ANNOTATIONS
-from stackpin.oci import OCI_INDEX
-from stackpin.ocilayout import LayoutResolver, LayoutWriter
-from stackpin.profile import load_profile
-from stackpin.resolvers import is_stand_in
+from stackpin.demo.mirror import STAND_IN, add_stand_in_cache
+from stackpin.lock.lockfile import AUTOTUNE_ANNOTATIONS
+from stackpin.lock.oci import OCI_INDEX
+from stackpin.lock.ocilayout import LayoutResolver, LayoutWriter
+from stackpin.lock.resolvers import is_stand_in
+from stackpin.profile.loader import load_profile
 
 PROFILE = Path(__file__).resolve().parent.parent / "profiles" / "deepseek-v4.1-flash" / "gb300-disagg-wide-ep.yaml"
 

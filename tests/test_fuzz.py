@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from stackpin.errors import StackpinError
-from stackpin.profile import load_profile
-from stackpin.summary import summarize
+from stackpin.profile.loader import load_profile
 from stackpin.validate import run_rules
+from stackpin.validate.summary import summarize
 from tests.helpers import SHIPPED, base_doc
 
 # libyaml's dumper when present: writing the files is not what is under test, loading them is.

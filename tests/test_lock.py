@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from stackpin.cli import main
+from stackpin.cli.main import main
 from stackpin.errors import IntegrityError, ResolveError, StackpinError
-from stackpin.lock import StackMismatch, read_lock, sha256, stack_digest
-from stackpin.lockrun import run_lock
-from stackpin.oci import RegistryClient
-from stackpin.ocilayout import LayoutWriter, push_layout_to_registry
-from stackpin.resolvers import STAND_IN_ANNOTATION, write_hf_cache_ref
+from stackpin.lock.lockfile import StackMismatch, read_lock, sha256, stack_digest
+from stackpin.lock.oci import RegistryClient
+from stackpin.lock.ocilayout import LayoutWriter, push_layout_to_registry
+from stackpin.lock.resolvers import STAND_IN_ANNOTATION, write_hf_cache_ref
+from stackpin.lock.run import run_lock
 
 ROOT = Path(__file__).resolve().parent.parent
 TUNED = ROOT / "profiles/deepseek-v4.1-flash/gb300-tuned.yaml"

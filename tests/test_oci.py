@@ -1,4 +1,4 @@
-"""stackpin.oci against a real distribution registry (tests/registry.py) and real loopback sockets."""
+"""stackpin.lock.oci against a real distribution registry (tests/registry.py) and real loopback sockets."""
 
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from devkit.registry import free_port
 from stackpin.errors import IntegrityError, ResolveError
-from stackpin.oci import (
+from stackpin.lock.oci import (
     DOCKER_CONFIG,
     DOCKER_LIST,
     DOCKER_MANIFEST,
@@ -33,7 +34,7 @@ from stackpin.oci import (
     canonical_json,
     sha256_digest,
 )
-from tests.registry import AuthRegistry, RunningRegistry, free_port
+from tests.registry import AuthRegistry, RunningRegistry
 
 HEX = "0123456789abcdef" * 4
 DIGEST = f"sha256:{HEX}"
@@ -242,7 +243,7 @@ def test_apply_mirror() -> None:
 
 
 def test_importing_does_not_load_httpx() -> None:
-    code = "import sys, stackpin.oci, stackpin.ocilayout; print('httpx' in sys.modules)"
+    code = "import sys, stackpin.lock.oci, stackpin.lock.ocilayout; print('httpx' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

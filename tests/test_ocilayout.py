@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from stackpin.errors import IntegrityError, ResolveError
-from stackpin.oci import OCI_INDEX, OCI_MANIFEST, ImageRef, RegistryClient
-from stackpin.ocilayout import REF_NAME, LayoutResolver, LayoutWriter, push_layout_to_registry
+from stackpin.lock.oci import OCI_INDEX, OCI_MANIFEST, ImageRef, RegistryClient
+from stackpin.lock.ocilayout import REF_NAME, LayoutResolver, LayoutWriter, push_layout_to_registry
 from tests.registry import RunningRegistry
 
 VLLM = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"

@@ -11,9 +11,10 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from stackpin.cli import main
+from stackpin.cli.main import main
 from stackpin.errors import InputError, StackpinError
-from stackpin.profile import load_profile, profile_json_schema
+from stackpin.profile.loader import load_profile
+from stackpin.profile.model import profile_json_schema
 from stackpin.validate import run_rules
 from tests.helpers import NULL, SCHEMA_FILE, SHIPPED, apply, base_doc, dump, line_of, load_doc, write_profile
 
@@ -418,7 +419,7 @@ def test_extends_too_long_name_is_not_found(tmp_path: Path) -> None:
 
 
 def test_profile_reference_is_generated_from_the_models() -> None:
-    from stackpin.docgen import profile_reference
+    from stackpin.profile.docgen import profile_reference
 
     committed = (Path(__file__).resolve().parent.parent / "docs/profile-reference.md").read_text(encoding="utf-8")
     assert committed == profile_reference(), "run `make docs`"

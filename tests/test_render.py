@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from stackpin.cli import main as cli_main
-from stackpin.cli_render import render
-from stackpin.k8s_names import label_problems
-from stackpin.lock import StackLock
+from stackpin.cli.main import main as cli_main
+from stackpin.cli.render import render
+from stackpin.lock.lockfile import StackLock
+from stackpin.profile.k8s_names import label_problems
 from stackpin.render.build import RenderError, build_objects
 from stackpin.render.output import render_stack, render_stacks, write_stacks
 from tests.lockkit import PROFILES_DIR, ROOT, lock_files, lock_paths, shipped_locks
@@ -196,7 +196,7 @@ def test_rendering_is_deterministic_across_runs_hash_seeds_and_cwd(tmp_path: Pat
     outs = []
     for seed, cwd in (("1", tmp_path), ("4242", ROOT)):
         out = tmp_path / f"out-{seed}"
-        code = ("import sys; from stackpin.cli_render import render; "
+        code = ("import sys; from stackpin.cli.render import render; "
                 "render.main(sys.argv[1:], prog_name='stackpin render')")
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
         proc = subprocess.run([sys.executable, "-c", code, "--lockdir", str(lockdir), "-o", str(out)],
@@ -318,7 +318,7 @@ def test_nothing_is_written_when_any_stack_fails(tmp_path: Path) -> None:
     lockdir = tmp_path / "lockfiles"
     lockdir.mkdir()
     for lock in (good, bad):
-        from stackpin.lock import render_lock
+        from stackpin.lock.lockfile import render_lock
 
         (lockdir / f"{lock.metadata.name}.lock.yaml").write_text(render_lock(lock))
     result = CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)])

@@ -8,8 +8,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from stackpin.checks import check_profiles
 from stackpin.validate import Finding, all_rules, run_rules
+from stackpin.validate.check import check_profiles
 from tests.helpers import NULL, SHIPPED, apply, base_doc, dump, line_of, load_doc
 
 W = "spec.placement.pools.worker"

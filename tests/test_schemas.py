@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from stackpin.errors import InputError
-from stackpin.render import schemas
-from stackpin.render.schemas import ManifestError, validate_objects, validate_paths
+from stackpin.validate import manifests as schemas
+from stackpin.validate.manifests import ManifestError, validate_objects, validate_paths
 
 UPSTREAM = Path(__file__).parent / "data" / "upstream"
 UPSTREAM_FILES = sorted(UPSTREAM.glob("*.yaml"))
@@ -284,7 +284,7 @@ def test_non_mapping_document(tmp_path: Path) -> None:
 
 
 def test_crd_extract_is_in_step_with_the_bundled_crds() -> None:
-    from stackpin.render.schemas import _CRD_EXTRACT, crd_extract
+    from stackpin.validate.manifests import _CRD_EXTRACT, crd_extract
 
     assert _CRD_EXTRACT.read_text(encoding="utf-8") == crd_extract(), "run `make crds`"
 

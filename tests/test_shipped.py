@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from stackpin.checks import expand_profile_args
-from stackpin.demo import build_demo_mirror
-from stackpin.lock import check_locks, read_lock
-from stackpin.lockrun import run_lock
-from stackpin.profile import load_profile
+from stackpin.demo.mirror import build_demo_mirror
+from stackpin.lock.lockfile import check_locks, read_lock
+from stackpin.lock.run import run_lock
+from stackpin.profile.loader import load_profile
+from stackpin.validate.check import expand_profile_args
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = expand_profile_args([str(ROOT / "profiles")])
@@ -46,7 +46,7 @@ def test_demo_relocks_identical_bytes(tmp_path: Path, monkeypatch: pytest.Monkey
 def test_committed_manifests_match_the_committed_locks() -> None:
     from click.testing import CliRunner
 
-    from stackpin.cli import main
+    from stackpin.cli.main import main
 
     result = CliRunner().invoke(main, ["render", "--check", "--lockdir", str(ROOT / "lockfiles"),
                                        "-o", str(ROOT / "manifests")])
@@ -54,6 +54,6 @@ def test_committed_manifests_match_the_committed_locks() -> None:
 
 
 def test_committed_manifests_validate() -> None:
-    from stackpin.render.schemas import validate_paths
+    from stackpin.validate.manifests import validate_paths
 
     assert [str(e) for e in validate_paths([ROOT / "manifests"])] == []

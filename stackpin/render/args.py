@@ -14,7 +14,7 @@ from functools import cache
 from typing import Any, Literal
 
 from stackpin.catalog import engine_catalog
-from stackpin.profile import Placement, Pool, RouterMode, Speculative, StackProfile
+from stackpin.profile.model import Placement, Pool, RouterMode, Speculative, StackProfile
 
 WorkerRole = Literal["worker", "prefill", "decode"]
 Flag = tuple[str, str | None]  # (option, value); None for a bare switch

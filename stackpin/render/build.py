@@ -17,11 +17,11 @@ from typing import Any
 
 from stackpin.catalog import Catalog, Platform, load_catalog
 from stackpin.errors import StackpinError
-from stackpin.k8s_names import RENDERED_LABELS, label_problems
-from stackpin.lock import StackLock
-from stackpin.profile import ModelStore, Placement, StackProfile
+from stackpin.lock.lockfile import StackLock
+from stackpin.profile.k8s_names import RENDERED_LABELS, label_problems
+from stackpin.profile.model import ModelStore, Placement, StackProfile
+from stackpin.profile.sizing import capture_size_count
 from stackpin.render import args as argmod
-from stackpin.sizing import capture_size_count
 
 LABEL_PREFIX = "stackpin.dev/"
 DGD_GROUP = "nvidia.com"
@@ -34,7 +34,7 @@ GROVE_SCALING_GROUP = "grove.io/podcliquescalinggroup"  # set by Grove on every 
 ARCH_KEY = "kubernetes.io/arch"
 AUTOTUNE_VOLUME = "autotune-cache"
 AUTOTUNE_MOUNT = "/opt/stackpin/autotune"
-# The packed cache is rooted at flashinfer_autotune_cache/ (stackpin/autotune.py), the directory
+# The packed cache is rooted at flashinfer_autotune_cache/ (stackpin/autotune/cache.py), the directory
 # vLLM otherwise keeps under $VLLM_CACHE_ROOT and lets VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR replace.
 AUTOTUNE_DIR = f"{AUTOTUNE_MOUNT}/flashinfer_autotune_cache"
 MODEL_VOLUME = "model-cache"

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.errors import StackpinError
-from stackpin.lock import StackLock, effective_profile, lock_path, read_lock, sha256
+from stackpin.lock.lockfile import StackLock, effective_profile, lock_path, read_lock, sha256
 from stackpin.render.build import RenderError, build_objects
 from stackpin.yamlio import dump_yaml, write_files
 
@@ -58,7 +58,7 @@ def _dump_checked(obj: dict[str, Any], name: str) -> str:
 
 def render_stack(lock: StackLock) -> RenderedStack:
     """Build, validate and dump one stack. Raises RenderError listing every schema error."""
-    from stackpin.render.schemas import validate_objects  # jsonschema loads only here
+    from stackpin.validate.manifests import validate_objects  # jsonschema loads only here
 
     objects = build_objects(lock)
     named = {file_name(obj): obj for obj in objects}
@@ -156,7 +156,7 @@ def _generated(path: Path) -> bool:
 
 def lock_for_profile(profile_path: Path, lockdir: Path) -> StackLock:
     """The lock of a profile; refuses a missing or stale one (exit 2) rather than render old pins."""
-    from stackpin.profile import load_profile
+    from stackpin.profile.loader import load_profile
 
     profile = load_profile(profile_path).profile
     path = lock_path(lockdir, profile.name)
@@ -186,7 +186,7 @@ def load_inputs(inputs: Sequence[str], lockdir: Path) -> tuple[list[StackLock], 
             if lockfiles:
                 locks += [read_lock(p) for p in lockfiles]
                 continue
-            from stackpin.checks import expand_profile_args
+            from stackpin.validate.check import expand_profile_args
 
             locks += [lock_for_profile(p, lockdir) for p in expand_profile_args([item])]
         elif path.name.endswith(LOCK_SUFFIX):

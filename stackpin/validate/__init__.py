@@ -15,7 +15,8 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict
 
 from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform, VllmFlags, load_catalog, vllm_flags
-from stackpin.profile import LoadedProfile, StackProfile
+from stackpin.profile.loader import LoadedProfile
+from stackpin.profile.model import StackProfile
 from stackpin.yamlio import FieldPath
 
 

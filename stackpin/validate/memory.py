@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.profile import Pool
-from stackpin.sizing import PoolMemory, pool_memory
+from stackpin.profile.model import Pool
+from stackpin.profile.sizing import PoolMemory, pool_memory
 from stackpin.validate import Context, Hit, Severity, pools, rule
 from stackpin.yamlio import FieldPath
 

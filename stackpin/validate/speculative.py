@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.profile import Speculative
+from stackpin.profile.model import Speculative
 from stackpin.validate import Context, Hit, Severity, choices_hint, rule
 from stackpin.yamlio import FieldPath
 

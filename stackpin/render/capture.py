@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from stackpin.catalog import Catalog, load_catalog
-from stackpin.lock import StackLock
+from stackpin.lock.lockfile import StackLock
 from stackpin.render.build import (
     ARCH_KEY,
     CLAIM,

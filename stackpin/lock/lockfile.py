@@ -23,9 +23,10 @@ from pydantic.alias_generators import to_camel
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.errors import InputError, Problem, StackpinError
-from stackpin.oci import ImageRef, Resolved
-from stackpin.profile import LoadedProfile, StackProfile, load_profile
-from stackpin.resolvers import COMMIT, ImageSource, ModelRevision, ModelSource, is_stand_in
+from stackpin.lock.oci import ImageRef, Resolved
+from stackpin.lock.resolvers import COMMIT, ImageSource, ModelRevision, ModelSource, is_stand_in
+from stackpin.profile.loader import LoadedProfile, load_profile
+from stackpin.profile.model import StackProfile
 from stackpin.yamlio import dump_yaml, load_yaml, write_files
 
 LOCK_KIND = "StackLock"

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.errors import IntegrityError, ResolveError
-from stackpin.oci import (
+from stackpin.lock.oci import (
     EMPTY_JSON,
     INDEX_TYPES,
     OCI_CONFIG,

@@ -1,6 +1,6 @@
 """`stackpin autotune`: inspect, verify and pack FlashInfer autotune caches (see stackpin.autotune).
 
-Registered in stackpin/cli.py with `main.add_command(autotune)`. Heavy imports (httpx via stackpin.oci)
+Registered in stackpin/cli/main.py with `main.add_command(autotune)`. Heavy imports (httpx via stackpin.lock.oci)
 stay inside the commands so `stackpin --help` stays fast.
 """
 
@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli_common import OUTPUT, emit, user_errors
+from stackpin.cli.common import OUTPUT, emit, user_errors
 
 if TYPE_CHECKING:
-    from stackpin.autotune import CacheInfo
+    from stackpin.autotune.cache import CacheInfo
 
 LAYOUT = click.option("--oci-layout", "layout", metavar="DIR", type=click.Path(file_okay=False),
                       help="Read REF from this OCI layout directory instead of a registry.")
@@ -33,7 +33,7 @@ def _is_ref(source: str, layout: str | None) -> bool:
     """A source is a reference when it is not a path here and names its registry explicitly (so a
     mistyped directory never turns into a Docker Hub lookup)."""
     from stackpin.errors import ResolveError
-    from stackpin.oci import ImageRef
+    from stackpin.lock.oci import ImageRef
 
     if os.path.exists(source):
         return False
@@ -49,7 +49,8 @@ def _is_ref(source: str, layout: str | None) -> bool:
 def _load(source: str, layout: str | None, stack: ExitStack) -> tuple[CacheInfo, str | None, bool]:
     """(cache info, manifest digest or None, mountable) for a directory or a reference (fetched to a
     temp dir); mountable is False for a reference in the earlier artifact form."""
-    from stackpin.autotune import fetch_cache, inspect_cache
+    from stackpin.autotune.cache import inspect_cache
+    from stackpin.autotune.fetch import fetch_cache
     from stackpin.errors import StackpinError
 
     if not _is_ref(source, layout):
@@ -60,7 +61,7 @@ def _load(source: str, layout: str | None, stack: ExitStack) -> tuple[CacheInfo,
     if layout is not None:
         fetched = fetch_cache(source, dest, layout=layout)
     else:
-        from stackpin.oci import RegistryClient
+        from stackpin.lock.oci import RegistryClient
 
         client = stack.enter_context(RegistryClient())
         fetched = fetch_cache(source, dest, client=client)
@@ -90,7 +91,7 @@ def _print_info(info: CacheInfo, digest: str | None, source: str) -> None:
 @user_errors
 def inspect_cmd(source: str, layout: str | None, output: str) -> None:
     """Show what a captured cache (directory) or a pushed one (REF) holds, file by file."""
-    from stackpin.autotune import LEGACY_FORM
+    from stackpin.autotune.fetch import LEGACY_FORM
 
     with ExitStack() as stack:
         info, digest, mountable = _load(source, layout, stack)
@@ -117,9 +118,10 @@ def verify(source: str, profile: str, layout: str | None, output: str) -> None:
     """Check a cache against PROFILE: FlashInfer version, GPU, metadata, and one file per rank for
     every pool (and, for a REF, that it is an image workers can mount). Exit 0 when it fits, 1 listing
     each mismatch, 2 on unreadable input."""
-    from stackpin.autotune import LEGACY_FORM, Mismatch, verify_cache
+    from stackpin.autotune.fetch import LEGACY_FORM
+    from stackpin.autotune.verify import Mismatch, verify_cache
     from stackpin.catalog import load_catalog
-    from stackpin.profile import load_profile
+    from stackpin.profile.loader import load_profile
 
     loaded = load_profile(profile)
     with ExitStack() as stack:
@@ -154,7 +156,7 @@ def pack(directory: str, push_ref: str | None, output_file: str | None, layout: 
     """Pack a captured cache reproducibly; push it, write it, or add it to an OCI layout. Pushed and
     layout caches are OCI images (an index over linux/arm64 and linux/amd64 images sharing one layer)
     that a Kubernetes image volume mounts. Prints the index digest to pin as spec.autotune.cache."""
-    from stackpin.autotune import pack_cache, pinned, push_cache, write_cache_to_layout
+    from stackpin.autotune.image import pack_cache, pinned, push_cache, write_cache_to_layout
     from stackpin.errors import StackpinError
 
     if (layout is None) != (tag is None):
@@ -174,7 +176,7 @@ def pack(directory: str, push_ref: str | None, output_file: str | None, layout: 
         click.echo(f"layout {layout}: {tag} -> {resolved.digest}")
         click.echo(f"pin: {pinned(resolved)}")
     if push_ref:
-        from stackpin.oci import RegistryClient
+        from stackpin.lock.oci import RegistryClient
 
         with RegistryClient() as client:
             resolved = push_cache(directory, push_ref, client)
@@ -196,9 +198,9 @@ def capture_job(stack: str, lockdir: str, storage: str, output_file: str | None)
     finish, copy the volume's flashinfer_autotune_cache/ out, then `stackpin autotune verify` and
     `stackpin autotune pack --push` it and pin the digest in spec.autotune.cache.
     """
-    from stackpin.capture import capture_objects
+    from stackpin.render.capture import capture_objects
     from stackpin.render.output import load_inputs
-    from stackpin.render.schemas import validate_objects
+    from stackpin.validate.manifests import validate_objects
     from stackpin.yamlio import dump_yaml_all, write_atomic
 
     [lock], _ = load_inputs([stack], Path(lockdir))

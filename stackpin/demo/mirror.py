@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stackpin.catalog import load_catalog
-from stackpin.checks import expand_profile_args
-from stackpin.oci import ImageRef
-from stackpin.ocilayout import LayoutWriter
-from stackpin.profile import StackProfile, load_profile
-from stackpin.resolvers import STAND_IN_ANNOTATION, STAND_IN_MARKER, write_hf_cache_ref
+from stackpin.lock.oci import ImageRef
+from stackpin.lock.ocilayout import LayoutWriter
+from stackpin.lock.resolvers import STAND_IN_ANNOTATION, STAND_IN_MARKER, write_hf_cache_ref
+from stackpin.profile.loader import load_profile
+from stackpin.profile.model import StackProfile
+from stackpin.validate.check import expand_profile_args
 
 STAND_IN = {STAND_IN_ANNOTATION: "true",
             "org.opencontainers.image.description": "stackpin demo stand-in; not a production artifact"}
@@ -52,7 +53,8 @@ def build_demo_mirror(dest: Path, profiles: Sequence[StackProfile]) -> None:
 def write_stand_in_cache(root: Path, profile: StackProfile) -> Path:
     """A captured-cache tree in vLLM's real layout for every pool of `profile`, holding stand-in
     tactics (the directory and file names, metadata keys and per-rank rules are vLLM's)."""
-    from stackpin.autotune import CACHE_DIR_NAME, SHARED_FILE, arch_tokens, expected_files, per_rank_files
+    from stackpin.autotune.cache import CACHE_DIR_NAME, SHARED_FILE
+    from stackpin.autotune.verify import arch_tokens, expected_files, per_rank_files
 
     catalog = load_catalog()
     gpu = catalog.gpu_of(profile.spec.target.platform)
@@ -77,7 +79,8 @@ def write_stand_in_cache(root: Path, profile: StackProfile) -> Path:
 def add_stand_in_cache(layout: LayoutWriter, profile: StackProfile) -> None:
     """The profile's cache reference as a stand-in cache in the published image form (an index over
     linux/arm64 and linux/amd64 images of one layer), the stand-in notes on the index."""
-    from stackpin.autotune import add_cache_to_layout, inspect_cache
+    from stackpin.autotune.cache import inspect_cache
+    from stackpin.autotune.image import add_cache_to_layout
 
     with tempfile.TemporaryDirectory() as tmp:
         info = inspect_cache(write_stand_in_cache(Path(tmp), profile))
@@ -92,7 +95,3 @@ def main(argv: Sequence[str]) -> int:
     build_demo_mirror(Path(argv[0]), profiles)
     print(f"demo mirror with stand-ins for {len(profiles)} profiles: {argv[0]}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

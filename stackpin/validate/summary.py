@@ -5,8 +5,8 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from stackpin.catalog import Catalog, load_catalog
-from stackpin.profile import StackProfile
-from stackpin.sizing import pool_memory
+from stackpin.profile.model import StackProfile
+from stackpin.profile.sizing import pool_memory
 
 
 class PoolSummary(BaseModel):

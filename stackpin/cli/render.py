@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from stackpin.cli_common import user_errors
+from stackpin.cli.common import user_errors
 
 
 @click.command()

@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from stackpin.profile import StackProfile
+from stackpin.profile.model import StackProfile
 
 
 def _type_name(annotation: Any) -> str:
@@ -86,7 +86,7 @@ def profile_reference() -> str:
     lines = [
         "# Profile reference",
         "",
-        "Generated from `stackpin/profile.py` by `make docs`; do not edit by hand. Every object rejects",
+        "Generated from `stackpin/profile/model.py` by `make docs`; do not edit by hand. Every object rejects",
         "unknown keys. The JSON Schema is `schema/stackprofile.schema.json` (`stackpin schema`).",
         "",
         "| field | type | default | notes |",

@@ -8,9 +8,9 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from stackpin.errors import InputError, Location, Problem, StackpinError
-from stackpin.profile import LoadedProfile, load_profile
-from stackpin.summary import StackSummary, summarize
+from stackpin.profile.loader import LoadedProfile, load_profile
 from stackpin.validate import Finding, Severity, run_rules
+from stackpin.validate.summary import StackSummary, summarize
 
 
 class ProfileReport(BaseModel):

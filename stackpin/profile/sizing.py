@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stackpin.catalog import Catalog, ModelFacts
-from stackpin.profile import Pool, StackProfile
+from stackpin.profile.model import Pool, StackProfile
 
 GIB = 1024**3
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from stackpin.errors import ResolveError
-from stackpin.oci import ImageRef, Resolved
+from stackpin.lock.oci import ImageRef, Resolved
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 STAND_IN_ANNOTATION = "dev.stackpin.stand-in"
@@ -36,8 +36,8 @@ class RegistrySource:
     max_workers: int = 16
 
     def resolve_many(self, refs: Sequence[ImageRef]) -> list[Resolved]:
-        from stackpin.oci import RegistryClient  # httpx loads only when a registry is used
-        from stackpin.progress import progress
+        from stackpin.lock.oci import RegistryClient  # httpx loads only when a registry is used
+        from stackpin.lock.progress import progress
 
         with RegistryClient(timeout=self.timeout, docker_config=self.docker_config) as client, \
                 progress("resolving references", len(refs)) as advance:
@@ -52,7 +52,7 @@ class LayoutSource:
     display: str | None = None  # how lockfiles name the layout (see project_path)
 
     def resolve_many(self, refs: Sequence[ImageRef]) -> list[Resolved]:
-        from stackpin.ocilayout import LayoutResolver
+        from stackpin.lock.ocilayout import LayoutResolver
 
         resolver = LayoutResolver(self.path)
         resolver.source = f"oci-layout {self.display or self.path}"

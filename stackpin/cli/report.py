@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from stackpin.checks import CheckResult
 from stackpin.validate import Severity
+from stackpin.validate.check import CheckResult
 
 _STYLE = {Severity.error: "red", Severity.warning: "yellow", Severity.info: "blue"}
 

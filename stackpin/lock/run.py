@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from stackpin.checks import duplicate_names
 from stackpin.errors import StackpinError
-from stackpin.lock import (
+from stackpin.lock.lockfile import (
     Sources,
     StackLock,
     StackMismatch,
@@ -17,9 +16,10 @@ from stackpin.lock import (
     read_existing_locks,
     write_locks,
 )
-from stackpin.profile import load_profile
-from stackpin.resolvers import HfCacheSource, HubSource, LayoutSource, ModelSource, RegistrySource, project_path
+from stackpin.lock.resolvers import HfCacheSource, HubSource, LayoutSource, ModelSource, RegistrySource, project_path
+from stackpin.profile.loader import load_profile
 from stackpin.validate import Severity, run_rules
+from stackpin.validate.check import duplicate_names
 
 
 def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mirrors: Mapping[str, str] | None = None,

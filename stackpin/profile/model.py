@@ -1,22 +1,15 @@
-"""The StackProfile model and its loader.
+"""The StackProfile model: frozen, typo-proof, camelCase in YAML; and its JSON Schema for editors.
 
-A profile is YAML (`apiVersion: stackpin.dev/v1`, `kind: StackProfile`) that may `extends:` a base
-profile: maps merge deeply, lists replace, cycles are an error. Pydantic validates the merged
-document; every error is reported at the file, line and column that supplied the field.
+Loading (YAML with positions, `extends:`) lives in `loader.py`.
 """
 
 from __future__ import annotations
 
-import difflib
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
-
-from stackpin.errors import InputError, Location, Problem
-from stackpin.yamlio import FieldPath, Positions, load_yaml
 
 API_VERSION = "stackpin.dev/v1"
 KIND = "StackProfile"
@@ -90,7 +83,7 @@ class Metadata(_Model):
     @field_validator("labels")
     @classmethod
     def _kubernetes_labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        from stackpin.k8s_names import RENDERED_LABELS, label_problems
+        from stackpin.profile.k8s_names import RENDERED_LABELS, label_problems
 
         problems = label_problems(labels)
         reserved = sorted(set(labels) & RENDERED_LABELS)
@@ -267,156 +260,6 @@ class StackProfile(_Model):
     def speculative_for(self, pool: Pool) -> Speculative:
         """The speculative settings a pool runs with: its own override, else the stack's."""
         return pool.speculative if pool.speculative is not None else self.spec.speculative
-
-
-class LoadedProfile:
-    """A validated profile with where it came from: its file, the files it extends, and positions."""
-
-    __slots__ = ("profile", "path", "sources", "positions", "document")
-
-    def __init__(self, profile: StackProfile, path: Path, sources: tuple[Path, ...],
-                 positions: MergedPositions, document: dict[str, Any]) -> None:
-        self.profile, self.path, self.sources = profile, path, sources
-        self.positions, self.document = positions, document
-
-    def locate(self, path: FieldPath) -> Location:
-        return self.positions.locate(path)
-
-
-class MergedPositions:
-    """Positions over a document merged from several files: each field points at the file that set it."""
-
-    def __init__(self) -> None:
-        self._marks: dict[FieldPath, Location] = {}
-
-    def overlay(self, positions: Positions, data: Any, prefix: FieldPath = ()) -> None:
-        self._marks[prefix] = positions.locate(prefix)
-        if isinstance(data, dict):
-            for key, value in data.items():
-                child = prefix + (key,)
-                if isinstance(value, list):  # lists replace: forget the base's items
-                    self._marks = {p: loc for p, loc in self._marks.items()
-                                   if p[: len(child)] != child or p == child}
-                self.overlay(positions, value, child)
-        elif isinstance(data, list):
-            for i, value in enumerate(data):
-                self.overlay(positions, value, prefix + (i,))
-
-    def locate(self, path: FieldPath) -> Location:
-        path = tuple(path)
-        while path and path not in self._marks:
-            path = path[:-1]
-        return self._marks.get(path) or Location("<profile>")
-
-
-def deep_merge(base: Any, overlay: Any) -> Any:
-    """Maps merge key by key; anything else (lists, scalars) in the overlay replaces the base."""
-    if isinstance(base, dict) and isinstance(overlay, dict):
-        merged = dict(base)
-        for key, value in overlay.items():
-            merged[key] = deep_merge(base[key], value) if key in base else value
-        return merged
-    return overlay
-
-
-def _field_path(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc)
-
-
-def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The YAML keys allowed at `loc` (for 'did you mean' hints on unknown keys)."""
-    current: Any = model
-    for part in loc[:-1]:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = next((f for n, f in current.model_fields.items() if (f.alias or n) == part), None)
-        if field is None:
-            return []
-        current = _inner_model(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [f.alias or n for n, f in current.model_fields.items()]
-    return []
-
-
-def _inner_model(annotation: Any) -> Any:
-    for arg in getattr(annotation, "__args__", ()) or ():
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return annotation
-
-
-def _problems(exc: ValidationError, positions: MergedPositions) -> list[Problem]:
-    problems = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "unknown field"
-            close = difflib.get_close_matches(str(loc[-1]), _known_fields(StackProfile, loc), n=1)
-            if close:
-                message += f" (did you mean '{close[0]}'?)"
-        elif err["type"] == "value_error":
-            message = str(err.get("ctx", {}).get("error", message))
-        elif err["type"] == "missing":
-            message = "required field is missing"
-        elif err["type"] in ("enum", "literal_error"):
-            message = f"{message}, got {err.get('input')!r}"
-        problems.append(Problem(positions.locate(loc), _field_path(loc), message))
-    return sorted(problems, key=lambda p: (p.location.file, p.location.line, p.location.col))
-
-
-def _read_chain(path: Path) -> tuple[dict[str, Any], MergedPositions, tuple[Path, ...]]:
-    """Read `path` and the chain of profiles it extends, base first; merge them."""
-    chain: list[tuple[Path, dict[str, Any], Positions]] = []
-    seen: list[Path] = []
-    current: Path | None = path
-    display = str(path)
-    while current is not None:
-        resolved = current.resolve()
-        if resolved in seen:
-            cycle = " -> ".join(str(p) for p in [*seen, resolved])
-            # Point at the `extends:` that closes the loop.
-            raise InputError([Problem(chain[-1][2].locate(("extends",)), "extends", f"extends cycle: {cycle}")])
-        seen.append(resolved)
-        data, positions = load_yaml(current, display)
-        if not isinstance(data, dict):
-            raise InputError([Problem(positions.locate(()), "",
-                                      "a profile must be a YAML mapping (apiVersion, kind, metadata, spec)")])
-        chain.append((current, data, positions))
-        parent = data.get("extends")
-        if parent is None:
-            current = None
-        elif not isinstance(parent, str) or not parent:
-            raise InputError([Problem(positions.locate(("extends",)), "extends",
-                                      "must be a path to a base profile")])
-        else:
-            current = current.parent / parent
-            display = str(current)
-            try:
-                found = current.is_file()
-            except OSError:  # a name too long for the filesystem, ...
-                found = False
-            if not found:
-                raise InputError([Problem(positions.locate(("extends",)), "extends",
-                                          f"base profile {parent!r} not found")])
-    merged: dict[str, Any] = {}
-    merged_positions = MergedPositions()
-    for _, data, positions in reversed(chain):
-        merged = deep_merge(merged, data)
-        merged_positions.overlay(positions, data)
-    merged.pop("extends", None)  # the effective profile stands alone
-    return merged, merged_positions, tuple(p for p, _, _ in chain)
-
-
-def load_profile(path: str | Path) -> LoadedProfile:
-    """Load, merge and type-check one profile. Raises InputError listing every problem."""
-    path = Path(path)
-    document, positions, sources = _read_chain(path)
-    try:
-        profile = StackProfile.model_validate(document, by_alias=True, by_name=False)
-    except ValidationError as exc:
-        raise InputError(_problems(exc, positions)) from None
-    return LoadedProfile(profile, path, sources, positions, document)
 
 
 def _without_required(node: Any) -> Any:

@@ -1,0 +1,292 @@
+"""Check a captured cache against a profile: versions, device, metadata, and the files each pool's ranks read."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from stackpin.autotune.cache import (
+    INDETERMINATE,
+    METADATA_FIELDS,
+    METADATA_KEY,
+    PER_RANK_SINCE_VLLM,
+    SHARED_FILE,
+    V2_STORE_SINCE_VLLM,
+    WILDCARD,
+    CacheFile,
+    CacheInfo,
+    FrozenModel,
+)
+from stackpin.errors import StackpinError
+
+if TYPE_CHECKING:
+
+    from stackpin.catalog import Catalog
+    from stackpin.profile.model import Pool, StackProfile
+
+
+
+class Mismatch(FrozenModel):
+    """One reason a cache does not fit a profile."""
+
+    field: str
+    message: str
+    file: str | None = None
+    pool: str | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.file}: " if self.file else ""
+        return f"{where}{self.field}: {self.message}"
+
+
+
+# --- verify ------------------------------------------------------------------------------------
+
+
+def _version_tuple(version: str) -> tuple[int, int, int]:
+    nums = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
+    if not nums:
+        raise StackpinError(f"cannot read version {version!r}")
+    return int(nums.group(1)), int(nums.group(2)), int(nums.group(3))
+
+
+def per_rank_files(vllm_version: str) -> bool:
+    """Whether this vLLM reads `autotune_configs_dp{d}_rank{r}.json` (else one shared file)."""
+    return _version_tuple(vllm_version) >= PER_RANK_SINCE_VLLM
+
+
+def arch_tokens(sm_arch: str) -> set[str]:
+    """What FlashInfer names a GPU's arch in the arch-list directory (`sm_103` -> {'103a'})."""
+    digits = sm_arch.removeprefix("sm_").rstrip("abf")
+    if not digits.isdigit() or len(digits) < 2:
+        raise StackpinError(f"cannot read SM arch {sm_arch!r}")
+    major, minor = int(digits[:-1]), int(digits[-1])
+    if major == 12 and minor == 0:
+        return {"120f", "120a"}  # depends on the CUDA version (12.9+: f)
+    if major >= 9:
+        return {f"{major}{minor}a"}
+    return {f"{major}{minor}"}
+
+
+def expected_files(pool: Pool, per_rank: bool = True) -> list[tuple[int, int, str]]:
+    """(dp, world rank, file name) for every rank of one replica of `pool`."""
+    if not per_rank:
+        return []
+    world = pool.tensor_parallel * pool.pipeline_parallel
+    out = []
+    for dp in range(pool.data_parallel):
+        for local in range(world):
+            # vLLM folds DP into the world group when DP > 1 (parallel_state.init_distributed_environment).
+            rank = dp * world + local
+            out.append((dp, rank, f"autotune_configs_dp{dp}_rank{rank}.json"))
+    return out
+
+
+def tuning_groups(pool: Pool) -> list[list[int]]:
+    """World ranks that must hold matching files: the whole world (DP folded in), or each PP
+    stage's TP group when PP > 1 (kernel_warmup.flashinfer_autotune: `get_tp_group() if pp_size > 1`)."""
+    tp, pp = pool.tensor_parallel, pool.pipeline_parallel
+    world = tp * pp
+    if pp == 1:
+        return [list(range(world * pool.data_parallel))]
+    return [list(range(dp * world + s * tp, dp * world + (s + 1) * tp))
+            for dp in range(pool.data_parallel) for s in range(pp)]
+
+
+def _shape(pool: Pool) -> str:
+    parts = [f"TP{pool.tensor_parallel}"]
+    if pool.pipeline_parallel > 1:
+        parts.append(f"PP{pool.pipeline_parallel}")
+    if pool.data_parallel > 1:
+        parts.append(f"DP{pool.data_parallel}")
+    return " x ".join(parts)
+
+
+def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> list[Mismatch]:
+    """Everything that would stop the pinned engines from using this cache on the profile's GPUs.
+    An empty list means: right FlashInfer, right device and arch, consistent metadata, and a
+    complete set of files for every pool the placement runs."""
+    out: list[Mismatch] = []
+    if profile.spec.autotune.mode == "off":
+        out.append(Mismatch(field="mode", message=(
+            f"{profile.name} runs with autotune off: no cache is read; set spec.autotune.mode: replay")))
+    want_fi = profile.spec.versions.flashinfer
+    gpu = catalog.gpu_of(profile.spec.target.platform)
+    out += _check_versions(info, want_fi)
+    out += _check_device(info, gpu.device_name, gpu.sm_arch)
+    out += _check_metadata(info)
+    per_rank = per_rank_files(profile.spec.versions.vllm)
+    pools = profile.spec.placement.active_pools()
+    if per_rank and _version_tuple(profile.spec.versions.vllm) >= V2_STORE_SINCE_VLLM:
+        for role, pool in pools.items():
+            if pool.gpus_per_replica == 1:
+                out.append(Mismatch(field="ranks", pool=role, message=(
+                    f"pool {role} runs on one GPU: vLLM {profile.spec.versions.vllm} keeps its tuning in "
+                    "FlashInfer's managed v2 store there, not in autotune_configs files")))
+        pools = {role: pool for role, pool in pools.items() if pool.gpus_per_replica > 1}
+    out += _check_pools(info, pools, per_rank, profile.spec.versions.vllm)
+    return out
+
+
+def _grouped(files: Sequence[CacheFile], value_of: Any) -> dict[Any, list[CacheFile]]:
+    groups: dict[Any, list[CacheFile]] = defaultdict(list)
+    for f in files:
+        groups[value_of(f)].append(f)
+    return groups
+
+
+def _by_meta(info: CacheInfo, key: str) -> list[tuple[Any, list[CacheFile]]]:
+    """Files by `_metadata[key]`; files without a usable value are `_check_metadata`'s to report."""
+    usable = [f for f in info.files if f.metadata is not None and f.meta(key) not in INDETERMINATE]
+    return sorted(_grouped(usable, lambda f: f.meta(key)).items(), key=lambda kv: str(kv[0]))
+
+
+def _n(files: Sequence[CacheFile]) -> str:
+    return "1 file" if len(files) == 1 else f"{len(files)} files"
+
+
+def _check_versions(info: CacheInfo, want: str) -> list[Mismatch]:
+    out = []
+    for version, files in sorted(_grouped(info.files, lambda f: f.flashinfer_version).items()):
+        if version != want:
+            out.append(Mismatch(field="flashinfer", file=files[0].path, message=(
+                f"directory is for FlashInfer {version}, the profile pins {want}; vLLM looks only in "
+                f"{want}/ ({_n(files)})")))
+    for value, files in _by_meta(info, "flashinfer_version"):
+        if value not in (want, WILDCARD):
+            out.append(Mismatch(field="flashinfer", file=files[0].path, message=(
+                f"_metadata.flashinfer_version is {value!r}, the profile pins {want}; FlashInfer ignores "
+                f"the file ({_n(files)})")))
+    return out
+
+
+def _check_device(info: CacheInfo, device: str, sm_arch: str) -> list[Mismatch]:
+    out = []
+    tokens = arch_tokens(sm_arch)
+    for arch, files in sorted(_grouped(info.files, lambda f: f.arch_list).items()):
+        if not tokens & set(arch.split("_")):
+            out.append(Mismatch(field="arch", file=files[0].path, message=(
+                f"arch-list directory {arch!r} does not include {'/'.join(sorted(tokens))} ({sm_arch}, the "
+                f"rack's GPU); FlashInfer on that GPU looks elsewhere ({_n(files)})")))
+    for value, files in _by_meta(info, "gpu"):
+        if value not in (device, WILDCARD):
+            out.append(Mismatch(field="device", file=files[0].path, message=(
+                f"tuned on {value!r}, the rack's GPU is {device!r}; FlashInfer ignores the file ({_n(files)})")))
+    return out
+
+
+def _check_metadata(info: CacheInfo) -> list[Mismatch]:
+    out = []
+    missing = [f for f in info.files if f.metadata is None]
+    if missing:
+        out.append(Mismatch(field="metadata", file=missing[0].path, message=(
+            f"no {METADATA_KEY} block: the environment it was tuned in cannot be checked ({_n(missing)})")))
+    for key in METADATA_FIELDS:
+        bad = [f for f in info.files if f.metadata is not None and f.meta(key) in INDETERMINATE]
+        if bad:
+            out.append(Mismatch(field="metadata", file=bad[0].path, message=(
+                f"_metadata.{key} is {bad[0].meta(key)!r} (missing or indeterminate): FlashInfer ignores "
+                f"the file ({_n(bad)})")))
+    by_meta = _grouped([f for f in info.files if f.metadata is not None],
+                       lambda f: json.dumps(f.metadata, sort_keys=True))
+    if len(by_meta) > 1:
+        groups = sorted(by_meta.values(), key=lambda fs: (-len(fs), fs[0].path))
+        base = groups[0][0]
+        for files in groups[1:]:
+            other = files[0]
+            keys = sorted(k for k in {*(base.metadata or {}), *(other.metadata or {})}
+                          if base.meta(k) != other.meta(k))
+            diff = ", ".join(f"{k}={other.meta(k)!r} vs {base.meta(k)!r}" for k in keys)
+            out.append(Mismatch(field="metadata", file=other.path, message=(
+                f"_metadata conflicts with {base.path}: {diff} ({_n(files)}); one cache must come from one "
+                "environment")))
+    return out
+
+
+def _check_pools(info: CacheInfo, pools: Mapping[str, Pool], per_rank: bool, vllm: str) -> list[Mismatch]:
+    out: list[Mismatch] = []
+    dirs = info.directories()
+    names_by_dir = {d: {f.name for f in files} for d, files in dirs.items()}
+    if not per_rank:
+        # vLLM <= 0.31: rank 0 reads autotune_configs.json and broadcasts it; per-rank files are unread.
+        stray = [f for f in info.files if f.rank is not None]
+        if stray:
+            out.append(Mismatch(field="ranks", file=stray[0].path, message=(
+                f"vLLM {vllm} reads only {SHARED_FILE}, never per-rank files (those need vLLM >= 0.32.0) "
+                f"({_n(stray)})")))
+        # Each distinct engine config has its own config-hash directory: pools that differ in anything
+        # but their replica count cannot share one.
+        configs: dict[str, list[str]] = {}
+        for role, pool in pools.items():
+            key = pool.model_dump_json(exclude={"replicas", "nodes_per_replica"})
+            configs.setdefault(key, []).append(role)
+        have = sum(1 for names in names_by_dir.values() if SHARED_FILE in names)
+        if have < len(configs):
+            for roles in configs.values():
+                out.append(Mismatch(field="ranks", pool=roles[0], message=(
+                    f"pool {'/'.join(roles)}: the stack runs {len(configs)} distinct engine configs, each tuned "
+                    f"into its own config directory, but {have} holds {SHARED_FILE} (the file vLLM {vllm} reads)")))
+        return out
+    # First give every pool a directory holding exactly its files; pools of one shape but different
+    # engine configs (different hashes) each prefer a directory no other pool took.
+    used: set[str] = set()
+    chosen: dict[str, str] = {}
+    for role, pool in pools.items():
+        want = {name for _, _, name in expected_files(pool)}
+        exact = [d for d, names in names_by_dir.items() if names == want]
+        if exact:
+            chosen[role] = next((d for d in exact if d not in used), exact[0])
+            used.add(chosen[role])
+    for role, pool in pools.items():
+        if role in chosen:
+            out += _check_fingerprints(role, pool, dirs[chosen[role]])
+            continue
+        out += _missing(role, pool, {d: n for d, n in names_by_dir.items() if d not in used})
+    return out
+
+
+def _missing(role: str, pool: Pool, candidates: Mapping[str, set[str]]) -> list[Mismatch]:
+    """A pool without a complete directory: what the closest one (not another pool's) lacks."""
+    shape, needed = _shape(pool), expected_files(pool)
+    want = {name for _, _, name in needed}
+    best = max(candidates, key=lambda d: (len(candidates[d] & want), -len(candidates[d] - want)), default=None)
+    if best is None or not candidates[best] & want:
+        first, last = needed[0][2], needed[-1][2]
+        return [Mismatch(field="ranks", pool=role, message=(
+            f"pool {role}: no config directory for {shape} (needs {len(needed)} files, {first} .. {last})"))]
+    have = candidates[best]
+    out = []
+    for dp, rank, name in needed:
+        if name not in have:
+            out.append(Mismatch(field="ranks", pool=role, file=f"{best}/{name}", message=(
+                f"pool {role}: missing {name} (dp {dp}, rank {rank} of {shape}); vLLM uses the cache only "
+                "if every rank has its file, else every rank retunes")))
+    for name in sorted(have - want):
+        out.append(Mismatch(field="ranks", pool=role, file=f"{best}/{name}", message=(
+            f"pool {role}: unexpected {name} for {shape}; the directory was tuned for another shape")))
+    return out
+
+
+def _check_fingerprints(role: str, pool: Pool, files: Sequence[CacheFile]) -> list[Mismatch]:
+    """vLLM's all-ranks gate: every file of a tuning group has the same (metadata, key count)."""
+    out = []
+    by_rank = {f.rank: f for f in files}
+    for group in tuning_groups(pool):
+        lead = by_rank[group[0]]
+        for rank in group[1:]:
+            other = by_rank[rank]
+            if other.fingerprint != lead.fingerprint:
+                out.append(Mismatch(field="ranks", pool=role, file=other.path, message=(
+                    f"pool {role}: rank {rank} has {other.entries} entries, rank {group[0]} has {lead.entries} "
+                    "(or different metadata); vLLM uses the cache only if all ranks of a tuning group match")))
+        for rank in group:
+            if by_rank[rank].entries == 0:
+                out.append(Mismatch(field="ranks", pool=role, file=by_rank[rank].path, message=(
+                    f"pool {role}: rank {rank}'s file has no tuned entries; a hit would skip tuning and run "
+                    "FlashInfer's fallback tactics")))
+    return out
+
+

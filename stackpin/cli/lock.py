@@ -1,0 +1,68 @@
+"""`stackpin lock`: pin every floating reference of profiles into lockfiles, or check them (`--check`)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from stackpin.cli.common import user_errors
+
+
+def _parse_mirrors(values: tuple[str, ...]) -> dict[str, str]:
+    mirrors = {}
+    for value in values:
+        registry, sep, mirror = value.partition("=")
+        if not sep or not registry or not mirror:
+            raise click.BadParameter(f"{value!r} is not REGISTRY=MIRROR (e.g. nvcr.io=registry.local:5000/nvcr)",
+                                     param_hint="--mirror")
+        mirrors[registry] = mirror
+    return mirrors
+
+
+@click.command()
+@click.argument("profiles", nargs=-1, required=True)
+@click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
+              help="Where lockfiles are written (<name>.lock.yaml).")
+@click.option("--check", is_flag=True, help="Exit 1 if a lockfile is missing or stale; write nothing.")
+@click.option("--offline", is_flag=True, help="Use only pins already in the lockfiles; fail on anything floating.")
+@click.option("--mirror", "mirrors", multiple=True, metavar="REGISTRY=MIRROR",
+              help="Resolve REGISTRY's images through MIRROR (host[:port][/prefix]); adds to spec.mirrors.")
+@click.option("--oci-layout", type=click.Path(exists=True, file_okay=False),
+              help="Resolve images and artifacts from this OCI image layout instead of registries.")
+@click.option("--hf-cache", type=click.Path(exists=True, file_okay=False),
+              help="Resolve model revisions from this Hugging Face cache directory.")
+@click.option("--hf-endpoint", help="Resolve model revisions through this Hub API endpoint (default $HF_ENDPOINT "
+              "or https://huggingface.co).")
+@click.option("--docker-config", type=click.Path(dir_okay=False), help="docker config.json with registry "
+              "credentials (default $DOCKER_CONFIG/config.json or ~/.docker/config.json).")
+@user_errors
+def lock(profiles: tuple[str, ...], lockdir: str, check: bool, offline: bool, mirrors: tuple[str, ...],
+         oci_layout: str | None, hf_cache: str | None, hf_endpoint: str | None, docker_config: str | None) -> None:
+    """Pin every floating reference of PROFILES and write lockfiles/<name>.lock.yaml.
+
+    Nothing is written unless every profile validates and every reference resolves.
+    """
+    from pathlib import Path
+
+    from stackpin.validate.check import expand_profile_args
+
+    paths = expand_profile_args(profiles)
+    if check:
+        from stackpin.lock.lockfile import check_locks
+
+        outcomes = check_locks(paths, Path(lockdir))
+        for o in outcomes:
+            line = f"{o.status:<8} {o.lockfile} ({o.profile})" + (f": {o.detail}" if o.detail else "")
+            click.echo(line, err=o.status != "current")
+        if any(o.status != "current" for o in outcomes):
+            sys.exit(1)
+        return
+    from stackpin.lock.run import run_lock
+
+    written = run_lock(paths, Path(lockdir), offline=offline, mirrors=_parse_mirrors(mirrors),
+                       oci_layout=oci_layout, hf_cache=hf_cache, hf_endpoint=hf_endpoint, docker_config=docker_config,
+                       on_note=lambda note: click.echo(f"warning: {note}", err=True))
+    for path, lock_ in written:
+        note = "  [stand-in pins: demo mirror]" if lock_.resolved.stand_in else ""
+        click.echo(f"locked {path}  {lock_.stack_digest}{note}")

@@ -1,0 +1,21 @@
+"""The stackpin command line: parse, call one library function, print. Heavy imports stay inside commands."""
+
+from __future__ import annotations
+
+import click
+
+from stackpin.cli.autotune import autotune
+from stackpin.cli.lock import lock
+from stackpin.cli.render import render
+from stackpin.cli.validate import rules, schema, validate
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="stackpin")
+def main() -> None:
+    """Pin, validate, lock and render LLM serving stacks (vLLM + FlashInfer + NVIDIA Dynamo)."""
+
+
+# Command groups live in their own modules; importing them costs only their click definitions.
+for _command in (validate, lock, render, autotune, schema, rules):
+    main.add_command(_command)

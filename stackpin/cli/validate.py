@@ -1,0 +1,88 @@
+"""`stackpin validate`, `schema`, `rules`: check profiles and rendered manifests; print the schema and rules."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+from stackpin.cli.common import OUTPUT, emit, fail, user_errors
+
+
+@click.command()
+@click.argument("profiles", nargs=-1)
+@click.option("--manifests", "manifests", multiple=True, metavar="DIR|FILE",
+              help="Validate rendered Kubernetes manifests against the bundled CRDs and Kubernetes schemas.")
+@click.option("--fail-on", type=click.Choice(["error", "warning"]), default="error", show_default=True,
+              help="Lowest severity that makes the command exit 1.")
+@OUTPUT
+@user_errors
+def validate(profiles: tuple[str, ...], manifests: tuple[str, ...], fail_on: str, output: str) -> None:
+    """Check PROFILES (files or directories) against the hardware, the model and the pinned engines.
+
+    Exit 0 when no finding reaches --fail-on, 1 when one does, 2 on unreadable or malformed input.
+    """
+    if not profiles and not manifests:
+        raise click.UsageError("give at least one profile, or --manifests DIR|FILE")
+    if manifests:
+        _validate_manifests(manifests, output)
+    if not profiles:
+        return
+    from stackpin.validate import Severity
+    from stackpin.validate.check import check_profiles, expand_profile_args
+
+    result = check_profiles(expand_profile_args(profiles))
+    if output == "text":
+        from stackpin.cli.report import print_reports
+
+        print_reports(result)
+    else:
+        emit(result.model_dump(mode="json"), output)
+    if result.input_errors:
+        if output == "text":
+            fail(list(result.input_errors), 2)
+        sys.exit(2)
+    if result.failed(Severity(fail_on)):
+        sys.exit(1)
+
+
+def _validate_manifests(paths: tuple[str, ...], output: str) -> None:
+    from pathlib import Path
+
+    from stackpin.validate.manifests import validate_paths
+
+    errors = validate_paths([Path(p) for p in paths])
+    if output == "text":
+        for err in errors:
+            click.echo(str(err))
+        if not errors:
+            click.echo(f"manifests valid: {', '.join(paths)}", err=True)
+    else:
+        from dataclasses import asdict
+
+        emit({"errors": [asdict(e) for e in errors]}, output)
+    if errors:
+        sys.exit(1)
+
+
+@click.command()
+def schema() -> None:
+    """Print the StackProfile JSON Schema (generated from the models)."""
+    from stackpin.profile.model import profile_json_schema
+
+    click.echo(json.dumps(profile_json_schema(), indent=2, sort_keys=True))
+
+
+@click.command()
+@OUTPUT
+def rules(output: str) -> None:
+    """List the validation rules with their stable codes."""
+    from stackpin.validate import all_rules
+
+    table = [{"code": r.code, "severity": str(r.severity), "title": r.title} for r in all_rules()]
+    if output == "text":
+        for row in table:
+            click.echo(f"{row['code']}  {row['severity']:<7}  {row['title']}")
+    else:
+        emit(table, output)

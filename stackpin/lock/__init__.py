@@ -1,0 +1,1 @@
+"""Locking: the lockfile model and digests, the OCI client and layout, resolvers, and the lock run."""
