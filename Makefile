@@ -23,7 +23,7 @@ demo: setup
 	$(STACKPIN) validate $(PROFILES)
 	$(BIN)/python -m stackpin.demo $(DEMO_MIRROR) $(PROFILES)
 	$(STACKPIN) lock $(PROFILES) --oci-layout $(DEMO_MIRROR)/oci --hf-cache $(DEMO_MIRROR)/hf
-	$(STACKPIN) render --lockdir lockfiles -o manifests
+	$(STACKPIN) render --lockdir lockfiles --output-dir manifests
 	$(STACKPIN) validate --manifests manifests
 
 test: setup

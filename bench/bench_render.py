@@ -111,8 +111,8 @@ def main() -> None:
         _many_locks(many, STACKS)
         one_lock = str(one / "gb300-tuned.lock.yaml")
 
-        render_one = _median(lambda: _timed([*render_cmd, one_lock, "-o", str(work / "out1")]), repeats)
-        render_many = _median(lambda: _timed([*render_cmd, "--lockdir", str(many), "-o", str(work / "outN")]),
+        render_one = _median(lambda: _timed([*render_cmd, one_lock, "--output-dir", str(work / "out1")]), repeats)
+        render_many = _median(lambda: _timed([*render_cmd, "--lockdir", str(many), "--output-dir", str(work / "outN")]),
                               max(3, repeats // 2))
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         phases = [list(map(float, subprocess.run([sys.executable, "-c", PHASES.format(lock=one_lock)], env=env,

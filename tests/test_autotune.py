@@ -651,7 +651,7 @@ def test_cli_verify_exit_codes(tmp_path: Path, tuned_cache: Path) -> None:
 def test_cli_pack_layout_and_file(tmp_path: Path, tuned_cache: Path) -> None:
     ref = "nvcr.io/nvidia/ai-dynamo/autotune-cache:dsv41-flash-gb300"
     code, out, _ = cli("pack", str(tuned_cache), "--oci-layout", str(tmp_path / "layout"), "--tag", ref,
-                       "--output", str(tmp_path / "cache.tar.gz"))
+                       "--out", str(tmp_path / "cache.tar.gz"))
     assert code == 0 and (tmp_path / "layout" / "index.json").is_file()
     assert (tmp_path / "cache.tar.gz").read_bytes() == pack_cache(tuned_cache)
     pin = next(line for line in out.splitlines() if line.startswith("pin: "))

@@ -199,7 +199,7 @@ def test_rendering_is_deterministic_across_runs_hash_seeds_and_cwd(tmp_path: Pat
         code = ("import sys; from stackpin.cli.render import render; "
                 "render.main(sys.argv[1:], prog_name='stackpin render')")
         env = {**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(ROOT)}
-        proc = subprocess.run([sys.executable, "-c", code, "--lockdir", str(lockdir), "-o", str(out)],
+        proc = subprocess.run([sys.executable, "-c", code, "--lockdir", str(lockdir), "--output-dir", str(out)],
                               cwd=cwd, env=env, capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr
         outs.append(_tree(out))
@@ -219,21 +219,21 @@ def lockdir(tmp_path: Path) -> Path:
 
 def test_render_writes_stacks_that_validate(tmp_path: Path, lockdir: Path) -> None:
     out = tmp_path / "manifests"
-    result = CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)])
+    result = CliRunner().invoke(render, ["--lockdir", str(lockdir), "--output-dir", str(out)])
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == SHIPPED_NAMES
     assert (out / "gb300-tuned" / "dynamographdeployment-dsv41-flash.yaml").is_file()
     checked = CliRunner().invoke(cli_main, ["validate", "--manifests", str(out)])
     assert checked.exit_code == 0, checked.output
     # Rendering one lockfile by path touches only its directory.
-    again = CliRunner().invoke(render, [str(lockdir / "gb300-tuned.lock.yaml"), "-o", str(out)])
+    again = CliRunner().invoke(render, [str(lockdir / "gb300-tuned.lock.yaml"), "--output-dir", str(out)])
     assert again.exit_code == 0, again.output
 
 
 def test_check_reports_modified_missing_and_extra_files(tmp_path: Path, lockdir: Path) -> None:
     out = tmp_path / "manifests"
-    assert CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)]).exit_code == 0
-    clean = CliRunner().invoke(render, ["--check", "--lockdir", str(lockdir), "-o", str(out)])
+    assert CliRunner().invoke(render, ["--lockdir", str(lockdir), "--output-dir", str(out)]).exit_code == 0
+    clean = CliRunner().invoke(render, ["--check", "--lockdir", str(lockdir), "--output-dir", str(out)])
     assert clean.exit_code == 0, clean.output
     modified = out / "gb300-tuned" / "dynamographdeployment-dsv41-flash.yaml"
     modified.write_text(modified.read_text().replace("replicas: 18", "replicas: 17"))
@@ -251,9 +251,10 @@ def test_check_reports_modified_missing_and_extra_files(tmp_path: Path, lockdir:
     own_dir.mkdir()
     (own_dir / "cm.yaml").write_text("kind: ConfigMap\n")
     before = _tree(out)
-    result = CliRunner().invoke(render, ["--check", "--lockdir", str(lockdir), "-o", str(out)])
+    result = CliRunner().invoke(render, ["--check", "--lockdir", str(lockdir), "--output-dir", str(out)])
     assert result.exit_code == 1
-    lines = result.stderr.splitlines()
+    lines = result.stdout.splitlines()  # the drift is the result: stdout; the verdict goes to stderr
+    assert "4 file(s) differ" in result.stderr
     assert f"drifted  {modified}" in lines
     assert f"missing  {missing}" in lines
     assert f"extra    {extra}" in lines
@@ -261,7 +262,7 @@ def test_check_reports_modified_missing_and_extra_files(tmp_path: Path, lockdir:
     assert not [line for line in lines if str(own) in line or str(own_dir) in line]
     assert _tree(out) == before  # --check writes nothing
     # A render puts back what it owns and removes what it rendered before; the user's files stay.
-    assert CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)]).exit_code == 0
+    assert CliRunner().invoke(render, ["--lockdir", str(lockdir), "--output-dir", str(out)]).exit_code == 0
     assert not extra.exists() and missing.exists() and own.exists()
     assert "replicas: 18" in modified.read_text()
 
@@ -282,7 +283,7 @@ def test_profile_without_a_current_lock_is_refused(tmp_path: Path, state: str) -
         lock_paths(lockdir, [profile])
         profile.write_text(profile.read_text().replace("maxNumSeqs: 64", "maxNumSeqs: 32"))
     out = tmp_path / "manifests"
-    result = CliRunner().invoke(render, [str(profile), "--lockdir", str(lockdir), "-o", str(out)])
+    result = CliRunner().invoke(render, [str(profile), "--lockdir", str(lockdir), "--output-dir", str(out)])
     assert result.exit_code == 2
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "Traceback" not in result.output
@@ -291,7 +292,7 @@ def test_profile_without_a_current_lock_is_refused(tmp_path: Path, state: str) -
     assert not out.exists()
     if state == "stale":
         lock_paths(lockdir, [profile])  # relocked: renders
-        ok = CliRunner().invoke(render, [str(profile), "--lockdir", str(lockdir), "-o", str(out)])
+        ok = CliRunner().invoke(render, [str(profile), "--lockdir", str(lockdir), "--output-dir", str(out)])
         assert ok.exit_code == 0, ok.output
 
 
@@ -321,7 +322,7 @@ def test_nothing_is_written_when_any_stack_fails(tmp_path: Path) -> None:
         from stackpin.lock.lockfile import render_lock
 
         (lockdir / f"{lock.metadata.name}.lock.yaml").write_text(render_lock(lock))
-    result = CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)])
+    result = CliRunner().invoke(render, ["--lockdir", str(lockdir), "--output-dir", str(out)])
     # The hand-edited lock fails its digest check (exit 2) before anything renders.
     assert result.exit_code == 2 and "stackDigest" in result.stderr
     assert not out.exists()
@@ -426,12 +427,12 @@ def test_a_failed_write_changes_nothing(tmp_path: Path, lockdir: Path) -> None:
     """One stack directory cannot be written (a file stands where it should be): one line, exit 2,
     and no other stack's manifests are touched."""
     out = tmp_path / "manifests"
-    assert CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)]).exit_code == 0
+    assert CliRunner().invoke(render, ["--lockdir", str(lockdir), "--output-dir", str(out)]).exit_code == 0
     tuned = out / "gb300-tuned" / "dynamographdeployment-dsv41-flash.yaml"
     tuned.write_text("edited by hand\n")
     shutil.rmtree(out / "vera-rubin-tuned")
     (out / "vera-rubin-tuned").write_text("a file, not a directory\n")
-    result = CliRunner().invoke(render, ["--lockdir", str(lockdir), "-o", str(out)])
+    result = CliRunner().invoke(render, ["--lockdir", str(lockdir), "--output-dir", str(out)])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert len(result.output.strip().splitlines()) == 1 and "vera-rubin-tuned" in result.output
     assert tuned.read_text() == "edited by hand\n"

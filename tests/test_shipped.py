@@ -49,7 +49,7 @@ def test_committed_manifests_match_the_committed_locks() -> None:
     from stackpin.cli.main import main
 
     result = CliRunner().invoke(main, ["render", "--check", "--lockdir", str(ROOT / "lockfiles"),
-                                       "-o", str(ROOT / "manifests")])
+                                       "--output-dir", str(ROOT / "manifests")])
     assert result.exit_code == 0, result.output + "\nrun `make demo` to re-render the shipped stacks"
 
 

@@ -145,14 +145,15 @@ def verify(source: str, profile: str, layout: str | None, output: str) -> None:
 @autotune.command()
 @click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--push", "push_ref", metavar="REF", help="Push to a registry as registry/repository:tag.")
-@click.option("--output", "output_file", metavar="FILE.tar.gz", type=click.Path(dir_okay=False),
+@click.option("--out", "output_file", metavar="FILE.tar.gz", type=click.Path(dir_okay=False),
               help="Write the packed cache to a file.")
 @click.option("--oci-layout", "layout", metavar="DIR", type=click.Path(file_okay=False),
               help="Add the cache image to an OCI layout directory (with --tag).")
 @click.option("--tag", metavar="REF", help="Full reference the layout entry is named by (registry/repo:tag).")
+@OUTPUT
 @user_errors
 def pack(directory: str, push_ref: str | None, output_file: str | None, layout: str | None,
-         tag: str | None) -> None:
+         tag: str | None, output: str) -> None:
     """Pack a captured cache reproducibly; push it, write it, or add it to an OCI layout. Pushed and
     layout caches are OCI images (an index over linux/arm64 and linux/amd64 images sharing one layer)
     that a Kubernetes image volume mounts. Prints the index digest to pin as spec.autotune.cache."""
@@ -162,7 +163,9 @@ def pack(directory: str, push_ref: str | None, output_file: str | None, layout: 
     if (layout is None) != (tag is None):
         raise StackpinError("--oci-layout and --tag go together: --oci-layout DIR --tag registry/repo:tag")
     if not (push_ref or output_file or layout):
-        raise StackpinError("nothing to do: give --push REF, --output FILE.tar.gz or --oci-layout DIR --tag REF")
+        raise StackpinError("nothing to do: give --push REF, --out FILE.tar.gz or --oci-layout DIR --tag REF")
+    result: dict[str, Any] = {}
+    lines: list[str] = []
     if output_file:
         import hashlib
 
@@ -170,18 +173,25 @@ def pack(directory: str, push_ref: str | None, output_file: str | None, layout: 
 
         blob = pack_cache(directory)
         write_atomic(Path(output_file), blob)
-        click.echo(f"wrote {output_file} (sha256:{hashlib.sha256(blob).hexdigest()}, {len(blob)} bytes)")
+        digest = f"sha256:{hashlib.sha256(blob).hexdigest()}"
+        result["file"] = {"path": output_file, "digest": digest, "size": len(blob)}
+        lines.append(f"wrote {output_file} ({digest}, {len(blob)} bytes)")
     if layout and tag:
         resolved = write_cache_to_layout(directory, layout, tag)
-        click.echo(f"layout {layout}: {tag} -> {resolved.digest}")
-        click.echo(f"pin: {pinned(resolved)}")
+        result["layout"] = {"path": layout, "tag": tag, "digest": resolved.digest, "pin": pinned(resolved)}
+        lines += [f"layout {layout}: {tag} -> {resolved.digest}", f"pin: {pinned(resolved)}"]
     if push_ref:
         from stackpin.lock.oci import RegistryClient
 
         with RegistryClient() as client:
             resolved = push_cache(directory, push_ref, client)
-        click.echo(f"pushed {push_ref} -> {resolved.digest}")
-        click.echo(f"pin: {pinned(resolved)}")
+        result["pushed"] = {"ref": push_ref, "digest": resolved.digest, "pin": pinned(resolved)}
+        lines += [f"pushed {push_ref} -> {resolved.digest}", f"pin: {pinned(resolved)}"]
+    if output == "text":
+        for line in lines:
+            click.echo(line)
+    else:
+        emit(result, output)
 
 
 @autotune.command("capture-job")
@@ -189,9 +199,11 @@ def pack(directory: str, push_ref: str | None, output_file: str | None, layout: 
 @click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
               help="Where a profile's lock is looked up (it must be current).")
 @click.option("--storage", default="20Gi", show_default=True, help="Size of the volume the cache is written to.")
-@click.option("--output-file", "-f", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--out", "output_file", metavar="FILE", type=click.Path(dir_okay=False),
+              help="Write here instead of stdout.")
+@OUTPUT
 @user_errors
-def capture_job(stack: str, lockdir: str, storage: str, output_file: str | None) -> None:
+def capture_job(stack: str, lockdir: str, storage: str, output_file: str | None, output: str) -> None:
     """Render the Jobs that run STACK once on its rack with autotuning on and the cache on a volume.
 
     The Jobs run exactly the stack's engine flags (vLLM names the cache by a hash of them). When they
@@ -210,7 +222,13 @@ def capture_job(stack: str, lockdir: str, storage: str, output_file: str | None)
         for error in errors:
             click.echo(f"error: {error}", err=True)
         sys.exit(1)
-    text = f"# stackpin autotune capture-job for {lock.metadata.name} ({lock.stack_digest})\n" + dump_yaml_all(objects)
+    if output == "json":  # a kubectl List, what `kubectl apply -f` takes as JSON
+        import json
+
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=True) + "\n"
+    else:  # the manifests are YAML already: text and yaml are the same document
+        text = (f"# stackpin autotune capture-job for {lock.metadata.name} ({lock.stack_digest})\n"
+                + dump_yaml_all(objects))
     if output_file:
         write_atomic(Path(output_file), text)
         click.echo(f"wrote {output_file} ({len(objects)} objects)", err=True)

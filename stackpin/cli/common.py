@@ -14,6 +14,18 @@ OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json", "yaml
                       show_default=True, help="Output format; json and yaml have stable keys.")
 
 
+
+
+def cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--kubeconfig, --context and -n/--namespace, spelled and defaulted as kubectl does, for every
+    command that reads or writes a cluster (apply, status, bench against a live stack)."""
+    fn = click.option("-n", "--namespace", metavar="NAMESPACE",
+                      help="Namespace (default: the profile's metadata.namespace).")(fn)
+    fn = click.option("--context", metavar="NAME", help="kubeconfig context (default: current-context).")(fn)
+    return click.option("--kubeconfig", metavar="FILE", type=click.Path(dir_okay=False),
+                        help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config).")(fn)
+
+
 def fail(lines: list[str], code: int) -> None:
     for line in lines:
         click.echo(f"error: {line}" if not line.startswith(("error", "warning")) else line, err=True)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from stackpin.cli.common import user_errors
+from stackpin.cli.common import OUTPUT, emit, user_errors
 
 
 def _parse_mirrors(values: tuple[str, ...]) -> dict[str, str]:
@@ -36,9 +36,11 @@ def _parse_mirrors(values: tuple[str, ...]) -> dict[str, str]:
               "or https://huggingface.co).")
 @click.option("--docker-config", type=click.Path(dir_okay=False), help="docker config.json with registry "
               "credentials (default $DOCKER_CONFIG/config.json or ~/.docker/config.json).")
+@OUTPUT
 @user_errors
 def lock(profiles: tuple[str, ...], lockdir: str, check: bool, offline: bool, mirrors: tuple[str, ...],
-         oci_layout: str | None, hf_cache: str | None, hf_endpoint: str | None, docker_config: str | None) -> None:
+         oci_layout: str | None, hf_cache: str | None, hf_endpoint: str | None, docker_config: str | None,
+         output: str) -> None:
     """Pin every floating reference of PROFILES and write lockfiles/<name>.lock.yaml.
 
     Nothing is written unless every profile validates and every reference resolves.
@@ -52,10 +54,15 @@ def lock(profiles: tuple[str, ...], lockdir: str, check: bool, offline: bool, mi
         from stackpin.lock.lockfile import check_locks
 
         outcomes = check_locks(paths, Path(lockdir))
-        for o in outcomes:
-            line = f"{o.status:<8} {o.lockfile} ({o.profile})" + (f": {o.detail}" if o.detail else "")
-            click.echo(line, err=o.status != "current")
-        if any(o.status != "current" for o in outcomes):
+        current = all(o.status == "current" for o in outcomes)
+        if output == "text":
+            for o in outcomes:
+                click.echo(f"{o.status:<8} {o.lockfile} ({o.profile})" + (f": {o.detail}" if o.detail else ""))
+        else:
+            emit({"current": current, "lockfiles": [{"profile": o.profile, "lockfile": o.lockfile, "status": o.status,
+                                                     "detail": o.detail} for o in outcomes]}, output)
+        if not current:
+            click.echo("error: lockfiles are not current; run stackpin lock", err=True)
             sys.exit(1)
         return
     from stackpin.lock.run import run_lock
@@ -63,6 +70,10 @@ def lock(profiles: tuple[str, ...], lockdir: str, check: bool, offline: bool, mi
     written = run_lock(paths, Path(lockdir), offline=offline, mirrors=_parse_mirrors(mirrors),
                        oci_layout=oci_layout, hf_cache=hf_cache, hf_endpoint=hf_endpoint, docker_config=docker_config,
                        on_note=lambda note: click.echo(f"warning: {note}", err=True))
+    if output != "text":
+        emit({"locked": [{"lockfile": str(path), "name": lock_.metadata.name, "stackDigest": lock_.stack_digest,
+                          "standIn": lock_.resolved.stand_in} for path, lock_ in written]}, output)
+        return
     for path, lock_ in written:
         note = "  [stand-in pins: demo mirror]" if lock_.resolved.stand_in else ""
         click.echo(f"locked {path}  {lock_.stack_digest}{note}")

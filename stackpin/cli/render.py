@@ -6,19 +6,20 @@ import sys
 
 import click
 
-from stackpin.cli.common import user_errors
+from stackpin.cli.common import OUTPUT, emit, user_errors
 
 
 @click.command()
 @click.argument("inputs", nargs=-1, metavar="[LOCK|PROFILE|DIR]...")
-@click.option("-o", "--output-dir", "outdir", default="manifests", show_default=True,
-              type=click.Path(file_okay=False), help="Each stack renders to OUTPUT_DIR/<name>/.")
+@click.option("--output-dir", "outdir", default="manifests", show_default=True,
+              type=click.Path(file_okay=False), help="Each stack renders to OUTPUT_DIR/<name>/ (as helm template).")
 @click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
               help="Where a profile's lock is looked up; with no inputs, every lock in it is rendered.")
 @click.option("--check", is_flag=True,
               help="Render in memory and exit 1 naming every drifted, missing or extra file; write nothing.")
+@OUTPUT
 @user_errors
-def render(inputs: tuple[str, ...], outdir: str, lockdir: str, check: bool) -> None:
+def render(inputs: tuple[str, ...], outdir: str, lockdir: str, check: bool, output: str) -> None:
     """Render locked stacks into Kubernetes manifests (DynamoGraphDeployment, ComputeDomain).
 
     A profile renders from its lock in --lockdir, which must be current. Rendering never touches the
@@ -32,13 +33,21 @@ def render(inputs: tuple[str, ...], outdir: str, lockdir: str, check: bool) -> N
     stacks = render_stacks(locks)
     if check:
         drift = check_stacks(stacks, Path(outdir), whole_dir=whole)
-        for item in drift:
-            click.echo(str(item), err=True)
+        if output == "text":
+            for item in drift:
+                click.echo(str(item))
+        else:
+            emit({"outputDir": outdir, "current": not drift,
+                  "drift": [{"path": d.path, "status": d.status} for d in drift]}, output)
         if drift:
             click.echo(f"error: {len(drift)} file(s) differ from a fresh render; run stackpin render", err=True)
             sys.exit(1)
         click.echo(f"manifests current: {len(stacks)} stack(s) in {outdir}", err=True)
         return
     write_stacks(stacks, Path(outdir))
+    if output != "text":
+        emit({"outputDir": outdir, "stacks": [{"name": s.name, "directory": str(Path(outdir) / s.name),
+                                                "files": sorted(s.files)} for s in stacks]}, output)
+        return
     for stack in stacks:
         click.echo(f"rendered {Path(outdir) / stack.name}/  ({len(stack.files)} files)")

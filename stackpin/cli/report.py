@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from stackpin.validate import Severity
@@ -22,9 +23,10 @@ def print_reports(result: CheckResult, console: Console | None = None) -> None:
         console.width = max(console.width, 160)
     for report in result.reports:
         if report.findings:
-            console.print(f"[bold]{report.file}[/] ({report.name})")
+            console.print(f"[bold]{escape(report.file)}[/] ({escape(report.name)})")
         for finding in report.findings:
-            console.print(f"  [{_STYLE[finding.severity]}]{finding}[/]", soft_wrap=True)
+            # User data (paths, values quoted in messages) is escaped: `[/]` or `[bold]` in it is text, not markup.
+            console.print(f"  [{_STYLE[finding.severity]}]{escape(str(finding))}[/]", soft_wrap=True)
     if not result.reports:
         return
     table = Table(box=None, pad_edge=False, header_style="bold", caption_justify="left",
@@ -41,8 +43,8 @@ def print_reports(result: CheckResult, console: Console | None = None) -> None:
             verdict += f", {warnings} warning(s)"
         for i, pool in enumerate(s.pools):
             first = i == 0
-            table.add_row(s.name if first else "", s.platform if first else "",
-                          f"{s.gpus_used}/{s.gpus_available}" if first else "", s.placement if first else "",
-                          f"{pool.role} {pool.shape}", _num(pool.weights_gib_per_gpu), _num(pool.kv_gib_per_gpu),
-                          _num(pool.headroom_gib_per_gpu), verdict if first else "")
+            table.add_row(escape(s.name) if first else "", escape(s.platform) if first else "",
+                          f"{s.gpus_used}/{s.gpus_available}" if first else "", escape(s.placement) if first else "",
+                          escape(f"{pool.role} {pool.shape}"), _num(pool.weights_gib_per_gpu),
+                          _num(pool.kv_gib_per_gpu), _num(pool.headroom_gib_per_gpu), verdict if first else "")
     console.print(table)

@@ -11,24 +11,26 @@ from stackpin.cli.common import OUTPUT, emit, fail, user_errors
 
 
 @click.command()
-@click.argument("profiles", nargs=-1)
-@click.option("--manifests", "manifests", multiple=True, metavar="DIR|FILE",
-              help="Validate rendered Kubernetes manifests against the bundled CRDs and Kubernetes schemas.")
+@click.argument("paths", nargs=-1, metavar="PROFILE|DIR...")
+@click.option("--manifests", is_flag=True,
+              help="PATHS are rendered Kubernetes manifests (files or directories): check them against the "
+                   "bundled CRDs and Kubernetes schemas.")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="error", show_default=True,
               help="Lowest severity that makes the command exit 1.")
 @OUTPUT
 @user_errors
-def validate(profiles: tuple[str, ...], manifests: tuple[str, ...], fail_on: str, output: str) -> None:
-    """Check PROFILES (files or directories) against the hardware, the model and the pinned engines.
+def validate(paths: tuple[str, ...], manifests: bool, fail_on: str, output: str) -> None:
+    """Check profiles (files or directories) against the hardware, the model and the pinned engines;
+    with --manifests, check rendered manifests instead.
 
     Exit 0 when no finding reaches --fail-on, 1 when one does, 2 on unreadable or malformed input.
     """
-    if not profiles and not manifests:
-        raise click.UsageError("give at least one profile, or --manifests DIR|FILE")
+    if not paths:
+        raise click.UsageError("give at least one profile or directory (or --manifests DIR|FILE...)")
     if manifests:
-        _validate_manifests(manifests, output)
-    if not profiles:
+        _validate_manifests(paths, output)
         return
+    profiles = paths
     from stackpin.validate import Severity
     from stackpin.validate.check import check_profiles, expand_profile_args
 

@@ -26,10 +26,9 @@ from stackpin.errors import InputError, Problem, StackpinError
 from stackpin.lock.oci import ImageRef, Resolved
 from stackpin.lock.resolvers import COMMIT, ImageSource, ModelRevision, ModelSource, is_stand_in
 from stackpin.profile.loader import LoadedProfile, load_profile
-from stackpin.profile.model import StackProfile
+from stackpin.profile.model import LOCK_KIND, StackProfile
 from stackpin.yamlio import dump_yaml, load_yaml, write_files
 
-LOCK_KIND = "StackLock"
 AUTOTUNE_ANNOTATIONS = {
     "flashinfer": "dev.stackpin.autotune.flashinfer",
     "device": "dev.stackpin.autotune.device",

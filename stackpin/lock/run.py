@@ -17,7 +17,7 @@ from stackpin.lock.lockfile import (
     write_locks,
 )
 from stackpin.lock.resolvers import HfCacheSource, HubSource, LayoutSource, ModelSource, RegistrySource, project_path
-from stackpin.profile.loader import load_profile
+from stackpin.profile.loader import load_profiles
 from stackpin.validate import Severity, run_rules
 from stackpin.validate.check import duplicate_names
 
@@ -26,7 +26,7 @@ def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mir
              oci_layout: str | None = None, hf_cache: str | None = None, hf_endpoint: str | None = None,
              docker_config: str | None = None,
              on_note: Callable[[str], None] | None = None) -> list[tuple[Path, StackLock]]:
-    loaded = [load_profile(p) for p in paths]
+    loaded = load_profiles(paths)
     names = [item.profile.name for item in loaded]
     duplicate_names(loaded)
     errors = [f for item in loaded for f in run_rules(item) if f.severity == Severity.error]

@@ -8,13 +8,14 @@ document; every error is reported at the file, line and column that supplied the
 from __future__ import annotations
 
 import difflib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from stackpin.errors import InputError, Location, Problem
-from stackpin.profile.model import StackProfile
+from stackpin.profile.model import LOCK_KIND, StackProfile
 from stackpin.yamlio import FieldPath, Positions, load_yaml
 
 
@@ -131,6 +132,10 @@ def _read_chain(path: Path) -> tuple[dict[str, Any], MergedPositions, tuple[Path
         if not isinstance(data, dict):
             raise InputError([Problem(positions.locate(()), "",
                                       "a profile must be a YAML mapping (apiVersion, kind, metadata, spec)")])
+        if data.get("kind") == LOCK_KIND:
+            raise InputError([Problem(positions.locate(("kind",)), "kind",
+                                      f"this is a lockfile ({LOCK_KIND}), not a profile; did you mean "
+                                      f"`stackpin lock --check PROFILE` or `stackpin render {display}`?")])
         chain.append((current, data, positions))
         parent = data.get("extends")
         if parent is None:
@@ -168,3 +173,16 @@ def load_profile(path: str | Path) -> LoadedProfile:
     return LoadedProfile(profile, path, sources, positions, document)
 
 
+
+
+def load_profiles(paths: Sequence[str | Path]) -> list[LoadedProfile]:
+    """Load every profile; one InputError lists the problems of all of them, not just the first file's."""
+    loaded, problems = [], []
+    for path in paths:
+        try:
+            loaded.append(load_profile(path))
+        except InputError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise InputError(problems)
+    return loaded

@@ -13,6 +13,7 @@ from pydantic.alias_generators import to_camel
 
 API_VERSION = "stackpin.dev/v1"
 KIND = "StackProfile"
+LOCK_KIND = "StackLock"  # what `stackpin lock` writes; named here so the loader can tell a lockfile apart
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"

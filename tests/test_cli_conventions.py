@@ -1,0 +1,117 @@
+"""Conventions users know from kubectl and helm: -o selects the format everywhere, --output-dir for
+render's directory, --out for a single file, results on stdout and diagnostics on stderr, and bad
+input named in one line per problem across every file given."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner, Result
+
+from stackpin.cli.main import main
+from tests.helpers import PROFILES_DIR, ROOT, apply, base_doc, write_profile
+from tests.lockkit import lock_paths
+
+TUNED = PROFILES_DIR / "gb300-tuned.yaml"
+
+
+def invoke(*args: str) -> Result:
+    return CliRunner().invoke(main, list(args))
+
+
+def test_render_output_selects_a_format_and_output_dir_the_directory(tmp_path: Path) -> None:
+    lockdir = tmp_path / "lockfiles"
+    lock_paths(lockdir, [TUNED])
+    out = tmp_path / "manifests"
+    result = invoke("render", "--lockdir", str(lockdir), "--output-dir", str(out), "-o", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    [stack] = data["stacks"]
+    assert stack["name"] == "gb300-tuned" and stack["files"] == sorted(p.name for p in (out / "gb300-tuned").iterdir())
+    assert not (tmp_path / "json").exists() and not Path("json").exists()
+    check = invoke("render", "--check", "--lockdir", str(lockdir), "--output-dir", str(out), "-o", "yaml")
+    assert check.exit_code == 0, check.output
+    assert yaml.safe_load(check.stdout) == {"outputDir": str(out), "current": True, "drift": []}
+
+
+def test_render_dash_o_with_a_directory_is_a_usage_error_not_a_new_directory(tmp_path: Path) -> None:
+    result = invoke("render", "--lockdir", str(tmp_path), "-o", str(tmp_path / "out"))
+    assert result.exit_code == 2
+    assert "Invalid value for '-o' / '--output'" in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_render_check_drift_is_json_on_stdout_and_exit_1(tmp_path: Path) -> None:
+    lockdir = tmp_path / "lockfiles"
+    lock_paths(lockdir, [TUNED])
+    out = tmp_path / "manifests"
+    assert invoke("render", "--lockdir", str(lockdir), "--output-dir", str(out)).exit_code == 0
+    (out / "gb300-tuned" / "kustomization.yaml").unlink()
+    result = invoke("render", "--check", "--lockdir", str(lockdir), "--output-dir", str(out), "-o", "json")
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    assert data["current"] is False
+    assert data["drift"] == [{"path": str(out / "gb300-tuned" / "kustomization.yaml"), "status": "missing"}]
+    assert "differ from a fresh render" in result.stderr
+
+
+def test_lock_check_has_json_output(tmp_path: Path) -> None:
+    lockdir = tmp_path / "lockfiles"
+    result = invoke("lock", "--check", "--lockdir", str(lockdir), "-o", "json", str(TUNED))
+    assert result.exit_code == 1
+    data = json.loads(result.stdout)
+    lockfile = str(lockdir / "gb300-tuned.lock.yaml")
+    assert data == {"current": False,
+                    "lockfiles": [{"profile": str(TUNED), "lockfile": lockfile, "status": "missing", "detail": ""}]}
+    lock_paths(lockdir, [TUNED])
+    again = invoke("lock", "--check", "--lockdir", str(lockdir), "-o", "json", str(TUNED))
+    assert again.exit_code == 0 and json.loads(again.stdout)["current"] is True
+
+
+def test_validate_manifests_takes_several_paths(tmp_path: Path) -> None:
+    a, b = ROOT / "manifests" / "gb300-tuned", ROOT / "manifests" / "gb300-disagg-wide-ep"
+    result = invoke("validate", "--manifests", str(a), str(b))
+    assert result.exit_code == 0, result.output
+    broken = tmp_path / "broken.yaml"
+    dgd = a / "dynamographdeployment-dsv41-flash.yaml"
+    broken.write_text(dgd.read_text().replace("replicas: 18", "replicas: eighteen"))
+    result = invoke("validate", "--manifests", str(a), str(broken), "-o", "json")
+    assert result.exit_code == 1  # the second path is checked as manifests, not taken as a profile
+    [error] = json.loads(result.stdout)["errors"]
+    assert "broken.yaml" in json.dumps(error) and "replicas" in json.dumps(error)
+
+
+def test_validate_given_a_lockfile_says_so() -> None:
+    lockfile = ROOT / "lockfiles" / "gb300-tuned.lock.yaml"
+    result = invoke("validate", str(lockfile))
+    assert result.exit_code == 2
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "this is a lockfile (StackLock), not a profile" in lines[0]
+    assert "stackpin lock --check" in lines[0] and lines[0].startswith(f"error: {lockfile}:")
+
+
+def test_lock_reports_every_bad_file_not_only_the_first(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    one = write_profile(tmp_path / "a", apply(base_doc(), {"spec.placement.placement": "sideways"}))
+    two = write_profile(tmp_path / "b", apply(base_doc(), {"spec.cudaGraphs.bogus": 1}))
+    result = invoke("lock", "--lockdir", str(tmp_path / "lockfiles"), str(one), str(two))
+    assert result.exit_code == 2
+    assert any(str(one) in line for line in result.stderr.splitlines())
+    assert any(str(two) in line and "unknown field" in line for line in result.stderr.splitlines())
+    assert not (tmp_path / "lockfiles").exists()
+
+
+def test_user_data_in_findings_is_text_not_markup(tmp_path: Path) -> None:
+    """rich markup in a value or a path must print literally (it used to crash or vanish)."""
+    folder = tmp_path / "odd[" / "]dir"  # a path that holds `[/]`
+    folder.mkdir(parents=True)
+    doc = apply(base_doc(), {"spec.kernels.attention": "[/]", "spec.kernels.moe": "[bold red]x"})
+    path = write_profile(folder, doc)
+    result = invoke("validate", str(path))
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert result.exit_code == 1
+    assert "'[/]'" in result.stdout and "[bold red]x" in result.stdout
+    assert "odd[/]dir" in result.stdout.replace("\n", "")
