@@ -2,6 +2,22 @@
 
 from __future__ import annotations
 
+MAX_LINE = 500  # characters of one error line; a 1 MB value must not make a 1 MB line
+
+
+def clip(value: object, limit: int = 80) -> str:
+    """`value` as text, cut to `limit` characters with a note of how much was left out."""
+    text = str(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit} more characters)"
+
+
+def clip_middle(text: str, limit: int = MAX_LINE) -> str:
+    """Cut the middle out of a long line: its start names the file and field, its end the verdict."""
+    if len(text) <= limit:
+        return text
+    head, tail = limit * 2 // 3, limit // 3
+    return f"{text[:head]} ...({len(text) - head - tail} characters)... {text[-tail:]}"
+
 
 class StackpinError(Exception):
     """A problem with the user's input or environment (exit code 2 unless a subclass says otherwise)."""
@@ -42,7 +58,8 @@ class Problem:
     def __str__(self) -> str:
         field = f" {self.field}:" if self.field else ""
         # One line per problem, even when a key or value quoted in it holds a line break.
-        return f"{self.location}:{field} {self.message}".replace("\r", "\\r").replace("\n", "\\n")
+        line = f"{self.location}:{clip(field, 200)} {self.message}"
+        return clip_middle(line).replace("\r", "\\r").replace("\n", "\\n")
 
 
 class InputError(StackpinError):

@@ -37,6 +37,7 @@ class Positions:
 
 # Values built, aliases expanded: far above any profile, far below what an alias bomb expands to.
 MAX_NODES = 100_000
+MAX_INPUT_BYTES = 4 * 1024 * 1024  # profiles and locks are KBs; a rendered manifest file well under 1 MB
 # Integers beyond 64 bits are no sane setting and overflow float arithmetic later.
 MAX_INT = 2**63
 
@@ -78,6 +79,10 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, Positions]:
     """Load one YAML document from `path`; bad input raises InputError with file:line:col."""
     file = display or str(path)
     try:
+        size = path.stat().st_size
+        if size > MAX_INPUT_BYTES:  # refuse by size, before a parser spends seconds and gigabytes on it
+            raise InputError([Problem(Location(file), "", f"is {size:,} bytes; stackpin reads YAML files of at "
+                                      f"most {MAX_INPUT_BYTES:,} bytes (a profile is a few KB)")])
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError([Problem(Location(file), "", "no such file")]) from None

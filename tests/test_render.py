@@ -21,6 +21,7 @@ from pydantic import ValidationError
 from stackpin.cli.main import main as cli_main
 from stackpin.cli.render import render
 from stackpin.lock.lockfile import StackLock
+from stackpin.profile.identifiers import model_id_problem
 from stackpin.profile.k8s_names import label_problems
 from stackpin.render.build import RenderError, build_objects
 from stackpin.render.output import render_stack, render_stacks, write_stacks
@@ -341,7 +342,6 @@ STRINGS = st.one_of(st.sampled_from(HOSTILE),
 BASE = "gb300-disagg-wide-ep"
 # (profile path, must render) - where each hostile string goes
 FIELDS = {
-    "model-id": (("spec", "model", "id"), True),
     "env-value": (("spec", "kernels", "env", "VLLM_DEEP_GEMM_WARMUP"), True),
     "new-env-value": (("spec", "kernels", "env", "STACKPIN_TEST"), True),
     "draft-model": (("spec", "speculative", "draftModel"), True),
@@ -355,6 +355,13 @@ def test_hostile_label_values_are_refused_by_the_profile(value: str) -> None:
     """Labels are the one string field with Kubernetes syntax: the profile refuses such values outright."""
     with pytest.raises(ValidationError, match="not a valid Kubernetes label value"):
         _relabel(shipped_locks()[BASE], ("metadata", "labels", "stackpin.dev/story"), value).stack_profile  # noqa: B018
+
+
+@pytest.mark.parametrize("value", [v for v in HOSTILE if model_id_problem(v)])
+def test_hostile_model_ids_are_refused_by_the_profile(value: str) -> None:
+    """A model id becomes a cache path and a URL: the profile refuses anything the Hub would not accept."""
+    with pytest.raises(ValidationError, match="is not a Hugging Face model id"):
+        _relabel(shipped_locks()[BASE], ("spec", "model", "id"), value, also_model_id=True).stack_profile  # noqa: B018
 
 
 def _strings(obj: Any) -> list[str]:

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from stackpin.errors import ResolveError
+from stackpin.errors import ResolveError, clip
 from stackpin.lock.oci import ImageRef, Resolved
+from stackpin.profile.identifiers import model_id_problem, revision_problem
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 STAND_IN_ANNOTATION = "dev.stackpin.stand-in"
@@ -79,9 +80,13 @@ class HubSource:
     timeout: float = 10.0
 
     def resolve(self, model_id: str, revision: str) -> ModelRevision:
+        from urllib.parse import quote
+
         import httpx
 
-        url = f"{self.endpoint.rstrip('/')}/api/models/{model_id}/revision/{revision}"
+        _check_model_ref(model_id, revision)
+        # The revision is one path segment for the Hub ("refs/pr/1" -> "refs%2Fpr%2F1"), as huggingface_hub sends it.
+        url = f"{self.endpoint.rstrip('/')}/api/models/{model_id}/revision/{quote(revision, safe='')}"
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
             resp = httpx.get(url, headers=headers, timeout=self.timeout, follow_redirects=True)
@@ -111,16 +116,27 @@ class HfCacheSource:
     display: str | None = None  # how lockfiles name the cache (see project_path)
 
     def resolve(self, model_id: str, revision: str) -> ModelRevision:
-        ref_file = self.path / f"models--{model_id.replace('/', '--')}" / "refs" / revision
+        _check_model_ref(model_id, revision)
+        refs = self.path / f"models--{model_id.replace('/', '--')}" / "refs"
+        ref_file = refs / revision
+        if not ref_file.resolve().is_relative_to(refs.resolve()):  # a link may not lead out of the cache
+            raise ResolveError(f"model {model_id} revision {revision!r}: {ref_file} leads outside {self.path}")
         try:
             sha = ref_file.read_text(encoding="utf-8").strip()
         except OSError:
             raise ResolveError(f"model {model_id} revision {revision!r} not found in Hugging Face cache "
                                f"{self.path}") from None
         if not COMMIT.match(sha):
-            raise ResolveError(f"{ref_file} holds {sha[:60]!r}, not a commit hash")
+            raise ResolveError(f"{ref_file} does not hold a 40-hex commit hash")  # never echo what a file holds
         return ModelRevision(sha, f"hf-cache {self.display or self.path}",
                              stand_in=(self.path / STAND_IN_MARKER).exists())
+
+
+def _check_model_ref(model_id: str, revision: str) -> None:
+    """Profiles check these when they load; a resolver checks again, since it builds paths and URLs."""
+    for value, problem in ((model_id, model_id_problem(model_id)), (revision, revision_problem(revision))):
+        if problem:
+            raise ResolveError(f"{clip(value)!r} {problem}")
 
 
 def project_path(path: Path, root: Path) -> str:

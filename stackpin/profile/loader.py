@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from stackpin.errors import InputError, Location, Problem
+from stackpin.errors import InputError, Location, Problem, clip
 from stackpin.profile.model import LOCK_KIND, StackProfile
 from stackpin.yamlio import FieldPath, Positions, load_yaml
 
@@ -110,7 +110,7 @@ def _problems(exc: ValidationError, positions: MergedPositions) -> list[Problem]
         elif err["type"] == "missing":
             message = "required field is missing"
         elif err["type"] in ("enum", "literal_error"):
-            message = f"{message}, got {err.get('input')!r}"
+            message = f"{message}, got {clip(repr(err.get('input')))}"
         problems.append(Problem(positions.locate(loc), _field_path(loc), message))
     return sorted(problems, key=lambda p: (p.location.file, p.location.line, p.location.col))
 

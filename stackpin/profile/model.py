@@ -5,11 +5,15 @@ Loading (YAML with positions, `extends:`) lives in `loader.py`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
+
+from stackpin.errors import clip
+from stackpin.profile.identifiers import env_name_problem, image_ref_problem, model_id_problem, revision_problem
 
 API_VERSION = "stackpin.dev/v1"
 KIND = "StackProfile"
@@ -29,6 +33,13 @@ class _Model(BaseModel):
 class Placement(StrEnum):
     colocated = "colocated"
     disaggregated = "disaggregated"
+
+
+def _checked(value: str | None, problem_of: Callable[[str], str | None]) -> str | None:
+    """Apply an identifier rule; its message, with the value clipped, is the validation error."""
+    if value is not None and (problem := problem_of(value)):
+        raise ValueError(f"{clip(value)!r} {problem}")
+    return value
 
 
 class AutotuneMode(StrEnum):
@@ -70,7 +81,7 @@ class RouterMode(StrEnum):
 # an 18. Bounded like a Kubernetes int32 field; finite floats only.
 PositiveInt = Annotated[int, Field(ge=1, le=2**31 - 1, strict=True)]
 Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.-]?(post|rc|dev)\d+)?$")]
+Version = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([.-]?(post|rc|dev)[0-9]+)?$")]  # ASCII digits only
 
 
 class Metadata(_Model):
@@ -104,6 +115,17 @@ class ModelSpec(_Model):
     max_model_len: PositiveInt
     tokenizer_mode: str = "auto"
 
+    # A model id and a revision become a cache path and a URL at lock time: never a path, never a URL.
+    @field_validator("id")
+    @classmethod
+    def _model_id(cls, value: str) -> str | None:
+        return _checked(value, model_id_problem)
+
+    @field_validator("revision")
+    @classmethod
+    def _revision(cls, value: str) -> str | None:
+        return _checked(value, revision_problem)
+
 
 class KvCache(_Model):
     dtype: str = Field("auto", description="vLLM --kv-cache-dtype; checked against the model and the pinned vLLM.")
@@ -124,6 +146,11 @@ class Versions(_Model):
     nixl: Version
     runtime_image: Annotated[str, Field(min_length=1, description="Dynamo vLLM runtime image (tag or digest).")]
 
+    @field_validator("runtime_image")
+    @classmethod
+    def _runtime_image(cls, value: str) -> str | None:
+        return _checked(value, image_ref_problem)
+
 
 class Kernels(_Model):
     attention: str | None = None
@@ -132,10 +159,24 @@ class Kernels(_Model):
     all2all: str | None = Field(None, alias="all2all")  # to_camel would make it all2All
     env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment variables.")
 
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        problems = [f"{name[:80]!r} {env_name_problem(name)}" for name in env if env_name_problem(name)]
+        problems += [f"{name}: the value holds a NUL byte" for name, value in env.items() if "\0" in value]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return env
+
 
 class Autotune(_Model):
     mode: AutotuneMode = AutotuneMode.off
     cache: str | None = Field(None, description="OCI reference of a packed autotune cache (replay mode).")
+
+    @field_validator("cache")
+    @classmethod
+    def _cache(cls, value: str | None) -> str | None:
+        return _checked(value, image_ref_problem)
 
 
 class CudaGraphs(_Model):
