@@ -4,6 +4,11 @@ size, error lines of bounded length. Each case failed (a traceback, a read outsi
 
 from __future__ import annotations
 
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -111,3 +116,63 @@ def test_a_huge_value_gives_a_bounded_error_line(tmp_path: Path) -> None:
     [line] = result.stderr.splitlines()
     assert len(line) <= MAX_LINE + len("error: ") + 80
     assert "kind" in line and "more characters" in line
+
+
+# --- deadlines --------------------------------------------------------------------------------------
+
+
+@contextmanager
+def drip_server(seconds: float = 8.0) -> Iterator[str]:
+    """A loopback HTTP server that answers one byte every 0.2 s for `seconds` (then gives up): each
+    read sees data well inside any per-read timeout, so only a deadline on the whole call ends it."""
+
+    class Drip(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 4000\r\n\r\n"
+            end = time.monotonic() + seconds
+            for byte in reply + b" " * 4000:
+                if time.monotonic() > end:
+                    break
+                try:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_dripping_registry_hits_the_request_deadline_naming_the_reference() -> None:
+    from stackpin.lock.deadline import DeadlineExceeded
+    from stackpin.lock.oci import RegistryClient
+
+    with drip_server() as host, RegistryClient(timeout=1.0, retries=0, request_deadline=1.0) as client:
+        with pytest.raises(DeadlineExceeded, match=r"/v2/team/engine/manifests/v1: no complete answer within 1s"):
+            client.resolve(f"{host}/team/engine:v1")
+
+
+def test_lock_has_a_deadline_for_the_whole_run(tmp_path: Path) -> None:
+    from stackpin.profile.loader import load_profile
+    from tests.lockkit import fill_mirror
+
+    path = write_profile(tmp_path, apply(base_doc(), {"spec.model.revision": "main"}))
+    layout, _ = fill_mirror(tmp_path / "mirror", [load_profile(path)])
+    with drip_server() as host:
+        result = invoke("lock", "--lockdir", str(tmp_path / "lockfiles"), "--oci-layout", str(layout.path),
+                        "--hf-endpoint", f"http://{host}", "--timeout", "1", str(path))
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.splitlines()
+    assert f"http://{host}: deepseek-ai/" in line and "@main: no complete answer within" in line
+    assert not (tmp_path / "lockfiles").exists()

@@ -36,11 +36,13 @@ def _parse_mirrors(values: tuple[str, ...]) -> dict[str, str]:
               "or https://huggingface.co).")
 @click.option("--docker-config", type=click.Path(dir_okay=False), help="docker config.json with registry "
               "credentials (default $DOCKER_CONFIG/config.json or ~/.docker/config.json).")
+@click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              metavar="SECONDS", help="Give up resolving after this long, naming what had not answered.")
 @OUTPUT
 @user_errors
 def lock(profiles: tuple[str, ...], lockdir: str, check: bool, offline: bool, mirrors: tuple[str, ...],
          oci_layout: str | None, hf_cache: str | None, hf_endpoint: str | None, docker_config: str | None,
-         output: str) -> None:
+         timeout: float, output: str) -> None:
     """Pin every floating reference of PROFILES and write lockfiles/<name>.lock.yaml.
 
     Nothing is written unless every profile validates and every reference resolves.
@@ -69,6 +71,7 @@ def lock(profiles: tuple[str, ...], lockdir: str, check: bool, offline: bool, mi
 
     written = run_lock(paths, Path(lockdir), offline=offline, mirrors=_parse_mirrors(mirrors),
                        oci_layout=oci_layout, hf_cache=hf_cache, hf_endpoint=hf_endpoint, docker_config=docker_config,
+                       timeout=timeout,
                        on_note=lambda note: click.echo(f"warning: {note}", err=True))
     if output != "text":
         emit({"locked": [{"lockfile": str(path), "name": lock_.metadata.name, "stackDigest": lock_.stack_digest,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stackpin.errors import IntegrityError, ResolveError
+from stackpin.lock.deadline import call_with_deadline, remaining
 
 if TYPE_CHECKING:
     import httpx
@@ -399,10 +400,14 @@ class RegistryClient:
         docker_config: str | os.PathLike[str] | None = None,
         plain_http: Callable[[str], bool] | Iterable[str] | None = None,
         backoff: float = 0.2,
+        request_deadline: float = 60.0,
+        deadline_at: float | None = None,
     ) -> None:
         import httpx
 
         self.timeout = timeout
+        self.request_deadline = request_deadline  # one request, all its bytes, however slowly they come
+        self.deadline_at = deadline_at  # time.monotonic() instant at which the whole run gives up
         self.retries = max(0, retries)
         self.backoff = backoff
         self.docker_config = Path(docker_config) if docker_config else default_docker_config()
@@ -699,7 +704,9 @@ class RegistryClient:
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
-                resp = self._http.request(method, url, **kwargs)
+                resp = call_with_deadline(lambda: self._http.request(method, url, **kwargs),
+                                          remaining(self.request_deadline, self.deadline_at),
+                                          f"{where}: {method} {httpx.URL(url).path}")
             except httpx.TimeoutException:
                 if last:
                     raise ResolveError(f"{where} did not answer within {self.timeout:g}s{_tries(attempts)}") from None

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from stackpin.errors import ResolveError, clip
+from stackpin.lock.deadline import call_with_deadline, remaining
 from stackpin.lock.oci import ImageRef, Resolved
 from stackpin.profile.identifiers import model_id_problem, revision_problem
 
@@ -35,12 +36,14 @@ class RegistrySource:
     docker_config: str | None = None
     timeout: float = 10.0
     max_workers: int = 16
+    deadline_at: float | None = None  # time.monotonic() instant the whole run gives up at
 
     def resolve_many(self, refs: Sequence[ImageRef]) -> list[Resolved]:
         from stackpin.lock.oci import RegistryClient  # httpx loads only when a registry is used
         from stackpin.lock.progress import progress
 
-        with RegistryClient(timeout=self.timeout, docker_config=self.docker_config) as client, \
+        with RegistryClient(timeout=self.timeout, docker_config=self.docker_config,
+                            deadline_at=self.deadline_at) as client, \
                 progress("resolving references", len(refs)) as advance:
             return client.resolve_many(refs, mirrors=self.mirrors, max_workers=self.max_workers, on_done=advance)
 
@@ -78,6 +81,8 @@ class HubSource:
     endpoint: str = field(default_factory=lambda: os.environ.get("HF_ENDPOINT", "https://huggingface.co"))
     token: str | None = field(default_factory=lambda: os.environ.get("HF_TOKEN"))
     timeout: float = 10.0
+    request_deadline: float = 60.0
+    deadline_at: float | None = None
 
     def resolve(self, model_id: str, revision: str) -> ModelRevision:
         from urllib.parse import quote
@@ -89,7 +94,9 @@ class HubSource:
         url = f"{self.endpoint.rstrip('/')}/api/models/{model_id}/revision/{quote(revision, safe='')}"
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         try:
-            resp = httpx.get(url, headers=headers, timeout=self.timeout, follow_redirects=True)
+            resp = call_with_deadline(
+                lambda: httpx.get(url, headers=headers, timeout=self.timeout, follow_redirects=True),
+                remaining(self.request_deadline, self.deadline_at), f"{self.endpoint}: {model_id}@{revision}")
         except httpx.HTTPError as exc:
             raise ResolveError(f"cannot reach {self.endpoint} to resolve {model_id}@{revision}: "
                                f"{type(exc).__name__}") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -24,8 +25,9 @@ from stackpin.validate.check import duplicate_names
 
 def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mirrors: Mapping[str, str] | None = None,
              oci_layout: str | None = None, hf_cache: str | None = None, hf_endpoint: str | None = None,
-             docker_config: str | None = None,
+             docker_config: str | None = None, timeout: float | None = None,
              on_note: Callable[[str], None] | None = None) -> list[tuple[Path, StackLock]]:
+    deadline_at = None if timeout is None else time.monotonic() + timeout
     loaded = load_profiles(paths)
     names = [item.profile.name for item in loaded]
     duplicate_names(loaded)
@@ -39,9 +41,9 @@ def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mir
     merged_mirrors.update(mirrors or {})
     root = lockdir.resolve().parent  # the project root: lockfiles name local sources relative to it
     images = (LayoutSource(Path(oci_layout), project_path(Path(oci_layout), root)) if oci_layout
-              else RegistrySource(merged_mirrors, docker_config))
+              else RegistrySource(merged_mirrors, docker_config, deadline_at=deadline_at))
     models: ModelSource = HfCacheSource(Path(hf_cache), project_path(Path(hf_cache), root)) if hf_cache else HubSource(
-        **({"endpoint": hf_endpoint} if hf_endpoint else {}))
+        **({"endpoint": hf_endpoint} if hf_endpoint else {}), deadline_at=deadline_at)
     def replace_invalid(path: Path, exc: StackpinError) -> None:
         if on_note is not None:
             on_note(f"{path} is not a valid lockfile ({exc.lines()[0]}); it will be replaced")
