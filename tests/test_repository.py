@@ -1,7 +1,7 @@
 """The repository stands alone: nothing in it points at files outside it or at the machine it was written on.
 
 - no file cites the facts notes the project started from (they are not in the repository; cite
-  docs/facts.md instead), and every `docs/facts.md#section` citation names a section that exists;
+  docs/facts.md instead), and every citation of a docs/facts.md section names a section that exists;
 - docs, READMEs and tests name no absolute path of a machine (a home, a scratch or a checkout directory);
 - no `extends:` in a doc or a profile climbs out of the repository;
 - the README's first lines say how to run `stackpin` after `make demo`;
