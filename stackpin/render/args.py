@@ -19,7 +19,7 @@ from stackpin.profile.model import Placement, Pool, RouterMode, Speculative, Sta
 WorkerRole = Literal["worker", "prefill", "decode"]
 Flag = tuple[str, str | None]  # (option, value); None for a bare switch
 
-# Dynamo's own worker / frontend entry points (FACTS.md s7, upstream DynamoGraphDeployment examples).
+# Dynamo's own worker / frontend entry points (docs/facts.md#dynamo-command-lines, upstream DGD examples).
 WORKER_COMMAND = ("python3", "-m", "dynamo.vllm")
 FRONTEND_COMMAND = ("python3", "-m", "dynamo.frontend")
 FRONTEND_HTTP_PORT = 8000  # dynamo.frontend's default --http-port, stated so probes can point at it
@@ -210,7 +210,7 @@ def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_r
         flags.append(("--speculative-config", compact_json(speculative)))
     flags += autotune_flags(profile, vllm)
     if spec.placement.mode == Placement.disaggregated:
-        # kv_both on both sides: the NIXL connector pulls either way (FACTS.md s7).
+        # kv_both on both sides: the NIXL connector pulls either way (docs/facts.md#dynamo-command-lines).
         connector = spec.placement.kv_connector or DEFAULT_KV_CONNECTOR
         flags.append(("--kv-transfer-config", compact_json({"kv_connector": connector, "kv_role": "kv_both"})))
     if kv_events_enabled(profile):

@@ -1,4 +1,4 @@
-"""FlashInfer autotune: off, tune at start, or replay a pinned cache (FACTS.md s6)."""
+"""FlashInfer autotune: off, tune at start, or replay a pinned cache (docs/facts.md#autotune-cache)."""
 
 from __future__ import annotations
 

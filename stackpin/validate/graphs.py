@@ -1,4 +1,4 @@
-"""CUDA graph capture rules (vLLM config/vllm.py::_set_cudagraph_sizes, FACTS.md s5)."""
+"""CUDA graph capture rules (vLLM config/vllm.py::_set_cudagraph_sizes, docs/facts.md#cuda-graphs)."""
 
 from __future__ import annotations
 
@@ -119,7 +119,7 @@ def breakable(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP109", Severity.warning, "piecewise CUDA graphs with breakable CUDA graphs on")
 def piecewise_without_compile(ctx: Context) -> Iterator[Hit]:
-    # VLLM_USE_BREAKABLE_CUDAGRAPH=1 forces compilation mode NONE (FACTS.md s5); piecewise graphs are
+    # VLLM_USE_BREAKABLE_CUDAGRAPH=1 forces compilation mode NONE (docs/facts.md#cuda-graphs); piecewise graphs are
     # cut by the compiler, so without it vLLM cannot capture them and falls back.
     mode = ctx.profile.spec.cuda_graphs.mode
     if ctx.profile.spec.kernels.env.get("VLLM_USE_BREAKABLE_CUDAGRAPH") == "1" and "PIECEWISE" in mode:

@@ -1,4 +1,4 @@
-"""Kernel backends the pinned engine and the model accept (FACTS.md s5)."""
+"""Kernel backends the pinned engine and the model accept (docs/facts.md#kernel-backends)."""
 
 from __future__ import annotations
 

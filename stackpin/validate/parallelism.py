@@ -1,4 +1,4 @@
-"""Parallelism versus the GPUs of a node, the NVLink domain and the target (FACTS.md s2, s7)."""
+"""Parallelism versus the GPUs of a node, the NVLink domain and the target (docs/facts.md#racks-and-node-labels)."""
 
 from __future__ import annotations
 

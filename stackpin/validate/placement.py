@@ -1,4 +1,4 @@
-"""Colocated and disaggregated placement: pools, KV transfer, NIXL compatibility (FACTS.md s7)."""
+"""Colocated or disaggregated placement: pools, KV transfer, NIXL compatibility (docs/facts.md#dynamo-command-lines)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def agents_exceed_seqs(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP158", Severity.warning, "deployment and component names too long for Grove")
 def grove_name_length(ctx: Context) -> Iterator[Hit]:
-    # Dynamo's admission webhook, with Grove: DGD name + component name <= 45 characters (FACTS.md s7).
+    # Dynamo's admission webhook with Grove: DGD + component name <= 45 chars (docs/facts.md#admission-and-rollouts).
     limit = ctx.catalog.engine.grove_name_limit
     deployment = ctx.profile.metadata.deployment
     longest = max(["frontend", *ctx.profile.spec.placement.active_pools()], key=len)

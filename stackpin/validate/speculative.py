@@ -1,4 +1,4 @@
-"""Speculative decoding rules (vLLM config/speculative.py, FACTS.md s5)."""
+"""Speculative decoding rules (vLLM config/speculative.py, docs/facts.md#speculative-decoding)."""
 
 from __future__ import annotations
 

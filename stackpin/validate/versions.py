@@ -1,4 +1,4 @@
-"""Version pins that must agree, and engine env vars the pinned vLLM no longer reads (FACTS.md s4, s5)."""
+"""Version pins that must agree, and env vars the pinned vLLM ignores (docs/facts.md#version-pins, #engine-env-vars)."""
 
 from __future__ import annotations
 
