@@ -7,9 +7,11 @@ pydantic or by a validation rule, can still point at `file:line:col`.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -167,35 +169,176 @@ def _write_failed(path: Path, exc: OSError) -> InputError:
     return InputError([Problem(Location(str(path)), "", f"cannot write: {reason}")])
 
 
-def write_files(files: Mapping[Path, str | bytes]) -> None:
-    """Write several files all or nothing: every file goes to a temp file beside its target first,
-    and only when all are written are they renamed into place. A failure (read-only, disk full, a
-    directory where a file should be) leaves every existing file as it was and raises one line."""
-    staged: list[tuple[str, Path]] = []
+# --- writing a set of files ------------------------------------------------------------------------
+#
+# A set of files (every lockfile of a run, every manifest of a render) is switched in as one: all are
+# staged as temp files beside their targets, a journal naming them is written, then each is renamed
+# into place. A failure during the switch puts back what was there (hard-link backups); a process
+# killed during the switch leaves the journal, and the next writer or reader of that directory
+# finishes the switch (every staged file was complete before the journal existed). An exclusive lock
+# on the directory keeps two runs from switching or recovering at once.
+
+_JOURNAL = ".stackpin-journal.json"
+_TMP = ".stackpin-tmp"
+
+
+@contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    """An exclusive flock on the directory itself: nothing is left behind in it."""
+    import fcntl
+
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _recover(root: Path) -> None:
+    """Finish a switch a killed process left half done; sweep temp files and backups it left."""
+    journal = root / _JOURNAL
+    if journal.exists():
+        try:
+            entries = json.loads(journal.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            entries = []  # torn before it was complete: nothing was renamed yet (written before any rename)
+        for entry in entries:
+            tmp, target = root / entry["tmp"], root / entry["target"]
+            if tmp.exists():
+                os.replace(tmp, target)
+        journal.unlink()
+    # Temp files and backups of killed runs; `.NAME.yaml.XXXX.tmp` is what stackpin 0.1 left.
+    for pattern in (f"*{_TMP}", f"*{_TMP}.bak", ".*.yaml.*.tmp"):
+        for stale in root.rglob(pattern):
+            stale.unlink(missing_ok=True)
+
+
+def recover_writes(root: Path) -> None:
+    """Bring a directory stackpin writes to a consistent state before reading it (see above)."""
+    if not root.is_dir():
+        return
+    leftovers = (next(root.rglob(pattern), None) for pattern in (_JOURNAL, f"*{_TMP}*", ".*.yaml.*.tmp"))
+    if any(found is not None for found in leftovers):
+        with _locked(root):
+            _recover(root)
+
+
+def write_files(files: Mapping[Path, str | bytes], root: Path | None = None) -> None:
+    """Write several files as one set: all of them or none (see above). `root` is the directory the
+    set lives in (default: the targets' common parent); its journal and lock live there. A failure
+    (read-only, disk full, a directory where a file should be) leaves every existing file as it was
+    and raises one line."""
+    if not files:
+        return
+    paths = [Path(p) for p in files]
+    root = Path(root) if root is not None else Path(os.path.commonpath([p.parent for p in paths]))
+    with _locked(root):
+        _recover(root)
+        staged = _stage(files, root)
+        try:
+            _switch(staged, root)
+        finally:
+            for tmp, _ in staged:
+                tmp.unlink(missing_ok=True)
+
+
+def _stage(files: Mapping[Path, str | bytes], root: Path) -> list[tuple[Path, Path]]:
+    staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files.items():
+            path = Path(path)
+            if path.is_dir():  # found now, not halfway through the switch
+                raise _write_failed(path, IsADirectoryError(21, "Is a directory"))
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
-                fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+                fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=_TMP)
             except OSError as exc:
                 raise _write_failed(path, exc) from None
-            staged.append((tmp, path))
+            staged.append((Path(name), path))
             try:
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data.encode("utf-8") if isinstance(data, str) else data)
-                os.chmod(tmp, 0o644)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                os.chmod(name, 0o644)
             except OSError as exc:
                 raise _write_failed(path, exc) from None
-        for tmp, path in staged:
+    except BaseException:
+        for tmp, _ in staged:
+            tmp.unlink(missing_ok=True)
+        raise
+    return staged
+
+
+def _switch(staged: list[tuple[Path, Path]], root: Path) -> None:
+    journal = root / _JOURNAL
+    def rel(path: Path) -> str:
+        return Path(os.path.relpath(path, root)).as_posix()
+
+    entries = [{"tmp": rel(tmp), "target": rel(path)} for tmp, path in staged]
+    try:
+        _write_journal(journal, entries)
+    except OSError as exc:
+        raise _write_failed(journal, exc) from None
+    done: list[tuple[Path, Path | None]] = []  # (target, backup of what it held, if anything)
+    current = root
+    try:
+        for tmp, current in staged:
+            path = current
+            backup = None
+            if path.exists():
+                backup = tmp.with_name(tmp.name + ".bak")
+                os.link(path, backup)
             try:
                 os.replace(tmp, path)
-            except OSError as exc:
-                raise _write_failed(path, exc) from None
-    finally:
-        for tmp, _ in staged:
-            Path(tmp).unlink(missing_ok=True)
+            except OSError:
+                if backup is not None:
+                    backup.unlink()
+                raise
+            done.append((path, backup))
+    except OSError as exc:
+        for target, backup in reversed(done):  # put back what was there
+            if backup is not None:
+                os.replace(backup, target)
+            else:
+                target.unlink(missing_ok=True)
+        journal.unlink(missing_ok=True)
+        raise _write_failed(current, exc) from None
+    journal.unlink()
+    for _, backup in done:
+        if backup is not None:
+            backup.unlink(missing_ok=True)
+
+
+def _write_journal(journal: Path, entries: list[dict[str, str]]) -> None:
+    tmp = journal.with_name(journal.name + _TMP)
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(entries, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, journal)  # the journal appears whole or not at all
+    _fsync_dir(journal.parent)
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
-    """Write via a temp file in the same directory and rename: a failed run never leaves half a file."""
-    write_files({path: data})
+    """One file, via a temp file beside it and a rename: a failed run never leaves half a file."""
+    path = Path(path)
+    if path.is_dir():
+        raise _write_failed(path, IsADirectoryError(21, "Is a directory"))
+    staged = _stage({path: data}, path.parent)
+    try:
+        os.replace(staged[0][0], path)
+    except OSError as exc:
+        raise _write_failed(path, exc) from None
+    finally:
+        staged[0][0].unlink(missing_ok=True)

@@ -27,7 +27,7 @@ from stackpin.lock.oci import ImageRef, Resolved
 from stackpin.lock.resolvers import COMMIT, ImageSource, ModelRevision, ModelSource, is_stand_in
 from stackpin.profile.loader import LoadedProfile, load_profile
 from stackpin.profile.model import LOCK_KIND, StackProfile
-from stackpin.yamlio import dump_yaml, load_yaml, write_files
+from stackpin.yamlio import dump_yaml, load_yaml, recover_writes, write_files
 
 AUTOTUNE_ANNOTATIONS = {
     "flashinfer": "dev.stackpin.autotune.flashinfer",
@@ -279,7 +279,7 @@ def render_lock(lock: StackLock) -> str:
 def write_locks(locks: Sequence[StackLock], lockdir: Path) -> list[Path]:
     """Write every lockfile or none (see yamlio.write_files)."""
     files = {lock_path(lockdir, lock.metadata.name): render_lock(lock) for lock in locks}
-    write_files(files)
+    write_files(files, root=lockdir)
     return list(files)
 
 
@@ -319,6 +319,7 @@ def read_existing_locks(lockdir: Path, names: Sequence[str],
                         on_invalid: Callable[[Path, StackpinError], None] | None = None) -> dict[str, StackLock]:
     """The current lockfiles of these stacks. An unreadable or tampered one raises, unless
     `on_invalid` takes it (a fresh lock replaces it anyway; only --offline must trust it)."""
+    recover_writes(lockdir)
     out = {}
     for name in names:
         path = lock_path(lockdir, name)
@@ -348,6 +349,7 @@ class CheckOutcome:
 
 def check_locks(profiles: Sequence[Path], lockdir: Path) -> list[CheckOutcome]:
     """uv-style `lock --check`: is every profile's lockfile present and made from this profile?"""
+    recover_writes(lockdir)
     out = []
     for path in profiles:
         loaded = load_profile(path)

@@ -15,7 +15,7 @@ from typing import Any
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock, effective_profile, lock_path, read_lock, sha256
 from stackpin.render.build import RenderError, build_objects
-from stackpin.yamlio import dump_yaml, write_files
+from stackpin.yamlio import dump_yaml, recover_writes, write_files
 
 KUSTOMIZATION = "kustomization.yaml"
 LOCK_SUFFIX = ".lock.yaml"
@@ -101,7 +101,7 @@ def write_stacks(stacks: Sequence[RenderedStack], outdir: Path) -> list[Path]:
             if not path.is_file() or path.read_bytes() != text.encode("utf-8"):
                 changed[path] = text
             written.append(path)
-    write_files(changed)  # all or nothing: a failure leaves every existing manifest as it was
+    write_files(changed, root=outdir)  # all or nothing: a failure leaves every existing manifest as it was
     for stack in stacks:
         directory = outdir / stack.name
         for old in sorted(directory.glob("*.yaml")):
@@ -124,6 +124,7 @@ class Drift:
 def check_stacks(stacks: Sequence[RenderedStack], outdir: Path, whole_dir: bool) -> list[Drift]:
     """Compare what would be written with what is on disk. `whole_dir`: every stack directory under
     `outdir` should come from one of `stacks` (true when all locks of the lock directory were given)."""
+    recover_writes(outdir)
     drift = []
     for stack in stacks:
         directory = outdir / stack.name
@@ -173,6 +174,7 @@ def lock_for_profile(profile_path: Path, lockdir: Path) -> StackLock:
 def load_inputs(inputs: Sequence[str], lockdir: Path) -> tuple[list[StackLock], bool]:
     """Locks for the given lockfiles / profiles / directories, or every lock in `lockdir` when none
     are given. The flag says whether the whole lock directory was taken."""
+    recover_writes(lockdir)
     if not inputs:
         found = sorted(lockdir.glob(f"*{LOCK_SUFFIX}")) if lockdir.is_dir() else []
         if not found:
