@@ -91,7 +91,7 @@ def tuning_groups(pool: Pool) -> list[list[int]]:
     tp, pp = pool.tensor_parallel, pool.pipeline_parallel
     world = tp * pp
     if pp == 1:
-        return [list(range(world * pool.data_parallel))]
+        return [[rank for _, rank, _ in expected_files(pool)]]
     return [list(range(dp * world + s * tp, dp * world + (s + 1) * tp))
             for dp in range(pool.data_parallel) for s in range(pp)]
 
