@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from stackpin.catalog import load_catalog
+from stackpin.lock.lockfile import StackLock
 from stackpin.profile.topology import topology_of
-from stackpin.render.build import build_objects
+from stackpin.render.build import RenderError, build_objects
 from stackpin.render.capture import capture_objects
+from stackpin.validate.placement import speculative_mismatch
 from stackpin.validate.summary import summarize
 from tests.helpers import apply, base_doc, load_doc
 from tests.lockkit import shipped_locks
@@ -111,6 +114,29 @@ def test_missing_and_ignored_pools(tmp_path: Path) -> None:
     topology = topology_of(loaded.profile, load_catalog())
     assert topology.roles == ("prefill", "decode") and [p.role for p in topology.pools] == ["prefill"]
     assert topology.missing == ("decode",) and topology.ignored == ("worker",)
+
+
+# --- render refuses what validation refuses, through the same code ----------------------------------
+
+def _edited(name: str, changes: dict[str, Any]) -> StackLock:
+    """A shipped lock with its profile edited past validation (as a hand-edited lock would be)."""
+    data = shipped_locks()[name].model_dump(mode="json", by_alias=True)
+    data["profile"] = apply(data["profile"], changes)
+    return StackLock.model_validate(data)
+
+
+def test_render_refuses_a_replica_no_pod_spec_can_express() -> None:
+    lock = _edited("gb300-tuned", {f"{W}.nodesPerReplica": 3})
+    with pytest.raises(RenderError, match="4 GPUs per replica do not split evenly over 3 nodes"):
+        build_objects(lock)
+
+
+def test_render_refuses_speculative_mismatch_with_the_rule_sp154_uses() -> None:
+    lock = _edited("gb300-disagg-wide-ep", {"spec.placement.pools.decode.speculative": {"method": None}})
+    profile = lock.stack_profile
+    assert speculative_mismatch(profile, topology_of(profile))
+    with pytest.raises(RenderError, match="prefill and decode must run identical speculative settings"):
+        build_objects(lock)
 
 
 # --- nobody else computes the shape -------------------------------------------------------------------

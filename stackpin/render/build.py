@@ -90,6 +90,7 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
     base_labels = {"app.kubernetes.io/name": deployment, "app.kubernetes.io/part-of": deployment}
     topology = topology_of(profile, catalog)
     for pool in topology.pools:
+        # No pod spec can express this layout (SP124 / SP125 refuse such a profile before any lock).
         if (layout := pool.layout_problem()) is not None:
             raise RenderError(layout)
     # IMEX channels exist only where NVLink crosses nodes; elsewhere a multi-node replica talks over
