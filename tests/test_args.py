@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from stackpin.profile.model import StackProfile
+from stackpin.profile.topology import topology_of
 from stackpin.render import args as a
 from tests.helpers import base_doc, mutate
 from tests.lockkit import shipped_locks
@@ -41,8 +42,9 @@ def test_every_emitted_flag_exists_in_the_pinned_versions(name: str) -> None:
     assert not missing, "\n".join(missing)
     assert vllm and worker and frontend
     problems = a.check_flags(a.frontend_flags(profile), [frontend])
-    for role, pool in profile.spec.placement.active_pools().items():
-        flags = a.engine_flags(profile, role, pool, model_revision=lock.resolved.model.revision, vllm=vllm)
+    for pool in topology_of(profile).pools:
+        role = pool.role
+        flags = a.engine_flags(profile, role, pool.spec, model_revision=lock.resolved.model.revision, vllm=vllm)
         problems += [f"{role}: {p}" for p in a.check_flags(flags, [worker, vllm])]
         # Values argparse lets through but the engine would reject at start-up (attention backends).
         problems += [f"{role}: {p}" for p in a.unknown_values(flags, [worker, vllm])]
@@ -82,8 +84,8 @@ def test_json_arguments_are_compact_and_sorted() -> None:
 
 def test_disaggregated_pools_share_speculative_config_and_kv_transfer() -> None:
     profile = StackProfile.model_validate(shipped_locks()["gb300-launch"].profile)
-    argv = {role: a.engine_args(profile, role, pool, model_revision="c" * 40)
-            for role, pool in profile.spec.placement.active_pools().items()}
+    argv = {pool.role: a.engine_args(profile, pool.role, pool.spec, model_revision="c" * 40)
+            for pool in topology_of(profile).pools}
     assert set(argv) == {"prefill", "decode"}
     spec = {role: v[v.index("--speculative-config") + 1] for role, v in argv.items()}
     assert spec["prefill"] == spec["decode"]

@@ -45,6 +45,7 @@ from stackpin.lock.oci import (
 from stackpin.lock.ocilayout import LayoutResolver, LayoutWriter
 from stackpin.profile.loader import load_profile
 from stackpin.profile.model import Pool, StackProfile
+from stackpin.profile.topology import topology_of
 from tests.registry import RunningRegistry
 
 if "autotune" not in main.commands:
@@ -230,13 +231,13 @@ def test_tuning_groups_are_tp_groups_per_pp_stage() -> None:
 
 def test_verify_tuned_worker_pool_ok(tmp_path: Path, tuned_cache: Path) -> None:
     profile = load(tmp_path, "gb300-tuned.yaml")
-    assert profile.spec.placement.active_pools()["worker"].tensor_parallel == 4
+    assert topology_of(profile).by_role["worker"].tensor_parallel == 4
     assert verify_cache(inspect_cache(tuned_cache), profile, load_catalog()) == []
 
 
 def test_verify_disagg_pools_ok(tmp_path: Path, disagg_cache: Path) -> None:
     profile = load(tmp_path, "gb300-disagg-wide-ep.yaml")
-    assert list(profile.spec.placement.active_pools()) == ["prefill", "decode"]
+    assert list(topology_of(profile).by_role) == ["prefill", "decode"]
     assert verify_cache(inspect_cache(disagg_cache), profile, load_catalog()) == []
 
 

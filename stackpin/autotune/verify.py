@@ -91,7 +91,7 @@ def tuning_groups(pool: Pool) -> list[list[int]]:
     tp, pp = pool.tensor_parallel, pool.pipeline_parallel
     world = tp * pp
     if pp == 1:
-        return [list(range(world * pool.data_parallel))]
+        return [[rank for _, rank, _ in expected_files(pool)]]
     return [list(range(dp * world + s * tp, dp * world + (s + 1) * tp))
             for dp in range(pool.data_parallel) for s in range(pp)]
 
@@ -109,6 +109,8 @@ def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> li
     """Everything that would stop the pinned engines from using this cache on the profile's GPUs.
     An empty list means: right FlashInfer, right device and arch, consistent metadata, and a
     complete set of files for every pool the placement runs."""
+    from stackpin.profile.topology import topology_of
+
     out: list[Mismatch] = []
     if profile.spec.autotune.mode == "off":
         out.append(Mismatch(field="mode", message=(
@@ -119,15 +121,15 @@ def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> li
     out += _check_device(info, gpu.device_name, gpu.sm_arch)
     out += _check_metadata(info)
     per_rank = per_rank_files(profile.spec.versions.vllm)
-    pools = profile.spec.placement.active_pools()
+    pools = topology_of(profile, catalog).pools
     if per_rank and _version_tuple(profile.spec.versions.vllm) >= V2_STORE_SINCE_VLLM:
-        for role, pool in pools.items():
+        for pool in pools:
             if pool.gpus_per_replica == 1:
-                out.append(Mismatch(field="ranks", pool=role, message=(
-                    f"pool {role} runs on one GPU: vLLM {profile.spec.versions.vllm} keeps its tuning in "
+                out.append(Mismatch(field="ranks", pool=pool.role, message=(
+                    f"pool {pool.role} runs on one GPU: vLLM {profile.spec.versions.vllm} keeps its tuning in "
                     "FlashInfer's managed v2 store there, not in autotune_configs files")))
-        pools = {role: pool for role, pool in pools.items() if pool.gpus_per_replica > 1}
-    out += _check_pools(info, pools, per_rank, profile.spec.versions.vllm)
+        pools = tuple(pool for pool in pools if pool.gpus_per_replica > 1)
+    out += _check_pools(info, {pool.role: pool.spec for pool in pools}, per_rank, profile.spec.versions.vllm)
     return out
 
 

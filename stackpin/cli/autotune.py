@@ -122,6 +122,7 @@ def verify(source: str, profile: str, layout: str | None, output: str) -> None:
     from stackpin.autotune.verify import Mismatch, verify_cache
     from stackpin.catalog import load_catalog
     from stackpin.profile.loader import load_profile
+    from stackpin.profile.topology import topology_of
 
     loaded = load_profile(profile)
     with ExitStack() as stack:
@@ -133,7 +134,7 @@ def verify(source: str, profile: str, layout: str | None, output: str) -> None:
         for m in mismatches:
             click.echo(f"mismatch: {m}")
         if not mismatches:
-            pools = ", ".join(loaded.profile.spec.placement.active_pools())
+            pools = ", ".join(topology_of(loaded.profile, load_catalog()).by_role)
             click.echo(f"ok: {len(info.files)} files fit {loaded.profile.name} (pools: {pools})")
     else:
         emit({"ok": not mismatches, "digest": digest, "profile": loaded.profile.name,

@@ -24,6 +24,7 @@ from stackpin.lock.ocilayout import LayoutWriter
 from stackpin.lock.resolvers import STAND_IN_ANNOTATION, STAND_IN_MARKER, write_hf_cache_ref
 from stackpin.profile.loader import load_profile
 from stackpin.profile.model import StackProfile
+from stackpin.profile.topology import topology_of
 from stackpin.validate.check import expand_profile_args
 
 STAND_IN = {STAND_IN_ANNOTATION: "true",
@@ -63,13 +64,13 @@ def write_stand_in_cache(root: Path, profile: StackProfile) -> Path:
             "cublas_version": "stand-in", "cudnn_version": "stand-in", "cudnn_frontend_version": "stand-in",
             "cutlass_dsl_version": "stand-in"}
     base = root / CACHE_DIR_NAME / versions.flashinfer / sorted(arch_tokens(gpu.sm_arch))[0]
-    for role, pool in profile.spec.placement.active_pools().items():
+    for pool in topology_of(profile, catalog).pools:
         # vLLM names the directory by its config hash, which only vLLM can compute; a stand-in
         # hash per pool keeps pools apart the same way.
-        config_hash = hashlib.sha256(f"stand-in {profile.name} {role}".encode()).hexdigest()
-        names = [name for _, _, name in expected_files(pool)] if per_rank_files(versions.vllm) else [SHARED_FILE]
+        config_hash = hashlib.sha256(f"stand-in {profile.name} {pool.role}".encode()).hexdigest()
+        names = [name for _, _, name in expected_files(pool.spec)] if per_rank_files(versions.vllm) else [SHARED_FILE]
         for name in names:
-            doc = {"_metadata": meta, f"stand-in ({role}, {name})": ["StandInRunner", 0]}
+            doc = {"_metadata": meta, f"stand-in ({pool.role}, {name})": ["StandInRunner", 0]}
             path = base / config_hash / name
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")

@@ -215,18 +215,7 @@ class Pool(_Model):
     max_num_batched_tokens: PositiveInt | None = None
     gpu_memory_utilization: Annotated[Number, Field(gt=0, le=1)] = 0.9
     speculative: Speculative | None = Field(None, description="Overrides spec.speculative for this pool.")
-
-    @property
-    def gpus_per_replica(self) -> int:
-        return self.tensor_parallel * self.data_parallel * self.pipeline_parallel
-
-    @property
-    def gpus(self) -> int:
-        return self.gpus_per_replica * self.replicas
-
-    @property
-    def expert_parallel_size(self) -> int:
-        return self.tensor_parallel * self.data_parallel if self.expert_parallel else 1
+    # GPUs per replica, nodes, pods and parallel sizes are derived in topology.py, nowhere else.
 
 
 class Pools(_Model):
@@ -239,12 +228,7 @@ class PlacementSpec(_Model):
     mode: Placement
     router: RouterMode = RouterMode.kv
     kv_connector: str | None = Field(None, description="KV-transfer connector between prefill and decode.")
-    pools: Pools
-
-    def active_pools(self) -> dict[str, Pool]:
-        """The pools this placement runs, by role, in a fixed order."""
-        names = ("worker",) if self.mode == Placement.colocated else ("prefill", "decode")
-        return {n: p for n in names if (p := getattr(self.pools, n)) is not None}
+    pools: Pools  # which of them the mode runs: topology.py
 
 
 class Fallbacks(_Model):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stackpin.catalog import Catalog, ModelFacts
-from stackpin.profile.model import Pool, StackProfile
+from stackpin.profile.model import StackProfile
+from stackpin.profile.topology import PoolTopology
 
 GIB = 1024**3
 
@@ -32,13 +33,11 @@ class PoolMemory:
         return self.kv_gib >= self.one_sequence_gib
 
 
-def weights_per_gpu_gib(model: ModelFacts, pool: Pool, offload_gib: float) -> float:
+def weights_per_gpu_gib(model: ModelFacts, pool: PoolTopology, offload_gib: float) -> float:
     """Routed experts shard over the expert-parallel group, everything else over TP x PP."""
     experts = model.checkpoint_gib * model.routed_expert_share
     dense = model.checkpoint_gib - experts
-    model_parallel = pool.tensor_parallel * pool.pipeline_parallel
-    expert_group = pool.expert_parallel_size * pool.pipeline_parallel if pool.expert_parallel else model_parallel
-    return max(dense / model_parallel + experts / expert_group - offload_gib, 0.0)
+    return max(dense / pool.model_parallel + experts / pool.expert_shards - offload_gib, 0.0)
 
 
 def capture_size_count(profile: StackProfile, catalog: Catalog) -> int:
@@ -51,10 +50,10 @@ def capture_size_count(profile: StackProfile, catalog: Catalog) -> int:
     return 3 + (graphs.max_capture_size or int(catalog.engine.default_max_capture_size["default"])) // 8
 
 
-def pool_memory(profile: StackProfile, pool: Pool, model: ModelFacts, catalog: Catalog) -> PoolMemory:
+def pool_memory(profile: StackProfile, pool: PoolTopology, model: ModelFacts, catalog: Catalog) -> PoolMemory:
     gpu = catalog.gpu_of(profile.spec.target.platform)
     reserve_facts = catalog.engine.memory_reserve
-    usable = gpu.hbm_gib * pool.gpu_memory_utilization
+    usable = gpu.hbm_gib * pool.spec.gpu_memory_utilization
     weights = weights_per_gpu_gib(model, pool, profile.spec.fallbacks.cpu_offload_gib)
     reserve = reserve_facts["runtime_gib"] + capture_size_count(profile, catalog) * (
         reserve_facts["cudagraph_mib_per_size"] / 1024)

@@ -15,8 +15,8 @@ from typing import Any, Literal
 
 from stackpin.catalog import engine_catalog
 from stackpin.profile.model import Placement, Pool, RouterMode, Speculative, StackProfile
+from stackpin.profile.topology import Role as WorkerRole
 
-WorkerRole = Literal["worker", "prefill", "decode"]
 Flag = tuple[str, str | None]  # (option, value); None for a bare switch
 
 # Dynamo's own worker / frontend entry points (docs/facts.md#dynamo-command-lines, upstream DGD examples).

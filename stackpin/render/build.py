@@ -4,43 +4,37 @@ nodes of an NVLink rack, a ComputeDomain.
 Why a typed builder and not text templates: the resource is deeply nested, its shape differs
 between DynamoGraphDeployment v1alpha1 (`spec.services` map, `extraPodSpec.mainContainer`) and
 v1beta1 (`spec.components` list, `podTemplate`), and every value is user data that must never change
-the structure. So the lock is first turned into a small typed plan (`StackPlan`: what runs where,
-with which argv, env and probes), then one function per CRD version lays the plan out as plain
-dicts. No string is ever spliced into YAML; output.py dumps the dicts canonically.
+the structure. So the lock is first turned into a small typed plan (`StackPlan` in plan.py: what
+runs where, with which argv, env and probes), then one function per CRD version lays the plan out
+as plain dicts, each pod through pod.py. No string is ever spliced into YAML; output.py dumps the
+dicts canonically.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
-from stackpin.catalog import Catalog, Platform, load_catalog
+from stackpin.catalog import Catalog, load_catalog
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
-from stackpin.profile.k8s_names import RENDERED_LABELS, label_problems
-from stackpin.profile.model import ModelStore, Placement, StackProfile
+from stackpin.profile.model import StackProfile
 from stackpin.profile.sizing import capture_size_count
+from stackpin.profile.topology import topology_of
 from stackpin.render import args as argmod
+from stackpin.render.plan import ComponentPlan, Probe, StackPlan
+from stackpin.render.pod import ARCH_KEY, AUTOTUNE_MOUNT, GPU_RESOURCE, Pod, assemble_pod
+from stackpin.validate.placement import speculative_mismatch
 
 LABEL_PREFIX = "stackpin.dev/"
 DGD_GROUP = "nvidia.com"
 COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
-CONTAINER = "main"  # the operator finds the engine container by this name
 SYSTEM_PORT = 9090  # Dynamo's worker system server (/health, /live); the upstream recipes probe it
-CLAIM = "compute-domain-channel"
-CLIQUE_KEY = "nvidia.com/gpu.clique"  # GPU feature discovery: nodes of one NVLink clique share it
 GROVE_SCALING_GROUP = "grove.io/podcliquescalinggroup"  # set by Grove on every pod of one multinode replica
-ARCH_KEY = "kubernetes.io/arch"
-AUTOTUNE_VOLUME = "autotune-cache"
-AUTOTUNE_MOUNT = "/opt/stackpin/autotune"
 # The packed cache is rooted at flashinfer_autotune_cache/ (stackpin/autotune/cache.py), the directory
 # vLLM otherwise keeps under $VLLM_CACHE_ROOT and lets VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR replace.
 AUTOTUNE_DIR = f"{AUTOTUNE_MOUNT}/flashinfer_autotune_cache"
-MODEL_VOLUME = "model-cache"
 MNNVL_ENV = {"NCCL_CUMEM_ENABLE": "1", "NCCL_MNNVL_ENABLE": "1", "UCX_CUDA_IPC_ENABLE_MNNVL": "y"}
-
-# Kubernetes label syntax (apimachinery validation): render refuses what the API server would.
 
 
 class RenderError(StackpinError):
@@ -49,68 +43,7 @@ class RenderError(StackpinError):
     exit_code = 1
 
 
-# --- the plan --------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Probe:
-    path: str
-    port: int
-    period_s: int
-    failure_threshold: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"httpGet": {"path": self.path, "port": self.port}, "periodSeconds": self.period_s,
-                "timeoutSeconds": self.period_s, "failureThreshold": self.failure_threshold}
-
-
-@dataclass(frozen=True)
-class ComponentPlan:
-    name: str  # frontend | worker | prefill | decode: also the v1beta1 type
-    replicas: int
-    command: tuple[str, ...]
-    args: tuple[str, ...]
-    env: tuple[tuple[str, str], ...]
-    startup: Probe | None
-    readiness: Probe
-    liveness: Probe
-    gpus_per_pod: int = 0
-    node_count: int = 1  # nodes one replica spans
-    compute_domain: str | None = None  # ComputeDomain name whose channel the pods claim
-    clique_affinity: bool = False
-    autotune_image: str | None = None
-    model_store: ModelStore | None = None
-    shared_memory: str | None = None
-    node_selector: tuple[tuple[str, str], ...] = ()
-    pod_labels: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True)
-class StackPlan:
-    name: str
-    deployment: str
-    namespace: str
-    crd_version: str  # v1alpha1 | v1beta1
-    image: str
-    cpu_arch: str
-    labels: tuple[tuple[str, str], ...]
-    annotations: tuple[tuple[str, str], ...]
-    components: tuple[ComponentPlan, ...]
-    compute_domain: str | None
-    tolerate_arch: bool
-
-
 # --- derived numbers -------------------------------------------------------------------------------
-
-def nodes_per_replica(gpus_per_replica: int, requested: int | None, platform: Platform) -> tuple[int, int]:
-    """(nodes one replica spans, GPUs per pod): a pod is one node's share of the replica."""
-    nodes = requested or math.ceil(gpus_per_replica / platform.gpus_per_node)
-    if gpus_per_replica % nodes:
-        raise RenderError(f"{gpus_per_replica} GPUs per replica do not split evenly over {nodes} nodes")
-    per_pod = gpus_per_replica // nodes
-    if per_pod > platform.gpus_per_node:
-        raise RenderError(f"{per_pod} GPUs per pod exceed the {platform.gpus_per_node} GPUs of one node")
-    return nodes, per_pod
-
 
 def startup_budget_s(profile: StackProfile, catalog: Catalog) -> int:
     """Seconds a worker may take to become healthy: model load plus CUDA graph capture (plus
@@ -155,13 +88,14 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
     problems: list[str] = []
 
     base_labels = {"app.kubernetes.io/name": deployment, "app.kubernetes.io/part-of": deployment}
-    pools = spec.placement.active_pools()
-    layouts = {role: nodes_per_replica(pool.gpus_per_replica, pool.nodes_per_replica, platform)
-               for role, pool in pools.items()}
-    spans = any(nodes > 1 for nodes, _ in layouts.values())
+    topology = topology_of(profile, catalog)
+    for pool in topology.pools:
+        # No pod spec can express this layout (SP124 / SP125 refuse such a profile before any lock).
+        if (layout := pool.layout_problem()) is not None:
+            raise RenderError(layout)
     # IMEX channels exist only where NVLink crosses nodes; elsewhere a multi-node replica talks over
     # the network and needs no ComputeDomain.
-    domain = f"{deployment}-compute-domain" if spans and platform.multinode_nvlink else None
+    domain = f"{deployment}-compute-domain" if topology.spans_nodes and platform.multinode_nvlink else None
 
     period = int(catalog.engine.startup_estimate["probe_period_s"])
     budget = startup_budget_s(profile, catalog)
@@ -193,30 +127,27 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
         node_selector=((ARCH_KEY, platform.cpu_arch),),
         pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": "frontend"}.items())),
     )]
-    speculative: dict[str, str | None] = {}
-    for role, pool in pools.items():
-        nodes, per_pod = layouts[role]
-        flags = argmod.engine_flags(profile, role, pool,  # type: ignore[arg-type]
-                                    model_revision=lock.resolved.model.revision, vllm=vllm)
+    for pool in topology.pools:
+        role = pool.role
+        flags = argmod.engine_flags(profile, role, pool.spec, model_revision=lock.resolved.model.revision, vllm=vllm)
         if worker_catalogs:
             problems += [f"{role}: {p}" for p in argmod.check_flags(flags, worker_catalogs)]
-        speculative[role] = dict(flags).get("--speculative-config")
         components.append(ComponentPlan(
             name=role, replicas=pool.replicas, command=argmod.WORKER_COMMAND, args=tuple(argmod.flatten(flags)),
             env=worker_env,
             startup=Probe("/health", SYSTEM_PORT, period, math.ceil(budget / period)),
             readiness=Probe("/health", SYSTEM_PORT, period, 3),
             liveness=Probe("/live", SYSTEM_PORT, period, 6),
-            gpus_per_pod=per_pod, node_count=nodes,
+            shape=pool,
             # Every worker joins the domain: NIXL moves KV between prefill and decode over MNNVL too.
-            compute_domain=domain, clique_affinity=domain is not None and nodes > 1,
+            compute_domain=domain, clique_affinity=domain is not None and pool.spans_nodes,
             autotune_image=cache.pinned if cache else None, model_store=store,
             shared_memory=catalog.engine.worker_shared_memory,
             node_selector=node_selector,
             pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": role}.items())),
         ))
-    if spec.placement.mode == Placement.disaggregated and len(set(speculative.values())) > 1:
-        # NIXL's compatibility hash covers speculative_config (vllm PR #49230): transfers would fail.
+    if speculative_mismatch(profile, topology):
+        # SP154 refuses this profile; a lock made around validation must not render either.
         problems.append("prefill and decode must run identical speculative settings; remove the per-pool "
                         "speculative override")
 
@@ -224,10 +155,7 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
               f"{LABEL_PREFIX}stack-digest": lock.short_digest}
     if lock.resolved.stand_in:
         labels[f"{LABEL_PREFIX}stand-in"] = "true"
-    reserved = sorted(set(profile.metadata.labels) & RENDERED_LABELS)
-    if reserved:
-        problems.append(f"metadata.labels: {', '.join(reserved)} are set by stackpin render")
-    problems += [f"metadata.labels: {p}" for p in label_problems(profile.metadata.labels)]
+    # No label check here: the profile model refuses bad or reserved labels when the lock is read.
     if problems:
         raise RenderError(f"{profile.name}: " + f"\n{profile.name}: ".join(problems))
     annotations = {
@@ -254,69 +182,29 @@ def _metadata(plan: StackPlan, name: str) -> dict[str, Any]:
             "annotations": dict(plan.annotations)}
 
 
-def _container(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
-    """Container fields both versions share (v1alpha1 puts them in mainContainer)."""
-    out: dict[str, Any] = {"image": plan.image, "command": list(comp.command), "args": list(comp.args),
-                           "readinessProbe": comp.readiness.as_dict(), "livenessProbe": comp.liveness.as_dict()}
-    if comp.env:
-        out["env"] = [{"name": k, "value": v} for k, v in comp.env]
+def _serving_pod(plan: StackPlan, comp: ComponentPlan, gpu_resource: str) -> Pod:
+    """The pod both versions run for a component, with its probes (v1alpha1 puts the container in
+    mainContainer, the pod fields in extraPodSpec and the resources beside them)."""
+    # As in the upstream GB200 recipes, matchLabelKeys scopes the clique term to the replica's own
+    # Grove scaling group, whose value the operator generates.
+    same_clique = {"labelSelector": {"matchExpressions": [
+        {"key": "app.kubernetes.io/managed-by", "operator": "In", "values": ["grove-operator"]}]},
+        "matchLabelKeys": [GROVE_SCALING_GROUP]} if comp.clique_affinity else None
+    pod = assemble_pod(plan, comp, command=comp.command, args=comp.args, env=comp.env, same_clique=same_clique,
+                       gpu_resource=gpu_resource)
+    pod.container.update(readinessProbe=comp.readiness.as_dict(), livenessProbe=comp.liveness.as_dict())
     if comp.startup:
-        out["startupProbe"] = comp.startup.as_dict()
-    mounts = []
-    if comp.autotune_image:
-        mounts.append({"name": AUTOTUNE_VOLUME, "mountPath": AUTOTUNE_MOUNT, "readOnly": True})
-    if comp.model_store:
-        mounts.append({"name": MODEL_VOLUME, "mountPath": comp.model_store.mount_path, "readOnly": True})
-        if comp.model_store.token_secret:
-            out["envFrom"] = [{"secretRef": {"name": comp.model_store.token_secret}}]
-    if mounts:
-        out["volumeMounts"] = mounts
-    return out
-
-
-def _pod_fields(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
-    """Pod-level fields both versions share (v1alpha1 puts them in extraPodSpec)."""
-    out: dict[str, Any] = {"nodeSelector": dict(comp.node_selector)}
-    if plan.tolerate_arch:
-        # Rack nodes (Grace / Vera) carry the arm64 taint, as in the upstream GB200 recipes.
-        out["tolerations"] = [{"key": ARCH_KEY, "operator": "Equal", "value": plan.cpu_arch,
-                               "effect": "NoSchedule"}]
-    if comp.compute_domain:
-        out["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": f"{comp.compute_domain}-channel"}]
-    if comp.clique_affinity:
-        # Every pod of one replica in ONE NVLink clique, required: a parallel group split across
-        # cliques fails at engine start (deep_gemm_mega_moe's symmetric memory cannot cross them). As
-        # in the upstream GB200 recipes, matchLabelKeys scopes the term to the replica's own Grove
-        # scaling group, whose value the operator generates.
-        out["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
-            "topologyKey": CLIQUE_KEY,
-            "labelSelector": {"matchExpressions": [
-                {"key": "app.kubernetes.io/managed-by", "operator": "In", "values": ["grove-operator"]}]},
-            "matchLabelKeys": [GROVE_SCALING_GROUP]}]}}
-    volumes = []
-    if comp.autotune_image:
-        # Kubernetes 1.33+ ImageVolume: the cache arrives by digest, read-only, verified by the runtime.
-        volumes.append({"name": AUTOTUNE_VOLUME,
-                        "image": {"reference": comp.autotune_image, "pullPolicy": "IfNotPresent"}})
-    if comp.model_store:
-        volumes.append({"name": MODEL_VOLUME,
-                        "persistentVolumeClaim": {"claimName": comp.model_store.pvc, "readOnly": True}})
-    if volumes:
-        out["volumes"] = volumes
-    return out
+        pod.container["startupProbe"] = comp.startup.as_dict()
+    return pod
 
 
 def _component_v1beta1(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
-    container = {"name": CONTAINER, **_container(plan, comp)}
-    if comp.gpus_per_pod:
-        gpus = {"nvidia.com/gpu": str(comp.gpus_per_pod)}
-        container["resources"] = {"limits": dict(gpus), "requests": dict(gpus)}
-        if comp.compute_domain:
-            container["resources"]["claims"] = [{"name": CLAIM}]
+    pod = _serving_pod(plan, comp, GPU_RESOURCE)
+    container = {**pod.container, **({"resources": pod.resources} if pod.resources else {})}
     out: dict[str, Any] = {
         "name": comp.name, "type": comp.name, "replicas": comp.replicas,
         "podTemplate": {"metadata": {"labels": dict(comp.pod_labels)},
-                        "spec": {**_pod_fields(plan, comp), "containers": [container]}},
+                        "spec": {**pod.fields, "containers": [container]}},
     }
     if comp.node_count > 1:
         out["multinode"] = {"nodeCount": comp.node_count}
@@ -326,19 +214,17 @@ def _component_v1beta1(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
 
 
 def _service_v1alpha1(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
+    pod = _serving_pod(plan, comp, "gpu")  # v1alpha1 names the GPU resource itself
     out: dict[str, Any] = {
         "componentType": "frontend" if comp.name == "frontend" else "worker",
         "replicas": comp.replicas,
         "extraPodMetadata": {"labels": dict(comp.pod_labels)},
-        "extraPodSpec": {**_pod_fields(plan, comp), "mainContainer": {"name": CONTAINER, **_container(plan, comp)}},
+        "extraPodSpec": {**pod.fields, "mainContainer": pod.container},
     }
     if comp.name in ("prefill", "decode"):
         out["subComponentType"] = comp.name
-    if comp.gpus_per_pod:
-        gpus = {"gpu": str(comp.gpus_per_pod)}
-        out["resources"] = {"limits": dict(gpus), "requests": dict(gpus)}
-        if comp.compute_domain:
-            out["resources"]["claims"] = [{"name": CLAIM}]
+    if pod.resources:
+        out["resources"] = pod.resources
     if comp.node_count > 1:
         out["multinode"] = {"nodeCount": comp.node_count}
     if comp.shared_memory:

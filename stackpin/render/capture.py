@@ -15,18 +15,9 @@ from typing import Any
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.lock.lockfile import StackLock
-from stackpin.render.build import (
-    ARCH_KEY,
-    CLAIM,
-    CLIQUE_KEY,
-    CONTAINER,
-    MODEL_VOLUME,
-    ComponentPlan,
-    RenderError,
-    StackPlan,
-    compute_domain,
-    plan_stack,
-)
+from stackpin.render.build import RenderError, compute_domain, plan_stack
+from stackpin.render.plan import ComponentPlan, StackPlan
+from stackpin.render.pod import Volume, assemble_pod
 
 CACHE_ROOT = "/cache"  # VLLM_CACHE_ROOT: vLLM writes flashinfer_autotune_cache/<fi>/<arch>/<hash>/ below it
 DP_RPC_PORT = "13345"
@@ -83,55 +74,40 @@ def vllm_serve_args(args: tuple[str, ...]) -> list[str]:
     return [model, *out]
 
 
-def _job(plan: StackPlan, comp: ComponentPlan, pvc: str, catalog: Catalog, gpus_per_node: int) -> list[dict]:
+def _job(plan: StackPlan, comp: ComponentPlan, pvc: str) -> list[dict]:
+    shape = comp.shape
+    assert shape is not None  # worker pools only
     name = f"{plan.name}-autotune-{comp.name}"
     labels = {**dict(plan.labels), "app.kubernetes.io/component": f"autotune-capture-{comp.name}"}
     meta = {"name": name, "namespace": plan.namespace, "labels": labels, "annotations": dict(plan.annotations)}
-    tp = int(comp.args[comp.args.index("--tensor-parallel-size") + 1])
     env = {**dict(comp.env), "VLLM_CACHE_ROOT": CACHE_ROOT, "STACKPIN_POOL": comp.name,
-           "STACKPIN_NODES": str(comp.node_count), "STACKPIN_DP_RPC_PORT": DP_RPC_PORT}
+           "STACKPIN_NODES": str(shape.nodes_per_replica), "STACKPIN_DP_RPC_PORT": DP_RPC_PORT}
     env.pop("VLLM_ENGINE_READY_TIMEOUT_S", None)
     objects: list[dict[str, Any]] = []
-    if comp.node_count > 1:
-        if tp > comp.gpus_per_pod:
+    if shape.spans_nodes:
+        if shape.tensor_parallel > shape.gpus_per_pod:
             raise RenderError(f"{plan.name}: pool {comp.name} splits a tensor-parallel group across nodes; "
                               "capture-job runs multi-node pools through data parallelism only")
-        env["STACKPIN_DP_LOCAL"] = str(comp.gpus_per_pod // tp)
+        env["STACKPIN_DP_LOCAL"] = str(shape.dp_per_pod)
         env["STACKPIN_LEADER"] = f"{name}-0.{name}.{plan.namespace}.svc"
         objects.append({"apiVersion": "v1", "kind": "Service", "metadata": meta,
                         "spec": {"clusterIP": "None", "selector": {"job-name": name},
                                  "ports": [{"name": "dp-rpc", "port": int(DP_RPC_PORT)}]}})
-    gpus = {"nvidia.com/gpu": str(comp.gpus_per_pod)}
-    container: dict[str, Any] = {
-        "name": CONTAINER, "image": plan.image, "command": ["bash", "-c", CAPTURE_SCRIPT, "stackpin-capture"],
-        "args": vllm_serve_args(comp.args), "env": [{"name": k, "value": v} for k, v in sorted(env.items())],
-        "resources": {"limits": dict(gpus), "requests": dict(gpus)},
-        "volumeMounts": [{"name": "cache", "mountPath": CACHE_ROOT}, {"name": "shm", "mountPath": "/dev/shm"}],
-    }
-    pod: dict[str, Any] = {
-        "restartPolicy": "Never", "nodeSelector": dict(comp.node_selector), "containers": [container],
-        "volumes": [{"name": "cache", "persistentVolumeClaim": {"claimName": pvc}},
-                    {"name": "shm", "emptyDir": {"medium": "Memory", "sizeLimit": comp.shared_memory}}],
-    }
-    if comp.model_store:
-        store = comp.model_store
-        container["volumeMounts"].append({"name": MODEL_VOLUME, "mountPath": store.mount_path, "readOnly": True})
-        pod["volumes"].append({"name": MODEL_VOLUME, "persistentVolumeClaim": {"claimName": store.pvc,
-                                                                               "readOnly": True}})
-        if store.token_secret:
-            container["envFrom"] = [{"secretRef": {"name": store.token_secret}}]
-    if plan.tolerate_arch:
-        pod["tolerations"] = [{"key": ARCH_KEY, "operator": "Equal", "value": plan.cpu_arch, "effect": "NoSchedule"}]
-    if comp.compute_domain:
-        pod["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": f"{comp.compute_domain}-channel"}]
-        container["resources"]["claims"] = [{"name": CLAIM}]
+    scratch = (Volume("cache", {"persistentVolumeClaim": {"claimName": pvc}}, CACHE_ROOT, read_only=False),
+               Volume("shm", {"emptyDir": {"medium": "Memory", "sizeLimit": comp.shared_memory}}, "/dev/shm",
+                      read_only=False))
+    # One replica's pods inside one NVLink clique, as the serving stack requires.
+    same_clique = {"labelSelector": {"matchLabels": {"job-name": name}}} if shape.spans_nodes else None
+    built = assemble_pod(plan, comp, command=("bash", "-c", CAPTURE_SCRIPT, "stackpin-capture"),
+                         args=vllm_serve_args(comp.args), env=tuple(sorted(env.items())), extra_volumes=scratch,
+                         same_clique=same_clique)
+    container = {**built.container, "resources": built.resources}
+    pod: dict[str, Any] = {"restartPolicy": "Never", **built.fields, "containers": [container]}
     spec: dict[str, Any] = {"backoffLimit": 0, "template": {"metadata": {"labels": labels}, "spec": pod}}
-    if comp.node_count > 1:
+    if shape.spans_nodes:
         pod["subdomain"] = name
-        # One replica's pods inside one NVLink clique, as the serving stack requires.
-        pod["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"job-name": name}}, "topologyKey": CLIQUE_KEY}]}}
-        spec.update(completionMode="Indexed", completions=comp.node_count, parallelism=comp.node_count)
+        spec.update(completionMode="Indexed", completions=shape.nodes_per_replica,
+                    parallelism=shape.nodes_per_replica)
     if comp.startup is not None:
         # The whole run is start-up: bound it by the stack's start-up budget.
         spec["activeDeadlineSeconds"] = comp.startup.period_s * comp.startup.failure_threshold
@@ -149,7 +125,6 @@ def capture_objects(lock: StackLock, catalog: Catalog | None = None, storage: st
         domain = f"{plan.name}-autotune-compute-domain"
         plan = replace(plan, compute_domain=domain, components=tuple(
             replace(c, compute_domain=domain if c.compute_domain else None) for c in plan.components))
-    platform = catalog.platforms[lock.stack_profile.spec.target.platform]
     pvc = f"{plan.name}-autotune-cache"
     objects: list[dict[str, Any]] = [{
         "apiVersion": "v1", "kind": "PersistentVolumeClaim",
@@ -159,7 +134,7 @@ def capture_objects(lock: StackLock, catalog: Catalog | None = None, storage: st
     }]
     for comp in plan.components:
         if comp.name != "frontend":
-            objects += _job(plan, comp, pvc, catalog, platform.gpus_per_node)
+            objects += _job(plan, comp, pvc)
     if plan.compute_domain:
         objects.append(compute_domain(plan))
     return objects

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform, VllmFlags, load_catalog, vllm_flags
 from stackpin.profile.loader import LoadedProfile
 from stackpin.profile.model import StackProfile
+from stackpin.profile.topology import PoolTopology, Role, Topology, topology_of
 from stackpin.yamlio import FieldPath
 
 
@@ -61,6 +62,7 @@ class Context:
     model_key: str | None
     model: ModelFacts | None
     vllm: VllmFlags | None  # the pinned vLLM's flag catalog, when stackpin has extracted it
+    topology: Topology
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,8 @@ def context_for(profile: StackProfile, catalog: Catalog | None = None) -> Contex
     platform = catalog.platforms[profile.spec.target.platform]
     found = catalog.model_for(profile.spec.model.id)
     return Context(profile, catalog, platform, catalog.gpus[platform.gpu],
-                   found[0] if found else None, found[1] if found else None, vllm_flags(profile.spec.versions.vllm))
+                   found[0] if found else None, found[1] if found else None, vllm_flags(profile.spec.versions.vllm),
+                   topology_of(profile, catalog))
 
 
 def _dotted(path: FieldPath) -> str:
@@ -129,10 +132,14 @@ def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None) -> list[Fin
     return [finding for _, finding in sorted(keyed, key=lambda kv: kv[0])]
 
 
-def pools(ctx: Context) -> Iterator[tuple[str, FieldPath, object]]:
-    """(role, YAML path, Pool) for every pool the placement runs."""
-    for role, pool in ctx.profile.spec.placement.active_pools().items():
-        yield role, ("spec", "placement", "pools", role), pool
+def pool_path(role: Role) -> FieldPath:
+    return ("spec", "placement", "pools", role)
+
+
+def pools(ctx: Context) -> Iterator[tuple[Role, FieldPath, PoolTopology]]:
+    """(role, YAML path, pool shape) for every pool the placement runs."""
+    for pool in ctx.topology.pools:
+        yield pool.role, pool_path(pool.role), pool
 
 
 def choices_hint(value: str, choices: Iterable[str], source: str) -> str:

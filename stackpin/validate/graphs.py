@@ -43,7 +43,7 @@ def unsorted(ctx: Context) -> Iterator[Hit]:
 def above_batched(ctx: Context) -> Iterator[Hit]:
     sizes = ctx.profile.spec.cuda_graphs.capture_sizes or []
     for role, path, pool in pools(ctx):
-        limit = pool.max_num_batched_tokens
+        limit = pool.spec.max_num_batched_tokens
         dropped = sorted({s for s in sizes if limit is not None and s > limit})
         if dropped:
             yield Hit(_G + ("captureSizes",), f"sizes {dropped} exceed {role} maxNumBatchedTokens={limit}; vLLM "
@@ -67,7 +67,7 @@ def not_multiple(ctx: Context) -> Iterator[Hit]:
     if not graphs.capture_sizes or not _full_decode(ctx):
         return
     # Pools may override speculative settings: check every k a pool runs with.
-    for k in sorted({ctx.profile.speculative_for(pool).k for _, _, pool in pools(ctx)}):
+    for k in sorted({ctx.profile.speculative_for(pool.spec).k for _, _, pool in pools(ctx)}):
         odd = [s for s in sorted(set(graphs.capture_sizes)) if k and s % (1 + k)]
         if odd:
             yield Hit(_G + ("captureSizes",), f"sizes {odd} are not multiples of 1+k={1 + k}; with "
@@ -81,8 +81,8 @@ def none_left(ctx: Context) -> Iterator[Hit]:
     if not graphs.capture_sizes or graphs.mode == "NONE":
         return
     for role, _, pool in pools(ctx):
-        k = ctx.profile.speculative_for(pool).k
-        left = effective_capture_sizes(graphs.capture_sizes, pool.max_num_batched_tokens, k, _full_decode(ctx),
+        k = ctx.profile.speculative_for(pool.spec).k
+        left = effective_capture_sizes(graphs.capture_sizes, pool.spec.max_num_batched_tokens, k, _full_decode(ctx),
                                        graphs.max_capture_size)
         if not left:
             yield Hit(_G + ("captureSizes",), f"no capture size survives for the {role} pool (within "

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.profile.model import Pool
 from stackpin.profile.sizing import PoolMemory, pool_memory
+from stackpin.profile.topology import PoolTopology
 from stackpin.validate import Context, Hit, Severity, pools, rule
 from stackpin.yamlio import FieldPath
 
 
-def _memories(ctx: Context) -> Iterator[tuple[str, FieldPath, Pool, PoolMemory]]:
+def _memories(ctx: Context) -> Iterator[tuple[str, FieldPath, PoolTopology, PoolMemory]]:
     """Each pool with its per-GPU memory estimate; nothing when the catalog does not know the model."""
     if ctx.model is None:
         return
@@ -23,7 +23,7 @@ def weights_fit(ctx: Context) -> Iterator[Hit]:
     for role, path, pool, mem in _memories(ctx):
         if mem.weights_gib + mem.reserve_gib > mem.usable_gib:
             yield Hit(path, f"{role}: weights {mem.weights_gib:.1f} GiB + reserve {mem.reserve_gib:.1f} GiB per GPU "
-                      f"exceed {mem.usable_gib:.1f} GiB ({ctx.gpu.hbm_gib:g} GiB x {pool.gpu_memory_utilization})",
+                      f"exceed {mem.usable_gib:.1f} GiB ({ctx.gpu.hbm_gib:g} GiB x {pool.spec.gpu_memory_utilization})",
                       "raise tensorParallel or enable expertParallel over more GPUs")
 
 
@@ -41,7 +41,8 @@ def kv_fit(ctx: Context) -> Iterator[Hit]:
 def headroom(ctx: Context) -> Iterator[Hit]:
     for role, path, pool, mem in _memories(ctx):
         if mem.headroom_gib < ctx.catalog.engine.headroom_warn_fraction * mem.hbm_gib:
-            yield Hit(path + ("gpuMemoryUtilization",), f"{role}: gpuMemoryUtilization={pool.gpu_memory_utilization} "
+            utilization = pool.spec.gpu_memory_utilization
+            yield Hit(path + ("gpuMemoryUtilization",), f"{role}: gpuMemoryUtilization={utilization} "
                       f"leaves {mem.headroom_gib:.1f} GiB ({mem.headroom_gib / mem.hbm_gib:.0%}) of {mem.hbm_gib:g} "
                       "GiB outside vLLM's pool for the CUDA context, NCCL buffers and fragmentation",
                       "expect out-of-memory errors under load or on restart; lower gpuMemoryUtilization")

@@ -7,20 +7,15 @@ from collections.abc import Iterator
 from stackpin.validate import Context, Hit, Severity, pools, rule
 
 
-def nodes_needed(gpus: int, gpus_per_node: int) -> int:
-    return -(-gpus // gpus_per_node)
-
-
 @rule("SP121", Severity.error, "tensor-parallel group spans nodes")
 def tp_spans_nodes(ctx: Context) -> Iterator[Hit]:
-    per_node = ctx.platform.gpus_per_node
+    per_node = ctx.topology.gpus_per_node
     for role, path, pool in pools(ctx):
-        if pool.tensor_parallel > per_node:
+        if pool.tp_nodes > 1:
             if ctx.platform.multinode_nvlink:
                 yield Hit(path + ("tensorParallel",), f"{role} tensorParallel={pool.tensor_parallel} spans "
-                          f"{nodes_needed(pool.tensor_parallel, per_node)} nodes of {per_node} GPUs; every "
-                          "all-reduce crosses trays over NVLink", "prefer TP within a node and expert/data "
-                          "parallelism across nodes", Severity.warning)
+                          f"{pool.tp_nodes} nodes of {per_node} GPUs; every all-reduce crosses trays over NVLink",
+                          "prefer TP within a node and expert/data parallelism across nodes", Severity.warning)
             else:
                 yield Hit(path + ("tensorParallel",), f"{role} tensorParallel={pool.tensor_parallel} exceeds the "
                           f"{per_node} GPUs of a {ctx.profile.spec.target.platform} node, which has no multi-node "
@@ -39,8 +34,7 @@ def replica_exceeds_domain(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP123", Severity.error, "pools need more GPUs than the target has")
 def exceeds_target(ctx: Context) -> Iterator[Hit]:
-    used = sum(pool.gpus for _, _, pool in pools(ctx))
-    have = ctx.platform.total_gpus * ctx.profile.spec.target.count
+    used, have = ctx.topology.gpus, ctx.topology.gpus_available
     if used > have:
         yield Hit(("spec", "placement", "pools"), f"the pools need {used} GPUs but target "
                   f"{ctx.profile.spec.target.platform} x{ctx.profile.spec.target.count} has {have}",
@@ -49,19 +43,19 @@ def exceeds_target(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP124", Severity.error, "nodesPerReplica disagrees with the GPUs a replica needs")
 def nodes_disagree(ctx: Context) -> Iterator[Hit]:
-    per_node = ctx.platform.gpus_per_node
+    per_node = ctx.topology.gpus_per_node
     for role, path, pool in pools(ctx):
-        need = nodes_needed(pool.gpus_per_replica, per_node)
-        if pool.nodes_per_replica is not None and pool.nodes_per_replica != need:
+        need, asked = pool.nodes_needed, pool.spec.nodes_per_replica
+        if asked is not None and asked != need:
             yield Hit(path + ("nodesPerReplica",), f"a {role} replica of {pool.gpus_per_replica} GPUs needs {need} "
-                      f"node(s) of {per_node} GPUs, not {pool.nodes_per_replica}", f"set nodesPerReplica: {need}")
+                      f"node(s) of {per_node} GPUs, not {asked}", f"set nodesPerReplica: {need}")
 
 
 @rule("SP125", Severity.error, "multi-node replica does not fill whole nodes")
 def partial_nodes(ctx: Context) -> Iterator[Hit]:
-    per_node = ctx.platform.gpus_per_node
+    per_node = ctx.topology.gpus_per_node
     for role, path, pool in pools(ctx):
-        if pool.gpus_per_replica > per_node and pool.gpus_per_replica % per_node:
+        if not pool.fills_nodes:
             yield Hit(path, f"a {role} replica of {pool.gpus_per_replica} GPUs spans nodes but does not fill "
                       f"them ({per_node} GPUs per node); the operator places whole pods per node",
                       f"make TP x DP x PP a multiple of {per_node}")
@@ -69,8 +63,7 @@ def partial_nodes(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP126", Severity.info, "GPUs of the target left idle")
 def idle_gpus(ctx: Context) -> Iterator[Hit]:
-    used = sum(pool.gpus for _, _, pool in pools(ctx))
-    have = ctx.platform.total_gpus * ctx.profile.spec.target.count
+    used, have = ctx.topology.gpus, ctx.topology.gpus_available
     if 0 < used < have and ctx.platform.kind == "rack":
         yield Hit(("spec", "placement", "pools"), f"the pools use {used} of {have} GPUs; {have - used} stay idle")
 
@@ -79,7 +72,7 @@ def idle_gpus(ctx: Context) -> Iterator[Hit]:
 def wide_ep_all2all(ctx: Context) -> Iterator[Hit]:
     backend = ctx.profile.spec.kernels.all2all
     for role, _path, pool in pools(ctx):
-        if pool.expert_parallel and pool.gpus_per_replica > ctx.platform.gpus_per_node and backend in (
+        if pool.expert_parallel and pool.nodes_needed > 1 and backend in (
                 None, "allgather_reducescatter"):
             yield Hit(("spec", "kernels", "all2all"), f"the {role} pool runs expert parallelism over "
                       f"{pool.gpus_per_replica} GPUs on several nodes with the default allgather_reducescatter "

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.validate import Context, Hit, Severity, pools, rule
+from stackpin.profile.model import StackProfile
+from stackpin.profile.topology import Topology
+from stackpin.validate import Context, Hit, Severity, pool_path, pools, rule
 
 _P = ("spec", "placement")
 
@@ -19,31 +21,29 @@ def no_connector(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP152", Severity.error, "placement lacks the pools it runs")
 def missing_pools(ctx: Context) -> Iterator[Hit]:
-    placement = ctx.profile.spec.placement
-    needed = ("worker",) if placement.mode == "colocated" else ("prefill", "decode")
-    for role in needed:
-        if getattr(placement.pools, role) is None:
-            yield Hit(_P + ("pools",), f"{placement.mode} placement needs a {role} pool")
+    for role in ctx.topology.missing:
+        yield Hit(_P + ("pools",), f"{ctx.topology.mode} placement needs a {role} pool")
 
 
 @rule("SP153", Severity.warning, "pools the placement does not run")
 def unused_pools(ctx: Context) -> Iterator[Hit]:
-    placement = ctx.profile.spec.placement
-    unused = ("prefill", "decode") if placement.mode == "colocated" else ("worker",)
-    for role in unused:
-        if getattr(placement.pools, role) is not None:
-            yield Hit(_P + ("pools", role), f"{placement.mode} placement ignores the {role} pool",
-                      "remove it, or switch placement.mode")
+    for role in ctx.topology.ignored:
+        yield Hit(pool_path(role), f"{ctx.topology.mode} placement ignores the {role} pool",
+                  "remove it, or switch placement.mode")
+
+
+def speculative_mismatch(profile: StackProfile, topology: Topology) -> bool:
+    """Whether prefill and decode run different speculative settings: NIXL then refuses every KV
+    transfer (its compatibility hash covers speculative_config). SP154 reports it; render refuses it."""
+    active = topology.by_role
+    if "prefill" not in active or "decode" not in active:
+        return False
+    return profile.speculative_for(active["prefill"].spec) != profile.speculative_for(active["decode"].spec)
 
 
 @rule("SP154", Severity.error, "prefill and decode disagree on speculative settings")
 def spec_mismatch(ctx: Context) -> Iterator[Hit]:
-    active = ctx.profile.spec.placement.active_pools()
-    if ctx.profile.spec.placement.mode != "disaggregated" or not {"prefill", "decode"} <= active.keys():
-        return
-    prefill = ctx.profile.speculative_for(active["prefill"])
-    decode = ctx.profile.speculative_for(active["decode"])
-    if prefill != decode:
+    if speculative_mismatch(ctx.profile, ctx.topology):
         yield Hit(_P + ("pools", "decode", "speculative"), "prefill and decode pools run different speculative "
                   "settings; NIXL's compatibility hash covers speculative_config and refuses the KV transfer",
                   "give both pools the same speculative settings")
@@ -67,10 +67,9 @@ def colocated_connector(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP157", Severity.warning, "more agents than decode sequences")
 def agents_exceed_seqs(ctx: Context) -> Iterator[Hit]:
-    decode_role = "worker" if ctx.profile.spec.placement.mode == "colocated" else "decode"
     for role, _path, pool in pools(ctx):
-        if role == decode_role and pool.max_num_seqs is not None:
-            slots = pool.max_num_seqs * pool.data_parallel * pool.replicas
+        if role == ctx.topology.decode_role and pool.spec.max_num_seqs is not None:
+            slots = pool.spec.max_num_seqs * pool.data_parallel * pool.replicas
             agents = ctx.profile.spec.service.agents
             if agents > slots:
                 yield Hit(("spec", "service", "agents"), f"{agents} agents but the {role} pool runs at most {slots} "
@@ -83,7 +82,7 @@ def grove_name_length(ctx: Context) -> Iterator[Hit]:
     # Dynamo's admission webhook with Grove: DGD + component name <= 45 chars (docs/facts.md#admission-and-rollouts).
     limit = ctx.catalog.engine.grove_name_limit
     deployment = ctx.profile.metadata.deployment
-    longest = max(["frontend", *ctx.profile.spec.placement.active_pools()], key=len)
+    longest = max(["frontend", *ctx.topology.by_role], key=len)
     if len(deployment) + len(longest) > limit:
         yield Hit(("metadata", "deployment"), f"{deployment!r} + component {longest!r} is "
                   f"{len(deployment) + len(longest)} characters; with Grove, Dynamo admits at most {limit}",

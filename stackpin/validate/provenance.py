@@ -41,7 +41,7 @@ def model_revision(ctx: Context) -> Iterator[Hit]:
 
 def _unpinned(ctx: Context, field: str, derived: str) -> Iterator[Hit]:
     for role, path, pool in pools(ctx):
-        if getattr(pool, field) is None:
+        if getattr(pool.spec, field) is None:
             yaml_key = "".join(w.capitalize() if i else w for i, w in enumerate(field.split("_")))
             yield Hit(path, f"{role} {yaml_key} is unset: vLLM picks it from GPU memory, and {derived} derive from it",
                       f"pin {yaml_key}")
@@ -59,7 +59,8 @@ def batched_unpinned(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP193", Severity.error, "max-num-batched-tokens below max-num-seqs")
 def batched_below_seqs(ctx: Context) -> Iterator[Hit]:
-    for role, path, pool in pools(ctx):
+    for role, path, shape in pools(ctx):
+        pool = shape.spec
         if pool.max_num_seqs and pool.max_num_batched_tokens and pool.max_num_batched_tokens < pool.max_num_seqs:
             yield Hit(path + ("maxNumBatchedTokens",), f"{role} maxNumBatchedTokens={pool.max_num_batched_tokens} is "
                       f"below maxNumSeqs={pool.max_num_seqs}; vLLM refuses to start (one token per running sequence)",

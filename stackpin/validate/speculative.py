@@ -5,16 +5,16 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.profile.model import Speculative
-from stackpin.validate import Context, Hit, Severity, choices_hint, rule
+from stackpin.validate import Context, Hit, Severity, choices_hint, pools, rule
 from stackpin.yamlio import FieldPath
 
 
 def _settings(ctx: Context) -> Iterator[tuple[FieldPath, Speculative]]:
     """The stack's speculative settings and every pool override, with their YAML paths."""
     yield ("spec", "speculative"), ctx.profile.spec.speculative
-    for role, pool in ctx.profile.spec.placement.active_pools().items():
-        if pool.speculative is not None:
-            yield ("spec", "placement", "pools", role, "speculative"), pool.speculative
+    for _role, path, pool in pools(ctx):
+        if pool.spec.speculative is not None:
+            yield path + ("speculative",), pool.spec.speculative
 
 
 def _aliases(ctx: Context) -> tuple[str, ...]:
@@ -70,11 +70,11 @@ def no_draft_model(ctx: Context) -> Iterator[Hit]:
 @rule("SP116", Severity.error, "draft tensor parallel size neither 1 nor the target's")
 def draft_tp(ctx: Context) -> Iterator[Hit]:
     spec_path = ("spec", "speculative")
-    for role, pool in ctx.profile.spec.placement.active_pools().items():
-        spec = ctx.profile.speculative_for(pool)
+    for role, pool_path, pool in pools(ctx):
+        spec = ctx.profile.speculative_for(pool.spec)
         size = spec.draft_tensor_parallel_size
         if size is not None and size not in (1, pool.tensor_parallel):
-            path = spec_path if pool.speculative is None else ("spec", "placement", "pools", role, "speculative")
+            path = spec_path if pool.spec.speculative is None else pool_path + ("speculative",)
             yield Hit(path + ("draftTensorParallelSize",), f"draftTensorParallelSize={size} must be 1 or the "
                       f"{role} pool's tensorParallel={pool.tensor_parallel}")
 

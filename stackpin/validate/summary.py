@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.profile.model import StackProfile
 from stackpin.profile.sizing import pool_memory
+from stackpin.profile.topology import topology_of
 
 
 class PoolSummary(BaseModel):
@@ -50,13 +51,15 @@ def summarize(profile: StackProfile, catalog: Catalog | None = None) -> StackSum
     catalog = catalog or load_catalog()
     platform = catalog.platforms[profile.spec.target.platform]
     found = catalog.model_for(profile.spec.model.id)
+    topology = topology_of(profile, catalog)
     pools = []
-    for role, pool in profile.spec.placement.active_pools().items():
+    for pool in topology.pools:
         mem = pool_memory(profile, pool, found[1], catalog) if found else None
         pools.append(PoolSummary(
-            role=role, replicas=pool.replicas, tensor_parallel=pool.tensor_parallel,
+            role=pool.role, replicas=pool.replicas, tensor_parallel=pool.tensor_parallel,
             data_parallel=pool.data_parallel, expert_parallel_size=pool.expert_parallel_size, gpus=pool.gpus,
-            nodes_per_replica=-(-pool.gpus_per_replica // platform.gpus_per_node),
+            # What the GPUs need: a profile that asks for another count fails SP124.
+            nodes_per_replica=pool.nodes_needed,
             weights_gib_per_gpu=round(mem.weights_gib, 1) if mem else None,
             kv_gib_per_gpu=round(mem.kv_gib, 1) if mem else None,
             kv_tokens_per_gpu=mem.kv_tokens if mem else None,
@@ -64,5 +67,5 @@ def summarize(profile: StackProfile, catalog: Catalog | None = None) -> StackSum
         ))
     return StackSummary(
         name=profile.name, platform=profile.spec.target.platform, gpu=catalog.gpus[platform.gpu].name,
-        gpus_available=platform.total_gpus * profile.spec.target.count,
-        gpus_used=sum(p.gpus for p in pools), placement=profile.spec.placement.mode, pools=tuple(pools))
+        gpus_available=topology.gpus_available, gpus_used=topology.gpus, placement=profile.spec.placement.mode,
+        pools=tuple(pools))

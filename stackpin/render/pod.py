@@ -1,0 +1,107 @@
+"""One pod-spec assembly for every GPU pod stackpin writes: the serving pods of both
+DynamoGraphDeployment versions (build.py) and the capture Job pods (capture.py).
+
+A capture must land on the same nodes, with the same claims and volumes, as the stack it tunes for;
+assembling both from one place keeps the two from drifting apart. Callers add only what differs:
+the command, probes, extra volumes, and how the pods of one replica find each other.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from stackpin.render.plan import ComponentPlan, StackPlan
+
+CONTAINER = "main"  # the operator finds the engine container by this name
+CLAIM = "compute-domain-channel"
+CLIQUE_KEY = "nvidia.com/gpu.clique"  # GPU feature discovery: nodes of one NVLink clique share it
+ARCH_KEY = "kubernetes.io/arch"
+GPU_RESOURCE = "nvidia.com/gpu"
+AUTOTUNE_VOLUME = "autotune-cache"
+AUTOTUNE_MOUNT = "/opt/stackpin/autotune"
+MODEL_VOLUME = "model-cache"
+
+
+@dataclass(frozen=True)
+class Volume:
+    """A pod volume and where the main container mounts it."""
+
+    name: str
+    source: Mapping[str, Any]  # the volume's source, e.g. {"persistentVolumeClaim": {...}}
+    mount_path: str
+    read_only: bool = True
+
+    def as_volume(self) -> dict[str, Any]:
+        return {"name": self.name, **copy.deepcopy(dict(self.source))}
+
+    def as_mount(self) -> dict[str, Any]:
+        mount: dict[str, Any] = {"name": self.name, "mountPath": self.mount_path}
+        if self.read_only:
+            mount["readOnly"] = True
+        return mount
+
+
+@dataclass(frozen=True)
+class Pod:
+    """The pieces of one pod spec; each CRD version (or a Job) places them where it wants them."""
+
+    fields: dict[str, Any]  # pod-level fields, without containers
+    container: dict[str, Any]  # the main container, without resources
+    resources: dict[str, Any] | None  # GPU limits/requests (+ claim); None without GPUs
+
+
+def stack_volumes(comp: ComponentPlan) -> list[Volume]:
+    """What the stack mounts into a worker: the pinned autotune cache and the model store."""
+    out = []
+    if comp.autotune_image:
+        # Kubernetes 1.33+ ImageVolume: the cache arrives by digest, read-only, verified by the runtime.
+        out.append(Volume(AUTOTUNE_VOLUME, {"image": {"reference": comp.autotune_image, "pullPolicy": "IfNotPresent"}},
+                          AUTOTUNE_MOUNT))
+    if comp.model_store:
+        store = comp.model_store
+        out.append(Volume(MODEL_VOLUME, {"persistentVolumeClaim": {"claimName": store.pvc, "readOnly": True}},
+                          store.mount_path))
+    return out
+
+
+def gpu_resources(comp: ComponentPlan, resource: str = GPU_RESOURCE) -> dict[str, Any] | None:
+    """GPU limits and requests of one pod, with the ComputeDomain channel claim when it joins one."""
+    if not comp.gpus_per_pod:
+        return None
+    gpus = {resource: str(comp.gpus_per_pod)}
+    out: dict[str, Any] = {"limits": dict(gpus), "requests": dict(gpus)}
+    if comp.compute_domain:
+        out["claims"] = [{"name": CLAIM}]
+    return out
+
+
+def assemble_pod(plan: StackPlan, comp: ComponentPlan, *, command: Sequence[str], args: Sequence[str],
+                 env: Sequence[tuple[str, str]], extra_volumes: Sequence[Volume] = (),
+                 same_clique: Mapping[str, Any] | None = None, gpu_resource: str = GPU_RESOURCE) -> Pod:
+    """A pod of `comp`: `extra_volumes` come before the stack's own; `same_clique`, when given, is the
+    affinity term (without its topology key) that selects the other pods of the same replica."""
+    volumes = [*extra_volumes, *stack_volumes(comp)]
+    container: dict[str, Any] = {"name": CONTAINER, "image": plan.image, "command": list(command), "args": list(args)}
+    if env:
+        container["env"] = [{"name": k, "value": v} for k, v in env]
+    if volumes:
+        container["volumeMounts"] = [v.as_mount() for v in volumes]
+    if comp.model_store and comp.model_store.token_secret:
+        container["envFrom"] = [{"secretRef": {"name": comp.model_store.token_secret}}]
+    pod: dict[str, Any] = {"nodeSelector": dict(comp.node_selector)}
+    if plan.tolerate_arch:
+        # Rack nodes (Grace / Vera) carry the arm64 taint, as in the upstream GB200 recipes.
+        pod["tolerations"] = [{"key": ARCH_KEY, "operator": "Equal", "value": plan.cpu_arch, "effect": "NoSchedule"}]
+    if comp.compute_domain:
+        pod["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": f"{comp.compute_domain}-channel"}]
+    if same_clique is not None:
+        # Every pod of one replica in ONE NVLink clique, required: a parallel group split across
+        # cliques fails at engine start (deep_gemm_mega_moe's symmetric memory cannot cross them).
+        pod["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"topologyKey": CLIQUE_KEY, **copy.deepcopy(dict(same_clique))}]}}
+    if volumes:
+        pod["volumes"] = [v.as_volume() for v in volumes]
+    return Pod(pod, container, gpu_resources(comp, gpu_resource))
