@@ -13,6 +13,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict
 
+from stackpin.catalog.version import PackageVersion, parse_version
+
 
 class _Fact(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -77,7 +79,7 @@ class VllmPin(_Fact):
 
 
 class RemovedEnv(_Fact):
-    removed_in: str
+    removed_in: PackageVersion
     use: str
 
 
@@ -86,6 +88,21 @@ class Versions(_Fact):
     vllm: dict[str, VllmPin]
     removed_env: dict[str, RemovedEnv]
     source: str
+
+
+class AutotuneFiles(_Fact):
+    """Which FlashInfer autotune files a vLLM release reads (engine.yaml `autotune_files`)."""
+
+    per_rank_since: PackageVersion  # first release with one autotune_configs_dp{d}_rank{r}.json per rank
+    v2_store_since: PackageVersion  # first release that sends a one-rank engine to FlashInfer's v2 store
+
+    def per_rank(self, vllm: str) -> bool:
+        """Whether this vLLM reads one file per rank (else one shared autotune_configs.json)."""
+        return parse_version(vllm) >= self.per_rank_since
+
+    def v2_store(self, vllm: str) -> bool:
+        """Whether this vLLM keeps a one-rank, one-node engine's tuning in FlashInfer's v2 store."""
+        return parse_version(vllm) >= self.v2_store_since
 
 
 class Engine(_Fact):
@@ -102,6 +119,7 @@ class Engine(_Fact):
     startup_estimate: dict[str, float]
     startup_unknown_checkpoint_gib: float
     worker_shared_memory: str
+    autotune_files: AutotuneFiles
     grove_name_limit: int
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from stackpin.catalog.version import parse_version
 from stackpin.errors import InputError, Location, Problem
 
 if TYPE_CHECKING:
@@ -205,7 +206,7 @@ def _core_schema_dir() -> Path:
         raise RuntimeError("kubernetes-validate is not installed")
     root = Path(next(iter(spec.submodule_search_locations))) / "kubernetes-json-schema"
     versions = [
-        (tuple(int(n) for n in match.group(1).split(".")), entry)
+        (parse_version(match.group(1)), entry)
         for entry in root.iterdir()
         if (match := re.fullmatch(r"v(\d+\.\d+\.\d+)-local-strict", entry.name))
     ]

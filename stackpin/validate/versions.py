@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.catalog.version import parse_version
 from stackpin.validate import Context, Hit, Severity, rule
 
 _V = ("spec", "versions")
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
 
 
 @rule("SP161", Severity.warning, "Dynamo release unknown to the catalog")
@@ -62,7 +59,7 @@ def removed_env(ctx: Context) -> Iterator[Hit]:
     vllm = ctx.profile.spec.versions.vllm
     for name in ctx.profile.spec.kernels.env:
         gone = ctx.catalog.versions.removed_env.get(name)
-        if gone is not None and version_key(vllm) >= version_key(gone.removed_in):
+        if gone is not None and parse_version(vllm) >= gone.removed_in:
             yield Hit(("spec", "kernels", "env", name), f"vLLM {vllm} no longer reads {name} (gone by "
                       f"{gone.removed_in}); it is silently ignored", f"use {gone.use}")
         elif gone is None and ctx.vllm is not None and name.startswith("VLLM_") and name not in ctx.vllm.env_vars:

@@ -1,0 +1,68 @@
+"""Each fact once: versions compare as PEP 440 says, closed sets and cut-offs come from the catalog,
+and the helpers every stage shares (canonical JSON, the DNS-label rule, the flag catalog) exist once."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from stackpin.catalog import load_catalog
+from stackpin.catalog.version import parse_version
+from stackpin.profile.model import StackProfile
+from stackpin.validate import context_for
+from stackpin.validate.versions import removed_env
+from tests.helpers import apply, base_doc
+
+PACKAGE = Path(__file__).resolve().parent.parent / "stackpin"
+
+
+def _sources() -> dict[str, str]:
+    return {str(p.relative_to(PACKAGE.parent)): p.read_text(encoding="utf-8") for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _where(pattern: str) -> list[str]:
+    rx = re.compile(pattern)
+    return [f"{name}:{n}" for name, text in _sources().items()
+            for n, line in enumerate(text.splitlines(), 1) if rx.search(line)]
+
+
+# --- versions ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("low", "high"), [
+    ("1.6.0", "1.6.1rc1"),  # split on dots, 1.6.1rc1 became (1, 6) and sorted below 1.6.0
+    ("1.6.1rc1", "1.6.1"),
+    ("0.6.8", "0.6.8.post1"),
+    ("0.9.0", "0.10.0"),
+    ("0.32.0.dev1", "0.32.0rc1"),
+])
+def test_versions_order_as_pep_440(low: str, high: str) -> None:
+    assert parse_version(low) < parse_version(high)
+
+
+def test_removed_env_var_is_flagged_on_a_release_candidate_past_the_removal() -> None:
+    # VLLM_USE_FLASHINFER_MOE_FP4 is gone by 0.25.0; 0.25.1rc1 comes after it. The old dotted-tuple
+    # key read 0.25.1rc1 as (0, 25) < (0, 25, 0) and let the dead variable through.
+    doc = apply(base_doc(), {"spec.versions.vllm": "0.25.1rc1", "spec.kernels.env.VLLM_USE_FLASHINFER_MOE_FP4": "1"})
+    hits = list(removed_env(context_for(StackProfile.model_validate(doc))))
+    assert [h.path for h in hits] == [("spec", "kernels", "env", "VLLM_USE_FLASHINFER_MOE_FP4")]
+    assert "gone by 0.25.0" in hits[0].message
+
+
+@pytest.mark.parametrize(("vllm", "per_rank", "v2_store"), [
+    ("0.31.0", False, False),
+    ("0.32.0rc1", False, False),  # a pre-release comes before the release that introduced the files
+    ("0.32.0", True, False),
+    ("0.32.1rc1", True, False),
+    ("0.33.0", True, True),
+    ("0.100.0", True, True),
+])
+def test_autotune_file_layout_cut_offs_are_catalog_versions(vllm: str, per_rank: bool, v2_store: bool) -> None:
+    files = load_catalog().engine.autotune_files
+    assert (files.per_rank(vllm), files.v2_store(vllm)) == (per_rank, v2_store)
+
+
+def test_no_hand_rolled_version_comparison() -> None:
+    found = _where(r"_version_tuple|version_key|tuple\(int\(|_SINCE_VLLM\s*=")
+    assert found == [], f"compare versions with stackpin.catalog.version.parse_version: {found}"
