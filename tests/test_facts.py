@@ -66,3 +66,18 @@ def test_autotune_file_layout_cut_offs_are_catalog_versions(vllm: str, per_rank:
 def test_no_hand_rolled_version_comparison() -> None:
     found = _where(r"_version_tuple|version_key|tuple\(int\(|_SINCE_VLLM\s*=")
     assert found == [], f"compare versions with stackpin.catalog.version.parse_version: {found}"
+
+
+# --- canonical JSON ------------------------------------------------------------------------------
+
+def test_canonical_json_bytes() -> None:
+    from stackpin.lock.canonical import canonical_json
+
+    doc = {"b": [1, 2.5, None, True], "a": {"z": "ä€", "y": "\u2028"}, "c": ""}
+    assert canonical_json(doc) == '{"a":{"y":"\u2028","z":"ä€"},"b":[1,2.5,null,true],"c":""}'.encode()
+
+
+def test_one_canonical_json_function() -> None:
+    # Digests, OCI documents and engine JSON arguments must not drift apart: one encoder, in lock/canonical.py.
+    found = _where(r"separators=\(\s*['\"],['\"]\s*,\s*['\"]:['\"]\s*\)")
+    assert [f.split(":")[0] for f in found] == ["stackpin/lock/canonical.py"], found

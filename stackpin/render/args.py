@@ -8,12 +8,12 @@ extracted from the pinned vLLM / Dynamo packages (stackpin/catalog/engines/).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal
 
 from stackpin.catalog import engine_catalog
+from stackpin.lock.canonical import canonical_json
 from stackpin.profile.model import Placement, Pool, RouterMode, Speculative, StackProfile
 
 WorkerRole = Literal["worker", "prefill", "decode"]
@@ -30,9 +30,9 @@ DEFAULT_KV_CONNECTOR = "NixlConnector"
 _DISAGGREGATION_MODE: dict[str, str] = {"worker": "agg", "prefill": "prefill", "decode": "decode"}
 
 
-def compact_json(value: Any) -> str:
-    """Canonical JSON for a command line: sorted keys, no spaces (stable bytes, clean diffs)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def json_arg(value: Any) -> str:
+    """A JSON argument: stackpin's canonical JSON (sorted keys, no spaces), as argv text."""
+    return canonical_json(value).decode("utf-8")
 
 
 def flatten(flags: list[Flag]) -> list[str]:
@@ -164,7 +164,7 @@ def autotune_flags(profile: StackProfile, vllm: FlagCatalog | None) -> list[Flag
         # Without a catalog, the switch the upstream GB200 recipes use.
         return [("--no-enable-flashinfer-autotune", None)]
     if vllm.accepts("--kernel-config"):
-        return [("--kernel-config", compact_json({"enable_flashinfer_autotune": False}))]
+        return [("--kernel-config", json_arg({"enable_flashinfer_autotune": False}))]
     return []  # a vLLM without either has no FlashInfer autotuning to turn off
 
 
@@ -204,17 +204,17 @@ def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_r
                           ("--linear-backend", spec.kernels.linear), ("--all2all-backend", spec.kernels.all2all)):
         if value is not None:
             flags.append((option, value))
-    flags.append(("--compilation-config", compact_json(compilation_config(profile))))
+    flags.append(("--compilation-config", json_arg(compilation_config(profile))))
     speculative = speculative_config(profile.speculative_for(pool))
     if speculative is not None:
-        flags.append(("--speculative-config", compact_json(speculative)))
+        flags.append(("--speculative-config", json_arg(speculative)))
     flags += autotune_flags(profile, vllm)
     if spec.placement.mode == Placement.disaggregated:
         # kv_both on both sides: the NIXL connector pulls either way (FACTS.md s7).
         connector = spec.placement.kv_connector or DEFAULT_KV_CONNECTOR
-        flags.append(("--kv-transfer-config", compact_json({"kv_connector": connector, "kv_role": "kv_both"})))
+        flags.append(("--kv-transfer-config", json_arg({"kv_connector": connector, "kv_role": "kv_both"})))
     if kv_events_enabled(profile):
-        flags.append(("--kv-events-config", compact_json(KV_EVENTS)))
+        flags.append(("--kv-events-config", json_arg(KV_EVENTS)))
     flags.append(("--disaggregation-mode", _DISAGGREGATION_MODE[role]))
     return flags
 
