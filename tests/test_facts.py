@@ -81,3 +81,25 @@ def test_one_canonical_json_function() -> None:
     # Digests, OCI documents and engine JSON arguments must not drift apart: one encoder, in lock/canonical.py.
     found = _where(r"separators=\(\s*['\"],['\"]\s*,\s*['\"]:['\"]\s*\)")
     assert [f.split(":")[0] for f in found] == ["stackpin/lock/canonical.py"], found
+
+
+# --- DNS-1123 names ------------------------------------------------------------------------------
+
+def test_one_dns_label_rule() -> None:
+    found = _where(re.escape("[a-z0-9]([-a-z0-9]*[a-z0-9])?"))
+    assert [f.split(":")[0] for f in found] == ["stackpin/profile/k8s_names.py"], found
+
+
+@pytest.mark.parametrize(("name", "label", "subdomain"), [
+    ("dynamo", True, True), ("a", True, True), ("model-cache.v2", False, True), ("-x", False, False),
+    ("x-", False, False), ("Upper", False, False), ("a..b", False, False), ("", False, False),
+])
+def test_profile_and_manifest_checks_share_the_rule(name: str, label: bool, subdomain: bool) -> None:
+    from stackpin.profile.k8s_names import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
+    from stackpin.profile.model import profile_json_schema
+
+    assert bool(re.fullmatch(DNS_LABEL_PATTERN, name)) is label
+    assert bool(re.fullmatch(DNS_SUBDOMAIN_PATTERN, name)) is subdomain
+    defs = profile_json_schema()["$defs"]
+    assert defs["Metadata"]["properties"]["namespace"]["pattern"] == DNS_LABEL_PATTERN
+    assert defs["ModelStore"]["properties"]["pvc"]["pattern"] == DNS_SUBDOMAIN_PATTERN

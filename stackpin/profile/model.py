@@ -11,11 +11,18 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from stackpin.profile.k8s_names import (
+    DNS_LABEL_MAX,
+    DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_MAX,
+    DNS_SUBDOMAIN_PATTERN,
+    RENDERED_LABELS,
+    label_problems,
+)
+
 API_VERSION = "stackpin.dev/v1"
 KIND = "StackProfile"
 
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class _Model(BaseModel):
@@ -73,18 +80,16 @@ Version = Annotated[str, Field(pattern=r"^\d+\.\d+\.\d+([.-]?(post|rc|dev)\d+)?$
 
 
 class Metadata(_Model):
-    name: Annotated[str, Field(pattern=_DNS_LABEL, max_length=40,
+    name: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=40,
                                description="Stack name; lockfiles and manifests are named after it.")]
-    deployment: Annotated[str, Field(pattern=_DNS_LABEL, max_length=40,
+    deployment: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=40,
                                      description="The DynamoGraphDeployment this stack is a version of.")]
-    namespace: Annotated[str, Field(pattern=_DNS_LABEL, max_length=63)] = "dynamo"
+    namespace: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=DNS_LABEL_MAX)] = "dynamo"
     labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes labels for every rendered object.")
 
     @field_validator("labels")
     @classmethod
     def _kubernetes_labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        from stackpin.profile.k8s_names import RENDERED_LABELS, label_problems
-
         problems = label_problems(labels)
         reserved = sorted(set(labels) & RENDERED_LABELS)
         if reserved:
@@ -216,10 +221,11 @@ class ModelStore(_Model):
     """Where workers read the weights: a PVC holding a Hugging Face cache with the pinned revision
     pre-staged (as the upstream DeepSeek V4 recipes do), instead of every pod downloading ~0.5 TB."""
 
-    pvc: Annotated[str, Field(pattern=_DNS_SUBDOMAIN, max_length=253, description="PersistentVolumeClaim name.")]
+    pvc: Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=DNS_SUBDOMAIN_MAX,
+                              description="PersistentVolumeClaim name.")]
     mount_path: Annotated[str, Field(pattern=r"^/[^\x00]*$")] = "/model-cache"
     offline: bool = Field(True, description="HF_HUB_OFFLINE=1: the revision must already be on the volume.")
-    token_secret: Annotated[str, Field(pattern=_DNS_SUBDOMAIN, max_length=253)] | None = Field(
+    token_secret: Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=DNS_SUBDOMAIN_MAX)] | None = Field(
         None, description="Secret whose keys (HF_TOKEN) become environment variables.")
 
 
