@@ -103,3 +103,22 @@ def test_profile_and_manifest_checks_share_the_rule(name: str, label: bool, subd
     defs = profile_json_schema()["$defs"]
     assert defs["Metadata"]["properties"]["namespace"]["pattern"] == DNS_LABEL_PATTERN
     assert defs["ModelStore"]["properties"]["pvc"]["pattern"] == DNS_SUBDOMAIN_PATTERN
+
+
+# --- flag catalogs -------------------------------------------------------------------------------
+
+def test_one_flag_catalog_type_for_validation_and_render() -> None:
+    from stackpin.catalog.flags import FlagCatalog, vllm_catalog
+    from stackpin.render import args
+
+    profile = StackProfile.model_validate(base_doc())
+    vllm = vllm_catalog(profile.spec.versions.vllm)
+    assert isinstance(vllm, FlagCatalog)
+    assert context_for(profile).vllm is vllm is args.vllm_catalog(profile.spec.versions.vllm)
+    # What validation reads and what render checks against come from the same parse.
+    assert vllm.accepts("--enable-prefix-caching") and vllm.accepts("--no-enable-prefix-caching")
+    assert not vllm.accepts("--no-max-num-seqs")
+    assert "dspark" in vllm.choices["speculative_methods"]
+    assert vllm.known["--attention-backend"] == vllm.choices["attention_backends"]
+    found = _where(r"^class \w*(FlagCatalog|Flags)\b")
+    assert [f.split(":")[0] for f in found] == ["stackpin/catalog/flags.py"], found

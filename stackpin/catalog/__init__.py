@@ -5,7 +5,6 @@ Loaded once per process and handed out as immutable models; nothing else in stac
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -139,42 +138,6 @@ class Catalog(_Fact):
 
     def gpu_of(self, platform: str) -> Gpu:
         return self.gpus[self.platforms[platform].gpu]
-
-
-class VllmFlags(_Fact):
-    """What one vLLM release accepts, extracted from its source (catalog/engines/vllm-<version>.json)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    version: str
-    option_strings: tuple[str, ...]
-    boolean_optional_options: tuple[str, ...]
-    choices: dict[str, tuple[str, ...]]
-    env_vars: tuple[str, ...]
-    model_architectures: dict[str, tuple[str, ...]]
-
-    def accepts(self, option: str) -> bool:
-        """Is `option` a flag of this release (argparse adds --no-x for boolean-optional --x)?"""
-        if option in self.option_strings:
-            return True
-        return option.startswith("--no-") and f"--{option[5:]}" in self.boolean_optional_options
-
-
-@cache
-def engine_catalog(engine: str, version: str) -> dict[str, Any] | None:
-    """The extracted flag catalog `engines/<engine>-<version>.json`, or None when there is none.
-    Parsed once per process; validation and render both read it."""
-    path = resources.files(__package__).joinpath(f"engines/{engine}-{version}.json")
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-@cache
-def vllm_flags(version: str) -> VllmFlags | None:
-    """The flag catalog of a vLLM release, or None when stackpin has not extracted it."""
-    data = engine_catalog("vllm", version)
-    return None if data is None else VllmFlags.model_validate(data)
 
 
 def _read(name: str) -> Any:

@@ -8,11 +8,12 @@ extracted from the pinned vLLM / Dynamo packages (stackpin/catalog/engines/).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import cache
 from typing import Any, Literal
 
-from stackpin.catalog import engine_catalog
+# vllm_catalog and dynamo_catalog are re-exported for the render plan, which reads them as argmod.*.
+from stackpin.catalog.flags import FlagCatalog
+from stackpin.catalog.flags import dynamo_catalog as dynamo_catalog
+from stackpin.catalog.flags import vllm_catalog as vllm_catalog
 from stackpin.lock.canonical import canonical_json
 from stackpin.profile.model import Placement, Pool, RouterMode, Speculative, StackProfile
 
@@ -39,62 +40,7 @@ def flatten(flags: list[Flag]) -> list[str]:
     return [part for flag, value in flags for part in ((flag,) if value is None else (flag, value))]
 
 
-# --- flag catalogs ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class FlagCatalog:
-    """The options one entry point of one pinned package accepts, with argparse-enforced choices."""
-
-    name: str  # e.g. "vllm 0.31.0" or "dynamo 1.6.1 worker_vllm"
-    options: frozenset[str]
-    enforced: dict[str, tuple[str, ...]]  # option -> choices argparse rejects anything outside of
-    known: dict[str, tuple[str, ...]]  # option -> values the package knows but checks later (or never)
-
-    def accepts(self, option: str) -> bool:
-        return option in self.options
-
-
-def catalog_file(engine: Literal["vllm", "dynamo"], version: str) -> str:
-    return f"{engine}-{version}.json"
-
-
-def _section_catalog(name: str, section: dict[str, Any]) -> FlagCatalog:
-    options = set(section["option_strings"])
-    # argparse.BooleanOptionalAction registers --no-x beside --x at runtime (catalog README).
-    options.update("--no-" + o.removeprefix("--") for o in section.get("boolean_optional_options", ()))
-    enforced: dict[str, tuple[str, ...]] = {}
-    known: dict[str, tuple[str, ...]] = {}
-    for option, info in section.get("options", {}).items():
-        choices = info.get("choices")
-        if not choices:
-            continue
-        # vLLM marks whether argparse enforces its choices; Dynamo's options pass choices= to argparse.
-        target = enforced if info.get("choices_enforced_by_argparse", True) else known
-        for string in info.get("strings", [option]):
-            target[string] = tuple(choices)
-    return FlagCatalog(name, frozenset(options), enforced, known)
-
-
-@cache
-def vllm_catalog(version: str) -> FlagCatalog | None:
-    data = engine_catalog("vllm", version)
-    if data is None:
-        return None
-    catalog = _section_catalog(f"vLLM {version}", data)
-    # --attention-backend takes any string at parse time and is checked against the backend
-    # registry when the engine starts: a known value list, not an argparse one.
-    known = dict(catalog.known)
-    known["--attention-backend"] = tuple(data.get("choices", {}).get("attention_backends", ()))
-    return FlagCatalog(catalog.name, catalog.options, catalog.enforced, known)
-
-
-@cache
-def dynamo_catalog(version: str, entry: Literal["worker_vllm", "frontend"]) -> FlagCatalog | None:
-    data = engine_catalog("dynamo", version)
-    if data is None:
-        return None
-    return _section_catalog(f"Dynamo {version} {entry}", data[entry])
-
+# --- flag checks (catalogs: stackpin.catalog.flags) ---------------------------------------------
 
 def check_flags(flags: list[Flag], catalogs: list[FlagCatalog]) -> list[str]:
     """Problems that make the pinned engine refuse to start: an unknown option, or a value outside
