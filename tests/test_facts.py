@@ -122,3 +122,39 @@ def test_one_flag_catalog_type_for_validation_and_render() -> None:
     assert vllm.known["--attention-backend"] == vllm.choices["attention_backends"]
     found = _where(r"^class \w*(FlagCatalog|Flags)\b")
     assert [f.split(":")[0] for f in found] == ["stackpin/catalog/flags.py"], found
+
+
+# --- typed facts ---------------------------------------------------------------------------------
+
+def _fact_models() -> list[type]:
+    import typing
+
+    from pydantic import BaseModel
+
+    from stackpin.catalog import Catalog
+
+    seen: list[type] = []
+
+    def walk(annotation: object) -> None:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            if annotation not in seen:
+                seen.append(annotation)
+                for field in annotation.model_fields.values():
+                    walk(field.annotation)
+        for arg in typing.get_args(annotation):
+            walk(arg)
+
+    walk(Catalog)
+    return seen
+
+
+def test_numeric_facts_are_typed_fields_not_string_keyed_maps() -> None:
+    import typing
+
+    loose = [f"{model.__name__}.{name}" for model in _fact_models() for name, field in model.model_fields.items()
+             if typing.get_origin(field.annotation) is dict
+             and typing.get_args(field.annotation)[1] in (int, float)]
+    assert loose == [], f"give these facts named fields: {loose}"
+    engine = load_catalog().engine
+    assert engine.startup_estimate.probe_period_s == 10 and engine.memory_reserve.runtime_gib == 4.0
+    assert engine.default_max_capture_size.default == 512

@@ -47,13 +47,27 @@ class Platform(_Fact):
         return self.gpus_per_node * self.nodes
 
 
+class ActiveParams(_Fact):
+    """Parameters (billions) one token activates, per phase."""
+
+    prefill: float
+    decode: float
+
+
+class ModelPrecision(_Fact):
+    """Precision of the checkpoint's dense weights and of its routed experts."""
+
+    dense: str
+    routed_experts: str
+
+
 class ModelFacts(_Fact):
     hf_ids: tuple[str, ...]
     model_type: str
     params_b: float
-    active_params_b: dict[str, float]
+    active_params_b: ActiveParams
     architecture: str
-    precision: dict[str, str]
+    precision: ModelPrecision
     checkpoint_gib: float
     routed_expert_share: float
     kv_bytes_per_token: int
@@ -104,18 +118,51 @@ class AutotuneFiles(_Fact):
         return parse_version(vllm) >= self.v2_store_since
 
 
+class MaxCaptureSize(_Fact):
+    """vLLM's default largest CUDA graph capture size, by GPU family."""
+
+    default: int
+    sm100_family: int
+
+
+class MemoryDefaults(_Fact):
+    """vLLM's defaults when max-num-seqs / max-num-batched-tokens are unset, on GPUs of threshold_gib or more."""
+
+    threshold_gib: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+class MemoryReserve(_Fact):
+    """Per-GPU memory outside weights and KV cache (stackpin estimates)."""
+
+    runtime_gib: float
+    cudagraph_mib_per_size: float
+
+
+class StartupEstimate(_Fact):
+    """The rates behind the rendered startup probe's budget (stackpin estimates)."""
+
+    base_s: float
+    load_gib_per_s: float
+    capture_s_per_size: float
+    autotune_s: float
+    margin: float
+    probe_period_s: int
+
+
 class Engine(_Fact):
     cudagraph_modes: tuple[str, ...]
     full_decode_modes: tuple[str, ...]
     fallback_backends: tuple[str, ...]
     kv_connectors: tuple[str, ...]
-    default_max_capture_size: dict[str, int]
+    default_max_capture_size: MaxCaptureSize
     sm100_family: tuple[str, ...]
-    memory_dependent_defaults: dict[str, float]
-    memory_reserve: dict[str, float]
+    memory_dependent_defaults: MemoryDefaults
+    memory_reserve: MemoryReserve
     headroom_warn_fraction: float
     source: str
-    startup_estimate: dict[str, float]
+    startup_estimate: StartupEstimate
     startup_unknown_checkpoint_gib: float
     worker_shared_memory: str
     autotune_files: AutotuneFiles

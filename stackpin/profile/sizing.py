@@ -48,7 +48,7 @@ def capture_size_count(profile: StackProfile, catalog: Catalog) -> int:
     if graphs.capture_sizes is not None:
         return len(set(graphs.capture_sizes))
     # vLLM's default list: 1, 2, 4, then steps of 8 up to the max (about max/8 sizes).
-    return 3 + (graphs.max_capture_size or int(catalog.engine.default_max_capture_size["default"])) // 8
+    return 3 + (graphs.max_capture_size or catalog.engine.default_max_capture_size.default) // 8
 
 
 def pool_memory(profile: StackProfile, pool: Pool, model: ModelFacts, catalog: Catalog) -> PoolMemory:
@@ -56,8 +56,8 @@ def pool_memory(profile: StackProfile, pool: Pool, model: ModelFacts, catalog: C
     reserve_facts = catalog.engine.memory_reserve
     usable = gpu.hbm_gib * pool.gpu_memory_utilization
     weights = weights_per_gpu_gib(model, pool, profile.spec.fallbacks.cpu_offload_gib)
-    reserve = reserve_facts["runtime_gib"] + capture_size_count(profile, catalog) * (
-        reserve_facts["cudagraph_mib_per_size"] / 1024)
+    reserve = reserve_facts.runtime_gib + capture_size_count(profile, catalog) * (
+        reserve_facts.cudagraph_mib_per_size / 1024)
     kv = usable - weights - reserve
     # MLA keeps one latent KV head, replicated on every TP rank: each GPU holds whole tokens.
     one_sequence = profile.spec.model.max_model_len * model.kv_bytes_per_token / GIB
