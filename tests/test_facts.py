@@ -158,3 +158,88 @@ def test_numeric_facts_are_typed_fields_not_string_keyed_maps() -> None:
     engine = load_catalog().engine
     assert engine.startup_estimate.probe_period_s == 10 and engine.memory_reserve.runtime_gib == 4.0
     assert engine.default_max_capture_size.default == 512
+
+
+# --- closed sets from the catalog; enums stay enums ------------------------------------------------
+
+def test_platforms_and_graph_modes_are_the_catalogs() -> None:
+    from stackpin.profile.model import CudaGraphMode, PlatformName, profile_json_schema
+
+    catalog = load_catalog()
+    assert [m.value for m in PlatformName] == list(catalog.platforms)
+    assert [m.value for m in CudaGraphMode] == list(catalog.engine.cudagraph_modes)
+    defs = profile_json_schema()["$defs"]
+    assert defs["PlatformName"]["enum"] == list(catalog.platforms)
+    assert defs["CudaGraphMode"]["enum"] == list(catalog.engine.cudagraph_modes)
+
+
+@pytest.mark.parametrize("version", ["0.28.0", "0.31.0", "0.33.0"])
+def test_engine_graph_modes_are_the_pinned_vllms(version: str) -> None:
+    from stackpin.catalog.flags import vllm_catalog
+
+    vllm = vllm_catalog(version)
+    assert vllm is not None
+    assert set(load_catalog().engine.cudagraph_modes) == set(vllm.choices["cudagraph_modes"])
+
+
+@pytest.mark.parametrize(("field", "value", "allowed"), [
+    ("spec.target.platform", "gb400-nvl72", lambda c: list(c.platforms)),
+    ("spec.cudaGraphs.mode", "PIECEWISE_ONLY", lambda c: list(c.engine.cudagraph_modes)),
+])
+def test_a_value_outside_a_catalog_set_is_refused_at_its_line_with_the_choices(
+        tmp_path: Path, field: str, value: str, allowed: object) -> None:
+    from stackpin.errors import InputError
+    from tests.helpers import dump, line_of, load_doc
+
+    doc = apply(base_doc(), {field: value})
+    with pytest.raises(InputError) as exc:
+        load_doc(tmp_path, doc)
+    line, col = line_of(dump(doc), field)
+    (problem,) = exc.value.problems
+    text = str(problem)
+    assert text.startswith(f"{tmp_path / 'profile.yaml'}:{line}:{col}: {field}: ")
+    assert repr(value) in text
+    assert all(f"'{choice}'" in text for choice in allowed(load_catalog()))  # type: ignore[operator]
+
+
+def _enum_fields(model: type, value: object) -> list[tuple[str, object, type]]:
+    from enum import Enum
+
+    from pydantic import BaseModel
+
+    out = []
+    for name, field in type(value).model_fields.items() if isinstance(value, BaseModel) else ():
+        got = getattr(value, name)
+        if isinstance(got, BaseModel):
+            out += _enum_fields(model, got)
+        annotation = field.annotation
+        enum = next((a for a in (annotation, *getattr(annotation, "__args__", ()))
+                     if isinstance(a, type) and issubclass(a, Enum)), None)
+        if enum is not None and got is not None:
+            out.append((name, got, enum))
+    return out
+
+
+@pytest.mark.parametrize("name", ["gb300-tuned", "gb300-launch", "a100-8x-selfhost"])
+def test_enum_fields_hold_members_after_parsing(name: str) -> None:
+    profile = StackProfile.model_validate(base_doc(name))
+    fields = _enum_fields(StackProfile, profile)
+    assert {n for n, _, _ in fields} >= {"platform", "mode", "router", "weights"}
+    wrong = [(n, v) for n, v, enum in fields if type(v) is not enum]
+    assert wrong == [], "parsed enum fields must be members, not strings"
+    # ... and still dump as their values.
+    dumped = profile.model_dump(mode="json", by_alias=True)
+    assert dumped["spec"]["target"]["platform"] == profile.spec.target.platform.value
+
+
+def test_code_compares_enum_members_not_string_literals() -> None:
+    from stackpin.profile.model import AutotuneMode, CudaGraphMode, Placement, Precision, RouterMode
+
+    values = sorted({m.value for e in (AutotuneMode, CudaGraphMode, Placement, Precision, RouterMode) for m in e})
+    literal = "|".join(re.escape(v) for v in values)
+    enum_field = r"\.(mode|router|weights|platform)\b"
+    compare = (rf"{enum_field}\s*(==|!=)\s*[\"']|{enum_field}\s+(not\s+)?in\s+[(\[{{]\s*[\"']"
+               rf"|[\"']({literal})[\"']\s+(not\s+)?in\s+[\w.]*{enum_field}")
+    found = [f for f in _where(compare) if not f.startswith("stackpin/profile/model.py")]
+    assert found == [], found
+    assert _where(r"use_enum_values\s*=") == []

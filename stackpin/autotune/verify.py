@@ -19,6 +19,7 @@ from stackpin.autotune.cache import (
 )
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.errors import StackpinError
+from stackpin.profile.model import AutotuneMode
 
 if TYPE_CHECKING:
 
@@ -100,7 +101,7 @@ def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> li
     An empty list means: right FlashInfer, right device and arch, consistent metadata, and a
     complete set of files for every pool the placement runs."""
     out: list[Mismatch] = []
-    if profile.spec.autotune.mode == "off":
+    if profile.spec.autotune.mode == AutotuneMode.off:
         out.append(Mismatch(field="mode", message=(
             f"{profile.name} runs with autotune off: no cache is read; set spec.autotune.mode: replay")))
     want_fi = profile.spec.versions.flashinfer

@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from stackpin.catalog.version import PackageVersion, parse_version
 
@@ -32,7 +32,7 @@ class Gpu(_Fact):
 
 
 class Platform(_Fact):
-    kind: str
+    kind: Literal["rack", "node"]
     gpu: str
     gpus_per_node: int
     nodes: int
@@ -152,8 +152,9 @@ class StartupEstimate(_Fact):
 
 
 class Engine(_Fact):
-    cudagraph_modes: tuple[str, ...]
+    cudagraph_modes: tuple[str, ...]  # the closed set profiles choose from (profile.model.CudaGraphMode)
     full_decode_modes: tuple[str, ...]
+    piecewise_modes: tuple[str, ...]
     fallback_backends: tuple[str, ...]
     kv_connectors: tuple[str, ...]
     default_max_capture_size: MaxCaptureSize
@@ -167,6 +168,14 @@ class Engine(_Fact):
     worker_shared_memory: str
     autotune_files: AutotuneFiles
     grove_name_limit: int
+
+    @model_validator(mode="after")
+    def _modes_are_graph_modes(self) -> Engine:
+        for name in ("full_decode_modes", "piecewise_modes"):
+            unknown = sorted(set(getattr(self, name)) - set(self.cudagraph_modes))
+            if unknown:
+                raise ValueError(f"{name}: {', '.join(unknown)} not in cudagraph_modes")
+        return self
 
 
 class Catalog(_Fact):

@@ -26,7 +26,7 @@ from stackpin.lock.canonical import canonical_json
 from stackpin.lock.oci import ImageRef, Resolved
 from stackpin.lock.resolvers import COMMIT, ImageSource, ModelRevision, ModelSource, is_stand_in
 from stackpin.profile.loader import LoadedProfile, load_profile
-from stackpin.profile.model import StackProfile
+from stackpin.profile.model import AutotuneMode, StackProfile
 from stackpin.yamlio import dump_yaml, load_yaml, write_files
 
 LOCK_KIND = "StackLock"
@@ -182,7 +182,7 @@ def lock_profiles(loaded: Sequence[LoadedProfile], sources: Sources, lockdir: Pa
         profile = item.profile
         images = _profile_images(profile)
         cache = ImageRef.parse(profile.spec.autotune.cache) if (
-            profile.spec.autotune.mode == "replay" and profile.spec.autotune.cache) else None
+            profile.spec.autotune.mode == AutotuneMode.replay and profile.spec.autotune.cache) else None
         previous = sources.previous.get(profile.name)
         if not offline:
             wanted.update(dict.fromkeys([*images.values(), *([cache] if cache else [])]))

@@ -5,12 +5,14 @@ Loading (YAML with positions, `extends:`) lives in `loader.py`.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from stackpin.catalog import load_catalog
 from stackpin.profile.k8s_names import (
     DNS_LABEL_MAX,
     DNS_LABEL_PATTERN,
@@ -24,12 +26,11 @@ API_VERSION = "stackpin.dev/v1"
 KIND = "StackProfile"
 
 
-
 class _Model(BaseModel):
-    """Frozen, typo-proof, camelCase in YAML and snake_case in Python."""
+    """Frozen, typo-proof, camelCase in YAML and snake_case in Python. Enum fields hold members after
+    parsing (no use_enum_values): code compares members, and JSON dumps write their values."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel,
-                              populate_by_name=True, use_enum_values=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
 
 class Placement(StrEnum):
@@ -50,20 +51,15 @@ class Precision(StrEnum):
     fp8_fp4 = "fp8-fp4"
 
 
-class PlatformName(StrEnum):
-    gb300_nvl72 = "gb300-nvl72"
-    vera_rubin_nvl72 = "vera-rubin-nvl72"
-    b200 = "b200"
-    h200 = "h200"
-    a100 = "a100"
+def _catalog_enum(name: str, values: Iterable[str]) -> type[StrEnum]:
+    """A closed set the catalog owns, as an enum whose members are named by their values: the schema
+    lists them and a wrong value is refused with all of them named, with nothing repeated in code."""
+    return StrEnum(name, {v: v for v in values}, module=__name__)  # type: ignore[return-value]
 
 
-class CudaGraphMode(StrEnum):
-    NONE = "NONE"
-    PIECEWISE = "PIECEWISE"
-    FULL = "FULL"
-    FULL_DECODE_ONLY = "FULL_DECODE_ONLY"
-    FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
+# A platform is an entry of hardware.yaml; a CUDA graph mode one of engine.yaml's (vLLM's CUDAGraphMode).
+PlatformName = _catalog_enum("PlatformName", load_catalog().platforms)
+CudaGraphMode = _catalog_enum("CudaGraphMode", load_catalog().engine.cudagraph_modes)
 
 
 class RouterMode(StrEnum):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stackpin.catalog import Catalog, ModelFacts
-from stackpin.profile.model import Pool, StackProfile
+from stackpin.profile.model import CudaGraphMode, Pool, StackProfile
 
 GIB = 1024**3
 
@@ -43,7 +43,7 @@ def weights_per_gpu_gib(model: ModelFacts, pool: Pool, offload_gib: float) -> fl
 
 def capture_size_count(profile: StackProfile, catalog: Catalog) -> int:
     graphs = profile.spec.cuda_graphs
-    if graphs.mode == "NONE":
+    if graphs.mode == CudaGraphMode.NONE:
         return 0
     if graphs.capture_sizes is not None:
         return len(set(graphs.capture_sizes))

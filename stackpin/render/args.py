@@ -15,7 +15,7 @@ from stackpin.catalog.flags import FlagCatalog
 from stackpin.catalog.flags import dynamo_catalog as dynamo_catalog
 from stackpin.catalog.flags import vllm_catalog as vllm_catalog
 from stackpin.lock.canonical import canonical_json
-from stackpin.profile.model import Placement, Pool, RouterMode, Speculative, StackProfile
+from stackpin.profile.model import AutotuneMode, Placement, Pool, RouterMode, Speculative, StackProfile
 
 WorkerRole = Literal["worker", "prefill", "decode"]
 Flag = tuple[str, str | None]  # (option, value); None for a bare switch
@@ -92,7 +92,7 @@ def speculative_config(spec: Speculative) -> dict[str, Any] | None:
 
 def compilation_config(profile: StackProfile) -> dict[str, Any]:
     graphs = profile.spec.cuda_graphs
-    config: dict[str, Any] = {"cudagraph_mode": graphs.mode}
+    config: dict[str, Any] = {"cudagraph_mode": graphs.mode.value}
     if graphs.capture_sizes is not None:
         # vLLM de-duplicates and sorts the list itself; doing it here keeps the bytes canonical.
         config["cudagraph_capture_sizes"] = sorted(set(graphs.capture_sizes))
@@ -104,7 +104,7 @@ def compilation_config(profile: StackProfile) -> dict[str, Any]:
 def autotune_flags(profile: StackProfile, vllm: FlagCatalog | None) -> list[Flag]:
     """Turn FlashInfer autotuning off the way the pinned vLLM spells it; nothing when it is on
     (tune, or replay of a pinned cache: an "off" flag would contradict the cache)."""
-    if profile.spec.autotune.mode != "off":
+    if profile.spec.autotune.mode != AutotuneMode.off:
         return []
     if vllm is None or vllm.accepts("--no-enable-flashinfer-autotune"):
         # Without a catalog, the switch the upstream GB200 recipes use.
@@ -173,7 +173,7 @@ def engine_args(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_re
 
 def frontend_flags(profile: StackProfile) -> list[Flag]:
     router = profile.spec.placement.router
-    flags: list[Flag] = [("--http-port", str(FRONTEND_HTTP_PORT)), ("--router-mode", router)]
+    flags: list[Flag] = [("--http-port", str(FRONTEND_HTTP_PORT)), ("--router-mode", router.value)]
     if router == RouterMode.kv and not kv_events_enabled(profile):
         # Workers publish no KV events: the KV router must predict cache contents itself.
         flags.append(("--no-router-kv-events", None))

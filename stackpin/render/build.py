@@ -19,7 +19,7 @@ from stackpin.catalog import Catalog, Platform, load_catalog
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
 from stackpin.profile.k8s_names import RENDERED_LABELS, label_problems
-from stackpin.profile.model import ModelStore, Placement, StackProfile
+from stackpin.profile.model import AutotuneMode, ModelStore, Placement, StackProfile
 from stackpin.profile.sizing import capture_size_count
 from stackpin.render import args as argmod
 
@@ -124,7 +124,7 @@ def startup_budget_s(profile: StackProfile, catalog: Catalog) -> int:
     checkpoint_gib = found[1].checkpoint_gib if found else catalog.engine.startup_unknown_checkpoint_gib
     seconds = est.base_s + checkpoint_gib / est.load_gib_per_s
     seconds += capture_size_count(profile, catalog) * est.capture_s_per_size
-    if profile.spec.autotune.mode == "tune":
+    if profile.spec.autotune.mode == AutotuneMode.tune:
         seconds += est.autotune_s
     return math.ceil(seconds * est.margin)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.profile.model import Placement
 from stackpin.validate import Context, Hit, Severity, pools, rule
 
 _P = ("spec", "placement")
@@ -12,7 +13,7 @@ _P = ("spec", "placement")
 @rule("SP151", Severity.error, "disaggregated pools without a KV connector")
 def no_connector(ctx: Context) -> Iterator[Hit]:
     placement = ctx.profile.spec.placement
-    if placement.mode == "disaggregated" and not placement.kv_connector:
+    if placement.mode == Placement.disaggregated and not placement.kv_connector:
         yield Hit(_P, "disaggregated placement moves KV from prefill to decode and needs kvConnector",
                   "set kvConnector: NixlConnector")
 
@@ -20,7 +21,7 @@ def no_connector(ctx: Context) -> Iterator[Hit]:
 @rule("SP152", Severity.error, "placement lacks the pools it runs")
 def missing_pools(ctx: Context) -> Iterator[Hit]:
     placement = ctx.profile.spec.placement
-    needed = ("worker",) if placement.mode == "colocated" else ("prefill", "decode")
+    needed = ("worker",) if placement.mode == Placement.colocated else ("prefill", "decode")
     for role in needed:
         if getattr(placement.pools, role) is None:
             yield Hit(_P + ("pools",), f"{placement.mode} placement needs a {role} pool")
@@ -29,7 +30,7 @@ def missing_pools(ctx: Context) -> Iterator[Hit]:
 @rule("SP153", Severity.warning, "pools the placement does not run")
 def unused_pools(ctx: Context) -> Iterator[Hit]:
     placement = ctx.profile.spec.placement
-    unused = ("prefill", "decode") if placement.mode == "colocated" else ("worker",)
+    unused = ("prefill", "decode") if placement.mode == Placement.colocated else ("worker",)
     for role in unused:
         if getattr(placement.pools, role) is not None:
             yield Hit(_P + ("pools", role), f"{placement.mode} placement ignores the {role} pool",
@@ -39,7 +40,7 @@ def unused_pools(ctx: Context) -> Iterator[Hit]:
 @rule("SP154", Severity.error, "prefill and decode disagree on speculative settings")
 def spec_mismatch(ctx: Context) -> Iterator[Hit]:
     active = ctx.profile.spec.placement.active_pools()
-    if ctx.profile.spec.placement.mode != "disaggregated" or not {"prefill", "decode"} <= active.keys():
+    if ctx.profile.spec.placement.mode != Placement.disaggregated or not {"prefill", "decode"} <= active.keys():
         return
     prefill = ctx.profile.speculative_for(active["prefill"])
     decode = ctx.profile.speculative_for(active["decode"])
@@ -60,14 +61,14 @@ def unknown_connector(ctx: Context) -> Iterator[Hit]:
 @rule("SP156", Severity.warning, "KV connector on a colocated stack")
 def colocated_connector(ctx: Context) -> Iterator[Hit]:
     placement = ctx.profile.spec.placement
-    if placement.mode == "colocated" and placement.kv_connector:
+    if placement.mode == Placement.colocated and placement.kv_connector:
         yield Hit(_P + ("kvConnector",), "colocated workers do prefill and decode on the same GPUs; the KV "
                   "connector is unused", "remove kvConnector")
 
 
 @rule("SP157", Severity.warning, "more agents than decode sequences")
 def agents_exceed_seqs(ctx: Context) -> Iterator[Hit]:
-    decode_role = "worker" if ctx.profile.spec.placement.mode == "colocated" else "decode"
+    decode_role = "worker" if ctx.profile.spec.placement.mode == Placement.colocated else "decode"
     for role, _path, pool in pools(ctx):
         if role == decode_role and pool.max_num_seqs is not None:
             slots = pool.max_num_seqs * pool.data_parallel * pool.replicas
