@@ -243,3 +243,14 @@ def test_code_compares_enum_members_not_string_literals() -> None:
     found = [f for f in _where(compare) if not f.startswith("stackpin/profile/model.py")]
     assert found == [], found
     assert _where(r"use_enum_values\s*=") == []
+
+
+@pytest.mark.parametrize(("tag", "warns"), [
+    ("1.6.1", False), ("1.6.1-cuda13", False), ("1.6.10", True), ("1.6.1rc1", True), ("latest", True),
+])
+def test_image_tag_names_the_dynamo_release_as_a_version(tag: str, warns: bool) -> None:
+    from stackpin.validate.versions import image_tag_version
+
+    doc = apply(base_doc(), {"spec.versions.dynamo": "1.6.1",
+                             "spec.versions.runtimeImage": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{tag}"})
+    assert bool(list(image_tag_version(context_for(StackProfile.model_validate(doc))))) is warns
