@@ -254,3 +254,15 @@ def test_image_tag_names_the_dynamo_release_as_a_version(tag: str, warns: bool) 
     doc = apply(base_doc(), {"spec.versions.dynamo": "1.6.1",
                              "spec.versions.runtimeImage": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{tag}"})
     assert bool(list(image_tag_version(context_for(StackProfile.model_validate(doc))))) is warns
+
+
+def test_an_enum_member_dumps_as_its_value() -> None:
+    from stackpin.lock.canonical import canonical_json
+    from stackpin.profile.model import CudaGraphMode, PlatformName, RouterMode
+    from stackpin.yamlio import dump_yaml
+
+    data = {"router": RouterMode.round_robin, "mode": CudaGraphMode.FULL_AND_PIECEWISE,
+            "platform": PlatformName("gb300-nvl72")}
+    plain = {k: v.value for k, v in data.items()}
+    assert dump_yaml(data) == dump_yaml(plain)
+    assert canonical_json(data) == canonical_json(plain)
