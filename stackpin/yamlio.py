@@ -12,6 +12,7 @@ import os
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -152,6 +153,9 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 
 
 _CanonicalDumper.add_representer(str, _str_representer)
+# Parsed profiles hold enum members (StrEnum): one reaching a manifest is written as its value,
+# byte for byte what the plain string gives.
+_CanonicalDumper.add_multi_representer(StrEnum, lambda dumper, value: _str_representer(dumper, value.value))
 
 
 def dump_yaml(data: Any, sort_keys: bool = True) -> str:

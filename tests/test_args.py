@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from stackpin.catalog.flags import FlagCatalog, catalog_file
 from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import topology_of
 from stackpin.render import args as a
@@ -25,7 +26,7 @@ def _profile(name: str = "gb300-tuned", **changes: object) -> StackProfile:
 
 
 def _missing(engine: str, version: str) -> str:
-    return (f"{ENGINES / a.catalog_file(engine, version)} is missing: the pinned {engine} {version} has no flag "
+    return (f"{ENGINES / catalog_file(engine, version)} is missing: the pinned {engine} {version} has no flag "
             f"catalog (run scripts/extract_engine_flags.py --{engine} {version})")
 
 
@@ -98,7 +99,7 @@ def test_autotune_off_uses_what_the_pinned_vllm_has() -> None:
     profile = _profile(spec__autotune={"mode": "off"})
     assert a.autotune_flags(profile, a.vllm_catalog("0.31.0")) == [("--no-enable-flashinfer-autotune", None)]
     assert a.autotune_flags(profile, None) == [("--no-enable-flashinfer-autotune", None)]
-    only_kernel_config = a.FlagCatalog("vLLM test", frozenset({"--kernel-config"}), {}, {})
+    only_kernel_config = FlagCatalog(name="vLLM test", version="test", options=frozenset({"--kernel-config"}))
     assert a.autotune_flags(profile, only_kernel_config) == [
         ("--kernel-config", '{"enable_flashinfer_autotune":false}')]
     assert a.autotune_flags(_profile(spec__autotune={"mode": "tune"}), a.vllm_catalog("0.31.0")) == []

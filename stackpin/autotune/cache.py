@@ -83,12 +83,9 @@ TITLE_ANNOTATION = "org.opencontainers.image.title"
 IMAGE_PLATFORMS = (("linux", "arm64"), ("linux", "amd64"))
 
 CACHE_DIR_NAME = "flashinfer_autotune_cache"  # under $VLLM_CACHE_ROOT (vLLM flashinfer_autotune_cache.py)
-SHARED_FILE = "autotune_configs.json"  # vLLM <= 0.31.0: one file, read by rank 0 and broadcast
-PER_RANK_SINCE_VLLM = (0, 32, 0)  # first vLLM with autotune_configs_dp{d}_rank{r}.json (0.32.0 sdist)
-# vLLM 0.33.0 `use_flashinfer_autotune_v2`: a one-rank engine (world size 1, one node, no elastic EP)
-# keeps its tuning in FlashInfer's managed v2 store when FlashInfer has `autotune_v2` (0.7.x does),
-# never in these files. 0.32.0 has no such path.
-V2_STORE_SINCE_VLLM = (0, 33, 0)
+# Which vLLM releases read per-rank files, the shared file or FlashInfer's v2 store is a catalog fact
+# (engine.yaml `autotune_files`, read through catalog.AutotuneFiles), not a constant here.
+SHARED_FILE = "autotune_configs.json"  # before per-rank files: one file, read by rank 0 and broadcast
 
 METADATA_KEY = "_metadata"
 GENERATION_KEY = "_generation"

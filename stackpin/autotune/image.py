@@ -118,7 +118,8 @@ class CacheImage(FrozenModel):
 def cache_image(info: CacheInfo, annotations: Mapping[str, str] | None = None) -> CacheImage:
     """The image form of a cache; `annotations` are added to the index's (stand-in notes, say).
     Deterministic: no timestamps anywhere, canonical JSON, so the same files give the same digests."""
-    from stackpin.lock.oci import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, canonical_json, descriptor, platform_key
+    from stackpin.lock.canonical import canonical_json
+    from stackpin.lock.oci import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, descriptor, platform_key
 
     raw = pack_info(info, compress=False)
     layer_bytes = gzip.compress(raw, compresslevel=9, mtime=0)  # == pack_info(info): same bytes, one tar pass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -12,19 +11,18 @@ from stackpin.autotune.cache import (
     INDETERMINATE,
     METADATA_FIELDS,
     METADATA_KEY,
-    PER_RANK_SINCE_VLLM,
     SHARED_FILE,
-    V2_STORE_SINCE_VLLM,
     WILDCARD,
     CacheFile,
     CacheInfo,
     FrozenModel,
 )
+from stackpin.catalog import Catalog, load_catalog
 from stackpin.errors import StackpinError
+from stackpin.profile.model import AutotuneMode
 
 if TYPE_CHECKING:
 
-    from stackpin.catalog import Catalog
     from stackpin.profile.model import Pool, StackProfile
 
 
@@ -46,16 +44,9 @@ class Mismatch(FrozenModel):
 # --- verify ------------------------------------------------------------------------------------
 
 
-def _version_tuple(version: str) -> tuple[int, int, int]:
-    nums = re.match(r"(\d+)\.(\d+)\.(\d+)", version)
-    if not nums:
-        raise StackpinError(f"cannot read version {version!r}")
-    return int(nums.group(1)), int(nums.group(2)), int(nums.group(3))
-
-
-def per_rank_files(vllm_version: str) -> bool:
+def per_rank_files(vllm_version: str, catalog: Catalog | None = None) -> bool:
     """Whether this vLLM reads `autotune_configs_dp{d}_rank{r}.json` (else one shared file)."""
-    return _version_tuple(vllm_version) >= PER_RANK_SINCE_VLLM
+    return (catalog or load_catalog()).engine.autotune_files.per_rank(vllm_version)
 
 
 def arch_tokens(sm_arch: str) -> set[str]:
@@ -112,7 +103,7 @@ def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> li
     from stackpin.profile.topology import topology_of
 
     out: list[Mismatch] = []
-    if profile.spec.autotune.mode == "off":
+    if profile.spec.autotune.mode == AutotuneMode.off:
         out.append(Mismatch(field="mode", message=(
             f"{profile.name} runs with autotune off: no cache is read; set spec.autotune.mode: replay")))
     want_fi = profile.spec.versions.flashinfer
@@ -120,16 +111,18 @@ def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> li
     out += _check_versions(info, want_fi)
     out += _check_device(info, gpu.device_name, gpu.sm_arch)
     out += _check_metadata(info)
-    per_rank = per_rank_files(profile.spec.versions.vllm)
+    layout = catalog.engine.autotune_files
+    per_rank = layout.per_rank(profile.spec.versions.vllm)
     pools = topology_of(profile, catalog).pools
-    if per_rank and _version_tuple(profile.spec.versions.vllm) >= V2_STORE_SINCE_VLLM:
+    if per_rank and layout.v2_store(profile.spec.versions.vllm):
         for pool in pools:
             if pool.gpus_per_replica == 1:
                 out.append(Mismatch(field="ranks", pool=pool.role, message=(
                     f"pool {pool.role} runs on one GPU: vLLM {profile.spec.versions.vllm} keeps its tuning in "
                     "FlashInfer's managed v2 store there, not in autotune_configs files")))
         pools = tuple(pool for pool in pools if pool.gpus_per_replica > 1)
-    out += _check_pools(info, {pool.role: pool.spec for pool in pools}, per_rank, profile.spec.versions.vllm)
+    out += _check_pools(info, {pool.role: pool.spec for pool in pools}, per_rank, profile.spec.versions.vllm,
+                        str(layout.per_rank_since))
     return out
 
 
@@ -208,17 +201,18 @@ def _check_metadata(info: CacheInfo) -> list[Mismatch]:
     return out
 
 
-def _check_pools(info: CacheInfo, pools: Mapping[str, Pool], per_rank: bool, vllm: str) -> list[Mismatch]:
+def _check_pools(info: CacheInfo, pools: Mapping[str, Pool], per_rank: bool, vllm: str,
+                 per_rank_since: str) -> list[Mismatch]:
     out: list[Mismatch] = []
     dirs = info.directories()
     names_by_dir = {d: {f.name for f in files} for d, files in dirs.items()}
     if not per_rank:
-        # vLLM <= 0.31: rank 0 reads autotune_configs.json and broadcasts it; per-rank files are unread.
+        # Before per-rank files: rank 0 reads autotune_configs.json and broadcasts it; per-rank files are unread.
         stray = [f for f in info.files if f.rank is not None]
         if stray:
             out.append(Mismatch(field="ranks", file=stray[0].path, message=(
-                f"vLLM {vllm} reads only {SHARED_FILE}, never per-rank files (those need vLLM >= 0.32.0) "
-                f"({_n(stray)})")))
+                f"vLLM {vllm} reads only {SHARED_FILE}, never per-rank files (those need vLLM >= "
+                f"{per_rank_since}) ({_n(stray)})")))
         # Each distinct engine config has its own config-hash directory: pools that differ in anything
         # but their replica count cannot share one.
         configs: dict[str, list[str]] = {}

@@ -5,13 +5,14 @@ Loaded once per process and handed out as immutable models; nothing else in stac
 
 from __future__ import annotations
 
-import json
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from stackpin.catalog.version import PackageVersion, parse_version
 
 
 class _Fact(BaseModel):
@@ -31,7 +32,7 @@ class Gpu(_Fact):
 
 
 class Platform(_Fact):
-    kind: str
+    kind: Literal["rack", "node"]
     gpu: str
     gpus_per_node: int
     nodes: int
@@ -46,13 +47,27 @@ class Platform(_Fact):
         return self.gpus_per_node * self.nodes
 
 
+class ActiveParams(_Fact):
+    """Parameters (billions) one token activates, per phase."""
+
+    prefill: float
+    decode: float
+
+
+class ModelPrecision(_Fact):
+    """Precision of the checkpoint's dense weights and of its routed experts."""
+
+    dense: str
+    routed_experts: str
+
+
 class ModelFacts(_Fact):
     hf_ids: tuple[str, ...]
     model_type: str
     params_b: float
-    active_params_b: dict[str, float]
+    active_params_b: ActiveParams
     architecture: str
-    precision: dict[str, str]
+    precision: ModelPrecision
     checkpoint_gib: float
     routed_expert_share: float
     kv_bytes_per_token: int
@@ -77,7 +92,7 @@ class VllmPin(_Fact):
 
 
 class RemovedEnv(_Fact):
-    removed_in: str
+    removed_in: PackageVersion
     use: str
 
 
@@ -88,21 +103,79 @@ class Versions(_Fact):
     source: str
 
 
+class AutotuneFiles(_Fact):
+    """Which FlashInfer autotune files a vLLM release reads (engine.yaml `autotune_files`)."""
+
+    per_rank_since: PackageVersion  # first release with one autotune_configs_dp{d}_rank{r}.json per rank
+    v2_store_since: PackageVersion  # first release that sends a one-rank engine to FlashInfer's v2 store
+
+    def per_rank(self, vllm: str) -> bool:
+        """Whether this vLLM reads one file per rank (else one shared autotune_configs.json)."""
+        return parse_version(vllm) >= self.per_rank_since
+
+    def v2_store(self, vllm: str) -> bool:
+        """Whether this vLLM keeps a one-rank, one-node engine's tuning in FlashInfer's v2 store."""
+        return parse_version(vllm) >= self.v2_store_since
+
+
+class MaxCaptureSize(_Fact):
+    """vLLM's default largest CUDA graph capture size, by GPU family."""
+
+    default: int
+    sm100_family: int
+
+
+class MemoryDefaults(_Fact):
+    """vLLM's defaults when max-num-seqs / max-num-batched-tokens are unset, on GPUs of threshold_gib or more."""
+
+    threshold_gib: float
+    max_num_seqs: int
+    max_num_batched_tokens: int
+
+
+class MemoryReserve(_Fact):
+    """Per-GPU memory outside weights and KV cache (stackpin estimates)."""
+
+    runtime_gib: float
+    cudagraph_mib_per_size: float
+
+
+class StartupEstimate(_Fact):
+    """The rates behind the rendered startup probe's budget (stackpin estimates)."""
+
+    base_s: float
+    load_gib_per_s: float
+    capture_s_per_size: float
+    autotune_s: float
+    margin: float
+    probe_period_s: int
+
+
 class Engine(_Fact):
-    cudagraph_modes: tuple[str, ...]
+    cudagraph_modes: tuple[str, ...]  # the closed set profiles choose from (profile.model.CudaGraphMode)
     full_decode_modes: tuple[str, ...]
+    piecewise_modes: tuple[str, ...]
     fallback_backends: tuple[str, ...]
     kv_connectors: tuple[str, ...]
-    default_max_capture_size: dict[str, int]
+    default_max_capture_size: MaxCaptureSize
     sm100_family: tuple[str, ...]
-    memory_dependent_defaults: dict[str, float]
-    memory_reserve: dict[str, float]
+    memory_dependent_defaults: MemoryDefaults
+    memory_reserve: MemoryReserve
     headroom_warn_fraction: float
     source: str
-    startup_estimate: dict[str, float]
+    startup_estimate: StartupEstimate
     startup_unknown_checkpoint_gib: float
     worker_shared_memory: str
+    autotune_files: AutotuneFiles
     grove_name_limit: int
+
+    @model_validator(mode="after")
+    def _modes_are_graph_modes(self) -> Engine:
+        for name in ("full_decode_modes", "piecewise_modes"):
+            unknown = sorted(set(getattr(self, name)) - set(self.cudagraph_modes))
+            if unknown:
+                raise ValueError(f"{name}: {', '.join(unknown)} not in cudagraph_modes")
+        return self
 
 
 class Catalog(_Fact):
@@ -121,42 +194,6 @@ class Catalog(_Fact):
 
     def gpu_of(self, platform: str) -> Gpu:
         return self.gpus[self.platforms[platform].gpu]
-
-
-class VllmFlags(_Fact):
-    """What one vLLM release accepts, extracted from its source (catalog/engines/vllm-<version>.json)."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-    version: str
-    option_strings: tuple[str, ...]
-    boolean_optional_options: tuple[str, ...]
-    choices: dict[str, tuple[str, ...]]
-    env_vars: tuple[str, ...]
-    model_architectures: dict[str, tuple[str, ...]]
-
-    def accepts(self, option: str) -> bool:
-        """Is `option` a flag of this release (argparse adds --no-x for boolean-optional --x)?"""
-        if option in self.option_strings:
-            return True
-        return option.startswith("--no-") and f"--{option[5:]}" in self.boolean_optional_options
-
-
-@cache
-def engine_catalog(engine: str, version: str) -> dict[str, Any] | None:
-    """The extracted flag catalog `engines/<engine>-<version>.json`, or None when there is none.
-    Parsed once per process; validation and render both read it."""
-    path = resources.files(__package__).joinpath(f"engines/{engine}-{version}.json")
-    if not path.is_file():
-        return None
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-@cache
-def vllm_flags(version: str) -> VllmFlags | None:
-    """The flag catalog of a vLLM release, or None when stackpin has not extracted it."""
-    data = engine_catalog("vllm", version)
-    return None if data is None else VllmFlags.model_validate(data)
 
 
 def _read(name: str) -> Any:

@@ -23,7 +23,7 @@ from stackpin.lock.oci import ImageRef
 from stackpin.lock.ocilayout import LayoutWriter
 from stackpin.lock.resolvers import STAND_IN_ANNOTATION, STAND_IN_MARKER, write_hf_cache_ref
 from stackpin.profile.loader import load_profile
-from stackpin.profile.model import StackProfile
+from stackpin.profile.model import AutotuneMode, StackProfile
 from stackpin.profile.topology import topology_of
 from stackpin.validate.check import expand_profile_args
 
@@ -47,7 +47,7 @@ def build_demo_mirror(dest: Path, profiles: Sequence[StackProfile]) -> None:
             layout.add_image(image, [("linux", "arm64"), ("linux", "amd64")], STAND_IN)
         model = profile.spec.model
         write_hf_cache_ref(hf, model.id, model.revision, stand_in_commit(model.id, model.revision))
-        if profile.spec.autotune.mode == "replay" and profile.spec.autotune.cache:
+        if profile.spec.autotune.mode == AutotuneMode.replay and profile.spec.autotune.cache:
             add_stand_in_cache(layout, profile)
 
 

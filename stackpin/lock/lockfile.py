@@ -10,7 +10,6 @@ stack locked through a mirror or a layout has the same digest.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,10 +22,11 @@ from pydantic.alias_generators import to_camel
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.errors import InputError, Problem, StackpinError
+from stackpin.lock.canonical import canonical_json
 from stackpin.lock.oci import ImageRef, Resolved
 from stackpin.lock.resolvers import COMMIT, ImageSource, ModelRevision, ModelSource, is_stand_in
 from stackpin.profile.loader import LoadedProfile, load_profile
-from stackpin.profile.model import LOCK_KIND, StackProfile
+from stackpin.profile.model import LOCK_KIND, AutotuneMode, StackProfile
 from stackpin.yamlio import dump_yaml, load_yaml, recover_writes, write_files
 
 AUTOTUNE_ANNOTATIONS = {
@@ -115,13 +115,8 @@ class StackLock(_Model):
         return self.stack_digest.removeprefix("sha256:")[:12]
 
 
-def canonical_bytes(obj: Any) -> bytes:
-    """JSON with sorted keys and no whitespace: the bytes every digest in stackpin is taken over."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
-
-
 def sha256(obj: Any) -> str:
-    return "sha256:" + hashlib.sha256(canonical_bytes(obj)).hexdigest()
+    return "sha256:" + hashlib.sha256(canonical_json(obj)).hexdigest()
 
 
 def effective_profile(profile: StackProfile) -> dict[str, Any]:
@@ -186,7 +181,7 @@ def lock_profiles(loaded: Sequence[LoadedProfile], sources: Sources, lockdir: Pa
         profile = item.profile
         images = _profile_images(profile)
         cache = ImageRef.parse(profile.spec.autotune.cache) if (
-            profile.spec.autotune.mode == "replay" and profile.spec.autotune.cache) else None
+            profile.spec.autotune.mode == AutotuneMode.replay and profile.spec.autotune.cache) else None
         previous = sources.previous.get(profile.name)
         if not offline:
             wanted.update(dict.fromkeys([*images.values(), *([cache] if cache else [])]))

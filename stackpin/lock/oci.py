@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stackpin.errors import IntegrityError, ResolveError
+from stackpin.lock.canonical import canonical_json
 from stackpin.lock.deadline import call_with_deadline, remaining
 
 if TYPE_CHECKING:
@@ -204,11 +205,6 @@ def verify_digest(data: bytes, digest: str, what: str) -> bytes:
     if actual != digest:
         raise IntegrityError(f"{what}: content has digest {actual}, expected {digest}")
     return data
-
-
-def canonical_json(obj: Any) -> bytes:
-    """Deterministic JSON bytes, so that equal documents get equal digests."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def descriptor(data: bytes, media_type: str, annotations: Mapping[str, str] | None = None) -> dict[str, Any]:

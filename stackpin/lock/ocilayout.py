@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.errors import IntegrityError, ResolveError
+from stackpin.lock.canonical import canonical_json
 from stackpin.lock.oci import (
     EMPTY_JSON,
     INDEX_TYPES,
@@ -34,7 +35,6 @@ from stackpin.lock.oci import (
     apply_mirror,
     artifact_manifest,
     as_image_ref,
-    canonical_json,
     check_digest,
     descriptor,
     descriptor_digest,

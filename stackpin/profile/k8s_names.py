@@ -4,8 +4,16 @@ from __future__ import annotations
 
 import re
 
+# RFC 1123 names as Kubernetes apimachinery checks them (IsDNS1123Label, IsDNS1123Subdomain): the one
+# spelling of the rule, shared by the profile model, label checks and manifest validation.
+DNS_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_LABEL_PATTERN = rf"^{DNS_LABEL}$"
+DNS_SUBDOMAIN_PATTERN = rf"^{DNS_LABEL}(\.{DNS_LABEL})*$"
+DNS_LABEL_MAX = 63
+DNS_SUBDOMAIN_MAX = 253
+
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
 
 # Labels `stackpin render` sets on every object; a profile may not set them itself.
 RENDERED_LABELS = frozenset({
@@ -20,7 +28,7 @@ def label_problems(labels: dict[str, str]) -> list[str]:
     for key, value in labels.items():
         prefix, _, name = key.rpartition("/")
         if not (0 < len(name) <= 63 and _LABEL_NAME.match(name)) or (
-                prefix and not (len(prefix) <= 253 and _DNS_SUBDOMAIN.match(prefix))):
+                prefix and not (len(prefix) <= DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.match(prefix))):
             problems.append(f"{key[:80]!r} is not a valid Kubernetes label key")
         if value and not (len(value) <= 63 and _LABEL_NAME.match(value)):
             problems.append(f"{key[:80]}: {value[:80]!r} is not a valid Kubernetes label value "

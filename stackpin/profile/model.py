@@ -5,29 +5,35 @@ Loading (YAML with positions, `extends:`) lives in `loader.py`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
+from stackpin.catalog import load_catalog
 from stackpin.errors import clip
 from stackpin.profile.identifiers import env_name_problem, image_ref_problem, model_id_problem, revision_problem
+from stackpin.profile.k8s_names import (
+    DNS_LABEL_MAX,
+    DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_MAX,
+    DNS_SUBDOMAIN_PATTERN,
+    RENDERED_LABELS,
+    label_problems,
+)
 
 API_VERSION = "stackpin.dev/v1"
 KIND = "StackProfile"
 LOCK_KIND = "StackLock"  # what `stackpin lock` writes; named here so the loader can tell a lockfile apart
 
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-
 
 class _Model(BaseModel):
-    """Frozen, typo-proof, camelCase in YAML and snake_case in Python."""
+    """Frozen, typo-proof, camelCase in YAML and snake_case in Python. Enum fields hold members after
+    parsing (no use_enum_values): code compares members, and JSON dumps write their values."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel,
-                              populate_by_name=True, use_enum_values=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
 
 class Placement(StrEnum):
@@ -55,20 +61,15 @@ class Precision(StrEnum):
     fp8_fp4 = "fp8-fp4"
 
 
-class PlatformName(StrEnum):
-    gb300_nvl72 = "gb300-nvl72"
-    vera_rubin_nvl72 = "vera-rubin-nvl72"
-    b200 = "b200"
-    h200 = "h200"
-    a100 = "a100"
+def _catalog_enum(name: str, values: Iterable[str]) -> type[StrEnum]:
+    """A closed set the catalog owns, as an enum whose members are named by their values: the schema
+    lists them and a wrong value is refused with all of them named, with nothing repeated in code."""
+    return StrEnum(name, {v: v for v in values}, module=__name__)  # type: ignore[return-value]
 
 
-class CudaGraphMode(StrEnum):
-    NONE = "NONE"
-    PIECEWISE = "PIECEWISE"
-    FULL = "FULL"
-    FULL_DECODE_ONLY = "FULL_DECODE_ONLY"
-    FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
+# A platform is an entry of hardware.yaml; a CUDA graph mode one of engine.yaml's (vLLM's CUDAGraphMode).
+PlatformName = _catalog_enum("PlatformName", load_catalog().platforms)
+CudaGraphMode = _catalog_enum("CudaGraphMode", load_catalog().engine.cudagraph_modes)
 
 
 class RouterMode(StrEnum):
@@ -85,18 +86,16 @@ Version = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([.-]?(post|rc|d
 
 
 class Metadata(_Model):
-    name: Annotated[str, Field(pattern=_DNS_LABEL, max_length=40,
+    name: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=40,
                                description="Stack name; lockfiles and manifests are named after it.")]
-    deployment: Annotated[str, Field(pattern=_DNS_LABEL, max_length=40,
+    deployment: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=40,
                                      description="The DynamoGraphDeployment this stack is a version of.")]
-    namespace: Annotated[str, Field(pattern=_DNS_LABEL, max_length=63)] = "dynamo"
+    namespace: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=DNS_LABEL_MAX)] = "dynamo"
     labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes labels for every rendered object.")
 
     @field_validator("labels")
     @classmethod
     def _kubernetes_labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        from stackpin.profile.k8s_names import RENDERED_LABELS, label_problems
-
         problems = label_problems(labels)
         reserved = sorted(set(labels) & RENDERED_LABELS)
         if reserved:
@@ -242,10 +241,11 @@ class ModelStore(_Model):
     """Where workers read the weights: a PVC holding a Hugging Face cache with the pinned revision
     pre-staged (as the upstream DeepSeek V4 recipes do), instead of every pod downloading ~0.5 TB."""
 
-    pvc: Annotated[str, Field(pattern=_DNS_SUBDOMAIN, max_length=253, description="PersistentVolumeClaim name.")]
+    pvc: Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=DNS_SUBDOMAIN_MAX,
+                              description="PersistentVolumeClaim name.")]
     mount_path: Annotated[str, Field(pattern=r"^/[^\x00]*$")] = "/model-cache"
     offline: bool = Field(True, description="HF_HUB_OFFLINE=1: the revision must already be on the volume.")
-    token_secret: Annotated[str, Field(pattern=_DNS_SUBDOMAIN, max_length=253)] | None = Field(
+    token_secret: Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=DNS_SUBDOMAIN_MAX)] | None = Field(
         None, description="Secret whose keys (HF_TOKEN) become environment variables.")
 
 

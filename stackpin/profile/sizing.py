@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stackpin.catalog import Catalog, ModelFacts
-from stackpin.profile.model import StackProfile
+from stackpin.profile.model import CudaGraphMode, StackProfile
 from stackpin.profile.topology import PoolTopology
 
 GIB = 1024**3
@@ -42,12 +42,12 @@ def weights_per_gpu_gib(model: ModelFacts, pool: PoolTopology, offload_gib: floa
 
 def capture_size_count(profile: StackProfile, catalog: Catalog) -> int:
     graphs = profile.spec.cuda_graphs
-    if graphs.mode == "NONE":
+    if graphs.mode == CudaGraphMode.NONE:
         return 0
     if graphs.capture_sizes is not None:
         return len(set(graphs.capture_sizes))
     # vLLM's default list: 1, 2, 4, then steps of 8 up to the max (about max/8 sizes).
-    return 3 + (graphs.max_capture_size or int(catalog.engine.default_max_capture_size["default"])) // 8
+    return 3 + (graphs.max_capture_size or catalog.engine.default_max_capture_size.default) // 8
 
 
 def pool_memory(profile: StackProfile, pool: PoolTopology, model: ModelFacts, catalog: Catalog) -> PoolMemory:
@@ -55,8 +55,8 @@ def pool_memory(profile: StackProfile, pool: PoolTopology, model: ModelFacts, ca
     reserve_facts = catalog.engine.memory_reserve
     usable = gpu.hbm_gib * pool.spec.gpu_memory_utilization
     weights = weights_per_gpu_gib(model, pool, profile.spec.fallbacks.cpu_offload_gib)
-    reserve = reserve_facts["runtime_gib"] + capture_size_count(profile, catalog) * (
-        reserve_facts["cudagraph_mib_per_size"] / 1024)
+    reserve = reserve_facts.runtime_gib + capture_size_count(profile, catalog) * (
+        reserve_facts.cudagraph_mib_per_size / 1024)
     kv = usable - weights - reserve
     # MLA keeps one latent KV head, replicated on every TP rank: each GPU holds whole tokens.
     one_sequence = profile.spec.model.max_model_len * model.kv_bytes_per_token / GIB

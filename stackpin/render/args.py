@@ -8,13 +8,14 @@ extracted from the pinned vLLM / Dynamo packages (stackpin/catalog/engines/).
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
-from functools import cache
-from typing import Any, Literal
+from typing import Any
 
-from stackpin.catalog import engine_catalog
-from stackpin.profile.model import Placement, Pool, RouterMode, Speculative, StackProfile
+# vllm_catalog and dynamo_catalog are re-exported for the render plan, which reads them as argmod.*.
+from stackpin.catalog.flags import FlagCatalog
+from stackpin.catalog.flags import dynamo_catalog as dynamo_catalog
+from stackpin.catalog.flags import vllm_catalog as vllm_catalog
+from stackpin.lock.canonical import canonical_json
+from stackpin.profile.model import AutotuneMode, Placement, Pool, RouterMode, Speculative, StackProfile
 from stackpin.profile.topology import Role as WorkerRole
 
 Flag = tuple[str, str | None]  # (option, value); None for a bare switch
@@ -30,71 +31,16 @@ DEFAULT_KV_CONNECTOR = "NixlConnector"
 _DISAGGREGATION_MODE: dict[str, str] = {"worker": "agg", "prefill": "prefill", "decode": "decode"}
 
 
-def compact_json(value: Any) -> str:
-    """Canonical JSON for a command line: sorted keys, no spaces (stable bytes, clean diffs)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+def json_arg(value: Any) -> str:
+    """A JSON argument: stackpin's canonical JSON (sorted keys, no spaces), as argv text."""
+    return canonical_json(value).decode("utf-8")
 
 
 def flatten(flags: list[Flag]) -> list[str]:
     return [part for flag, value in flags for part in ((flag,) if value is None else (flag, value))]
 
 
-# --- flag catalogs ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class FlagCatalog:
-    """The options one entry point of one pinned package accepts, with argparse-enforced choices."""
-
-    name: str  # e.g. "vllm 0.31.0" or "dynamo 1.6.1 worker_vllm"
-    options: frozenset[str]
-    enforced: dict[str, tuple[str, ...]]  # option -> choices argparse rejects anything outside of
-    known: dict[str, tuple[str, ...]]  # option -> values the package knows but checks later (or never)
-
-    def accepts(self, option: str) -> bool:
-        return option in self.options
-
-
-def catalog_file(engine: Literal["vllm", "dynamo"], version: str) -> str:
-    return f"{engine}-{version}.json"
-
-
-def _section_catalog(name: str, section: dict[str, Any]) -> FlagCatalog:
-    options = set(section["option_strings"])
-    # argparse.BooleanOptionalAction registers --no-x beside --x at runtime (catalog README).
-    options.update("--no-" + o.removeprefix("--") for o in section.get("boolean_optional_options", ()))
-    enforced: dict[str, tuple[str, ...]] = {}
-    known: dict[str, tuple[str, ...]] = {}
-    for option, info in section.get("options", {}).items():
-        choices = info.get("choices")
-        if not choices:
-            continue
-        # vLLM marks whether argparse enforces its choices; Dynamo's options pass choices= to argparse.
-        target = enforced if info.get("choices_enforced_by_argparse", True) else known
-        for string in info.get("strings", [option]):
-            target[string] = tuple(choices)
-    return FlagCatalog(name, frozenset(options), enforced, known)
-
-
-@cache
-def vllm_catalog(version: str) -> FlagCatalog | None:
-    data = engine_catalog("vllm", version)
-    if data is None:
-        return None
-    catalog = _section_catalog(f"vLLM {version}", data)
-    # --attention-backend takes any string at parse time and is checked against the backend
-    # registry when the engine starts: a known value list, not an argparse one.
-    known = dict(catalog.known)
-    known["--attention-backend"] = tuple(data.get("choices", {}).get("attention_backends", ()))
-    return FlagCatalog(catalog.name, catalog.options, catalog.enforced, known)
-
-
-@cache
-def dynamo_catalog(version: str, entry: Literal["worker_vllm", "frontend"]) -> FlagCatalog | None:
-    data = engine_catalog("dynamo", version)
-    if data is None:
-        return None
-    return _section_catalog(f"Dynamo {version} {entry}", data[entry])
-
+# --- flag checks (catalogs: stackpin.catalog.flags) ---------------------------------------------
 
 def check_flags(flags: list[Flag], catalogs: list[FlagCatalog]) -> list[str]:
     """Problems that make the pinned engine refuse to start: an unknown option, or a value outside
@@ -146,7 +92,7 @@ def speculative_config(spec: Speculative) -> dict[str, Any] | None:
 
 def compilation_config(profile: StackProfile) -> dict[str, Any]:
     graphs = profile.spec.cuda_graphs
-    config: dict[str, Any] = {"cudagraph_mode": graphs.mode}
+    config: dict[str, Any] = {"cudagraph_mode": graphs.mode.value}
     if graphs.capture_sizes is not None:
         # vLLM de-duplicates and sorts the list itself; doing it here keeps the bytes canonical.
         config["cudagraph_capture_sizes"] = sorted(set(graphs.capture_sizes))
@@ -158,13 +104,13 @@ def compilation_config(profile: StackProfile) -> dict[str, Any]:
 def autotune_flags(profile: StackProfile, vllm: FlagCatalog | None) -> list[Flag]:
     """Turn FlashInfer autotuning off the way the pinned vLLM spells it; nothing when it is on
     (tune, or replay of a pinned cache: an "off" flag would contradict the cache)."""
-    if profile.spec.autotune.mode != "off":
+    if profile.spec.autotune.mode != AutotuneMode.off:
         return []
     if vllm is None or vllm.accepts("--no-enable-flashinfer-autotune"):
         # Without a catalog, the switch the upstream GB200 recipes use.
         return [("--no-enable-flashinfer-autotune", None)]
     if vllm.accepts("--kernel-config"):
-        return [("--kernel-config", compact_json({"enable_flashinfer_autotune": False}))]
+        return [("--kernel-config", json_arg({"enable_flashinfer_autotune": False}))]
     return []  # a vLLM without either has no FlashInfer autotuning to turn off
 
 
@@ -204,17 +150,17 @@ def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_r
                           ("--linear-backend", spec.kernels.linear), ("--all2all-backend", spec.kernels.all2all)):
         if value is not None:
             flags.append((option, value))
-    flags.append(("--compilation-config", compact_json(compilation_config(profile))))
+    flags.append(("--compilation-config", json_arg(compilation_config(profile))))
     speculative = speculative_config(profile.speculative_for(pool))
     if speculative is not None:
-        flags.append(("--speculative-config", compact_json(speculative)))
+        flags.append(("--speculative-config", json_arg(speculative)))
     flags += autotune_flags(profile, vllm)
     if spec.placement.mode == Placement.disaggregated:
         # kv_both on both sides: the NIXL connector pulls either way (docs/facts.md#dynamo-command-lines).
         connector = spec.placement.kv_connector or DEFAULT_KV_CONNECTOR
-        flags.append(("--kv-transfer-config", compact_json({"kv_connector": connector, "kv_role": "kv_both"})))
+        flags.append(("--kv-transfer-config", json_arg({"kv_connector": connector, "kv_role": "kv_both"})))
     if kv_events_enabled(profile):
-        flags.append(("--kv-events-config", compact_json(KV_EVENTS)))
+        flags.append(("--kv-events-config", json_arg(KV_EVENTS)))
     flags.append(("--disaggregation-mode", _DISAGGREGATION_MODE[role]))
     return flags
 
@@ -227,7 +173,7 @@ def engine_args(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_re
 
 def frontend_flags(profile: StackProfile) -> list[Flag]:
     router = profile.spec.placement.router
-    flags: list[Flag] = [("--http-port", str(FRONTEND_HTTP_PORT)), ("--router-mode", router)]
+    flags: list[Flag] = [("--http-port", str(FRONTEND_HTTP_PORT)), ("--router-mode", router.value)]
     if router == RouterMode.kv and not kv_events_enabled(profile):
         # Workers publish no KV events: the KV router must predict cache contents itself.
         flags.append(("--no-router-kv-events", None))

@@ -18,7 +18,7 @@ from typing import Any
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
-from stackpin.profile.model import StackProfile
+from stackpin.profile.model import AutotuneMode, StackProfile
 from stackpin.profile.sizing import capture_size_count
 from stackpin.profile.topology import topology_of
 from stackpin.render import args as argmod
@@ -55,11 +55,11 @@ def startup_budget_s(profile: StackProfile, catalog: Catalog) -> int:
     est = catalog.engine.startup_estimate
     found = catalog.model_for(profile.spec.model.id)
     checkpoint_gib = found[1].checkpoint_gib if found else catalog.engine.startup_unknown_checkpoint_gib
-    seconds = est["base_s"] + checkpoint_gib / est["load_gib_per_s"]
-    seconds += capture_size_count(profile, catalog) * est["capture_s_per_size"]
-    if profile.spec.autotune.mode == "tune":
-        seconds += est["autotune_s"]
-    return math.ceil(seconds * est["margin"])
+    seconds = est.base_s + checkpoint_gib / est.load_gib_per_s
+    seconds += capture_size_count(profile, catalog) * est.capture_s_per_size
+    if profile.spec.autotune.mode == AutotuneMode.tune:
+        seconds += est.autotune_s
+    return math.ceil(seconds * est.margin)
 
 
 def short_digest(lock: StackLock) -> str:
@@ -97,7 +97,7 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
     # the network and needs no ComputeDomain.
     domain = f"{deployment}-compute-domain" if topology.spans_nodes and platform.multinode_nvlink else None
 
-    period = int(catalog.engine.startup_estimate["probe_period_s"])
+    period = catalog.engine.startup_estimate.probe_period_s
     budget = startup_budget_s(profile, catalog)
     cache = lock.resolved.autotune_cache
     generated_env: dict[str, str] = {"VLLM_ENGINE_READY_TIMEOUT_S": str(budget)}

@@ -14,7 +14,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict
 
-from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform, VllmFlags, load_catalog, vllm_flags
+from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform, load_catalog
+from stackpin.catalog.flags import FlagCatalog, vllm_catalog
 from stackpin.profile.loader import LoadedProfile
 from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import PoolTopology, Role, Topology, topology_of
@@ -61,7 +62,7 @@ class Context:
     gpu: Gpu
     model_key: str | None
     model: ModelFacts | None
-    vllm: VllmFlags | None  # the pinned vLLM's flag catalog, when stackpin has extracted it
+    vllm: FlagCatalog | None  # the pinned vLLM's flag catalog, when stackpin has extracted it
     topology: Topology
 
 
@@ -107,7 +108,7 @@ def context_for(profile: StackProfile, catalog: Catalog | None = None) -> Contex
     platform = catalog.platforms[profile.spec.target.platform]
     found = catalog.model_for(profile.spec.model.id)
     return Context(profile, catalog, platform, catalog.gpus[platform.gpu],
-                   found[0] if found else None, found[1] if found else None, vllm_flags(profile.spec.versions.vllm),
+                   found[0] if found else None, found[1] if found else None, vllm_catalog(profile.spec.versions.vllm),
                    topology_of(profile, catalog))
 
 

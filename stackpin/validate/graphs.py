@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.profile.model import CudaGraphMode
 from stackpin.validate import Context, Hit, Severity, pools, rule
 
 _G = ("spec", "cudaGraphs")
@@ -78,7 +79,7 @@ def not_multiple(ctx: Context) -> Iterator[Hit]:
 @rule("SP105", Severity.error, "no capture size left")
 def none_left(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
-    if not graphs.capture_sizes or graphs.mode == "NONE":
+    if not graphs.capture_sizes or graphs.mode == CudaGraphMode.NONE:
         return
     for role, _, pool in pools(ctx):
         k = ctx.profile.speculative_for(pool.spec).k
@@ -92,7 +93,7 @@ def none_left(ctx: Context) -> Iterator[Hit]:
 @rule("SP106", Severity.warning, "capture sizes set while CUDA graphs are off")
 def sizes_unused(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
-    if graphs.mode == "NONE" and (graphs.capture_sizes or graphs.max_capture_size):
+    if graphs.mode == CudaGraphMode.NONE and (graphs.capture_sizes or graphs.max_capture_size):
         yield Hit(_G + ("mode",), "cudaGraphs.mode is NONE, so capture sizes are ignored",
                   "drop captureSizes/maxCaptureSize or choose a graph mode")
 
@@ -100,7 +101,7 @@ def sizes_unused(ctx: Context) -> Iterator[Hit]:
 @rule("SP107", Severity.warning, "capture sizes left to vLLM's defaults")
 def sizes_unpinned(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
-    if graphs.mode != "NONE" and graphs.capture_sizes is None:
+    if graphs.mode != CudaGraphMode.NONE and graphs.capture_sizes is None:
         yield Hit(_G, "captureSizes is unset: vLLM derives them from max-num-seqs, speculative tokens and the "
                   "GPU family, so the graphs captured change with any of those",
                   "pin captureSizes (and maxCaptureSize) explicitly")
@@ -111,7 +112,7 @@ def breakable(ctx: Context) -> Iterator[Hit]:
     if ctx.model is None or not ctx.model.model_type.startswith("deepseek_v4"):
         return
     env = ctx.profile.spec.kernels.env
-    if ctx.profile.spec.cuda_graphs.mode != "NONE" and "VLLM_USE_BREAKABLE_CUDAGRAPH" not in env:
+    if ctx.profile.spec.cuda_graphs.mode != CudaGraphMode.NONE and "VLLM_USE_BREAKABLE_CUDAGRAPH" not in env:
         yield Hit(("spec", "kernels", "env"), f"for {ctx.model.model_type} vLLM sets VLLM_USE_BREAKABLE_CUDAGRAPH=1 "
                   "unless it is set, which forces compilation mode NONE; the stack does not say which it runs",
                   "set kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH to \"1\" or \"0\" explicitly")
@@ -122,7 +123,8 @@ def piecewise_without_compile(ctx: Context) -> Iterator[Hit]:
     # VLLM_USE_BREAKABLE_CUDAGRAPH=1 forces compilation mode NONE (docs/facts.md#cuda-graphs); piecewise graphs are
     # cut by the compiler, so without it vLLM cannot capture them and falls back.
     mode = ctx.profile.spec.cuda_graphs.mode
-    if ctx.profile.spec.kernels.env.get("VLLM_USE_BREAKABLE_CUDAGRAPH") == "1" and "PIECEWISE" in mode:
+    breakable = ctx.profile.spec.kernels.env.get("VLLM_USE_BREAKABLE_CUDAGRAPH") == "1"
+    if breakable and mode in ctx.catalog.engine.piecewise_modes:
         yield Hit(_G + ("mode",), f"cudaGraphs.mode {mode} needs torch.compile, which "
                   "VLLM_USE_BREAKABLE_CUDAGRAPH=1 turns off (compilation mode NONE); the piecewise graphs are "
                   "not captured", "set VLLM_USE_BREAKABLE_CUDAGRAPH to \"0\", or use FULL / FULL_DECODE_ONLY")

@@ -20,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from stackpin.catalog.version import parse_version
 from stackpin.errors import InputError, Location, Problem
+from stackpin.profile.k8s_names import DNS_LABEL_MAX, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_MAX, DNS_SUBDOMAIN_PATTERN
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -33,13 +35,10 @@ _KUSTOMIZE_GROUP = "kustomize.config.k8s.io"
 _KUSTOMIZATION_FILES = frozenset({"kustomization.yaml", "kustomization.yml"})
 _MANIFEST_SUFFIXES = frozenset({".yaml", ".yml"})
 
-_DNS1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN_PATTERN = rf"^{_DNS1123_LABEL}(\.{_DNS1123_LABEL})*$"
-_DNS1123_LABEL_PATTERN = rf"^{_DNS1123_LABEL}$"
 # Say what our own name patterns mean instead of printing the regular expression.
 _PATTERN_NAMES = {
-    _DNS1123_SUBDOMAIN_PATTERN: "a DNS-1123 subdomain (lowercase alphanumerics, '-' and '.')",
-    _DNS1123_LABEL_PATTERN: "a DNS-1123 label (lowercase alphanumerics and '-')",
+    DNS_SUBDOMAIN_PATTERN: "a DNS-1123 subdomain (lowercase alphanumerics, '-' and '.')",
+    DNS_LABEL_PATTERN: "a DNS-1123 label (lowercase alphanumerics and '-')",
 }
 _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 # The API server needs a name on create unless it is asked to generate one.
@@ -47,9 +46,9 @@ _NAME_OR_GENERATE_NAME = {"if": {"not": {"required": ["generateName"]}}, "then":
 _METADATA = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "maxLength": 253, "pattern": _DNS1123_SUBDOMAIN_PATTERN},
+        "name": {"type": "string", "maxLength": DNS_SUBDOMAIN_MAX, "pattern": DNS_SUBDOMAIN_PATTERN},
         "generateName": {"type": "string"},
-        "namespace": {"type": "string", "maxLength": 63, "pattern": _DNS1123_LABEL_PATTERN},
+        "namespace": {"type": "string", "maxLength": DNS_LABEL_MAX, "pattern": DNS_LABEL_PATTERN},
         "labels": _STRING_MAP,
         "annotations": _STRING_MAP,
     },
@@ -205,7 +204,7 @@ def _core_schema_dir() -> Path:
         raise RuntimeError("kubernetes-validate is not installed")
     root = Path(next(iter(spec.submodule_search_locations))) / "kubernetes-json-schema"
     versions = [
-        (tuple(int(n) for n in match.group(1).split(".")), entry)
+        (parse_version(match.group(1)), entry)
         for entry in root.iterdir()
         if (match := re.fullmatch(r"v(\d+\.\d+\.\d+)-local-strict", entry.name))
     ]

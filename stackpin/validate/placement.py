@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.profile.model import StackProfile
+from stackpin.profile.model import Placement, StackProfile
 from stackpin.profile.topology import Topology
 from stackpin.validate import Context, Hit, Severity, pool_path, pools, rule
 
@@ -14,7 +14,7 @@ _P = ("spec", "placement")
 @rule("SP151", Severity.error, "disaggregated pools without a KV connector")
 def no_connector(ctx: Context) -> Iterator[Hit]:
     placement = ctx.profile.spec.placement
-    if placement.mode == "disaggregated" and not placement.kv_connector:
+    if placement.mode == Placement.disaggregated and not placement.kv_connector:
         yield Hit(_P, "disaggregated placement moves KV from prefill to decode and needs kvConnector",
                   "set kvConnector: NixlConnector")
 
@@ -60,7 +60,7 @@ def unknown_connector(ctx: Context) -> Iterator[Hit]:
 @rule("SP156", Severity.warning, "KV connector on a colocated stack")
 def colocated_connector(ctx: Context) -> Iterator[Hit]:
     placement = ctx.profile.spec.placement
-    if placement.mode == "colocated" and placement.kv_connector:
+    if placement.mode == Placement.colocated and placement.kv_connector:
         yield Hit(_P + ("kvConnector",), "colocated workers do prefill and decode on the same GPUs; the KV "
                   "connector is unused", "remove kvConnector")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.profile.model import Precision
 from stackpin.validate import Context, Hit, Severity, rule
 
 _WEIGHTS = ("spec", "model", "weights")
@@ -13,7 +14,7 @@ _FALLBACKS = ("spec", "fallbacks")
 def needed_formats(ctx: Context) -> set[str]:
     """Low-precision formats the stack computes in: from the weights and the KV-cache dtype."""
     weights = ctx.profile.spec.model.weights
-    formats = {"fp8-fp4": {"fp8", "fp4"}, "fp8": {"fp8"}, "fp4": {"fp4"}}.get(weights, set())
+    formats = {Precision.fp8_fp4: {"fp8", "fp4"}, Precision.fp8: {"fp8"}, Precision.fp4: {"fp4"}}.get(weights, set())
     kv = ctx.profile.spec.kv_cache.dtype
     if kv.startswith("fp8"):
         formats.add("fp8")

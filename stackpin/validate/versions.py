@@ -4,13 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.catalog.version import parse_version
 from stackpin.validate import Context, Hit, Severity, rule
 
 _V = ("spec", "versions")
-
-
-def version_key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split(".")[:3] if p.isdigit())
 
 
 @rule("SP161", Severity.warning, "Dynamo release unknown to the catalog")
@@ -46,13 +43,22 @@ def flashinfer_pin(ctx: Context) -> Iterator[Hit]:
     yield from _pin_rule(ctx, "flashinfer", pin.flashinfer if pin else None, f"vLLM {ctx.profile.spec.versions.vllm}")
 
 
+def _tag_names(tag: str, version: str) -> bool:
+    """Does an image tag (`1.6.1`, `1.6.1-cuda13`) name this release? Compared as versions: a prefix
+    test would take `1.6.10` or `1.6.1rc1` for 1.6.1."""
+    try:
+        return parse_version(tag.split("-", 1)[0]) == parse_version(version)
+    except ValueError:
+        return False
+
+
 @rule("SP165", Severity.warning, "runtime image tag differs from the Dynamo version")
 def image_tag_version(ctx: Context) -> Iterator[Hit]:
     image = ctx.profile.spec.versions.runtime_image
     name = image.split("@", 1)[0]
     tag = name.rsplit(":", 1)[1] if ":" in name.rsplit("/", 1)[-1] else None
     dynamo = ctx.profile.spec.versions.dynamo
-    if tag is not None and not tag.startswith(dynamo):
+    if tag is not None and not _tag_names(tag, dynamo):
         yield Hit(_V + ("runtimeImage",), f"image tag {tag!r} does not name Dynamo {dynamo}; the image's "
                   "engine may not be the pinned one", f"use the {dynamo} runtime image")
 
@@ -62,7 +68,7 @@ def removed_env(ctx: Context) -> Iterator[Hit]:
     vllm = ctx.profile.spec.versions.vllm
     for name in ctx.profile.spec.kernels.env:
         gone = ctx.catalog.versions.removed_env.get(name)
-        if gone is not None and version_key(vllm) >= version_key(gone.removed_in):
+        if gone is not None and parse_version(vllm) >= gone.removed_in:
             yield Hit(("spec", "kernels", "env", name), f"vLLM {vllm} no longer reads {name} (gone by "
                       f"{gone.removed_in}); it is silently ignored", f"use {gone.use}")
         elif gone is None and ctx.vllm is not None and name.startswith("VLLM_") and name not in ctx.vllm.env_vars:

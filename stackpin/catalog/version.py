@@ -1,0 +1,34 @@
+"""Release versions compare as PEP 440 orders them (`packaging.version`), never as hand-split tuples:
+split on dots, `1.6.1rc1` loses its patch number and sorts below `1.6.0`; PEP 440 puts it between
+`1.6.0` and `1.6.1`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from packaging.version import InvalidVersion, Version
+from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
+
+__all__ = ["PackageVersion", "Version", "parse_version"]
+
+
+def parse_version(text: str) -> Version:
+    """`text` as a PEP 440 version; ValueError (naming it) when it is not one."""
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise ValueError(f"{text!r} is not a PEP 440 version") from None
+
+
+def _validate(value: Any) -> Version:
+    if isinstance(value, Version):
+        return value
+    if not isinstance(value, str):
+        raise ValueError(f"a version must be a string, got {value!r}")
+    return parse_version(value)
+
+
+# A catalog field holding a version: parsed when the catalog loads (a typo fails there, not at the
+# first comparison), written back in PEP 440's normal form.
+PackageVersion = Annotated[Version, PlainValidator(_validate), PlainSerializer(str, return_type=str),
+                           WithJsonSchema({"type": "string"})]
