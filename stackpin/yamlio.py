@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -144,11 +145,45 @@ class _CanonicalDumper(yaml.SafeDumper):
 _OTHER_BREAKS = ("\x85", "\u2028", "\u2029", "\r")
 
 
+# Plain scalars that some YAML reader takes for something other than a string. PyYAML's resolver
+# (what the emitter consults) knows most YAML 1.1 forms but not all of them, nor YAML 1.2's, nor what
+# Go's yaml.v2 (sigs.k8s.io/yaml: kubectl, Argo CD, Flux) reads: `value: y` is a string to PyYAML and
+# `true` to the Kubernetes API server. Such strings are written quoted; every other string stays plain.
+#
+# Words, in any letter case (YAML 1.1 bools and nulls; `<<` is the merge key, `=` the value key):
+_WORDS = re.compile(r"(?i:y|n|yes|no|true|false|on|off|null|~|<<|=|)")
+# Numbers. Go's reader removes every `_` before parsing a scalar that starts with a digit or a sign,
+# and YAML 1.1 allows `_` between digits, so they are matched with underscores removed. Covers ints
+# in every base and spelling (`0755`, `08`, `0x1F`, `0o17`, `0b101`, `1_000`), floats (`1.`, `.5`,
+# `1e3`, `+.5E-3`), infinities and NaNs, and YAML 1.1 sexagesimals (`1:20`, `-1:20.5`).
+_NUMBER = re.compile(
+    r"[-+]?(?:0[bB][01]+|0[oO][0-7]+|0[xX][0-9a-fA-F]+"
+    r"|(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[0-9]+(?::[0-5]?[0-9])+(?:\.[0-9]*)?"
+    r"|\.(?i:inf|nan))")
+# YAML 1.1 timestamps, with Go's looser one-digit fields (`2001-1-2`, `2001-12-14 21:59:43.10 -5`).
+_TIMESTAMP = re.compile(
+    r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}"
+    r"(?:(?:[Tt]|[ \t]+)[0-9]{1,2}:[0-9]{1,2}:[0-9]{1,2}(?:\.[0-9]*)?"
+    r"(?:[ \t]*(?:Z|[-+][0-9]{1,2}(?::?[0-9]{2})?))?)?")
+
+
+def ambiguous_scalar(value: str) -> bool:
+    """Whether `value`, written plain, could be read by a YAML 1.1 or 1.2 reader (PyYAML, Go's
+    yaml.v2/v3, libyaml-based, js-yaml, SnakeYAML) as a bool, number, null, timestamp or merge key."""
+    if _WORDS.fullmatch(value) or _TIMESTAMP.fullmatch(value):
+        return True
+    return value[:1] in "0123456789+-." and _NUMBER.fullmatch(value.replace("_", "")) is not None
+
+
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     if any(b in value for b in _OTHER_BREAKS):
         style: str | None = '"'
+    elif "\n" in value:
+        style = "|"
     else:
-        style = "|" if "\n" in value else None
+        # Single-quoted, as PyYAML quotes the ambiguous strings it knows of itself (`'true'`).
+        style = "'" if ambiguous_scalar(value) else None
     return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
 
