@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from stackpin.errors import InputError, StackpinError
 from stackpin.profile.loader import load_profile
 from stackpin.profile.model import profile_json_schema
 from stackpin.validate import run_rules
-from tests.helpers import NULL, SCHEMA_FILE, SHIPPED, apply, base_doc, dump, line_of, load_doc, write_profile
+from tests.helpers import NULL, SCHEMA_FILE, SHIPPED, apply, base_doc, dump, line_of, load_doc, matches, write_profile
 
 W = "spec.placement.pools.worker"
 
@@ -27,36 +26,19 @@ def _write(path: Path, text: str) -> Path:
     return path
 
 
-def _pattern(template: str, **fill: object) -> str:
-    """A regex for one expected problem line: `{name}` is `fill[name]` literally, `{n}` any number, `...` any text;
-    the rest is literal."""
-    out = []
-    for part in re.split(r"(\.\.\.|\{\w+\})", template):
-        name = re.fullmatch(r"\{(\w+)\}", part)
-        if part == "...":
-            out.append(".*")
-        elif part == "{n}":
-            out.append(r"\d+")
-        elif name and name[1] in fill:
-            out.append(re.escape(str(fill[name[1]])))
-        else:
-            out.append(re.escape(part))
-    return "".join(out)
-
-
 def _assert_one_problem(exc: pytest.ExceptionInfo[InputError], template: str, **fill: object) -> None:
-    """One defect, one problem, on one line, and it reads as `template` says (see `_pattern`)."""
+    """One defect, one problem, on one line, and it reads as `template` says (see helpers.template_regex)."""
     (line,) = exc.value.lines()
     assert "\n" not in line
-    assert re.fullmatch(_pattern(template, W=W, **fill), line, re.DOTALL), f"{line!r} !~ {template!r}"
+    assert matches(template, line, W=W, **fill), f"{line!r} !~ {template!r}"
 
 
-def test_pattern_reads_templates_literally() -> None:
-    assert re.fullmatch(_pattern("{file}:{n}: a.b (c?) ...!", file="x.y"), "x.y:12: a.b (c?) anything!")
-    assert not re.fullmatch(_pattern("{file}:{n}: a.b", file="x.y"), "xzy:12: a.b")
-    assert not re.fullmatch(_pattern("{file}:{n}: a.b", file="x.y"), "x.y:12: aXb")
-    assert not re.fullmatch(_pattern("{file}:{n}: a", file="x.y"), "x.y:: a")
-    assert not re.fullmatch(_pattern("{line}: a", line=3), "3: a and more")
+def test_message_templates_are_literal_but_for_placeholders() -> None:
+    assert matches("{file}:{n}: a.b (c?) ...!", "x.y:12: a.b (c?) anything!", file="x.y")
+    assert not matches("{file}:{n}: a.b", "xzy:12: a.b", file="x.y")
+    assert not matches("{file}:{n}: a.b", "x.y:12: aXb", file="x.y")
+    assert not matches("{file}:{n}: a", "x.y:: a", file="x.y")
+    assert not matches("{line}: a", "3: a and more", line=3)
 
 
 # --- shipped profiles --------------------------------------------------------------------------
