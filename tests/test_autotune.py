@@ -357,11 +357,17 @@ def _copy_tree(src: Path, dst: Path, mtime: float, mode: int) -> None:
             os.utime(target, (mtime, mtime))
 
 
-def test_pack_is_deterministic_across_copies(tmp_path: Path, disagg_cache: Path) -> None:
+def _two_copies(cache: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Copies of `cache` under a/ and b/, made at different times with other modes."""
     a, b = tmp_path / "a" / "flashinfer_autotune_cache", tmp_path / "b" / "flashinfer_autotune_cache"
-    _copy_tree(disagg_cache, a, mtime=1_000_000, mode=0o600)
+    _copy_tree(cache, a, mtime=1_000_000, mode=0o600)
     time.sleep(0.01)
-    _copy_tree(disagg_cache, b, mtime=time.time(), mode=0o664)
+    _copy_tree(cache, b, mtime=time.time(), mode=0o664)
+    return a, b
+
+
+def test_pack_is_deterministic_across_copies(tmp_path: Path, disagg_cache: Path) -> None:
+    a, b = _two_copies(disagg_cache, tmp_path)
     first = pack_cache(a)
     assert first == pack_cache(b) == pack_cache(tmp_path / "a")
     assert first[:2] == b"\x1f\x8b" and first[4:8] == b"\0\0\0\0"  # gzip, header mtime 0
@@ -513,10 +519,7 @@ def test_same_cache_same_digests_in_registry_and_layout(tmp_path: Path, client: 
                                                        registry: RunningRegistry, disagg_cache: Path) -> None:
     """Two copies of one cache, made at different times with other modes: one index digest, whether
     pushed to a registry or written to an OCI layout."""
-    a, b = tmp_path / "a" / "flashinfer_autotune_cache", tmp_path / "b" / "flashinfer_autotune_cache"
-    _copy_tree(disagg_cache, a, mtime=1_000_000, mode=0o600)
-    time.sleep(0.01)
-    _copy_tree(disagg_cache, b, mtime=time.time(), mode=0o664)
+    a, b = _two_copies(disagg_cache, tmp_path)
     ref = "nvcr.io/nvidia/ai-dynamo/autotune-cache:same"
     in_layout = [write_cache_to_layout(src, tmp_path / f"layout-{i}", ref) for i, src in enumerate((a, b))]
     pushed = [push_cache(src, f"{registry.host}/dynamo/autotune-same:{i}", client) for i, src in enumerate((a, b))]
