@@ -1,8 +1,10 @@
-"""Helpers for profile tests: valid base documents, dotted-path mutation, write-and-load, line lookup."""
+"""Helpers for profile tests: valid base documents, dotted-path mutation, write-and-load, line lookup; message
+templates (`matches`)."""
 
 from __future__ import annotations
 
 import copy
+import re
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -119,3 +121,25 @@ def line_of(text: str, path: str | tuple[str | int, ...]) -> tuple[int, int]:
 
 def indent_of(line: str) -> int:
     return len(line) - len(line.lstrip(" "))
+
+
+def template_regex(template: str, **fill: object) -> str:
+    """A regex for an expected message: `{name}` is `fill[name]` literally, `{n}` any number, `...` any text;
+    the rest is literal."""
+    out = []
+    for part in re.split(r"(\.\.\.|\{\w+\})", template):
+        name = re.fullmatch(r"\{(\w+)\}", part)
+        if part == "...":
+            out.append(".*")
+        elif part == "{n}":
+            out.append(r"\d+")
+        elif name and name[1] in fill:
+            out.append(re.escape(str(fill[name[1]])))
+        else:
+            out.append(re.escape(part))
+    return "".join(out)
+
+
+def matches(template: str, text: str, **fill: object) -> bool:
+    """Whether all of `text` reads as `template` says (see template_regex)."""
+    return re.fullmatch(template_regex(template, **fill), text, re.DOTALL) is not None

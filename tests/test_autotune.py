@@ -46,6 +46,7 @@ from stackpin.lock.ocilayout import LayoutResolver, LayoutWriter
 from stackpin.profile.loader import load_profile
 from stackpin.profile.model import Pool, StackProfile
 from stackpin.profile.topology import topology_of
+from tests.helpers import matches
 from tests.registry import RunningRegistry
 
 if "autotune" not in main.commands:
@@ -259,22 +260,28 @@ def test_verify_pool_without_directory(tmp_path: Path, tuned_cache: Path) -> Non
     assert m.pool == "decode" and "no config directory for TP2 x DP8 (needs 16 files" in m.message
 
 
-def test_verify_wrong_flashinfer_version(tmp_path: Path) -> None:
+@pytest.mark.parametrize("pool, expected", [
+    pytest.param(dict(fi="0.7.0.post1", meta={**META, "flashinfer_version": "0.7.0.post1"}), [
+        ("flashinfer", "directory is for FlashInfer 0.7.0.post1, the profile pins 0.7.2.post1..."),
+        ("flashinfer", "_metadata.flashinfer_version is '0.7.0.post1'...(4 files)...")], id="wrong-flashinfer-version"),
+    pytest.param(dict(arch="100a", meta={**META, "gpu": "NVIDIA B200"}), [
+        ("arch", "...'100a' does not include 103a..."),
+        ("device", "tuned on 'NVIDIA B200', the rack's GPU is 'NVIDIA GB300'...")], id="wrong-device-and-arch"),
+    pytest.param(dict(meta={**META, "cudnn_version": "unknown"}), [
+        ("metadata", "_metadata.cudnn_version is 'unknown' (...")], id="indeterminate-metadata"),
+    pytest.param(dict(meta=None), [("metadata", "...no _metadata block...")], id="missing-metadata"),
+    pytest.param(dict(meta={**META, "gpu": "*"}), [], id="wildcard-metadata-accepted"),
+])
+def test_verify_worker_pool_tuned_elsewhere(tmp_path: Path, pool: dict[str, object],
+                                           expected: list[tuple[str, str]]) -> None:
+    """gb300-tuned's TP4 worker pool, its files written with `pool` (write_pool's keywords): one finding per
+    (field, message template) of `expected`, in order."""
     cache = tmp_path / "c"
-    write_pool(cache, HASH_W, tp=4, fi="0.7.0.post1", meta={**META, "flashinfer_version": "0.7.0.post1"})
+    write_pool(cache, HASH_W, tp=4, **pool)  # type: ignore[arg-type]
     found = verify_cache(inspect_cache(cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog())
-    assert fields(found) == ["flashinfer", "flashinfer"]
-    assert "directory is for FlashInfer 0.7.0.post1, the profile pins 0.7.2.post1" in found[0].message
-    assert "_metadata.flashinfer_version is '0.7.0.post1'" in found[1].message and "(4 files)" in found[1].message
-
-
-def test_verify_wrong_device_and_arch(tmp_path: Path) -> None:
-    cache = tmp_path / "c"
-    write_pool(cache, HASH_W, tp=4, arch="100a", meta={**META, "gpu": "NVIDIA B200"})
-    found = verify_cache(inspect_cache(cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog())
-    assert fields(found) == ["arch", "device"]
-    assert "'100a' does not include 103a" in found[0].message
-    assert "tuned on 'NVIDIA B200', the rack's GPU is 'NVIDIA GB300'" in found[1].message
+    assert fields(found) == [field for field, _ in expected]
+    for m, (_, template) in zip(found, expected, strict=True):
+        assert matches(template, m.message), m.message
 
 
 def test_verify_conflicting_metadata(tmp_path: Path, tuned_cache: Path) -> None:
@@ -293,23 +300,6 @@ def test_verify_entry_counts_must_match_across_the_group(tmp_path: Path, tuned_c
     write_file(odd, n=5, rank=3)
     (m,) = verify_cache(inspect_cache(tuned_cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog())
     assert m.field == "ranks" and "rank 3 has 5 entries, rank 0 has 6" in m.message
-
-
-def test_verify_indeterminate_and_missing_metadata(tmp_path: Path) -> None:
-    cache = tmp_path / "c"
-    write_pool(cache, HASH_W, tp=4, meta={**META, "cudnn_version": "unknown"})
-    found = verify_cache(inspect_cache(cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog())
-    assert [m.message.split(" (")[0] for m in found] == ["_metadata.cudnn_version is 'unknown'"]
-    cache2 = tmp_path / "c2"
-    write_pool(cache2, HASH_W, tp=4, meta=None)
-    found = verify_cache(inspect_cache(cache2), load(tmp_path, "gb300-tuned.yaml"), load_catalog())
-    assert fields(found) == ["metadata"] and "no _metadata block" in found[0].message
-
-
-def test_verify_wildcard_metadata_is_accepted(tmp_path: Path) -> None:
-    cache = tmp_path / "c"
-    write_pool(cache, HASH_W, tp=4, meta={**META, "gpu": "*"})
-    assert verify_cache(inspect_cache(cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog()) == []
 
 
 def test_verify_single_gpu_pool_on_vllm_033_uses_flashinfer_v2_store(tmp_path: Path) -> None:
@@ -368,11 +358,17 @@ def _copy_tree(src: Path, dst: Path, mtime: float, mode: int) -> None:
             os.utime(target, (mtime, mtime))
 
 
-def test_pack_is_deterministic_across_copies(tmp_path: Path, disagg_cache: Path) -> None:
+def _two_copies(cache: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """Copies of `cache` under a/ and b/, made at different times with other modes."""
     a, b = tmp_path / "a" / "flashinfer_autotune_cache", tmp_path / "b" / "flashinfer_autotune_cache"
-    _copy_tree(disagg_cache, a, mtime=1_000_000, mode=0o600)
+    _copy_tree(cache, a, mtime=1_000_000, mode=0o600)
     time.sleep(0.01)
-    _copy_tree(disagg_cache, b, mtime=time.time(), mode=0o664)
+    _copy_tree(cache, b, mtime=time.time(), mode=0o664)
+    return a, b
+
+
+def test_pack_is_deterministic_across_copies(tmp_path: Path, disagg_cache: Path) -> None:
+    a, b = _two_copies(disagg_cache, tmp_path)
     first = pack_cache(a)
     assert first == pack_cache(b) == pack_cache(tmp_path / "a")
     assert first[:2] == b"\x1f\x8b" and first[4:8] == b"\0\0\0\0"  # gzip, header mtime 0
@@ -524,10 +520,7 @@ def test_same_cache_same_digests_in_registry_and_layout(tmp_path: Path, client: 
                                                        registry: RunningRegistry, disagg_cache: Path) -> None:
     """Two copies of one cache, made at different times with other modes: one index digest, whether
     pushed to a registry or written to an OCI layout."""
-    a, b = tmp_path / "a" / "flashinfer_autotune_cache", tmp_path / "b" / "flashinfer_autotune_cache"
-    _copy_tree(disagg_cache, a, mtime=1_000_000, mode=0o600)
-    time.sleep(0.01)
-    _copy_tree(disagg_cache, b, mtime=time.time(), mode=0o664)
+    a, b = _two_copies(disagg_cache, tmp_path)
     ref = "nvcr.io/nvidia/ai-dynamo/autotune-cache:same"
     in_layout = [write_cache_to_layout(src, tmp_path / f"layout-{i}", ref) for i, src in enumerate((a, b))]
     pushed = [push_cache(src, f"{registry.host}/dynamo/autotune-same:{i}", client) for i, src in enumerate((a, b))]

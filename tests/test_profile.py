@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -16,19 +16,29 @@ from stackpin.errors import InputError, StackpinError
 from stackpin.profile.loader import load_profile
 from stackpin.profile.model import profile_json_schema
 from stackpin.validate import run_rules
-from tests.helpers import NULL, SCHEMA_FILE, SHIPPED, apply, base_doc, dump, line_of, load_doc, write_profile
+from tests.helpers import NULL, SCHEMA_FILE, SHIPPED, apply, base_doc, dump, line_of, load_doc, matches, write_profile
 
 W = "spec.placement.pools.worker"
-
-
-def _problem(exc: pytest.ExceptionInfo[InputError]) -> str:
-    assert len(exc.value.problems) >= 1
-    return str(exc.value.problems[0])
 
 
 def _write(path: Path, text: str) -> Path:
     path.write_text(text, encoding="utf-8")
     return path
+
+
+def _assert_one_problem(exc: pytest.ExceptionInfo[InputError], template: str, **fill: object) -> None:
+    """One defect, one problem, on one line, and it reads as `template` says (see helpers.template_regex)."""
+    (line,) = exc.value.lines()
+    assert "\n" not in line
+    assert matches(template, line, W=W, **fill), f"{line!r} !~ {template!r}"
+
+
+def test_message_templates_are_literal_but_for_placeholders() -> None:
+    assert matches("{file}:{n}: a.b (c?) ...!", "x.y:12: a.b (c?) anything!", file="x.y")
+    assert not matches("{file}:{n}: a.b", "xzy:12: a.b", file="x.y")
+    assert not matches("{file}:{n}: a.b", "x.y:12: aXb", file="x.y")
+    assert not matches("{file}:{n}: a", "x.y:: a", file="x.y")
+    assert not matches("{line}: a", "3: a and more", line=3)
 
 
 # --- shipped profiles --------------------------------------------------------------------------
@@ -61,7 +71,7 @@ def test_shipped_overlays_really_extend() -> None:
 # --- extends ------------------------------------------------------------------------------------
 
 
-def _overlay(extends: str, **fields: object) -> dict:
+def _overlay(extends: Any, **fields: object) -> dict:
     doc: dict = {"apiVersion": "stackpin.dev/v1", "kind": "StackProfile", "extends": extends}
     return apply(doc, fields)
 
@@ -98,39 +108,24 @@ def test_extends_null_removes_a_base_map(tmp_path: Path) -> None:
     assert spec.placement.pools.worker.tensor_parallel == 4
 
 
-def test_field_from_base_is_located_in_base(tmp_path: Path) -> None:
-    base = apply(base_doc(), {f"{W}.replicas": "two"})
-    base_text = dump(base)
-    _write(tmp_path / "base.yaml", base_text)
-    child = write_profile(tmp_path, _overlay("base.yaml", **{"metadata.name": "child"}), "child.yaml")
+@pytest.mark.parametrize("base, overlay, located_in, field, expected", [
+    pytest.param({f"{W}.replicas": "two"}, {"metadata.name": "child"}, "base.yaml", f"{W}.replicas",
+                 "{file}:{line}:{col}: {W}.replicas: ...", id="field-from-base-in-base"),
+    pytest.param({}, {f"{W}.replicas": 0}, "child.yaml", f"{W}.replicas",
+                 "{file}:{line}:{col}: {W}.replicas: ...", id="overridden-field-in-overlay"),
+    # Lists replace: a bad item in the overlay's list points at the overlay, never at a base item.
+    pytest.param({"spec.cudaGraphs.captureSizes": [6, 12, 18, 24]}, {"spec.cudaGraphs.captureSizes": [6, 0]},
+                 "child.yaml", None, "{file}:...spec.cudaGraphs.captureSizes.1...", id="replaced-list-item-in-overlay"),
+])
+def test_problem_is_located_in_the_file_that_sets_it(tmp_path: Path, base: dict, overlay: dict, located_in: str,
+                                                      field: str | None, expected: str) -> None:
+    texts = {"base.yaml": dump(apply(base_doc(), base)), "child.yaml": dump(_overlay("base.yaml", **overlay))}
+    for name, text in texts.items():
+        _write(tmp_path / name, text)
     with pytest.raises(InputError) as exc:
-        load_profile(child)
-    line, col = line_of(base_text, f"{W}.replicas")
-    assert _problem(exc).startswith(f"{tmp_path / 'base.yaml'}:{line}:{col}: {W}.replicas: ")
-
-
-def test_field_overridden_in_overlay_is_located_in_overlay(tmp_path: Path) -> None:
-    write_profile(tmp_path, base_doc(), "base.yaml")
-    overlay = _overlay("base.yaml", **{f"{W}.replicas": 0})
-    text = dump(overlay)
-    child = _write(tmp_path / "child.yaml", text)
-    with pytest.raises(InputError) as exc:
-        load_profile(child)
-    line, col = line_of(text, f"{W}.replicas")
-    assert _problem(exc).startswith(f"{child}:{line}:{col}: {W}.replicas: ")
-
-
-def test_replaced_list_items_located_in_overlay(tmp_path: Path) -> None:
-    """Lists replace: a bad item in the overlay's list points at the overlay, never at a base item."""
-    write_profile(tmp_path, apply(base_doc(), {"spec.cudaGraphs.captureSizes": [6, 12, 18, 24]}), "base.yaml")
-    overlay = _overlay("base.yaml", **{"spec.cudaGraphs.captureSizes": [6, 0]})
-    text = dump(overlay)
-    child = _write(tmp_path / "child.yaml", text)
-    with pytest.raises(InputError) as exc:
-        load_profile(child)
-    message = _problem(exc)
-    assert message.startswith(f"{child}:")
-    assert "spec.cudaGraphs.captureSizes.1" in message
+        load_profile(tmp_path / "child.yaml")
+    line, col = line_of(texts[located_in], field) if field else (0, 0)
+    _assert_one_problem(exc, expected, file=tmp_path / located_in, line=line, col=col)
 
 
 def test_three_level_chain(tmp_path: Path) -> None:
@@ -144,36 +139,35 @@ def test_three_level_chain(tmp_path: Path) -> None:
     assert loaded.profile.name == "c"
 
 
-def test_extends_cycle(tmp_path: Path) -> None:
-    write_profile(tmp_path, _overlay("b.yaml"), "a.yaml")
-    write_profile(tmp_path, _overlay("a.yaml"), "b.yaml")
+@pytest.mark.parametrize("chain", [{"a.yaml": "b.yaml", "b.yaml": "a.yaml"}, {"self.yaml": "self.yaml"}],
+                         ids=["two-files", "self"])
+def test_extends_cycle(tmp_path: Path, chain: dict[str, str]) -> None:
+    """`chain`: file -> the file it extends; loading the first must name every file of the cycle."""
+    for name, extends in chain.items():
+        write_profile(tmp_path, _overlay(extends), name)
     with pytest.raises(InputError, match="extends cycle") as exc:
-        load_profile(tmp_path / "a.yaml")
-    assert "a.yaml" in str(exc.value) and "b.yaml" in str(exc.value)
+        load_profile(tmp_path / next(iter(chain)))
+    assert all(name in str(exc.value) for name in chain)
 
 
-def test_extends_self(tmp_path: Path) -> None:
-    write_profile(tmp_path, _overlay("self.yaml"), "self.yaml")
-    with pytest.raises(InputError, match="extends cycle"):
-        load_profile(tmp_path / "self.yaml")
-
-
-def test_extends_missing_target(tmp_path: Path) -> None:
-    text = dump(_overlay("nope.yaml"))
+@pytest.mark.parametrize("value, expected", [
+    pytest.param("nope.yaml", "{file}:{line}:{col}: extends: base profile 'nope.yaml' not found", id="missing-file"),
+    pytest.param("a" * 5000, "...not found...", id="5000-char-name"),
+    pytest.param(5, "...extends...", id="integer"),
+    pytest.param([], "...extends...", id="list"),
+    pytest.param({"a": 1}, "...extends...", id="mapping"),
+    pytest.param("", "...extends...", id="empty"),
+    pytest.param("x" * 300, "...extends...", id="300-char-name"),
+    pytest.param("dir/", "...extends...", id="directory"),
+])
+def test_extends_bad_values(tmp_path: Path, value: object, expected: str) -> None:
+    (tmp_path / "dir").mkdir()
+    text = dump(_overlay(value))
     path = _write(tmp_path / "child.yaml", text)
     with pytest.raises(InputError) as exc:
         load_profile(path)
     line, col = line_of(text, "extends")
-    assert _problem(exc) == f"{path}:{line}:{col}: extends: base profile 'nope.yaml' not found"
-
-
-@pytest.mark.parametrize("value", [5, [], {"a": 1}, "", "x" * 300, "dir/"], ids=repr)
-def test_extends_bad_values(tmp_path: Path, value: object) -> None:
-    (tmp_path / "dir").mkdir()
-    path = write_profile(tmp_path, _overlay(value), "child.yaml")  # type: ignore[arg-type]
-    with pytest.raises(InputError) as exc:
-        load_profile(path)
-    assert "extends" in _problem(exc)
+    _assert_one_problem(exc, expected, file=path, line=line, col=col)
 
 
 def test_extends_base_with_bad_yaml_names_base(tmp_path: Path) -> None:
@@ -181,85 +175,59 @@ def test_extends_base_with_bad_yaml_names_base(tmp_path: Path) -> None:
     path = write_profile(tmp_path, _overlay("base.yaml"), "child.yaml")
     with pytest.raises(InputError, match="invalid YAML") as exc:
         load_profile(path)
-    assert _problem(exc).startswith(str(tmp_path / "base.yaml") + ":")
+    assert str(exc.value.problems[0]).startswith(str(tmp_path / "base.yaml") + ":")
 
 
 # --- located input errors -----------------------------------------------------------------------
 
-
-def _shipped_text() -> str:
-    return (SHIPPED[0].parent / "gb300-tuned.yaml").read_text(encoding="utf-8")
+SHIPPED_TEXT = (SHIPPED[0].parent / "gb300-tuned.yaml").read_text(encoding="utf-8")
 
 
-def _line_containing(text: str, needle: str) -> int:
-    return next(i for i, line in enumerate(text.splitlines(), 1) if needle in line)
-
-
-def test_bad_yaml_tab(tmp_path: Path) -> None:
-    text = _shipped_text().replace("\n  model:", "\n\tmodel:")
+@pytest.mark.parametrize("old, new, at, expected", [
+    pytest.param("\n  model:", "\n\tmodel:", "\tmodel:", "{file}:{line}:{n}: invalid YAML...", id="tab-indent"),
+    pytest.param("captureSizes: [6, 12, 24, 48, 96, 192, 384]", "captureSizes: [6, 12", None,
+                 "{file}:{n}:{n}: invalid YAML: ...", id="unclosed-bracket"),
+    pytest.param("tensorParallel: 4", "tensorParalel: 4", "tensorParalel",
+                 "{file}:{line}:9: {W}.tensorParalel: unknown field (did you mean 'tensorParallel'?)",
+                 id="unknown-key-with-suggestion"),
+    pytest.param("replicas: 18", "replicas: two", "replicas: two", "{file}:{line}:9: {W}.replicas: ...integer...",
+                 id="wrong-type-names-field"),
+    pytest.param("replicas: 18\n", "replicas: 18\n        replicas: 3\n", "replicas: 3",
+                 "{file}:{line}:9: {W}.replicas: duplicate key", id="duplicate-key"),
+    pytest.param("      worker:\n", "      worker:\n        <<: {replicas: 2}\n", "<<:",
+                 "{file}:{line}:9: YAML merge keys (<<) are not supported; use extends:", id="yaml-merge-key"),
+])
+def test_edited_shipped_profile_is_refused_at_the_edit(tmp_path: Path, old: str, new: str, at: str | None,
+                                                       expected: str) -> None:
+    """gb300-tuned.yaml with `old` replaced by `new`; {line} is the first line holding `at`."""
+    assert SHIPPED_TEXT.count(old) == 1
+    text = SHIPPED_TEXT.replace(old, new)
     path = _write(tmp_path / "p.yaml", text)
     with pytest.raises(InputError) as exc:
         load_profile(path)
-    line = _line_containing(text, "\tmodel:")
-    assert re.match(rf"^{re.escape(str(path))}:{line}:\d+: invalid YAML", _problem(exc))
+    line = next(i for i, row in enumerate(text.splitlines(), 1) if at in row) if at else 0
+    _assert_one_problem(exc, expected, file=path, line=line)
 
 
-def test_bad_yaml_unclosed_bracket(tmp_path: Path) -> None:
-    text = _shipped_text().replace("captureSizes: [6, 12, 24, 48, 96, 192, 384]", "captureSizes: [6, 12")
+@pytest.mark.parametrize("mutations, at, expected", [
+    pytest.param({"spec.zzzzqqq": 1}, None, "...spec.zzzzqqq: unknown field", id="unknown-key-without-close-match"),
+    pytest.param({"metdata": {"name": "x"}}, None, "...metdata: unknown field (did you mean 'metadata'?)...",
+                 id="unknown-top-level-key"),
+    pytest.param({"spec.target.platform": "gb400"}, None, "...spec.target.platform:...'gb400'...",
+                 id="bad-enum-names-value"),
+    # Located at the parent that lacks it.
+    pytest.param({"spec.service": None}, "spec", "{file}:{line}:{col}: spec.service: required field is missing",
+                 id="missing-required-field"),
+    pytest.param({("spec", "bad\nkey"): 1}, None, "...spec.bad\\nkey: unknown field...", id="line-break-in-key"),
+])
+def test_mutated_profile_is_refused(tmp_path: Path, mutations: dict, at: str | None, expected: str) -> None:
+    """gb300-tuned's merged document with `mutations` applied; {line}:{col} is where the key `at` is."""
+    text = dump(apply(base_doc(), mutations))
     path = _write(tmp_path / "p.yaml", text)
     with pytest.raises(InputError) as exc:
         load_profile(path)
-    assert re.match(rf"^{re.escape(str(path))}:\d+:\d+: invalid YAML: ", _problem(exc))
-
-
-def test_unknown_key_with_suggestion(tmp_path: Path) -> None:
-    text = _shipped_text().replace("tensorParallel: 4", "tensorParalel: 4")
-    path = _write(tmp_path / "p.yaml", text)
-    with pytest.raises(InputError) as exc:
-        load_profile(path)
-    line = _line_containing(text, "tensorParalel")
-    assert _problem(exc) == (f"{path}:{line}:9: {W}.tensorParalel: unknown field (did you mean 'tensorParallel'?)")
-
-
-def test_unknown_key_without_close_match(tmp_path: Path) -> None:
-    path = write_profile(tmp_path, apply(base_doc(), {"spec.zzzzqqq": 1}))
-    with pytest.raises(InputError) as exc:
-        load_profile(path)
-    assert _problem(exc).endswith("spec.zzzzqqq: unknown field")
-
-
-def test_unknown_top_level_key(tmp_path: Path) -> None:
-    path = write_profile(tmp_path, apply(base_doc(), {"metdata": {"name": "x"}}))
-    with pytest.raises(InputError) as exc:
-        load_profile(path)
-    assert "metdata: unknown field (did you mean 'metadata'?)" in str(exc.value)
-
-
-def test_wrong_type_names_field(tmp_path: Path) -> None:
-    text = _shipped_text().replace("replicas: 18", "replicas: two")
-    path = _write(tmp_path / "p.yaml", text)
-    with pytest.raises(InputError) as exc:
-        load_profile(path)
-    line = _line_containing(text, "replicas: two")
-    assert _problem(exc).startswith(f"{path}:{line}:9: {W}.replicas: ")
-    assert "integer" in _problem(exc)
-
-
-def test_bad_enum_names_value(tmp_path: Path) -> None:
-    path = write_profile(tmp_path, apply(base_doc(), {"spec.target.platform": "gb400"}))
-    with pytest.raises(InputError) as exc:
-        load_profile(path)
-    assert "spec.target.platform:" in _problem(exc) and "'gb400'" in _problem(exc)
-
-
-def test_missing_required_field(tmp_path: Path) -> None:
-    doc = apply(base_doc(), {"spec.service": None})
-    text = dump(doc)
-    path = _write(tmp_path / "p.yaml", text)
-    with pytest.raises(InputError) as exc:
-        load_profile(path)
-    line, col = line_of(text, "spec")  # the parent that lacks it
-    assert _problem(exc) == f"{path}:{line}:{col}: spec.service: required field is missing"
+    line, col = line_of(text, at) if at else (0, 0)
+    _assert_one_problem(exc, expected, file=path, line=line, col=col)
 
 
 def test_every_problem_reported(tmp_path: Path) -> None:
@@ -271,35 +239,28 @@ def test_every_problem_reported(tmp_path: Path) -> None:
     assert exc.value.lines() == [str(p) for p in exc.value.problems]
 
 
-def test_duplicate_key(tmp_path: Path) -> None:
-    text = _shipped_text().replace("replicas: 18\n", "replicas: 18\n        replicas: 3\n")
-    path = _write(tmp_path / "p.yaml", text)
-    with pytest.raises(InputError) as exc:
+# An exponential alias chain: aliases expand while building values, so it must fail, not hang.
+ALIAS_BOMB = "\n".join(["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + [
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]) + "\n"
+
+
+@pytest.mark.parametrize("content, match", [
+    pytest.param("- a\n- b\n", "must be a YAML mapping", id="list"),
+    pytest.param("just a string\n", "must be a YAML mapping", id="string"),
+    pytest.param("42\n", "must be a YAML mapping", id="integer"),
+    pytest.param("", "must be a YAML mapping", id="empty"),
+    pytest.param("# only a comment\n", "must be a YAML mapping", id="only-a-comment"),
+    pytest.param("null\n", "must be a YAML mapping", id="null"),
+    pytest.param(SHIPPED_TEXT + "---\nkind: StackProfile\n", "invalid YAML", id="multiple-documents"),
+    pytest.param(ALIAS_BOMB, "invalid YAML", id="alias-bomb"),
+    pytest.param(b"\xff\xfe\x00garbage", "cannot read", id="not-utf8"),
+    pytest.param(b"apiVersion: \x00\n", "invalid YAML", id="nul"),
+])
+def test_unloadable_file(tmp_path: Path, content: str | bytes, match: str) -> None:
+    path = tmp_path / "p.yaml"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))
+    with pytest.raises(InputError, match=match):
         load_profile(path)
-    line = _line_containing(text, "replicas: 3")
-    assert _problem(exc) == f"{path}:{line}:9: {W}.replicas: duplicate key"
-
-
-@pytest.mark.parametrize("text", ["- a\n- b\n", "just a string\n", "42\n", "", "# only a comment\n", "null\n"])
-def test_non_mapping_document(tmp_path: Path, text: str) -> None:
-    path = _write(tmp_path / "p.yaml", text)
-    with pytest.raises(InputError, match="must be a YAML mapping"):
-        load_profile(path)
-
-
-def test_multiple_documents_rejected(tmp_path: Path) -> None:
-    path = _write(tmp_path / "p.yaml", _shipped_text() + "---\nkind: StackProfile\n")
-    with pytest.raises(InputError, match="invalid YAML"):
-        load_profile(path)
-
-
-def test_yaml_merge_key_rejected(tmp_path: Path) -> None:
-    text = _shipped_text().replace("      worker:\n", "      worker:\n        <<: {replicas: 2}\n")
-    path = _write(tmp_path / "p.yaml", text)
-    with pytest.raises(InputError) as exc:
-        load_profile(path)
-    line = _line_containing(text, "<<:")
-    assert _problem(exc) == f"{path}:{line}:9: YAML merge keys (<<) are not supported; use extends:"
 
 
 def test_anchors_and_aliases_allowed(tmp_path: Path) -> None:
@@ -313,27 +274,10 @@ def test_anchors_and_aliases_allowed(tmp_path: Path) -> None:
     assert "SP154" not in {f.code for f in run_rules(loaded)}
 
 
-def test_alias_bomb_is_rejected_quickly(tmp_path: Path) -> None:
-    """Aliases expand while building values; an exponential alias chain must fail, not hang."""
-    lines = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
-    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 10)]
-    path = _write(tmp_path / "p.yaml", "\n".join(lines) + "\n")
-    with pytest.raises(InputError, match="invalid YAML"):
-        load_profile(path)
-
-
 def test_huge_integer_is_an_input_error(tmp_path: Path) -> None:
     path = write_profile(tmp_path, apply(base_doc(), {"spec.model.maxModelLen": 10**400}))
     with pytest.raises(StackpinError):
         run_rules(load_profile(path))
-
-
-@pytest.mark.parametrize("raw", [b"\xff\xfe\x00garbage", b"apiVersion: \x00\n"], ids=["not-utf8", "nul"])
-def test_unreadable_bytes(tmp_path: Path, raw: bytes) -> None:
-    path = tmp_path / "p.yaml"
-    path.write_bytes(raw)
-    with pytest.raises(InputError):
-        load_profile(path)
 
 
 def test_missing_file_and_directory(tmp_path: Path) -> None:
@@ -381,17 +325,19 @@ def test_shipped_profile_matches_json_schema(profile: Path, validator: jsonschem
     assert [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors] == []
 
 
-def test_schema_rejects_what_the_loader_rejects(validator: jsonschema.protocols.Validator) -> None:
-    doc = apply(base_doc(), {f"{W}.tensorParalel": 4})
-    assert not validator.is_valid(doc)
-    doc = apply(base_doc(), {f"{W}.replicas": 0})
-    assert not validator.is_valid(doc)
+@pytest.mark.parametrize("start, mutations, valid", [
+    pytest.param("profile", {f"{W}.tensorParalel": 4}, False, id="unknown-key"),
+    pytest.param("profile", {f"{W}.replicas": 0}, False, id="out-of-range"),
     # Overlays too: unknown keys and wrong types, though required fields may come from the base.
-    overlay = {"apiVersion": "stackpin.dev/v1", "kind": "StackProfile", "extends": "base.yaml"}
-    assert validator.is_valid(overlay)
-    assert not validator.is_valid({**overlay, "spec": {"placement": {"pools": {"worker": {"tensorParalel": 2}}}}})
-    assert not validator.is_valid({**overlay, "spec": {"target": {"count": "two"}}})
-    assert not validator.is_valid({k: v for k, v in overlay.items() if k != "extends"})
+    pytest.param("overlay", {}, True, id="overlay"),
+    pytest.param("overlay", {f"{W}.tensorParalel": 2}, False, id="overlay-unknown-key"),
+    pytest.param("overlay", {"spec.target.count": "two"}, False, id="overlay-wrong-type"),
+    pytest.param("overlay", {"extends": None}, False, id="no-extends-and-no-required-fields"),
+])
+def test_schema_rejects_what_the_loader_rejects(validator: jsonschema.protocols.Validator, start: str,
+                                               mutations: dict, valid: bool) -> None:
+    doc = base_doc() if start == "profile" else _overlay("base.yaml")
+    assert validator.is_valid(apply(doc, mutations)) is valid
 
 
 @pytest.mark.parametrize("profile", SHIPPED, ids=lambda p: p.stem)
@@ -402,20 +348,6 @@ def test_shipped_profile_names_schema(profile: Path) -> None:
     target = (profile.parent / first[len(prefix):].strip()).resolve()
     assert target == SCHEMA_FILE.resolve()
     assert target.is_file()
-
-
-def test_problem_with_line_break_in_key_stays_one_line(tmp_path: Path) -> None:
-    path = write_profile(tmp_path, apply(base_doc(), {("spec", "bad\nkey"): 1}))
-    with pytest.raises(InputError) as exc:
-        load_profile(path)
-    (line,) = exc.value.lines()
-    assert "\n" not in line and "spec.bad\\nkey: unknown field" in line
-
-
-def test_extends_too_long_name_is_not_found(tmp_path: Path) -> None:
-    path = write_profile(tmp_path, _overlay("a" * 5000), "child.yaml")
-    with pytest.raises(InputError, match="not found"):
-        load_profile(path)
 
 
 def test_profile_reference_is_generated_from_the_models() -> None:

@@ -12,6 +12,7 @@ import yaml
 from stackpin.errors import InputError
 from stackpin.validate import manifests as schemas
 from stackpin.validate.manifests import ManifestError, validate_objects, validate_paths
+from tests.helpers import mutate
 
 UPSTREAM = Path(__file__).parent / "data" / "upstream"
 UPSTREAM_FILES = sorted(UPSTREAM.glob("*.yaml"))
@@ -61,50 +62,64 @@ V1BETA1_AGG = "examples_backends_vllm_deploy_v1beta1_agg.yaml"
 V1BETA1_DISAGG = "examples_backends_vllm_deploy_v1beta1_disagg.yaml"
 V1ALPHA1 = "v1alpha1_examples_backends_vllm_deploy_disagg_router.yaml"
 COMPUTE_DOMAIN = "recipes_kimi-k2.5_model-cache_compute-domain.yaml"
+POD: dict[str, Any] = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "probe", "namespace": "serving"},
+    "spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]},
+}
+JOB: dict[str, Any] = {
+    "apiVersion": "batch/v1",
+    "kind": "Job",
+    "metadata": {"name": "download"},
+    "spec": {"backoffLimit": 3, "template": {"spec": copy.deepcopy(POD["spec"])}},
+}
+SOURCES = {
+    "agg": lambda: load(V1BETA1_AGG),
+    "disagg": lambda: load(V1BETA1_DISAGG),
+    "v1alpha1": lambda: load(V1ALPHA1),
+    "compute-domain": lambda: load(COMPUTE_DOMAIN, "ComputeDomain"),
+    "pod": lambda: copy.deepcopy(POD),
+    "job": lambda: copy.deepcopy(JOB),
+}
+C0, C1 = ("spec", "components", 0), ("spec", "components", 1)
 
 
-def test_unknown_field_in_component() -> None:
-    dgd = load(V1BETA1_AGG)
-    dgd["spec"]["components"][0]["replicaz"] = 2
-    error = only_error(dgd)
-    assert error.path == "spec.components[0].replicaz"
-    assert error.reason == "unknown field"
-    assert error.resource == "DynamoGraphDeployment/vllm-agg"
-    assert str(error) == (
-        "test.yaml#1: DynamoGraphDeployment/vllm-agg: spec.components[0].replicaz: unknown field"
-    )
-
-
-def test_wrong_type_for_replicas() -> None:
-    dgd = load(V1BETA1_AGG)
-    dgd["spec"]["components"][1]["replicas"] = "two"
-    error = only_error(dgd)
-    assert error.path == "spec.components[1].replicas"
-    assert "integer" in error.reason and '"two"' in error.reason
-
-
-def test_component_type_enum() -> None:
-    dgd = load(V1BETA1_AGG)
-    dgd["spec"]["components"][1]["type"] = "gpu-worker"
-    error = only_error(dgd)
-    assert error.path == "spec.components[1].type"
-    assert '"gpu-worker"' in error.reason and '"worker"' in error.reason
-
-
-def test_v1alpha1_rejects_v1beta1_components() -> None:
-    dgd = load(V1ALPHA1)
-    dgd["spec"]["components"] = load(V1BETA1_AGG)["spec"]["components"]
-    error = only_error(dgd)
-    assert error.path == "spec.components"
-    assert error.reason == "unknown field"
-
-
-def test_unknown_container_field_in_pod_template() -> None:
-    dgd = load(V1BETA1_DISAGG)
-    dgd["spec"]["components"][2]["podTemplate"]["spec"]["containers"][0]["imagee"] = "x"
-    error = only_error(dgd)
-    assert error.path == "spec.components[2].podTemplate.spec.containers[0].imagee"
-    assert error.reason == "unknown field"
+@pytest.mark.parametrize("source, edit, value, resource, path, reason", [
+    pytest.param("agg", (*C0, "replicaz"), 2, "DynamoGraphDeployment/vllm-agg", "spec.components[0].replicaz",
+                 "unknown field", id="unknown-field-in-component"),
+    pytest.param("agg", (*C1, "replicas"), "two", "DynamoGraphDeployment/vllm-agg", "spec.components[1].replicas",
+                 ("integer", '"two"'), id="wrong-type-for-replicas"),
+    pytest.param("agg", (*C1, "type"), "gpu-worker", "DynamoGraphDeployment/vllm-agg", "spec.components[1].type",
+                 ('"gpu-worker"', '"worker"'), id="component-type-enum"),
+    pytest.param("v1alpha1", ("spec", "components"), load(V1BETA1_AGG)["spec"]["components"],
+                 "DynamoGraphDeployment/vllm-v1-disagg-router", "spec.components", "unknown field",
+                 id="v1alpha1-rejects-v1beta1-components"),
+    pytest.param("disagg", ("spec", "components", 2, "podTemplate", "spec", "containers", 0, "imagee"), "x",
+                 "DynamoGraphDeployment/vllm-disagg", "spec.components[2].podTemplate.spec.containers[0].imagee",
+                 "unknown field", id="unknown-container-field-in-pod-template"),
+    pytest.param("compute-domain", ("spec", "numNodes"), -1, "ComputeDomain/your-compute-domain", "spec.numNodes",
+                 ("minimum",), id="compute-domain-negative-num-nodes"),
+    pytest.param("pod", ("spec", "containers", 0, "imagePullPolicyy"), "Always", "Pod/serving/probe",
+                 "spec.containers[0].imagePullPolicyy", "unknown field", id="core-pod-unknown-field"),
+    pytest.param("job", ("spec", "backoffLimit"), "three", "Job/download", "spec.backoffLimit", ("integer",),
+                 id="core-job-wrong-type"),
+    pytest.param("pod", ("metadata", "name"), None, "Pod/serving/?", "metadata.name", "required field is missing",
+                 id="core-name-required"),
+])
+def test_one_broken_field_is_one_error(source: str, edit: tuple[str | int, ...], value: Any, resource: str,
+                                       path: str, reason: str | tuple[str, ...]) -> None:
+    """A valid manifest with the field at `edit` set to `value` (None: deleted): exactly one error, at that field;
+    `reason` is the whole reason, or (a tuple) words it holds."""
+    obj = SOURCES[source]()
+    assert errors_of(obj) == []
+    error = only_error(mutate(obj, edit, value))
+    assert (error.resource, error.path) == (resource, path)
+    if isinstance(reason, str):
+        assert error.reason == reason
+    else:
+        assert all(word in error.reason for word in reason), error.reason
+    assert str(error) == f"test.yaml#1: {resource}: {path}: {error.reason}"
 
 
 def test_compute_domain_requires_channel_not_num_nodes() -> None:
@@ -116,14 +131,6 @@ def test_compute_domain_requires_channel_not_num_nodes() -> None:
     error = only_error(domain)
     assert error.path == "spec.channel"
     assert error.reason == "required field is missing"
-
-
-def test_compute_domain_num_nodes_must_be_non_negative_integer() -> None:
-    domain = load(COMPUTE_DOMAIN, "ComputeDomain")
-    domain["spec"]["numNodes"] = -1
-    error = only_error(domain)
-    assert error.path == "spec.numNodes"
-    assert "minimum" in error.reason
 
 
 def test_all_errors_reported_sorted_by_path() -> None:
@@ -150,43 +157,6 @@ def test_metadata_is_checked() -> None:
     ]
     dgd["metadata"] = {"generateName": "agg-"}
     assert errors_of(dgd) == []
-
-
-POD: dict[str, Any] = {
-    "apiVersion": "v1",
-    "kind": "Pod",
-    "metadata": {"name": "probe", "namespace": "serving"},
-    "spec": {"containers": [{"name": "main", "image": "busybox:1.37"}]},
-}
-
-
-def test_core_pod_valid_and_unknown_field() -> None:
-    assert errors_of(copy.deepcopy(POD)) == []
-    pod = copy.deepcopy(POD)
-    pod["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
-    error = only_error(pod)
-    assert error.resource == "Pod/serving/probe"
-    assert error.path == "spec.containers[0].imagePullPolicyy"
-    assert error.reason == "unknown field"
-
-
-def test_core_job_wrong_type() -> None:
-    job = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "metadata": {"name": "download"},
-        "spec": {"backoffLimit": "three", "template": {"spec": copy.deepcopy(POD["spec"])}},
-    }
-    error = only_error(job)
-    assert error.path == "spec.backoffLimit"
-    assert "integer" in error.reason
-
-
-def test_core_name_required() -> None:
-    pod = copy.deepcopy(POD)
-    del pod["metadata"]["name"]
-    error = only_error(pod)
-    assert (error.path, error.reason) == ("metadata.name", "required field is missing")
 
 
 def test_unknown_kind_and_kustomization() -> None:
