@@ -8,7 +8,6 @@ pydantic or by a validation rule, can still point at `file:line:col`.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -166,6 +165,8 @@ def write_files(files: Mapping[Path, str | bytes]) -> None:
     """Write several files all or nothing: every file goes to a temp file beside its target first,
     and only when all are written are they renamed into place. A failure (read-only, disk full, a
     directory where a file should be) leaves every existing file as it was and raises one line."""
+    import tempfile  # only writers need it; validation never writes
+
     staged: list[tuple[str, Path]] = []
     try:
         for path, data in files.items():
