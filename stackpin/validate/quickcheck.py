@@ -254,5 +254,6 @@ def is_valid(instance: Any, schema: Any) -> bool:
     """Exactly jsonschema's draft 7 verdict; raises Unsure where this module would not be exact."""
     try:
         return _valid(instance, schema)
-    except RecursionError:
+    except (RecursionError, re.error, TypeError, ValueError):
+        # Deep nesting, or a schema jsonschema itself would fail on: let jsonschema have its say.
         raise Unsure from None
