@@ -19,7 +19,9 @@ sys.path.insert(0, str(ROOT))  # devkit sits beside bench/, not inside the insta
 
 from devkit.timing import ensure_bytecode, import_ms_by_group, interleaved_medians, load_note  # noqa: E402
 
-STACKPIN = [sys.executable, "-m", "stackpin"]
+PY_STACKPIN = [sys.executable, "-m", "stackpin"]
+_SCRIPT = Path(sys.executable).with_name("stackpin")
+STACKPIN = [str(_SCRIPT)] if _SCRIPT.exists() else PY_STACKPIN  # the console script users run, when installed
 HEAVY = ("kubernetes", "httpx", "matplotlib", "jsonschema", "rich", "pydantic")
 HELM = ROOT / ".bench" / "bin" / "helm"
 ONE_PROFILE = "profiles/deepseek-v4.1-flash/gb300-tuned.yaml"
@@ -28,7 +30,7 @@ VALIDATE_AIM_MS = 250
 
 def help_imports() -> tuple[float, list[str]]:
     """Cumulative import time of the CLI module (us -> ms) and which heavy packages `--help` loads."""
-    out = subprocess.run([sys.executable, "-X", "importtime", *STACKPIN[1:], "--help"], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-X", "importtime", *PY_STACKPIN[1:], "--help"], cwd=ROOT,
                          capture_output=True, text=True, check=True).stderr
     loaded, cli_us = set(), 0
     for line in out.splitlines():
@@ -63,7 +65,7 @@ def main() -> None:
     import_ms, heavy = help_imports()
     print(f"  import stackpin.cli.main (cumulative, -X importtime): {import_ms:.1f} ms")
     print(f"  heavy packages imported by --help: {', '.join(heavy) if heavy else 'none'}")
-    groups = import_ms_by_group([*STACKPIN, "validate", ONE_PROFILE])
+    groups = import_ms_by_group([*PY_STACKPIN, "validate", ONE_PROFILE])
     print("  validate (1 profile), import time by package (self, -X importtime, inflated by the tracing): "
           + ", ".join(f"{group} {value:.0f}ms" for group, value in groups.items()))
     one = ms["stackpin validate (1 profile)"]
