@@ -111,3 +111,21 @@ def test_colours_on_a_terminal() -> None:
         report.print_reports(result)
         text = stdout.getvalue().decode()
     assert "\x1b[31m" in text and "\x1b[33m" in text and "\x1b[1m" in text
+
+
+def test_validate_imports_neither_rich_nor_jsonschema() -> None:
+    """A cold `stackpin validate PROFILE` pays for what it uses: no table library, no schema library."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    profile = root / "profiles" / "deepseek-v4.1-flash" / "gb300-tuned.yaml"
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "stackpin", "validate", str(profile)],
+                          capture_output=True, text=True, cwd=root, check=False, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "gb300-tuned" in proc.stdout
+    imported = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in proc.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line}
+    assert "stackpin" in imported
+    assert not imported & {"rich", "jsonschema", "referencing", "httpx", "kubernetes_validate"}
