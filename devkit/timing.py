@@ -14,10 +14,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def ensure_bytecode() -> None:
+def ensure_bytecode(root: Path = ROOT) -> None:
     """Compile stackpin's modules as `pip install` does, so a cold start reads bytecode instead of
     compiling source (an editable install under PYTHONDONTWRITEBYTECODE=1 never writes it)."""
-    compileall.compile_dir(str(ROOT / "stackpin"), quiet=1)
+    compileall.compile_dir(str(root / "stackpin"), quiet=1)
 
 
 def run_once(cmd: Sequence[str], cwd: Path = ROOT) -> float:
@@ -25,11 +25,12 @@ def run_once(cmd: Sequence[str], cwd: Path = ROOT) -> float:
     return run_measured(cmd, cwd)[0]
 
 
-def run_measured(cmd: Sequence[str], cwd: Path = ROOT) -> tuple[float, float]:
+def run_measured(cmd: Sequence[str], cwd: Path = ROOT, env: Mapping[str, str] | None = None) -> tuple[float, float]:
     """(wall seconds, CPU seconds: user + system) of one process from start to exit; it must succeed.
-    CPU time moves less than wall time when other work shares the cores."""
+    CPU time moves less than wall time when other work shares the cores. `env` adds to os.environ."""
+    full_env = {**os.environ, **env} if env else None
     start = time.perf_counter()
-    proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd)
+    proc = subprocess.Popen(list(cmd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd, env=full_env)
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -44,15 +45,18 @@ class Timing:
     cpu: float  # median CPU seconds (user + system)
 
 
-def interleaved_medians(cmds: Mapping[str, Sequence[str]], repeats: int) -> dict[str, Timing]:
+def interleaved_medians(cmds: Mapping[str, Sequence[str]], repeats: int,
+                        envs: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, Timing]:
     """Median wall and CPU seconds of each command, run in turn (A B C A B C ...) so that all see the
-    same load. One untimed round first warms the page cache, not the interpreter."""
-    for cmd in cmds.values():
-        run_once(cmd)
+    same load. One untimed round first warms the page cache, not the interpreter. `envs`: extra
+    environment per command name."""
+    envs = envs or {}
+    for name, cmd in cmds.items():
+        run_measured(cmd, env=envs.get(name))
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in cmds}
     for _ in range(repeats):
         for name, cmd in cmds.items():
-            samples[name].append(run_measured(cmd))
+            samples[name].append(run_measured(cmd, env=envs.get(name)))
     return {name: Timing(statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
             for name, values in samples.items()}
 
