@@ -41,7 +41,7 @@ schema: setup
 docs: setup
 	$(BIN)/python scripts/gen_profile_reference.py > docs/profile-reference.md
 
-# The bundled CRDs' schemas as JSON, so validation does not parse 1.5 MB of YAML on every start.
+# The bundled CRDs' schemas as JSON Schema, so validation neither parses 1.5 MB of YAML nor translates it on every start.
 crds: setup
 	$(BIN)/python scripts/extract_crd_schemas.py
 

@@ -1,13 +1,16 @@
 """`stackpin render` versus `helm template` of an equivalent one-resource chart (bench/chart/).
 
-Rows, medians of whole processes (cold: a fresh interpreter each time):
+Rows, medians of whole processes run in turn (cold: a fresh interpreter each time):
   1. one stack: `stackpin render LOCK -o DIR` (builds, validates against the CRD, writes) vs one
-     `helm template` of bench/chart (renders to stdout, validates nothing);
+     `helm template` of bench/chart (renders to stdout, validates nothing), and `python -c pass`,
+     the floor any Python command pays;
   2. 100 stacks: one `stackpin render --lockdir` invocation vs 100 `helm template` runs.
-Plus where the cold render's time goes (import, build, schema validation, dump), in-process.
+Plus where the cold render's time goes: in-process phases (import, build, schema validation, dump)
+and the import time per package (`python -X importtime`).
 
-Run from the repository root: `python bench/bench_render.py [REPEATS]` (default 5).
+Run from the repository root: `python bench/bench_render.py [REPEATS]` (default 11).
 helm comes from scripts/fetch-helm.sh (.bench/bin/helm); without it the helm rows are skipped.
+stackpin's modules are byte-compiled first, as `pip install` leaves them.
 Aims: cold render within 3x one helm run; 100 stacks in at most half of 100 helm runs.
 """
 
@@ -19,12 +22,20 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from stackpin.lock.lockfile import StackLock, effective_profile, read_lock, sha256, stack_digest, write_locks
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # devkit sits beside bench/, not inside the installed package
+
+from devkit.timing import ensure_bytecode, import_ms_by_group, interleaved_medians, load_note, run_once  # noqa: E402
+from stackpin.lock.lockfile import (  # noqa: E402
+    StackLock,
+    effective_profile,
+    read_lock,
+    sha256,
+    stack_digest,
+    write_locks,
+)
 
 CHART = ROOT / "bench" / "chart"
 HELM = ROOT / ".bench" / "bin" / "helm"
@@ -72,17 +83,6 @@ def _helm() -> str | None:
     return str(HELM) if proc.returncode == 0 and HELM.exists() else shutil.which("helm")
 
 
-def _timed(cmd: list[str]) -> float:
-    start = time.perf_counter()
-    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
-    return time.perf_counter() - start
-
-
-def _median(fn, repeats: int) -> float:  # type: ignore[no-untyped-def]
-    fn()  # warm the page cache, not the interpreter
-    return statistics.median(fn() for _ in range(repeats))
-
-
 def _many_locks(lockdir: Path, count: int) -> None:
     """`count` distinct stacks (renamed copies of the shipped ones), each a valid lockfile."""
     base = list(_shipped_locks().values())
@@ -99,8 +99,18 @@ def _many_locks(lockdir: Path, count: int) -> None:
         write_locks([StackLock.model_validate(data)], lockdir)
 
 
+def _ratio_row(case: str, mine: float, theirs: float | None, aim: float) -> str:
+    if theirs is None:
+        return f"{case:<44} {mine * 1000:>8.0f}ms {'-':>10}"
+    ratio = mine / theirs
+    verdict = "met" if ratio <= aim else "NOT met"
+    return (f"{case:<44} {mine * 1000:>8.0f}ms {theirs * 1000:>8.0f}ms  {ratio:.2f}x "
+            f"(<= {aim:g}x: {verdict})")
+
+
 def main() -> None:
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 5
+    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 11
+    ensure_bytecode()
     helm = _helm()
     render_cmd = _stackpin_cmd()
     with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
@@ -111,35 +121,65 @@ def main() -> None:
         _many_locks(many, STACKS)
         one_lock = str(one / "gb300-tuned.lock.yaml")
 
-        render_one = _median(lambda: _timed([*render_cmd, one_lock, "--output-dir", str(work / "out1")]), repeats)
-        render_many = _median(lambda: _timed([*render_cmd, "--lockdir", str(many), "--output-dir", str(work / "outN")]),
-                              max(3, repeats // 2))
+        helm_cmd = [helm, "template", "bench", str(CHART)] if helm else None
+        cold = {"render": [*render_cmd, one_lock, "--output-dir", str(work / "out1")],
+                "python": [sys.executable, "-c", "pass"]}
+        if helm_cmd:
+            cold["helm"] = helm_cmd
+        timings = interleaved_medians(cold, repeats)
+        one_s = {name: t.wall for name, t in timings.items()}
+        many_runs: dict[str, list[float]] = {"render": [], "helm": []}
+        for _ in range(max(3, repeats // 4)):
+            out_n = str(work / "outN")
+            many_runs["render"].append(run_once([*render_cmd, "--lockdir", str(many), "--output-dir", out_n]))
+            if helm_cmd:
+                many_runs["helm"].append(sum(run_once(helm_cmd) for _ in range(STACKS)))
+        render_many = statistics.median(many_runs["render"])
+        helm_many = statistics.median(many_runs["helm"]) if helm_cmd else None
+
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         phases = [list(map(float, subprocess.run([sys.executable, "-c", PHASES.format(lock=one_lock)], env=env,
                                                  capture_output=True, text=True, check=True).stdout.split()))
                   for _ in range(repeats)]
         import_s, build_s, validate_s, dump_s = (statistics.median(p[i] for p in phases) for i in range(4))
+        by_group = import_ms_by_group([sys.executable, "-m", "stackpin", "render", one_lock,
+                                       "--output-dir", str(work / "out2")])
 
-        print(f"medians; stackpin: {' '.join(render_cmd[:2])} ...; {repeats} repeats")
-        print(f"{'case':<44} {'stackpin':>10} {'helm':>10}  ratio (aim)")
-        if helm:
-            helm_cmd = [helm, "template", "bench", str(CHART)]
-            helm_one = _median(lambda: _timed(helm_cmd), repeats)
-            helm_many = _median(lambda: sum(_timed(helm_cmd) for _ in range(STACKS)), max(3, repeats // 2))
-            ok1 = "met" if render_one <= 3 * helm_one else "NOT met"
-            ok2 = "met" if render_many <= helm_many / 2 else "NOT met"
-            print(f"{'one stack, cold process':<44} {render_one * 1000:>8.0f}ms {helm_one * 1000:>8.0f}ms  "
-                  f"{render_one / helm_one:.2f}x (<= 3x: {ok1})")
-            print(f"{f'{STACKS} stacks: one render vs {STACKS} helm runs':<44} {render_many * 1000:>8.0f}ms "
-                  f"{helm_many * 1000:>8.0f}ms  {render_many / helm_many:.2f}x (<= 0.5x: {ok2})")
-        else:
-            print("note: helm not available (scripts/fetch-helm.sh failed); helm rows skipped")
-            print(f"{'one stack, cold process':<44} {render_one * 1000:>8.0f}ms")
-            print(f"{f'{STACKS} stacks, one invocation':<44} {render_many * 1000:>8.0f}ms")
-        total = import_s + build_s + validate_s + dump_s
-        print(f"cold render of one stack, in-process phases: import {import_s * 1000:.0f}ms, "
-              f"lock+build {build_s * 1000:.0f}ms, schema validation {validate_s * 1000:.0f}ms "
-              f"({validate_s / total:.0%}), dump {dump_s * 1000:.0f}ms")
+    helm_one = one_s.get("helm")
+    print(f"medians of {repeats} runs in turn; stackpin: {' '.join(_relative(render_cmd[:2]))} ...; {load_note()}")
+    print(f"{'case':<44} {'stackpin':>10} {'helm':>10}  ratio (aim)")
+    print(_ratio_row("one stack, cold process", one_s["render"], helm_one, 3))
+    print(_ratio_row(f"{STACKS} stacks: one render vs {STACKS} helm runs", render_many, helm_many, 0.5))
+    print(f"{'python -c pass (floor of any Python command)':<44} {one_s['python'] * 1000:>8.0f}ms")
+    print("cpu (user+system) of one cold process: " + ", ".join(
+        f"{name} {t.cpu * 1000:.0f}ms" for name, t in timings.items()))
+    if not helm:
+        print("note: helm not available (scripts/fetch-helm.sh failed); helm rows have no ratio")
+    total = import_s + build_s + validate_s + dump_s
+    print(f"cold render of one stack, in-process phases: import {import_s * 1000:.0f}ms, "
+          f"lock+build {build_s * 1000:.0f}ms, schema validation {validate_s * 1000:.0f}ms "
+          f"({validate_s / total:.0%}), dump {dump_s * 1000:.0f}ms")
+    print("import time by package (self, -X importtime, inflated by the tracing): "
+          + ", ".join(f"{group} {ms:.0f}ms" for group, ms in by_group.items()))
+    if helm_one is not None:
+        ratio = one_s["render"] / helm_one
+        print(f"aim: cold render of one stack within 3x helm template: {ratio:.2f}x "
+              f"({one_s['render'] * 1000:.0f} vs {helm_one * 1000:.0f} ms): {'met' if ratio <= 3 else 'NOT met'}")
+    else:
+        print("aim: cold render of one stack within 3x helm template: not measured (no helm)")
+    if helm_many is not None:
+        ratio = render_many / helm_many
+        print(f"aim: {STACKS} stacks in one render within 0.5x of {STACKS} helm runs: {ratio:.2f}x: "
+              f"{'met' if ratio <= 0.5 else 'NOT met'}")
+
+
+def _relative(parts: list[str]) -> list[str]:
+    """Paths under the repository as the reader's checkout names them (no machine paths in output)."""
+    out = []
+    for part in parts:
+        path = Path(part)
+        out.append(str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else part)
+    return out
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from enum import StrEnum
@@ -292,6 +291,8 @@ def write_files(files: Mapping[Path, str | bytes], root: Path | None = None) -> 
 
 
 def _stage(files: Mapping[Path, str | bytes], root: Path) -> list[tuple[Path, Path]]:
+    import tempfile  # only writers need it; validation never writes
+
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files.items():

@@ -192,7 +192,7 @@ def test_tricky_scalars_as_keys_and_values_read_alike(tmp_path: Path) -> None:
 def _hostile_lock(value: str) -> Any:
     """The base stack with `value` in every field the render test puts hostile strings in that takes it."""
     lock = shipped_locks()[BASE]
-    for field, (path, _) in sorted(FIELDS.items()):
+    for field, path in sorted((name, spec.path) for name, spec in FIELDS.items()):
         try:
             candidate = _relabel(lock, path, value, also_model_id=field == "model-id")
             candidate.stack_profile  # noqa: B018 - the profile model may refuse the value

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -57,6 +56,8 @@ def _load(source: str, layout: str | None, stack: ExitStack) -> tuple[CacheInfo,
         if layout is not None:
             raise StackpinError(f"--oci-layout needs a reference (registry/repository:tag), got path {source!r}")
         return inspect_cache(source), None, True
+    import tempfile  # only a command that unpacks a cache needs it
+
     dest = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="stackpin-autotune-")))
     if layout is not None:
         fetched = fetch_cache(source, dest, layout=layout)

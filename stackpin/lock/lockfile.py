@@ -15,20 +15,22 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from stackpin.catalog import Catalog, load_catalog
 from stackpin.errors import InputError, Problem, StackpinError
 from stackpin.lock.canonical import canonical_json
-from stackpin.lock.oci import ImageRef, Resolved
-from stackpin.lock.resolvers import COMMIT, ImageSource, ModelRevision, ModelSource, is_stand_in
-from stackpin.profile.loader import LoadedProfile, load_profile
 from stackpin.profile.model import LOCK_KIND, AutotuneMode, StackProfile
 from stackpin.yamlio import dump_yaml, load_yaml, recover_writes, write_files
 
+if TYPE_CHECKING:
+    # Locking needs these; reading a lock (render) does not, so they load inside the functions.
+    from stackpin.catalog import Catalog
+    from stackpin.lock.oci import ImageRef, Resolved
+    from stackpin.lock.resolvers import ImageSource, ModelRevision, ModelSource
+    from stackpin.profile.loader import LoadedProfile
 AUTOTUNE_ANNOTATIONS = {
     "flashinfer": "dev.stackpin.autotune.flashinfer",
     "device": "dev.stackpin.autotune.device",
@@ -168,12 +170,17 @@ def _offline_error(what: str) -> StackpinError:
 
 
 def _profile_images(profile: StackProfile) -> dict[str, ImageRef]:
+    from stackpin.lock.oci import ImageRef
+
     return {"runtime": ImageRef.parse(profile.spec.versions.runtime_image)}
 
 
 def lock_profiles(loaded: Sequence[LoadedProfile], sources: Sources, lockdir: Path, offline: bool = False,
                   catalog: Catalog | None = None) -> list[StackLock]:
     """Resolve every reference of every profile (concurrently, once each) and build their locks."""
+    from stackpin.catalog import load_catalog
+    from stackpin.lock.oci import ImageRef
+
     catalog = catalog or load_catalog()
     wanted: dict[ImageRef, None] = {}
     per_profile = []
@@ -199,6 +206,8 @@ def lock_profiles(loaded: Sequence[LoadedProfile], sources: Sources, lockdir: Pa
 def _lock_one(item: LoadedProfile, images: dict[str, ImageRef], cache: ImageRef | None, previous: StackLock | None,
               resolved_refs: dict[ImageRef, Resolved], sources: Sources, offline: bool,
               catalog: Catalog, lockdir: Path) -> StackLock:
+    from stackpin.lock.resolvers import is_stand_in
+
     profile = item.profile
     arch = catalog.platforms[profile.spec.target.platform].cpu_arch
     locked_images = {}
@@ -226,6 +235,8 @@ def _lock_one(item: LoadedProfile, images: dict[str, ImageRef], cache: ImageRef 
 
 
 def _lock_model(profile: StackProfile, previous: StackLock | None, sources: Sources, offline: bool) -> LockedModel:
+    from stackpin.lock.resolvers import COMMIT
+
     model_id, requested = profile.spec.model.id, profile.spec.model.revision
     if COMMIT.match(requested):
         return LockedModel(id=model_id, requested=requested, revision=requested, resolved_via="profile")
@@ -244,6 +255,8 @@ def _lock_model(profile: StackProfile, previous: StackLock | None, sources: Sour
 
 def _lock_cache(profile: StackProfile, ref: ImageRef, previous: StackLock | None,
                 resolved_refs: dict[ImageRef, Resolved], offline: bool, catalog: Catalog) -> LockedArtifact:
+    from stackpin.lock.resolvers import is_stand_in
+
     if offline:
         old = previous.resolved.autotune_cache if previous else None
         if old is None or old.reference != str(ref):
@@ -344,6 +357,8 @@ class CheckOutcome:
 
 def check_locks(profiles: Sequence[Path], lockdir: Path) -> list[CheckOutcome]:
     """uv-style `lock --check`: is every profile's lockfile present and made from this profile?"""
+    from stackpin.profile.loader import load_profile
+
     recover_writes(lockdir)
     out = []
     for path in profiles:
