@@ -56,7 +56,9 @@ def startup_budget_s(profile: StackProfile, catalog: Catalog) -> int:
     found = catalog.model_for(profile.spec.model.id)
     checkpoint_gib = found[1].checkpoint_gib if found else catalog.engine.startup_unknown_checkpoint_gib
     seconds = est.base_s + checkpoint_gib / est.load_gib_per_s
-    seconds += capture_size_count(profile, catalog) * est.capture_s_per_size
+    # One budget for every worker: the pool that captures the most sizes sets it.
+    pools = topology_of(profile, catalog).pools
+    seconds += max((capture_size_count(profile, pool, catalog) for pool in pools), default=0) * est.capture_s_per_size
     if profile.spec.autotune.mode == AutotuneMode.tune:
         seconds += est.autotune_s
     return math.ceil(seconds * est.margin)
