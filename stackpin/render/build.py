@@ -24,6 +24,7 @@ from stackpin.profile.topology import topology_of
 from stackpin.render import args as argmod
 from stackpin.render.plan import ComponentPlan, Probe, StackPlan
 from stackpin.render.pod import ARCH_KEY, AUTOTUNE_MOUNT, GPU_RESOURCE, Pod, assemble_pod
+from stackpin.validate.graphs import empty_capture_list
 from stackpin.validate.placement import speculative_mismatch
 
 LABEL_PREFIX = "stackpin.dev/"
@@ -148,6 +149,9 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
             node_selector=node_selector,
             pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": role}.items())),
         ))
+    if empty_capture_list(profile):
+        # SP105 refuses this profile: vLLM asserts a capture size when graphs are on.
+        problems.append("spec.cudaGraphs.captureSizes is empty with CUDA graphs on; vLLM fails at startup")
     if speculative_mismatch(profile, topology):
         # SP154 refuses this profile; a lock made around validation must not render either.
         problems.append("prefill and decode must run identical speculative settings; remove the per-pool "
