@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
+from stackpin.profile.tuning import parse_ranks_summary
 from stackpin.validate import Finding, all_rules, run_rules
 from stackpin.validate.check import check_profiles
 from tests.helpers import NULL, SHIPPED, apply, base_doc, dump, line_of, load_doc
@@ -23,6 +24,9 @@ OLD_PINS = {"spec.versions.dynamo": "1.3.1", "spec.versions.vllm": "0.23.0", "sp
             "spec.versions.nixl": "1.1.0"}
 
 
+VLLM_033 = {"spec.versions.vllm": "0.33.0", "spec.versions.flashinfer": "0.7.2.post1"}
+
+
 class Case(NamedTuple):
     code: str
     severity: str
@@ -31,6 +35,7 @@ class Case(NamedTuple):
     ok: dict[str, Any]  # a close variant that must not trigger the rule
     base: str = "gb300-tuned"
     label: str = ""
+    cache: str | None = None  # the pinned cache's ranks annotation, as a lock records it (rules that read it)
 
 
 CASES = [
@@ -203,6 +208,17 @@ CASES = [
     Case("SP203", "warning", "spec.autotune.mode", {"spec.autotune.mode": "tune"}, {"spec.autotune.mode": "replay"}),
     Case("SP204", "warning", "spec.autotune.mode", {"spec.cudaGraphs.mode": "NONE"},
          {"spec.cudaGraphs.mode": "NONE", "spec.autotune": {"mode": "off"}}),
+    # A colocated stack's cache (one config directory) pinned by a disaggregated stack, whose prefill
+    # and decode pools run two engine configs; quiet when both pools run one.
+    Case("SP205", "error", "spec.autotune.cache", {}, {"spec.placement.pools.prefill": {
+        "replicas": 2, "tensorParallel": 2, "dataParallel": 8, "expertParallel": True, "nodesPerReplica": 4,
+        "maxNumSeqs": 64, "maxNumBatchedTokens": 16384, "gpuMemoryUtilization": 0.9}},
+         base="gb300-disagg-wide-ep", cache="ca3aa12086a7:shared (1 file)"),
+    # Per-rank files (vLLM >= 0.32.0): decode's TP2 x DP8 needs dp0-7 rank0-15, the cache has TP4's.
+    Case("SP205", "error", "spec.autotune.cache", VLLM_033, {**VLLM_033, D: {
+        "replicas": 4, "tensorParallel": 4, "expertParallel": True, "maxNumSeqs": 64,
+        "maxNumBatchedTokens": 16384}}, base="gb300-disagg-wide-ep", cache="a1a1a1a1a1a1:dp0 rank0-3 (4 files)",
+         label="per-rank"),
     # kernels
     Case("SP211", "error", "spec.kernels.attention", {"spec.kernels.attention": "FLASHINFER_MLA_SPARSE"},
          {"spec.kernels.attention": "FLASHINFER_MLA_SPARSE_DSV41"}),
@@ -230,7 +246,8 @@ def _id(case: Case) -> str:
 def _findings(tmp_path: Path, case: Case, mutations: dict[str, Any]) -> tuple[list[Finding], Path, str]:
     doc = apply(base_doc(case.base), mutations)
     loaded = load_doc(tmp_path, doc)
-    return run_rules(loaded), loaded.path, dump(doc)
+    cache = parse_ranks_summary(case.cache) if case.cache is not None else None
+    return run_rules(loaded, autotune_cache=cache), loaded.path, dump(doc)
 
 
 def test_every_rule_has_cases() -> None:

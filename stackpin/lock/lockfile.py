@@ -27,6 +27,7 @@ from stackpin.lock.oci import ImageRef, Resolved
 from stackpin.lock.resolvers import COMMIT, ImageSource, ModelRevision, ModelSource, is_stand_in
 from stackpin.profile.loader import LoadedProfile, load_profile
 from stackpin.profile.model import LOCK_KIND, AutotuneMode, StackProfile
+from stackpin.profile.tuning import ConfigDirectory, parse_ranks_summary
 from stackpin.yamlio import dump_yaml, load_yaml, recover_writes, write_files
 
 AUTOTUNE_ANNOTATIONS = {
@@ -71,6 +72,12 @@ class LockedArtifact(_Model):
     annotations: dict[str, str]
     resolved_via: str
     stand_in: bool = False
+
+    def config_directories(self) -> list[ConfigDirectory] | None:
+        """The cache's config directories as its `ranks` annotation records them; None when it records
+        none or not in the form `stackpin autotune pack` writes (then nothing can be compared)."""
+        ranks = self.annotations.get("ranks")
+        return parse_ranks_summary(ranks) if ranks is not None else None
 
 
 class LockedEngines(_Model):

@@ -24,6 +24,7 @@ from stackpin.profile.topology import topology_of
 from stackpin.render import args as argmod
 from stackpin.render.plan import ComponentPlan, Probe, StackPlan
 from stackpin.render.pod import ARCH_KEY, AUTOTUNE_MOUNT, GPU_RESOURCE, Pod, assemble_pod
+from stackpin.validate.autotune import cache_shape_problems
 from stackpin.validate.graphs import empty_capture_list
 from stackpin.validate.placement import speculative_mismatch
 
@@ -149,6 +150,10 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
             node_selector=node_selector,
             pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": role}.items())),
         ))
+    directories = cache.config_directories() if cache else None
+    if directories is not None:
+        # SP205 refuses such a cache at lock time; a lock made around it must not render either.
+        problems += [why for _, why in cache_shape_problems(profile, topology, directories, catalog)]
     if empty_capture_list(profile):
         # SP105 refuses this profile: vLLM asserts a capture size when graphs are on.
         problems.append("spec.cudaGraphs.captureSizes is empty with CUDA graphs on; vLLM fails at startup")
