@@ -11,7 +11,6 @@ from stackpin.autotune.cache import (
     INDETERMINATE,
     METADATA_FIELDS,
     METADATA_KEY,
-    SHARED_FILE,
     WILDCARD,
     CacheFile,
     CacheInfo,
@@ -20,8 +19,8 @@ from stackpin.autotune.cache import (
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.errors import StackpinError
 from stackpin.profile.model import AutotuneMode
-from stackpin.profile.topology import PoolTopology, topology_of
-from stackpin.profile.tuning import CacheFit, expected_files, fit_cache, pool_shape
+from stackpin.profile.topology import PoolTopology, Role, topology_of
+from stackpin.profile.tuning import SHARED_FILE, CacheFit, expected_files, fit_cache, pool_shape
 
 if TYPE_CHECKING:
 
@@ -174,7 +173,7 @@ def _check_metadata(info: CacheInfo) -> list[Mismatch]:
     return out
 
 
-def _check_pools(info: CacheInfo, fit: CacheFit, pools: Mapping[str, PoolTopology], vllm: str,
+def _check_pools(info: CacheInfo, fit: CacheFit, pools: Mapping[Role, PoolTopology], vllm: str,
                  per_rank_since: str) -> list[Mismatch]:
     """The file-level detail behind `fit` (which pools the cache's directories serve: profile/tuning.py)."""
     out: list[Mismatch] = []
