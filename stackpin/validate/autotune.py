@@ -66,9 +66,10 @@ def cache_shape_problems(profile: StackProfile, topology: Topology, directories:
                         f"rank files) has no config directory in the pinned cache, which was captured with "
                         f"{captured}; vLLM retunes the pool at every start"))
             continue
+        holding = f", {fit.shared_dirs} of them with {SHARED_FILE}" if fit.shared_dirs != n else ""
         out.append((roles[0], f"pool {'/'.join(roles)}: vLLM {vllm} reads one {SHARED_FILE} per engine config and "
-                    f"the stack runs {fit.configs}, but the pinned cache was captured with {captured} "
-                    f"({fit.shared_dirs} with {SHARED_FILE}); vLLM retunes at every start"))
+                    f"the stack runs {fit.configs}, but the pinned cache was captured with {captured}{holding}; "
+                    "vLLM retunes at every start"))
     return out
 
 
