@@ -28,7 +28,7 @@ from stackpin.autotune.cache import (
 )
 from stackpin.autotune.fetch import fetch_cache, unpack_cache
 from stackpin.autotune.image import cache_image, pack_cache, push_cache, write_cache_to_layout
-from stackpin.autotune.verify import Mismatch, arch_tokens, expected_files, tuning_groups, verify_cache
+from stackpin.autotune.verify import Mismatch, arch_tokens, tuning_groups, verify_cache
 from stackpin.catalog import load_catalog
 from stackpin.cli.autotune import autotune
 from stackpin.cli.main import main
@@ -46,6 +46,7 @@ from stackpin.lock.ocilayout import LayoutResolver, LayoutWriter
 from stackpin.profile.loader import load_profile
 from stackpin.profile.model import Pool, StackProfile
 from stackpin.profile.topology import topology_of
+from stackpin.profile.tuning import expected_files
 from tests.helpers import matches
 from tests.registry import RunningRegistry
 

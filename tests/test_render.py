@@ -311,6 +311,17 @@ def _relabel(lock: StackLock, path: tuple[str, ...], value: Any, also_model_id: 
     return StackLock.model_validate(data)
 
 
+def test_render_refuses_an_empty_capture_list_with_graphs_on() -> None:
+    """SP105 refuses `captureSizes: []` (vLLM asserts a size when graphs are on); a lock made around
+    validation must not render `"cudagraph_capture_sizes":[]` either."""
+    bad = _relabel(shipped_locks()["gb300-tuned"], ("spec", "cudaGraphs", "captureSizes"), [])
+    with pytest.raises(RenderError, match="captureSizes is empty"):
+        build_objects(bad)
+    off = _relabel(_relabel(bad, ("spec", "cudaGraphs", "mode"), "NONE"), ("spec", "cudaGraphs", "maxCaptureSize"),
+                   None)
+    assert build_objects(off)  # graphs off: vLLM ignores the list (SP106 says so)
+
+
 def test_nothing_is_written_when_any_stack_fails(tmp_path: Path) -> None:
     good = shipped_locks()["gb300-tuned"]
     # A value the profile model accepts but render refuses: env render derives from the stack.

@@ -3,11 +3,13 @@ that does not. Each trigger asserts the code, severity, field path and `file:lin
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
 
+from stackpin.profile.tuning import parse_ranks_summary
 from stackpin.validate import Finding, all_rules, run_rules
 from stackpin.validate.check import check_profiles
 from tests.helpers import NULL, SHIPPED, apply, base_doc, dump, line_of, load_doc
@@ -22,6 +24,9 @@ OLD_PINS = {"spec.versions.dynamo": "1.3.1", "spec.versions.vllm": "0.23.0", "sp
             "spec.versions.nixl": "1.1.0"}
 
 
+VLLM_033 = {"spec.versions.vllm": "0.33.0", "spec.versions.flashinfer": "0.7.2.post1"}
+
+
 class Case(NamedTuple):
     code: str
     severity: str
@@ -30,6 +35,7 @@ class Case(NamedTuple):
     ok: dict[str, Any]  # a close variant that must not trigger the rule
     base: str = "gb300-tuned"
     label: str = ""
+    cache: str | None = None  # the pinned cache's ranks annotation, as a lock records it (rules that read it)
 
 
 CASES = [
@@ -46,8 +52,15 @@ CASES = [
     Case("SP105", "error", "spec.cudaGraphs.captureSizes",
          {"spec.cudaGraphs.captureSizes": [1, 2], "spec.cudaGraphs.maxCaptureSize": 2},
          {"spec.cudaGraphs.captureSizes": [1, 6], "spec.cudaGraphs.maxCaptureSize": 6}),
+    # An empty list with graphs on: vLLM asserts at least one size at startup (not "no graphs").
+    Case("SP105", "error", "spec.cudaGraphs.captureSizes", {"spec.cudaGraphs.captureSizes": []},
+         {"spec.cudaGraphs.captureSizes": [384]}, label="empty"),
     Case("SP106", "warning", "spec.cudaGraphs.mode", {"spec.cudaGraphs.mode": "NONE"},
          {"spec.cudaGraphs.mode": "PIECEWISE"}),
+    Case("SP106", "warning", "spec.cudaGraphs.mode",
+         {"spec.cudaGraphs.mode": "NONE", "spec.cudaGraphs.captureSizes": [], "spec.cudaGraphs.maxCaptureSize": None},
+         {"spec.cudaGraphs.mode": "NONE", "spec.cudaGraphs.captureSizes": None,
+          "spec.cudaGraphs.maxCaptureSize": None}, label="empty-list"),
     Case("SP107", "warning", "spec.cudaGraphs",
          {"spec.cudaGraphs.captureSizes": None, "spec.cudaGraphs.maxCaptureSize": None},
          {"spec.cudaGraphs.captureSizes": None, "spec.cudaGraphs.maxCaptureSize": None,
@@ -195,6 +208,17 @@ CASES = [
     Case("SP203", "warning", "spec.autotune.mode", {"spec.autotune.mode": "tune"}, {"spec.autotune.mode": "replay"}),
     Case("SP204", "warning", "spec.autotune.mode", {"spec.cudaGraphs.mode": "NONE"},
          {"spec.cudaGraphs.mode": "NONE", "spec.autotune": {"mode": "off"}}),
+    # A colocated stack's cache (one config directory) pinned by a disaggregated stack, whose prefill
+    # and decode pools run two engine configs; quiet when both pools run one.
+    Case("SP205", "error", "spec.autotune.cache", {}, {"spec.placement.pools.prefill": {
+        "replicas": 2, "tensorParallel": 2, "dataParallel": 8, "expertParallel": True, "nodesPerReplica": 4,
+        "maxNumSeqs": 64, "maxNumBatchedTokens": 16384, "gpuMemoryUtilization": 0.9}},
+         base="gb300-disagg-wide-ep", cache="ca3aa12086a7:shared (1 file)"),
+    # Per-rank files (vLLM >= 0.32.0): decode's TP2 x DP8 needs dp0-7 rank0-15, the cache has TP4's.
+    Case("SP205", "error", "spec.autotune.cache", VLLM_033, {**VLLM_033, D: {
+        "replicas": 4, "tensorParallel": 4, "expertParallel": True, "maxNumSeqs": 64,
+        "maxNumBatchedTokens": 16384}}, base="gb300-disagg-wide-ep", cache="a1a1a1a1a1a1:dp0 rank0-3 (4 files)",
+         label="per-rank"),
     # kernels
     Case("SP211", "error", "spec.kernels.attention", {"spec.kernels.attention": "FLASHINFER_MLA_SPARSE"},
          {"spec.kernels.attention": "FLASHINFER_MLA_SPARSE_DSV41"}),
@@ -222,7 +246,8 @@ def _id(case: Case) -> str:
 def _findings(tmp_path: Path, case: Case, mutations: dict[str, Any]) -> tuple[list[Finding], Path, str]:
     doc = apply(base_doc(case.base), mutations)
     loaded = load_doc(tmp_path, doc)
-    return run_rules(loaded), loaded.path, dump(doc)
+    cache = parse_ranks_summary(case.cache) if case.cache is not None else None
+    return run_rules(loaded, autotune_cache=cache), loaded.path, dump(doc)
 
 
 def test_every_rule_has_cases() -> None:
@@ -284,6 +309,48 @@ def test_finding_in_base_file_points_at_base(tmp_path: Path) -> None:
     (finding,) = [f for f in result.reports[0].findings if f.code == "SP213"]
     line, col = line_of(dump(base), "spec.kernels.moe")
     assert finding.location == f"{tmp_path / 'base.yaml'}:{line}:{col}"
+
+
+def _graph_codes(tmp_path: Path, doc: dict[str, Any]) -> list[Finding]:
+    return [f for f in run_rules(load_doc(tmp_path, doc)) if f.code in ("SP102", "SP103", "SP104", "SP105")]
+
+
+@pytest.mark.parametrize("changes", [
+    # 1+k=5: rounding 384 up gives 385, above maxNumBatchedTokens=384 (SP102) and maxCaptureSize=384.
+    {"spec.speculative.numSpeculativeTokens": 4, f"{W}.maxNumBatchedTokens": 384},
+    # maxCaptureSize alone bounds the rounded sizes.
+    {"spec.speculative.numSpeculativeTokens": 4},
+    # Without maxCaptureSize the largest listed size (within maxNumBatchedTokens) is the max.
+    {"spec.speculative.numSpeculativeTokens": 4, "spec.cudaGraphs.maxCaptureSize": None},
+    # Sizes above maxNumBatchedTokens are SP102's: the hint leaves them out rather than rounding them.
+    {"spec.speculative.numSpeculativeTokens": 4, f"{W}.maxNumBatchedTokens": 200,
+     "spec.cudaGraphs.maxCaptureSize": None},
+], ids=["batched-384", "max-384", "no-max", "batched-200"])
+def test_sp104_hint_proposes_only_sizes_the_other_rules_accept(tmp_path: Path, changes: dict[str, Any]) -> None:
+    doc = apply(base_doc(), changes)
+    pool = doc["spec"]["placement"]["pools"]["worker"]
+    graphs = doc["spec"]["cudaGraphs"]
+    ceiling = min(pool["maxNumBatchedTokens"], graphs.get("maxCaptureSize") or max(
+        s for s in graphs["captureSizes"] if s <= pool["maxNumBatchedTokens"]))
+    [hint] = [f.hint for f in _graph_codes(tmp_path, doc) if f.code == "SP104"]
+    assert hint is not None
+    proposed = [int(n) for group in re.findall(r"\[([0-9, ]*)\]", hint) for n in group.split(",") if n.strip()]
+    assert proposed and all(s % 5 == 0 and s <= ceiling for s in proposed), hint
+    # Applied as written, the hint leaves nothing for SP102-SP105 to say.
+    sizes = re.search(r"captureSizes: \[([0-9, ]*)\]", hint)
+    assert sizes is not None, hint
+    graphs["captureSizes"] = [int(n) for n in sizes.group(1).split(",")]
+    if (largest := re.search(r"maxCaptureSize: ([0-9]+)", hint)) is not None:
+        graphs["maxCaptureSize"] = int(largest.group(1))
+    assert [str(f) for f in _graph_codes(tmp_path, doc)] == []
+
+
+def test_empty_capture_list_is_an_error_not_a_way_to_turn_graphs_off(tmp_path: Path) -> None:
+    doc = apply(base_doc(), {"spec.cudaGraphs.captureSizes": [], "spec.cudaGraphs.maxCaptureSize": 384})
+    findings = run_rules(load_doc(tmp_path, doc))
+    [empty] = [f for f in findings if f.code == "SP105"]
+    assert empty.severity == "error" and "at least one" in empty.message
+    assert "cudaGraphs.mode: NONE" in (empty.hint or "")
 
 
 @pytest.mark.parametrize("profile", SHIPPED, ids=lambda p: p.stem)

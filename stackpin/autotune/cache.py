@@ -58,13 +58,13 @@ import json
 import os
 import re
 from collections import defaultdict
-from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from stackpin.errors import InputError, Location, Problem
+from stackpin.profile.tuning import SHARED_FILE, ConfigDirectory, ranks_summary
 
 if TYPE_CHECKING:
     pass
@@ -85,7 +85,8 @@ IMAGE_PLATFORMS = (("linux", "arm64"), ("linux", "amd64"))
 CACHE_DIR_NAME = "flashinfer_autotune_cache"  # under $VLLM_CACHE_ROOT (vLLM flashinfer_autotune_cache.py)
 # Which vLLM releases read per-rank files, the shared file or FlashInfer's v2 store is a catalog fact
 # (engine.yaml `autotune_files`, read through catalog.AutotuneFiles), not a constant here.
-SHARED_FILE = "autotune_configs.json"  # before per-rank files: one file, read by rank 0 and broadcast
+# SHARED_FILE (before per-rank files: one file, read by rank 0 and broadcast), the rank file names and
+# the ranks summary live in stackpin/profile/tuning.py, which lock and render read too.
 
 METADATA_KEY = "_metadata"
 GENERATION_KEY = "_generation"
@@ -168,18 +169,14 @@ class CacheInfo(FrozenModel):
     def arch_lists(self) -> list[str]:
         return sorted({f.arch_list for f in self.files})
 
+    def config_directories(self) -> list[ConfigDirectory]:
+        """Each config directory with the (dp, rank) of its files (None, None for the shared file)."""
+        return [ConfigDirectory.of_files(directory, [(f.dp, f.rank) for f in files])
+                for directory, files in self.directories().items()]
+
     def ranks_summary(self) -> str:
         """Compact `<hash12>:dp0-7 rank0-15 (16 files)` per config directory, `; `-joined."""
-        parts = []
-        for _, files in self.directories().items():
-            h = files[0].config_hash[:12]
-            if any(f.rank is None for f in files):
-                parts.append(f"{h}:shared ({len(files)} file{'s' if len(files) != 1 else ''})")
-                continue
-            dps = ranges(f.dp for f in files if f.dp is not None)
-            ranks = ranges(f.rank for f in files if f.rank is not None)
-            parts.append(f"{h}:dp{dps} rank{ranks} ({len(files)} file{'s' if len(files) != 1 else ''})")
-        return "; ".join(parts)
+        return ranks_summary(self.config_directories())
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -190,20 +187,6 @@ class CacheInfo(FrozenModel):
             "ranks": self.ranks_summary(),
             "files": [f.model_dump(mode="json") for f in self.files],
         }
-
-
-def ranges(values: Iterable[int]) -> str:
-    """[0, 1, 2, 5] -> '0-2,5'."""
-    nums = sorted(set(values))
-    out: list[str] = []
-    i = 0
-    while i < len(nums):
-        j = i
-        while j + 1 < len(nums) and nums[j + 1] == nums[j] + 1:
-            j += 1
-        out.append(str(nums[i]) if i == j else f"{nums[i]}-{nums[j]}")
-        i = j + 1
-    return ",".join(out)
 
 
 def bad_input(file: Path | str, message: str) -> InputError:

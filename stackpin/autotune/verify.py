@@ -11,7 +11,6 @@ from stackpin.autotune.cache import (
     INDETERMINATE,
     METADATA_FIELDS,
     METADATA_KEY,
-    SHARED_FILE,
     WILDCARD,
     CacheFile,
     CacheInfo,
@@ -20,6 +19,8 @@ from stackpin.autotune.cache import (
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.errors import StackpinError
 from stackpin.profile.model import AutotuneMode
+from stackpin.profile.topology import PoolTopology, Role, topology_of
+from stackpin.profile.tuning import SHARED_FILE, CacheFit, expected_files, fit_cache, pool_shape
 
 if TYPE_CHECKING:
 
@@ -62,20 +63,6 @@ def arch_tokens(sm_arch: str) -> set[str]:
     return {f"{major}{minor}"}
 
 
-def expected_files(pool: Pool, per_rank: bool = True) -> list[tuple[int, int, str]]:
-    """(dp, world rank, file name) for every rank of one replica of `pool`."""
-    if not per_rank:
-        return []
-    world = pool.tensor_parallel * pool.pipeline_parallel
-    out = []
-    for dp in range(pool.data_parallel):
-        for local in range(world):
-            # vLLM folds DP into the world group when DP > 1 (parallel_state.init_distributed_environment).
-            rank = dp * world + local
-            out.append((dp, rank, f"autotune_configs_dp{dp}_rank{rank}.json"))
-    return out
-
-
 def tuning_groups(pool: Pool) -> list[list[int]]:
     """World ranks that must hold matching files: the whole world (DP folded in), or each PP
     stage's TP group when PP > 1 (kernel_warmup.flashinfer_autotune: `get_tp_group() if pp_size > 1`)."""
@@ -87,21 +74,10 @@ def tuning_groups(pool: Pool) -> list[list[int]]:
             for dp in range(pool.data_parallel) for s in range(pp)]
 
 
-def _shape(pool: Pool) -> str:
-    parts = [f"TP{pool.tensor_parallel}"]
-    if pool.pipeline_parallel > 1:
-        parts.append(f"PP{pool.pipeline_parallel}")
-    if pool.data_parallel > 1:
-        parts.append(f"DP{pool.data_parallel}")
-    return " x ".join(parts)
-
-
 def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> list[Mismatch]:
     """Everything that would stop the pinned engines from using this cache on the profile's GPUs.
     An empty list means: right FlashInfer, right device and arch, consistent metadata, and a
     complete set of files for every pool the placement runs."""
-    from stackpin.profile.topology import topology_of
-
     out: list[Mismatch] = []
     if profile.spec.autotune.mode == AutotuneMode.off:
         out.append(Mismatch(field="mode", message=(
@@ -111,18 +87,14 @@ def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> li
     out += _check_versions(info, want_fi)
     out += _check_device(info, gpu.device_name, gpu.sm_arch)
     out += _check_metadata(info)
-    layout = catalog.engine.autotune_files
-    per_rank = layout.per_rank(profile.spec.versions.vllm)
-    pools = topology_of(profile, catalog).pools
-    if per_rank and layout.v2_store(profile.spec.versions.vllm):
-        for pool in pools:
-            if pool.gpus_per_replica == 1:
-                out.append(Mismatch(field="ranks", pool=pool.role, message=(
-                    f"pool {pool.role} runs on one GPU: vLLM {profile.spec.versions.vllm} keeps its tuning in "
-                    "FlashInfer's managed v2 store there, not in autotune_configs files")))
-        pools = tuple(pool for pool in pools if pool.gpus_per_replica > 1)
-    out += _check_pools(info, {pool.role: pool.spec for pool in pools}, per_rank, profile.spec.versions.vllm,
-                        str(layout.per_rank_since))
+    topology = topology_of(profile, catalog)
+    fit = fit_cache(topology, info.config_directories(), profile.spec.versions.vllm, catalog)
+    for pool in fit.v2_store:
+        out.append(Mismatch(field="ranks", pool=pool.role, message=(
+            f"pool {pool.role} runs on one GPU: vLLM {profile.spec.versions.vllm} keeps its tuning in "
+            "FlashInfer's managed v2 store there, not in autotune_configs files")))
+    out += _check_pools(info, fit, topology.by_role, profile.spec.versions.vllm,
+                        str(catalog.engine.autotune_files.per_rank_since))
     return out
 
 
@@ -201,12 +173,12 @@ def _check_metadata(info: CacheInfo) -> list[Mismatch]:
     return out
 
 
-def _check_pools(info: CacheInfo, pools: Mapping[str, Pool], per_rank: bool, vllm: str,
+def _check_pools(info: CacheInfo, fit: CacheFit, pools: Mapping[Role, PoolTopology], vllm: str,
                  per_rank_since: str) -> list[Mismatch]:
+    """The file-level detail behind `fit` (which pools the cache's directories serve: profile/tuning.py)."""
     out: list[Mismatch] = []
     dirs = info.directories()
-    names_by_dir = {d: {f.name for f in files} for d, files in dirs.items()}
-    if not per_rank:
+    if not fit.per_rank:
         # Before per-rank files: rank 0 reads autotune_configs.json and broadcasts it; per-rank files are unread.
         stray = [f for f in info.files if f.rank is not None]
         if stray:
@@ -215,38 +187,24 @@ def _check_pools(info: CacheInfo, pools: Mapping[str, Pool], per_rank: bool, vll
                 f"{per_rank_since}) ({_n(stray)})")))
         # Each distinct engine config has its own config-hash directory: pools that differ in anything
         # but their replica count cannot share one.
-        configs: dict[str, list[str]] = {}
-        for role, pool in pools.items():
-            key = pool.model_dump_json(exclude={"replicas", "nodes_per_replica"})
-            configs.setdefault(key, []).append(role)
-        have = sum(1 for names in names_by_dir.values() if SHARED_FILE in names)
-        if have < len(configs):
-            for roles in configs.values():
-                out.append(Mismatch(field="ranks", pool=roles[0], message=(
-                    f"pool {'/'.join(roles)}: the stack runs {len(configs)} distinct engine configs, each tuned "
-                    f"into its own config directory, but {have} holds {SHARED_FILE} (the file vLLM {vllm} reads)")))
+        for roles in fit.unserved:
+            out.append(Mismatch(field="ranks", pool=roles[0], message=(
+                f"pool {'/'.join(roles)}: the stack runs {fit.configs} distinct engine configs, each tuned "
+                f"into its own config directory, but {fit.shared_dirs} holds {SHARED_FILE} (the file vLLM "
+                f"{vllm} reads)")))
         return out
-    # First give every pool a directory holding exactly its files; pools of one shape but different
-    # engine configs (different hashes) each prefer a directory no other pool took.
-    used: set[str] = set()
-    chosen: dict[str, str] = {}
-    for role, pool in pools.items():
-        want = {name for _, _, name in expected_files(pool)}
-        exact = [d for d, names in names_by_dir.items() if names == want]
-        if exact:
-            chosen[role] = next((d for d in exact if d not in used), exact[0])
-            used.add(chosen[role])
-    for role, pool in pools.items():
-        if role in chosen:
-            out += _check_fingerprints(role, pool, dirs[chosen[role]])
-            continue
-        out += _missing(role, pool, {d: n for d, n in names_by_dir.items() if d not in used})
+    names_by_dir = {d: {f.name for f in files} for d, files in dirs.items()}
+    used = set(fit.chosen.values())
+    for role, directory in fit.chosen.items():
+        out += _check_fingerprints(role, pools[role].spec, dirs[directory])
+    for (role,) in fit.unserved:
+        out += _missing(role, pools[role].spec, {d: n for d, n in names_by_dir.items() if d not in used})
     return out
 
 
 def _missing(role: str, pool: Pool, candidates: Mapping[str, set[str]]) -> list[Mismatch]:
     """A pool without a complete directory: what the closest one (not another pool's) lacks."""
-    shape, needed = _shape(pool), expected_files(pool)
+    shape, needed = pool_shape(pool), expected_files(pool)
     want = {name for _, _, name in needed}
     best = max(candidates, key=lambda d: (len(candidates[d] & want), -len(candidates[d] - want)), default=None)
     if best is None or not candidates[best] & want:

@@ -125,12 +125,38 @@ class MaxCaptureSize(_Fact):
     sm100_family: int
 
 
+class DefaultCaptureSizes(_Fact):
+    """vLLM's default capture list: `first`, then steps of `step` below `wide_from`, then of `wide_step`."""
+
+    first: tuple[int, ...]
+    step: int
+    wide_from: int
+    wide_step: int
+
+    def up_to(self, max_size: int) -> list[int]:
+        """The sizes vLLM captures by default when the largest is `max_size`."""
+        sizes = [s for s in self.first if s <= max_size]
+        if max_size >= self.step:
+            sizes += range(self.step, min(max_size + 1, self.wide_from), self.step)
+        if max_size >= self.wide_from:
+            sizes += range(self.wide_from, max_size + 1, self.wide_step)
+        return sorted(set(sizes))
+
+
 class MemoryDefaults(_Fact):
     """vLLM's defaults when max-num-seqs / max-num-batched-tokens are unset, on GPUs of threshold_gib or more."""
 
     threshold_gib: float
     max_num_seqs: int
     max_num_batched_tokens: int
+
+    def max_num_seqs_for(self, hbm_gib: float) -> int | None:
+        """vLLM's max-num-seqs default on a GPU of `hbm_gib`; None where the catalog does not know it."""
+        return self.max_num_seqs if hbm_gib >= self.threshold_gib else None
+
+    def max_num_batched_tokens_for(self, hbm_gib: float) -> int | None:
+        """vLLM's max-num-batched-tokens default on a GPU of `hbm_gib`; None where the catalog does not know it."""
+        return self.max_num_batched_tokens if hbm_gib >= self.threshold_gib else None
 
 
 class MemoryReserve(_Fact):
@@ -159,6 +185,7 @@ class Engine(_Fact):
     kv_connectors: tuple[str, ...]
     default_max_capture_size: MaxCaptureSize
     sm100_family: tuple[str, ...]
+    default_capture_sizes: DefaultCaptureSizes
     memory_dependent_defaults: MemoryDefaults
     memory_reserve: MemoryReserve
     headroom_warn_fraction: float
@@ -168,6 +195,11 @@ class Engine(_Fact):
     worker_shared_memory: str
     autotune_files: AutotuneFiles
     grove_name_limit: int
+
+    def max_capture_ceiling(self, sm_arch: str) -> int:
+        """The cap of vLLM's default max capture size on a GPU of this SM arch (1024 on the SM100 family)."""
+        sizes = self.default_max_capture_size
+        return sizes.sm100_family if sm_arch in self.sm100_family else sizes.default
 
     @model_validator(mode="after")
     def _modes_are_graph_modes(self) -> Engine:

@@ -54,8 +54,9 @@ def build_demo_mirror(dest: Path, profiles: Sequence[StackProfile]) -> None:
 def write_stand_in_cache(root: Path, profile: StackProfile) -> Path:
     """A captured-cache tree in vLLM's real layout for every pool of `profile`, holding stand-in
     tactics (the directory and file names, metadata keys and per-rank rules are vLLM's)."""
-    from stackpin.autotune.cache import CACHE_DIR_NAME, SHARED_FILE
-    from stackpin.autotune.verify import arch_tokens, expected_files, per_rank_files
+    from stackpin.autotune.cache import CACHE_DIR_NAME
+    from stackpin.autotune.verify import arch_tokens, per_rank_files
+    from stackpin.profile.tuning import SHARED_FILE, expected_files
 
     catalog = load_catalog()
     gpu = catalog.gpu_of(profile.spec.target.platform)

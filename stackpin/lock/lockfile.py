@@ -23,6 +23,7 @@ from pydantic.alias_generators import to_camel
 from stackpin.errors import InputError, Problem, StackpinError
 from stackpin.lock.canonical import canonical_json
 from stackpin.profile.model import LOCK_KIND, AutotuneMode, StackProfile
+from stackpin.profile.tuning import ConfigDirectory, parse_ranks_summary
 from stackpin.yamlio import dump_yaml, load_yaml, recover_writes, write_files
 
 if TYPE_CHECKING:
@@ -73,6 +74,12 @@ class LockedArtifact(_Model):
     annotations: dict[str, str]
     resolved_via: str
     stand_in: bool = False
+
+    def config_directories(self) -> list[ConfigDirectory] | None:
+        """The cache's config directories as its `ranks` annotation records them; None when it records
+        none or not in the form `stackpin autotune pack` writes (then nothing can be compared)."""
+        ranks = self.annotations.get("ranks")
+        return parse_ranks_summary(ranks) if ranks is not None else None
 
 
 class LockedEngines(_Model):

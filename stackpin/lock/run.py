@@ -59,5 +59,14 @@ def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mir
                                 "profile moved")
     sources = Sources(images=images, models=models, previous=previous)
     locks = lock_profiles(loaded, sources, lockdir, offline=offline)
+    # Now the autotune caches' contents are known (each lock records them): the rules that compare them
+    # with the stack (SP205) run before anything is written.
+    for item, lock in zip(loaded, locks, strict=True):
+        cache = lock.resolved.autotune_cache
+        directories = cache.config_directories() if cache is not None else None
+        if directories is not None:
+            errors += [f for f in run_rules(item, autotune_cache=directories) if f.severity == Severity.error]
+    if errors:
+        raise StackMismatch("\n".join(str(f) for f in errors) + "\nnot locked: fix the errors above")
     # Everything resolved: only now touch the lock directory, all files or none.
     return list(zip(write_locks(locks, lockdir), locks, strict=True))

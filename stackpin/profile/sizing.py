@@ -40,14 +40,33 @@ def weights_per_gpu_gib(model: ModelFacts, pool: PoolTopology, offload_gib: floa
     return max(dense / pool.model_parallel + experts / pool.expert_shards - offload_gib, 0.0)
 
 
-def capture_size_count(profile: StackProfile, catalog: Catalog) -> int:
+def max_capture_size(profile: StackProfile, pool: PoolTopology, catalog: Catalog) -> int:
+    """The largest size a pool captures when the profile lists no sizes (docs/facts.md#cuda-graphs):
+    maxCaptureSize if set, else vLLM's default min(max_num_seqs x (1+k) x 2, the GPU family's
+    ceiling); either way no larger than max-num-batched-tokens. Unpinned max-num-seqs and
+    max-num-batched-tokens take vLLM's memory-dependent defaults where the catalog has them; where
+    it has none (GPUs below its threshold) that term is left out, so the estimate is an upper bound."""
+    engine = catalog.engine
+    gpu = catalog.gpu_of(profile.spec.target.platform)
+    defaults = engine.memory_dependent_defaults
+    size = profile.spec.cuda_graphs.max_capture_size
+    if size is None:
+        size = engine.max_capture_ceiling(gpu.sm_arch)
+        seqs = pool.spec.max_num_seqs or defaults.max_num_seqs_for(gpu.hbm_gib)
+        if seqs is not None:
+            size = min(size, seqs * (1 + profile.speculative_for(pool.spec).k) * 2)
+    batched = pool.spec.max_num_batched_tokens or defaults.max_num_batched_tokens_for(gpu.hbm_gib)
+    return min(size, batched) if batched is not None else size
+
+
+def capture_size_count(profile: StackProfile, pool: PoolTopology, catalog: Catalog) -> int:
+    """How many CUDA graph sizes a pool captures: the listed ones, else vLLM's default list."""
     graphs = profile.spec.cuda_graphs
     if graphs.mode == CudaGraphMode.NONE:
         return 0
     if graphs.capture_sizes is not None:
         return len(set(graphs.capture_sizes))
-    # vLLM's default list: 1, 2, 4, then steps of 8 up to the max (about max/8 sizes).
-    return 3 + (graphs.max_capture_size or catalog.engine.default_max_capture_size.default) // 8
+    return len(catalog.engine.default_capture_sizes.up_to(max_capture_size(profile, pool, catalog)))
 
 
 def pool_memory(profile: StackProfile, pool: PoolTopology, model: ModelFacts, catalog: Catalog) -> PoolMemory:
@@ -55,7 +74,7 @@ def pool_memory(profile: StackProfile, pool: PoolTopology, model: ModelFacts, ca
     reserve_facts = catalog.engine.memory_reserve
     usable = gpu.hbm_gib * pool.spec.gpu_memory_utilization
     weights = weights_per_gpu_gib(model, pool, profile.spec.fallbacks.cpu_offload_gib)
-    reserve = reserve_facts.runtime_gib + capture_size_count(profile, catalog) * (
+    reserve = reserve_facts.runtime_gib + capture_size_count(profile, pool, catalog) * (
         reserve_facts.cudagraph_mib_per_size / 1024)
     kv = usable - weights - reserve
     # MLA keeps one latent KV head, replicated on every TP rank: each GPU holds whole tokens.

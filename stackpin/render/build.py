@@ -24,6 +24,8 @@ from stackpin.profile.topology import topology_of
 from stackpin.render import args as argmod
 from stackpin.render.plan import ComponentPlan, Probe, StackPlan
 from stackpin.render.pod import ARCH_KEY, AUTOTUNE_MOUNT, GPU_RESOURCE, Pod, assemble_pod
+from stackpin.validate.autotune import cache_shape_problems
+from stackpin.validate.graphs import empty_capture_list
 from stackpin.validate.placement import speculative_mismatch
 
 LABEL_PREFIX = "stackpin.dev/"
@@ -56,7 +58,9 @@ def startup_budget_s(profile: StackProfile, catalog: Catalog) -> int:
     found = catalog.model_for(profile.spec.model.id)
     checkpoint_gib = found[1].checkpoint_gib if found else catalog.engine.startup_unknown_checkpoint_gib
     seconds = est.base_s + checkpoint_gib / est.load_gib_per_s
-    seconds += capture_size_count(profile, catalog) * est.capture_s_per_size
+    # One budget for every worker: the pool that captures the most sizes sets it.
+    pools = topology_of(profile, catalog).pools
+    seconds += max((capture_size_count(profile, pool, catalog) for pool in pools), default=0) * est.capture_s_per_size
     if profile.spec.autotune.mode == AutotuneMode.tune:
         seconds += est.autotune_s
     return math.ceil(seconds * est.margin)
@@ -146,6 +150,13 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
             node_selector=node_selector,
             pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": role}.items())),
         ))
+    directories = cache.config_directories() if cache else None
+    if directories is not None:
+        # SP205 refuses such a cache at lock time; a lock made around it must not render either.
+        problems += [why for _, why in cache_shape_problems(profile, topology, directories, catalog)]
+    if empty_capture_list(profile):
+        # SP105 refuses this profile: vLLM asserts a capture size when graphs are on.
+        problems.append("spec.cudaGraphs.captureSizes is empty with CUDA graphs on; vLLM fails at startup")
     if speculative_mismatch(profile, topology):
         # SP154 refuses this profile; a lock made around validation must not render either.
         problems.append("prefill and decode must run identical speculative settings; remove the per-pool "

@@ -8,7 +8,7 @@ warning once the profile states the fallback explicitly).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -19,6 +19,7 @@ from stackpin.catalog.flags import FlagCatalog, vllm_catalog
 from stackpin.profile.loader import LoadedProfile
 from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import PoolTopology, Role, Topology, topology_of
+from stackpin.profile.tuning import ConfigDirectory
 from stackpin.yamlio import FieldPath
 
 
@@ -64,6 +65,9 @@ class Context:
     model: ModelFacts | None
     vllm: FlagCatalog | None  # the pinned vLLM's flag catalog, when stackpin has extracted it
     topology: Topology
+    # The pinned autotune cache's config directories, once its contents are known (a lock records
+    # them); None before (`stackpin validate` of a profile), and the rules that need them stay silent.
+    autotune_cache: tuple[ConfigDirectory, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -103,13 +107,14 @@ def _load_rules() -> None:
     )
 
 
-def context_for(profile: StackProfile, catalog: Catalog | None = None) -> Context:
+def context_for(profile: StackProfile, catalog: Catalog | None = None, *,
+                autotune_cache: Sequence[ConfigDirectory] | None = None) -> Context:
     catalog = catalog or load_catalog()
     platform = catalog.platforms[profile.spec.target.platform]
     found = catalog.model_for(profile.spec.model.id)
     return Context(profile, catalog, platform, catalog.gpus[platform.gpu],
                    found[0] if found else None, found[1] if found else None, vllm_catalog(profile.spec.versions.vllm),
-                   topology_of(profile, catalog))
+                   topology_of(profile, catalog), None if autotune_cache is None else tuple(autotune_cache))
 
 
 def _dotted(path: FieldPath) -> str:
@@ -119,10 +124,12 @@ def _dotted(path: FieldPath) -> str:
     return out
 
 
-def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None) -> list[Finding]:
-    """All findings for one loaded profile, errors first, then by position in the file."""
+def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None, *,
+              autotune_cache: Sequence[ConfigDirectory] | None = None) -> list[Finding]:
+    """All findings for one loaded profile, errors first, then by position in the file.
+    `autotune_cache`: the pinned cache's config directories where they are known (lock, render)."""
     _load_rules()
-    ctx = context_for(loaded.profile, catalog)
+    ctx = context_for(loaded.profile, catalog, autotune_cache=autotune_cache)
     keyed = []
     for r in RULES.values():
         for hit in r.check(ctx):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.profile.model import CudaGraphMode
+from stackpin.profile.model import CudaGraphMode, StackProfile
 from stackpin.validate import Context, Hit, Severity, pools, rule
 
 _G = ("spec", "cudaGraphs")
@@ -26,6 +26,25 @@ def effective_capture_sizes(sizes: list[int], max_batched: int | None, k: int, f
         out = sorted({_round_up(s, 1 + k) for s in out})
         out = [s for s in out if s <= limit]
     return out
+
+
+def aligned_sizes(sizes: list[int], multiple: int, ceiling: int) -> list[int]:
+    """`sizes` as multiples of `multiple` no larger than `ceiling`: each rounded up, or down where up
+    would pass the ceiling; a size with no multiple at or under the ceiling is left out."""
+    out = set()
+    for size in sizes:
+        up, down = _round_up(size, multiple), size // multiple * multiple
+        if up <= ceiling:
+            out.add(up)
+        elif multiple <= down <= ceiling:
+            out.add(down)
+    return sorted(out)
+
+
+def empty_capture_list(profile: StackProfile) -> bool:
+    """`captureSizes: []` with CUDA graphs on: vLLM asserts at least one size and fails at startup (SP105)."""
+    graphs = profile.spec.cuda_graphs
+    return graphs.capture_sizes == [] and graphs.mode != CudaGraphMode.NONE
 
 
 def _full_decode(ctx: Context) -> bool:
@@ -67,18 +86,43 @@ def not_multiple(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
     if not graphs.capture_sizes or not _full_decode(ctx):
         return
+    sizes = sorted(set(graphs.capture_sizes))
     # Pools may override speculative settings: check every k a pool runs with.
-    for k in sorted({ctx.profile.speculative_for(pool.spec).k for _, _, pool in pools(ctx)}):
-        odd = [s for s in sorted(set(graphs.capture_sizes)) if k and s % (1 + k)]
-        if odd:
-            yield Hit(_G + ("captureSizes",), f"sizes {odd} are not multiples of 1+k={1 + k}; with "
-                      f"{graphs.mode} graphs vLLM rounds them up (or drops them above the max)",
-                      f"use multiples of {1 + k}: {sorted({_round_up(s, 1 + k) for s in odd})}")
+    by_k: dict[int, list[int | None]] = {}
+    for _, _, pool in pools(ctx):
+        by_k.setdefault(ctx.profile.speculative_for(pool.spec).k, []).append(pool.spec.max_num_batched_tokens)
+    for k, limits in sorted(by_k.items()):
+        odd = [s for s in sizes if k and s % (1 + k)]
+        if not odd:
+            continue
+        # The hint stays within what SP102 and SP105 check: sizes above a pool's max-num-batched-tokens
+        # are dropped, and rounded sizes above the max (maxCaptureSize, else the largest size left) too.
+        known = [limit for limit in limits if limit is not None]
+        batched = min(known) if known else None
+        within = [s for s in sizes if batched is None or s <= batched]
+        ceiling = graphs.max_capture_size if graphs.max_capture_size is not None else (within[-1] if within else 0)
+        if batched is not None:
+            ceiling = min(ceiling, batched)
+        aligned = aligned_sizes(within, 1 + k, ceiling)
+        if not aligned:
+            hint = (f"no multiple of {1 + k} fits within {ceiling}; raise maxNumBatchedTokens / maxCaptureSize or "
+                    "lower numSpeculativeTokens")
+        else:
+            hint = f"use multiples of {1 + k} up to {ceiling}: captureSizes: {aligned}"
+            if graphs.max_capture_size is not None and aligned[-1] != graphs.max_capture_size:
+                hint += f", maxCaptureSize: {aligned[-1]}"
+        yield Hit(_G + ("captureSizes",), f"sizes {odd} are not multiples of 1+k={1 + k}; with "
+                  f"{graphs.mode} graphs vLLM rounds them up (or drops them above the max)", hint)
 
 
 @rule("SP105", Severity.error, "no capture size left")
 def none_left(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
+    if empty_capture_list(ctx.profile):
+        yield Hit(_G + ("captureSizes",), "captureSizes is empty: with CUDA graphs on vLLM asserts at least one "
+                  "capture size and fails at startup (an empty list does not turn graphs off)",
+                  "list the sizes to capture, drop captureSizes for vLLM's defaults, or set cudaGraphs.mode: NONE")
+        return
     if not graphs.capture_sizes or graphs.mode == CudaGraphMode.NONE:
         return
     for role, _, pool in pools(ctx):
@@ -93,7 +137,7 @@ def none_left(ctx: Context) -> Iterator[Hit]:
 @rule("SP106", Severity.warning, "capture sizes set while CUDA graphs are off")
 def sizes_unused(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
-    if graphs.mode == CudaGraphMode.NONE and (graphs.capture_sizes or graphs.max_capture_size):
+    if graphs.mode == CudaGraphMode.NONE and (graphs.capture_sizes is not None or graphs.max_capture_size):
         yield Hit(_G + ("mode",), "cudaGraphs.mode is NONE, so capture sizes are ignored",
                   "drop captureSizes/maxCaptureSize or choose a graph mode")
 
