@@ -17,7 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from stackpin.errors import StackpinError, clip
+from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock, sha256, stack_digest
 from stackpin.profile.k8s_names import DNS_LABEL, DNS_LABEL_MAX, DNS_LABEL_PATTERN
 from stackpin.yamlio import MAX_INPUT_BYTES, dump_yaml
@@ -106,7 +106,7 @@ class RevisionError(StackpinError):
     """A revision file that cannot be trusted: unreadable, edited, or out of place (exit 2)."""
 
     def __init__(self, path: Path, problem: str) -> None:
-        super().__init__(f"{path}: {problem}",
+        super().__init__(f"{path}: {' '.join(problem.split())}",  # one line, whatever a value held
                          "revisions are written once and never edited: restore the file from version control")
 
 
@@ -177,7 +177,9 @@ def read_revision(path: Path, key: DeploymentKey, number: int) -> Revision:
     except (OSError, UnicodeDecodeError) as exc:
         raise RevisionError(path, f"cannot read: {exc}") from None
     except yaml.YAMLError as exc:
-        raise RevisionError(path, f"invalid YAML: {clip(exc, 200)}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise RevisionError(path, f"invalid YAML{where}: {getattr(exc, 'problem', None) or 'not YAML'}") from None
     if not isinstance(data, dict) or data.get("kind") != REVISION_KIND:
         raise RevisionError(path, f"not a {REVISION_KIND}")
     body = {k: v for k, v in data.items() if k != "revisionDigest"}
