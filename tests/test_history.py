@@ -156,7 +156,7 @@ def test_the_same_deployment_on_two_racks_has_two_histories(tmp_path: Path) -> N
     assert [r.message for r in store.revisions(RUBIN_KEY)] == ["Rubin"]  # revision 1 of its own history
     assert [r.message for r in store.revisions(GB300)] == ["GB300"]
     error = one_error(invoke(tmp_path, "history", "dsv41-flash"))
-    assert error == (f"error: deployment dsv41-flash is ambiguous in {tmp_path / 'history'}: it could be "
+    assert error == (f"error: deployment dsv41-flash is ambiguous in {tmp_path / 'history'}/: it could be "
                      "dynamo/dsv41-flash@gb300-nvl72, dynamo/dsv41-flash@vera-rubin-nvl72; name one of them")
     for query in ("dsv41-flash@vera-rubin-nvl72", "dynamo/dsv41-flash@vera-rubin-nvl72"):
         assert store.resolve(query) == RUBIN_KEY
@@ -292,7 +292,7 @@ def test_a_tampered_revision_is_never_rolled_back_to(tmp_path: Path) -> None:
 
 def test_unknown_deployment_is_one_line(tmp_path: Path) -> None:
     assert one_error(invoke(tmp_path, "history", "dsv41-flash")) == (
-        f"error: no history of deployment dsv41-flash in {tmp_path / 'history'}; no deployment has one yet "
+        f"error: no history of deployment dsv41-flash in {tmp_path / 'history'}/; no deployment has one yet "
         "(stackpin promote LOCK -m MESSAGE records the first revision)")
     three_revisions(tmp_path)
     for args in (("history", "nope"), ("rollback", "nope"), ("history", "nope", "--check"),

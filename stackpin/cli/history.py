@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     from stackpin.history.record import Recorded
     from stackpin.history.store import HistoryStore
 
-HISTORY = click.option("--history", "history_dir", default="history", show_default=True,
+HISTORY = click.option("--history", "history_dir", default="history", show_default=True, metavar="DIR",
                        type=click.Path(file_okay=False),
                        help="Where revisions are kept: <namespace>/<deployment>@<platform>/NNNNNN.yaml.")
-DEPLOYMENTS = click.option("--deployments", "deployments_dir", default="deployments", show_default=True,
+DEPLOYMENTS = click.option("--deployments", "deployments_dir", default="deployments", show_default=True, metavar="DIR",
                            type=click.Path(file_okay=False),
                            help="Where each deployment's newest revision is rendered for GitOps: "
                                 "<namespace>/<deployment>@<platform>/.")

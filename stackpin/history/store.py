@@ -66,11 +66,11 @@ class HistoryStore:
         if len(hits) == 1:
             return hits[0]
         if hits:
-            raise StackpinError(f"deployment {query} is ambiguous in {self.root}: it could be "
+            raise StackpinError(f"deployment {query} is ambiguous in {self.root}/: it could be "
                                 f"{', '.join(map(str, hits))}; name one of them")
         have = (f"deployments with a history: {', '.join(map(str, known))}" if known else
                 "no deployment has one yet (stackpin promote LOCK -m MESSAGE records the first revision)")
-        raise StackpinError(f"no history of deployment {query} in {self.root}; {have}")
+        raise StackpinError(f"no history of deployment {query} in {self.root}/; {have}")
 
     # --- reading ---------------------------------------------------------------------------------
 
