@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
@@ -22,8 +22,8 @@ from stackpin.lock.lockfile import StackLock, sha256, stack_digest
 from stackpin.profile.k8s_names import DNS_LABEL, DNS_LABEL_MAX, DNS_LABEL_PATTERN
 from stackpin.yamlio import MAX_INPUT_BYTES, dump_yaml
 
-REVISION_KIND = "StackRevision"
-API_VERSION = "stackpin.dev/v1"
+REVISION_KIND: Final = "StackRevision"
+API_VERSION: Final = "stackpin.dev/v1"
 CREATED_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"
 # A deployment's directory: `<name>@<platform>` (the platform keeps two racks' histories apart).
 DIRECTORY_NAME = re.compile(rf"^(?P<name>{DNS_LABEL})@(?P<platform>{DNS_LABEL})$")
@@ -54,7 +54,7 @@ class DeploymentKey(_Model):
     def of_lock(cls, lock: StackLock) -> DeploymentKey:
         profile = lock.stack_profile
         return cls(namespace=profile.metadata.namespace, name=profile.metadata.deployment,
-                   platform=profile.spec.target.platform.value)
+                   platform=str(profile.spec.target.platform))  # a StrEnum member: its value
 
 
 class ActionKind(StrEnum):

@@ -39,7 +39,7 @@ class HistoryStore:
 
     def keys(self) -> list[DeploymentKey]:
         """Every deployment with at least one revision, sorted."""
-        found = []
+        found: list[DeploymentKey] = []
         if not self.root.is_dir():
             return found
         for ns in sorted(self.root.iterdir()):
