@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACKPIN := $(BIN)/stackpin
 PROFILES := profiles
 
-.PHONY: setup demo test bench lint schema docs crds clean
+.PHONY: setup demo demo-history test bench lint schema docs crds clean
 
 $(BIN)/stackpin: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,25 @@ demo: setup
 	$(STACKPIN) lock $(PROFILES) --oci-layout $(DEMO_MIRROR)/oci --hf-cache $(DEMO_MIRROR)/hf
 	$(STACKPIN) render --lockdir lockfiles --output-dir manifests
 	$(STACKPIN) validate --manifests manifests
+	$(MAKE) --no-print-directory demo-history
+
+# The GB300 deployment's history: launch and tuned stacks promoted as revisions 1 and 2, then rolled
+# back to 1 (revision 3). History is never rewritten in use; the demo alone recreates this one
+# deployment's history from scratch on each run, with fixed times (SOURCE_DATE_EPOCH) and author, so
+# the committed history/ and deployments/ come out byte for byte the same.
+DEMO_DEPLOYMENT := dynamo/dsv41-flash@gb300-nvl72
+DEMO_AUTHOR := STACKPIN_AUTHOR='stackpin demo <demo@stackpin.dev>'
+
+demo-history: setup
+	rm -rf history/$(DEMO_DEPLOYMENT) deployments/$(DEMO_DEPLOYMENT)
+	SOURCE_DATE_EPOCH=1767225600 $(DEMO_AUTHOR) $(STACKPIN) promote lockfiles/gb300-launch.lock.yaml \
+		-m "Launch stack: Dynamo 1.6.0, generic kernels, autotune off, disaggregated"
+	SOURCE_DATE_EPOCH=1767312000 $(DEMO_AUTHOR) $(STACKPIN) promote lockfiles/gb300-tuned.lock.yaml \
+		-m "Tuned stack: the five changes, colocated"
+	SOURCE_DATE_EPOCH=1767315600 $(DEMO_AUTHOR) $(STACKPIN) rollback $(DEMO_DEPLOYMENT) --to 1 \
+		-m "Roll back to the launch stack while the tuned one is investigated"
+	$(STACKPIN) history $(DEMO_DEPLOYMENT)
+	$(STACKPIN) history --check
 
 test: setup
 	$(BIN)/pytest

@@ -382,3 +382,42 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         raise _write_failed(path, exc) from None
     finally:
         staged[0][0].unlink(missing_ok=True)
+
+
+# --- files created once --------------------------------------------------------------------------
+#
+# A record that is written once and never replaced (a deployment's revision) is created whole or not
+# at all under a name nobody holds yet: staged and fsynced beside its target as above, then hard-linked
+# to its name (link, unlike rename, fails when the name exists), then the staged name is removed.
+
+
+@contextmanager
+def lock_directory(root: Path) -> Iterator[None]:
+    """Hold the exclusive lock on `root` that `write_files` takes (created if missing) while the block
+    runs. Never call `write_files` or `recover_writes` on the same `root` inside the block: flock is
+    per open file, so the inner call would wait for the outer one forever."""
+    with _locked(root):
+        yield
+
+
+def create_exclusive(path: Path, data: str | bytes) -> None:
+    """Create `path` whole or not at all, never replacing a file: FileExistsError when the name is taken.
+    A process killed before the link leaves only a staged temp file (see `sweep_temp_files`)."""
+    path = Path(path)
+    [(tmp, _)] = _stage({path: data}, path.parent)
+    try:
+        os.link(tmp, path)
+        _fsync_dir(path.parent)
+    except FileExistsError:
+        raise
+    except OSError as exc:
+        raise _write_failed(path, exc) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def sweep_temp_files(directory: Path) -> None:
+    """Remove what killed writers left staged in `directory` (not below it). Call it holding the
+    directory's lock (`lock_directory`): a live writer's staged file is never swept from under it."""
+    for stale in directory.glob(f".*{_TMP}"):
+        stale.unlink(missing_ok=True)

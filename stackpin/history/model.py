@@ -1,0 +1,210 @@
+"""What a deployment's history is made of: the key that names a deployment, and revisions.
+
+A revision is one immutable YAML file holding its number, who made it, when and why, what it did
+(promote a lock, or roll back to an earlier revision's stack), the whole `StackLock` (so a revision
+stands alone, whatever happens to `lockfiles/` later), the revision digest of the one before it, and
+`revisionDigest`: sha256 over the canonical JSON of every other field. Reading checks both that digest
+and the lock's own `stackDigest`, so an edited revision is refused, naming its file.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.alias_generators import to_camel
+
+from stackpin.errors import StackpinError
+from stackpin.lock.lockfile import StackLock, sha256, stack_digest
+from stackpin.profile.k8s_names import DNS_LABEL, DNS_LABEL_MAX, DNS_LABEL_PATTERN
+from stackpin.yamlio import MAX_INPUT_BYTES, dump_yaml
+
+REVISION_KIND: Final = "StackRevision"
+API_VERSION: Final = "stackpin.dev/v1"
+CREATED_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"
+# A deployment's directory: `<name>@<platform>` (the platform keeps two racks' histories apart).
+DIRECTORY_NAME = re.compile(rf"^(?P<name>{DNS_LABEL})@(?P<platform>{DNS_LABEL})$")
+
+Label = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=DNS_LABEL_MAX)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class DeploymentKey(_Model):
+    """A deployment as its history is kept: the same `metadata.deployment` on another platform (the
+    GB300 and Vera Rubin stacks are both `dsv41-flash`) or in another namespace is another history."""
+
+    namespace: Label
+    name: Label
+    platform: Label
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}@{self.platform}"
+
+    @property
+    def dirname(self) -> str:
+        return f"{self.name}@{self.platform}"
+
+    @classmethod
+    def of_lock(cls, lock: StackLock) -> DeploymentKey:
+        profile = lock.stack_profile
+        return cls(namespace=profile.metadata.namespace, name=profile.metadata.deployment,
+                   platform=str(profile.spec.target.platform))  # a StrEnum member: its value
+
+
+class ActionKind(StrEnum):
+    promote = "promote"
+    rollback = "rollback"
+
+
+class Action(_Model):
+    """What made a revision: a promoted lock, or a rollback to the stack of revision `revision`."""
+
+    kind: ActionKind
+    revision: Annotated[int, Field(ge=1, strict=True)] | None = None
+
+    @model_validator(mode="after")
+    def _source(self) -> Action:
+        if (self.kind == ActionKind.rollback) != (self.revision is not None):
+            raise ValueError("a rollback names the revision it restores (revision:); a promote names none")
+        return self
+
+    def __str__(self) -> str:
+        return f"rollback to {self.revision}" if self.kind == ActionKind.rollback else "promote"
+
+
+class Revision(_Model):
+    api_version: Literal["stackpin.dev/v1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["StackRevision"] = REVISION_KIND
+    deployment: DeploymentKey
+    revision: Annotated[int, Field(ge=1, strict=True)]
+    created: Annotated[str, Field(pattern=CREATED_PATTERN, description="UTC, seconds.")]
+    author: Annotated[str, Field(min_length=1)]
+    message: Annotated[str, Field(min_length=1)]
+    action: Action
+    stack_digest: str
+    previous_digest: str | None = Field(None, description="revisionDigest of the revision before; none for 1.")
+    revision_digest: str
+    lock: StackLock
+
+    @property
+    def short_digest(self) -> str:
+        return self.lock.short_digest
+
+    @property
+    def stack(self) -> str:
+        """The stack's name (the lock's metadata.name)."""
+        return self.lock.metadata.name
+
+
+class RevisionError(StackpinError):
+    """A revision file that cannot be trusted: unreadable, edited, or out of place (exit 2)."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        super().__init__(f"{path}: {' '.join(problem.split())}",  # one line, whatever a value held
+                         "revisions are written once and never edited: restore the file from version control")
+
+
+def file_name(number: int) -> str:
+    return f"{number:06d}.yaml"
+
+
+def _sorted(value: Any) -> Any:
+    """Every mapping's keys in order, so a section dumps as `dump_yaml` sorts (lockfiles read the same)."""
+    if isinstance(value, dict):
+        return {k: _sorted(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [_sorted(v) for v in value]
+    return value
+
+
+def _document(body: dict[str, Any]) -> dict[str, Any]:
+    """The file's top-level order: who, when and why first, the (long) lock last."""
+    order = ("apiVersion", "kind", "deployment", "revision", "created", "author", "message", "action",
+             "stackDigest", "previousDigest", "revisionDigest", "lock")
+    return {key: _sorted(body[key]) for key in order if key in body}
+
+
+def new_revision(key: DeploymentKey, number: int, lock: StackLock, *, created: str, author: str, message: str,
+                 action: Action, previous: Revision | None) -> Revision:
+    """The next revision of `key`, its digest computed over exactly what its file will hold."""
+    body = {
+        "apiVersion": API_VERSION, "kind": REVISION_KIND,
+        "deployment": key.model_dump(mode="json"), "revision": number, "created": created,
+        "author": author, "message": message, "action": action.model_dump(mode="json", exclude_none=True),
+        "stackDigest": lock.stack_digest,
+        "lock": lock.model_dump(mode="json", by_alias=True, exclude_none=True),
+    }
+    if previous is not None:
+        body["previousDigest"] = previous.revision_digest
+    return Revision.model_validate({**body, "revisionDigest": sha256(body)})
+
+
+def revision_text(revision: Revision) -> str:
+    """The bytes of a revision file: the same revision always gives the same bytes."""
+    import yaml
+
+    data = _document(revision.model_dump(mode="json", by_alias=True, exclude_none=True))
+    text = dump_yaml(data, sort_keys=False)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    if yaml.load(text, Loader=loader) != data:  # what is read back must be what was hashed
+        raise StackpinError(f"revision {revision.revision} of {revision.deployment}: a value does not survive a "
+                            "YAML round trip (a control character in the message or author?)")
+    header = (f"# Revision {revision.revision} of deployment {revision.deployment}, recorded by `stackpin "
+              f"{revision.action.kind.value}`; never edited.\n"
+              "# revisionDigest: sha256 over the canonical JSON of every other field; reading checks it.\n")
+    if revision.lock.resolved.stand_in:
+        header += "# STAND-IN PINS: resolved through a demo mirror; not production digests.\n"
+    return header + text
+
+
+def read_revision(path: Path, key: DeploymentKey, number: int) -> Revision:
+    """Read and verify the revision file `path`: revision `number` of `key`. Raises RevisionError."""
+    import yaml
+
+    try:
+        size = path.stat().st_size
+        if size > MAX_INPUT_BYTES:
+            raise RevisionError(path, f"is {size:,} bytes, more than a revision can be ({MAX_INPUT_BYTES:,})")
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except FileNotFoundError:
+        raise RevisionError(path, "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise RevisionError(path, f"cannot read: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise RevisionError(path, f"invalid YAML{where}: {getattr(exc, 'problem', None) or 'not YAML'}") from None
+    if not isinstance(data, dict) or data.get("kind") != REVISION_KIND:
+        raise RevisionError(path, f"not a {REVISION_KIND}")
+    body = {k: v for k, v in data.items() if k != "revisionDigest"}
+    try:
+        digest = sha256(body)
+    except (TypeError, ValueError):  # a value YAML typed as a date or a set: not what stackpin wrote
+        digest = None
+    if digest is None or data.get("revisionDigest") != digest:
+        raise RevisionError(path, "revisionDigest does not match the file's content (edited by hand?)")
+    try:
+        revision = Revision.model_validate(data)
+        revision.lock.stack_profile  # noqa: B018 - the embedded profile must be a valid profile too
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        where = ".".join(map(str, first["loc"]))
+        raise RevisionError(path, f"{where}: {first['msg']}" if where else first["msg"]) from None
+    lock = revision.lock
+    if stack_digest(lock.profile, lock.resolved) != lock.stack_digest:
+        raise RevisionError(path, "lock.stackDigest does not match the lock's content")
+    if revision.stack_digest != lock.stack_digest:
+        raise RevisionError(path, f"stackDigest {revision.stack_digest} is not its lock's ({lock.stack_digest})")
+    if revision.revision != number:
+        raise RevisionError(path, f"holds revision {revision.revision}, but its file name says {number}")
+    if revision.deployment != key:
+        raise RevisionError(path, f"is a revision of {revision.deployment}, not of {key} (its directory)")
+    if DeploymentKey.of_lock(lock) != key:
+        raise RevisionError(path, f"its lock is a stack of deployment {DeploymentKey.of_lock(lock)}, not {key}")
+    return revision

@@ -1,0 +1,127 @@
+"""Library twins of `stackpin promote`, `stackpin rollback` and `stackpin history --render`.
+
+Each new revision is recorded under the deployment's lock in three steps: the next number's file is
+created exclusively (the revision is committed once it has its name), then the deployment directory
+is switched to that revision's manifests. A write that fails takes the new revision back out, so
+nothing changes; a process killed between the two leaves the revision recorded and the directory one
+revision behind, which `stackpin history --check` reports and the next promote, rollback or
+`stackpin history --render` brings up to date.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from stackpin.errors import StackpinError, clip
+from stackpin.history.deployed import deployment_dir, deployment_files, write_deployment
+from stackpin.history.identity import author_of, created_at
+from stackpin.history.model import Action, ActionKind, DeploymentKey, Revision, new_revision, revision_text
+from stackpin.history.store import HistoryStore
+from stackpin.lock.lockfile import StackLock
+from stackpin.render.output import RenderedStack, render_stack
+from stackpin.yamlio import create_exclusive
+
+MAX_MESSAGE = 4000
+# Line breaks and tabs are a message's own; other control characters would not read back the same.
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+# Decides, holding the lock and given the newest revision, what the next one is.
+_Choose = Callable[[Revision | None], tuple[StackLock, Action, str, RenderedStack]]
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A revision just recorded, and the deployment directory rendered from it."""
+
+    revision: Revision
+    path: Path
+    directory: Path
+    files: tuple[str, ...]
+
+
+def checked_message(message: str) -> str:
+    text = message.strip()
+    if not text:
+        raise StackpinError("the message is empty: say why this revision exists (-m MESSAGE)")
+    if len(text) > MAX_MESSAGE:
+        raise StackpinError(f"the message is {len(text):,} characters; a revision's message holds at most "
+                            f"{MAX_MESSAGE:,}")
+    if _CONTROL.search(text):
+        raise StackpinError(f"the message {clip(text)!r} holds a control character; write text, line breaks "
+                            "and tabs only")
+    return text
+
+
+def promote(lock: StackLock, message: str, store: HistoryStore, deployments: Path, *,
+            env: Mapping[str, str] | None = None) -> Recorded:
+    """Record `lock` as the next revision of its deployment and render the deployment directory."""
+    text = checked_message(message)
+    rendered = render_stack(lock)  # a stack that does not render is refused before anything is written
+    key = DeploymentKey.of_lock(lock)
+
+    def choose(newest: Revision | None) -> tuple[StackLock, Action, str, RenderedStack]:
+        return lock, Action(kind=ActionKind.promote), text, rendered
+
+    return _record(store, key, deployments, choose, env)
+
+
+def rollback(store: HistoryStore, key: DeploymentKey, deployments: Path, *, to: int | None = None,
+             message: str | None = None, env: Mapping[str, str] | None = None) -> Recorded:
+    """A new revision whose stack is revision `to`'s (default: the one before the newest). History is
+    never rewritten: rolling back is a revision like any other, and can itself be rolled back."""
+    text = checked_message(message) if message is not None else None
+
+    def choose(newest: Revision | None) -> tuple[StackLock, Action, str, RenderedStack]:
+        if newest is None:
+            raise StackpinError(f"deployment {key} has no revisions")
+        if to is None and newest.revision == 1:
+            raise StackpinError(f"deployment {key} has one revision; there is none before it to roll back to")
+        target = to if to is not None else newest.revision - 1
+        if target == newest.revision:
+            raise StackpinError(f"revision {target} is the newest revision of {key} already; nothing to roll back")
+        source = store.read(key, target)  # a number out of range is the store's one-line error
+        return (source.lock, Action(kind=ActionKind.rollback, revision=target),
+                text or f"Roll back to revision {target}", render_stack(source.lock))
+
+    return _record(store, key, deployments, choose, env)
+
+
+def rerender(store: HistoryStore, key: DeploymentKey, deployments: Path) -> Recorded:
+    """Bring the deployment directory up to date with the newest revision (no new revision): after a
+    process was killed between the two writes, or after an upgrade of stackpin renders differently."""
+    with store.writing(key):
+        newest = store.newest(key)
+        if newest is None:
+            raise StackpinError(f"deployment {key} has no revisions")
+        stack = deployment_files(newest)
+        write_deployment(deployments, stack, key)
+    return Recorded(newest, store.path(key, newest.revision), deployment_dir(deployments, key), tuple(stack.files))
+
+
+def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: _Choose,
+            env: Mapping[str, str] | None) -> Recorded:
+    environ = os.environ if env is None else env
+    author, created = author_of(store.root, environ), created_at(environ)
+    with store.writing(key):
+        newest = store.newest(key)
+        lock, action, message, rendered = choose(newest)
+        number = newest.revision + 1 if newest is not None else 1
+        revision = new_revision(key, number, lock, created=created, author=author, message=message,
+                                action=action, previous=newest)
+        stack = deployment_files(revision, rendered)
+        path = store.path(key, number)
+        try:
+            create_exclusive(path, revision_text(revision))
+        except FileExistsError:  # only a writer that ignores the lock gets here
+            raise StackpinError(f"{path}: revision {number} was created by another writer meanwhile; "
+                                "nothing written, try again") from None
+        try:
+            write_deployment(deployments, stack, key)
+        except StackpinError:  # nothing was switched (write_files puts back what was there): take it back
+            path.unlink(missing_ok=True)
+            raise
+    return Recorded(revision, path, deployment_dir(deployments, key), tuple(stack.files))
+
