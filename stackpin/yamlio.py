@@ -283,7 +283,7 @@ def write_files(files: Mapping[Path, str | bytes], root: Path | None = None) -> 
     root = Path(root) if root is not None else Path(os.path.commonpath([p.parent for p in paths]))
     with _locked(root):
         _recover(root)
-        staged = _stage(files)
+        staged = _stage(files, root)
         try:
             _switch(staged, root)
         finally:
@@ -291,7 +291,8 @@ def write_files(files: Mapping[Path, str | bytes], root: Path | None = None) -> 
                 tmp.unlink(missing_ok=True)
 
 
-def _stage(files: Mapping[Path, str | bytes]) -> list[tuple[Path, Path]]:
+# `root` is unused (temp files go beside their targets), kept because in-flight branches call _stage(files, root).
+def _stage(files: Mapping[Path, str | bytes], root: Path) -> list[tuple[Path, Path]]:  # noqa: ARG001
     staged: list[tuple[Path, Path]] = []
     try:
         for path, data in files.items():
@@ -374,7 +375,7 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     path = Path(path)
     if path.is_dir():
         raise _write_failed(path, IsADirectoryError(21, "Is a directory"))
-    staged = _stage({path: data})
+    staged = _stage({path: data}, path.parent)
     try:
         os.replace(staged[0][0], path)
     except OSError as exc:
