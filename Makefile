@@ -53,6 +53,7 @@ bench: setup
 
 lint: setup
 	$(BIN)/ruff check stackpin tests bench scripts devkit
+	$(BIN)/mypy stackpin
 
 # Regenerate the checked-in JSON Schema and profile reference from the models.
 schema: setup
@@ -65,4 +66,4 @@ crds: setup
 	$(BIN)/python scripts/extract_crd_schemas.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache

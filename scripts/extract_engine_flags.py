@@ -189,7 +189,7 @@ class Tree:
 
     # ---- value resolution
 
-    def enum_members(self, module: str, cls: ast.ClassDef) -> dict[str, Any]:
+    def enum_members(self, cls: ast.ClassDef) -> dict[str, Any]:
         members: dict[str, Any] = {}
         for st in cls.body:
             if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(
@@ -241,7 +241,7 @@ class Tree:
             if (not gen.ifs and isinstance(elt, ast.Attribute) and isinstance(gen.iter, ast.Name)
                     and (hit := self.lookup(module, gen.iter.id))
                     and isinstance(hit[1], ast.ClassDef)):
-                members = self.enum_members(*hit)
+                members = self.enum_members(hit[1])
                 if elt.attr == "name":
                     return list(members)
                 if elt.attr == "value" and all(isinstance(v, str) for v in members.values()):
@@ -261,7 +261,7 @@ class Tree:
             # SomeEnum.MEMBER -> its value
             hit = self.lookup(module, node.value.id)
             if hit and isinstance(hit[1], ast.ClassDef):
-                val = self.enum_members(*hit).get(node.attr)
+                val = self.enum_members(hit[1]).get(node.attr)
                 return [val] if isinstance(val, str) else None
         return None
 
@@ -527,7 +527,7 @@ def build_vllm(version: str, workdir: Path) -> dict[str, Any]:
             return {}
         found = tree.find_class(mod, cls_name)
         assert found is not None
-        return tree.enum_members(*found)
+        return tree.enum_members(found[1])
 
     def enum_names(cls_name: str, under: str = "vllm/") -> list[str]:
         return sorted(enum_members(cls_name, under))
@@ -614,7 +614,7 @@ def extract_dynamo_options(tree: Tree, module: str) -> tuple[dict[str, dict[str,
     unresolved: list[str] = []
     if mod is None:
         return out, unresolved
-    loop_vals = _loop_bindings(tree, module, mod)
+    loop_vals = _loop_bindings(mod)
     for node in ast.walk(mod):
         if not isinstance(node, ast.Call):
             continue
@@ -657,7 +657,7 @@ def extract_dynamo_options(tree: Tree, module: str) -> tuple[dict[str, dict[str,
     return out, unresolved
 
 
-def _loop_bindings(tree: Tree, module: str, mod: ast.Module) -> dict[str, list[str]]:
+def _loop_bindings(mod: ast.Module) -> dict[str, list[str]]:
     """`for legacy_flag, env, repl in <literal tuple>` -> {"legacy_flag": [flags...]}.
 
     Dynamo registers deprecated aliases in such loops; the iterable may be a local.

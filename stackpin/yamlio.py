@@ -135,7 +135,7 @@ class _CanonicalDumper(yaml.SafeDumper):
     line breaks, characters beyond the BMP, complex keys), and output must not depend on how PyYAML
     was built on a machine."""
 
-    def ignore_aliases(self, data: Any) -> bool:
+    def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - overrides yaml's BaseRepresenter method
         return True
 
 
@@ -282,7 +282,7 @@ def write_files(files: Mapping[Path, str | bytes], root: Path | None = None) -> 
     root = Path(root) if root is not None else Path(os.path.commonpath([p.parent for p in paths]))
     with _locked(root):
         _recover(root)
-        staged = _stage(files, root)
+        staged = _stage(files)
         try:
             _switch(staged, root)
         finally:
@@ -290,7 +290,7 @@ def write_files(files: Mapping[Path, str | bytes], root: Path | None = None) -> 
                 tmp.unlink(missing_ok=True)
 
 
-def _stage(files: Mapping[Path, str | bytes], root: Path) -> list[tuple[Path, Path]]:
+def _stage(files: Mapping[Path, str | bytes]) -> list[tuple[Path, Path]]:
     import tempfile  # only writers need it; validation never writes
 
     staged: list[tuple[Path, Path]] = []
@@ -375,7 +375,7 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     path = Path(path)
     if path.is_dir():
         raise _write_failed(path, IsADirectoryError(21, "Is a directory"))
-    staged = _stage({path: data}, path.parent)
+    staged = _stage({path: data})
     try:
         os.replace(staged[0][0], path)
     except OSError as exc:
@@ -404,7 +404,7 @@ def create_exclusive(path: Path, data: str | bytes) -> None:
     """Create `path` whole or not at all, never replacing a file: FileExistsError when the name is taken.
     A process killed before the link leaves only a staged temp file (see `sweep_temp_files`)."""
     path = Path(path)
-    [(tmp, _)] = _stage({path: data}, path.parent)
+    [(tmp, _)] = _stage({path: data})
     try:
         os.link(tmp, path)
         _fsync_dir(path.parent)

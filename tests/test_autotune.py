@@ -314,7 +314,7 @@ def test_verify_single_gpu_pool_on_vllm_033_uses_flashinfer_v2_store(tmp_path: P
     assert m.pool == "worker" and "managed v2 store" in m.message
 
 
-def test_verify_shipped_profile_pins_vllm_031_which_reads_one_shared_file(tmp_path: Path, tuned_cache: Path) -> None:
+def test_verify_shipped_profile_pins_vllm_031_which_reads_one_shared_file(tmp_path: Path) -> None:
     """vLLM 0.31.0 (the shipped profiles' pin) reads autotune_configs.json only: per-rank files are dead weight."""
     shipped = load_profile(PROFILES / "gb300-tuned.yaml").profile
     assert shipped.spec.versions.vllm == "0.31.0"
@@ -385,7 +385,7 @@ def test_pack_is_deterministic_across_copies(tmp_path: Path, disagg_cache: Path)
     assert b"PaxHeader" not in raw and b"mtime=" not in raw
 
 
-def test_pack_changes_with_content(tmp_path: Path, tuned_cache: Path) -> None:
+def test_pack_changes_with_content(tuned_cache: Path) -> None:
     before = pack_cache(tuned_cache)
     write_file(tuned_cache / "flashinfer_autotune_cache" / FI / ARCH / HASH_W / "autotune_configs_dp0_rank0.json", n=7)
     assert pack_cache(tuned_cache) != before

@@ -173,6 +173,25 @@ def test_platforms_and_graph_modes_are_the_catalogs() -> None:
     assert defs["CudaGraphMode"]["enum"] == list(catalog.engine.cudagraph_modes)
 
 
+
+def test_type_checking_declarations_of_catalog_enums_match_the_catalog() -> None:
+    """model.py declares, for the type checker only, the members of its catalog enums that code
+    names; each must be a member of the enum built from the catalog, with the same value."""
+    import ast
+
+    from stackpin.profile import model
+
+    tree = ast.parse((PACKAGE / "profile" / "model.py").read_text(encoding="utf-8"))
+    blocks = [n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    declared = {
+        (cls.name, target.id): ast.literal_eval(stmt.value)
+        for block in blocks for cls in block.body if isinstance(cls, ast.ClassDef)
+        for stmt in cls.body if isinstance(stmt, ast.Assign) for target in stmt.targets if isinstance(target, ast.Name)
+    }
+    assert ("CudaGraphMode", "NONE") in declared
+    for (enum_name, member), value in declared.items():
+        assert getattr(model, enum_name)[member].value == value
+
 @pytest.mark.parametrize("version", ["0.28.0", "0.31.0", "0.33.0"])
 def test_engine_graph_modes_are_the_pinned_vllms(version: str) -> None:
     from stackpin.catalog.flags import vllm_catalog

@@ -46,7 +46,7 @@ class Hang(Exception):
 def time_limit(seconds: float) -> Iterator[None]:
     """Interrupt a hang (deadline= only measures examples that finish)."""
 
-    def fire(signum: int, frame: Any) -> None:
+    def fire(_signum: int, _frame: Any) -> None:  # the signal handler protocol
         raise Hang(f"took longer than {seconds} s")
 
     previous = signal.signal(signal.SIGALRM, fire)

@@ -22,6 +22,7 @@ from stackpin.autotune.cache import (
     TITLE,
     TITLE_ANNOTATION,
     TYPE_ANNOTATION,
+    CacheFile,
     CacheInfo,
     FrozenModel,
     bad_input,
@@ -50,10 +51,11 @@ def pack_cache(path: str | os.PathLike[str], compress: bool = True) -> bytes:
 def pack_info(info: CacheInfo, compress: bool = True) -> bytes:
     root = Path(info.root)
     dirs: set[str] = set()
-    for f in info.files:
-        parents = PurePosixPath(f.path).parents
+    for file in info.files:
+        parents = PurePosixPath(file.path).parents
         dirs.update(str(p) for p in parents if str(p) != ".")
-    entries = sorted([(d, None) for d in dirs] + [(f.path, f) for f in info.files], key=lambda e: e[0])
+    entries: list[tuple[str, CacheFile | None]] = sorted(
+        [(d, None) for d in dirs] + [(f.path, f) for f in info.files], key=lambda e: e[0])
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
         top = tarfile.TarInfo(CACHE_DIR_NAME)

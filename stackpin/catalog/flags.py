@@ -47,7 +47,8 @@ def engine_catalog(engine: Literal["vllm", "dynamo"], version: str) -> dict[str,
     path = resources.files(__package__).joinpath("engines", catalog_file(engine, version))
     if not path.is_file():
         return None
-    return json.loads(path.read_text(encoding="utf-8"))
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data
 
 
 def _options(section: dict[str, Any]) -> tuple[frozenset[str], dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:

@@ -84,9 +84,12 @@ def add_stand_in_cache(layout: LayoutWriter, profile: StackProfile) -> None:
     from stackpin.autotune.cache import inspect_cache
     from stackpin.autotune.image import add_cache_to_layout
 
+    ref = profile.spec.autotune.cache
+    if ref is None:
+        raise ValueError(f"{profile.name}: the profile names no autotune cache to stand in for")
     with tempfile.TemporaryDirectory() as tmp:
         info = inspect_cache(write_stand_in_cache(Path(tmp), profile))
-        add_cache_to_layout(layout, profile.spec.autotune.cache, info, STAND_IN)
+        add_cache_to_layout(layout, ref, info, STAND_IN)
 
 
 def main(argv: Sequence[str]) -> int:

@@ -62,8 +62,8 @@ def promote(lock: StackLock, message: str, store: HistoryStore, deployments: Pat
     rendered = render_stack(lock)  # a stack that does not render is refused before anything is written
     key = DeploymentKey.of_lock(lock)
 
-    def choose(newest: Revision | None) -> tuple[StackLock, Action, str, RenderedStack]:
-        return lock, Action(kind=ActionKind.promote), text, rendered
+    def choose(_newest: Revision | None) -> tuple[StackLock, Action, str, RenderedStack]:
+        return lock, Action(kind=ActionKind.promote), text, rendered  # a promote does not depend on the newest
 
     return _record(store, key, deployments, choose, env)
 

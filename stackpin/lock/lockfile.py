@@ -97,7 +97,8 @@ class ResolvedSection(_Model):
 
     @property
     def stand_in(self) -> bool:
-        parts = [*self.images.values(), self.model, *([self.autotune_cache] if self.autotune_cache else [])]
+        parts: list[LockedImage | LockedModel | LockedArtifact] = [
+            *self.images.values(), self.model, *([self.autotune_cache] if self.autotune_cache else [])]
         return any(p.stand_in for p in parts)
 
 

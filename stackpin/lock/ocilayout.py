@@ -71,7 +71,7 @@ class LayoutResolver:
     def resolve(self, ref: ImageRef | str) -> Resolved:
         """A pinned ref is looked up by digest; otherwise by the index.json ref-name annotation."""
         asked = as_image_ref(ref)
-        desc = {"digest": asked.digest} if asked.digest else self._find(asked)
+        desc: dict[str, Any] = {"digest": asked.digest} if asked.digest else self._find(asked)
         digest = descriptor_digest(desc, f"{self.source} entry for {asked}")
         data = self.read_blob(digest, desc.get("size"))
         manifest = parse_manifest(data, f"manifest {digest} in {self.source}")

@@ -42,8 +42,13 @@ def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mir
     root = lockdir.resolve().parent  # the project root: lockfiles name local sources relative to it
     images = (LayoutSource(Path(oci_layout), project_path(Path(oci_layout), root)) if oci_layout
               else RegistrySource(merged_mirrors, docker_config, deadline_at=deadline_at))
-    models: ModelSource = HfCacheSource(Path(hf_cache), project_path(Path(hf_cache), root)) if hf_cache else HubSource(
-        **({"endpoint": hf_endpoint} if hf_endpoint else {}), deadline_at=deadline_at)
+    models: ModelSource
+    if hf_cache:
+        models = HfCacheSource(Path(hf_cache), project_path(Path(hf_cache), root))
+    elif hf_endpoint:
+        models = HubSource(endpoint=hf_endpoint, deadline_at=deadline_at)
+    else:  # HubSource's default endpoint: $HF_ENDPOINT or the Hub
+        models = HubSource(deadline_at=deadline_at)
     def replace_invalid(path: Path, exc: StackpinError) -> None:
         if on_note is not None:
             on_note(f"{path} is not a valid lockfile ({exc.lines()[0]}); it will be replaced")

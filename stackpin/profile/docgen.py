@@ -40,7 +40,7 @@ def _default(field: FieldInfo) -> str:
     if field.is_required():
         return "required"
     if field.default_factory is not None:
-        value = field.default_factory()
+        value = field.get_default(call_default_factory=True, validated_data={})
         return "`{}`" if value == {} else "`[]`" if value == [] else "(defaults below)"
     if field.default is PydanticUndefined or field.default is None:
         return "unset"

@@ -74,7 +74,7 @@ def vllm_serve_args(args: tuple[str, ...]) -> list[str]:
     return [model, *out]
 
 
-def _job(plan: StackPlan, comp: ComponentPlan, pvc: str) -> list[dict]:
+def _job(plan: StackPlan, comp: ComponentPlan, pvc: str) -> list[dict[str, Any]]:
     shape = comp.shape
     assert shape is not None  # worker pools only
     name = f"{plan.name}-autotune-{comp.name}"

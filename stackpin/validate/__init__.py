@@ -70,19 +70,22 @@ class Context:
     autotune_cache: tuple[ConfigDirectory, ...] | None = None
 
 
+Check = Callable[[Context], Iterable[Hit]]
+
+
 @dataclass(frozen=True)
 class Rule:
     code: str
     severity: Severity
     title: str
-    check: Callable[[Context], Iterable[Hit]]
+    check: Check
 
 
 RULES: dict[str, Rule] = {}
 
 
-def rule(code: str, severity: Severity, title: str) -> Callable[[Callable[[Context], Iterable[Hit]]], Callable]:
-    def register(fn: Callable[[Context], Iterable[Hit]]) -> Callable[[Context], Iterable[Hit]]:
+def rule(code: str, severity: Severity, title: str) -> Callable[[Check], Check]:
+    def register(fn: Check) -> Check:
         if code in RULES:
             raise RuntimeError(f"duplicate rule code {code}")
         RULES[code] = Rule(code, severity, title, fn)
@@ -140,11 +143,11 @@ def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None, *,
     return [finding for _, finding in sorted(keyed, key=lambda kv: kv[0])]
 
 
-def pool_path(role: Role) -> FieldPath:
+def pool_path(role: Role) -> tuple[str, ...]:  # all keys: a FieldPath that joins with "."
     return ("spec", "placement", "pools", role)
 
 
-def pools(ctx: Context) -> Iterator[tuple[Role, FieldPath, PoolTopology]]:
+def pools(ctx: Context) -> Iterator[tuple[Role, tuple[str, ...], PoolTopology]]:
     """(role, YAML path, pool shape) for every pool the placement runs."""
     for pool in ctx.topology.pools:
         yield pool.role, pool_path(pool.role), pool

@@ -16,7 +16,7 @@ import functools
 import importlib.util
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,6 +108,7 @@ def validate_paths(paths: list[Path]) -> list[ManifestError]:
     return validate_objects(objects)
 
 
+# The C loader when PyYAML was built with libyaml; a base chosen at run time is opaque to mypy.
 class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
     """Safe loader that keeps timestamps as strings, as kubectl's YAML-to-JSON step does."""
 
@@ -251,7 +252,7 @@ def _core_schema(api_version: str, kind: str) -> dict[str, Any] | None:
     file = _core_schema_dir() / f"{kind.lower()}-{prefix}{version}.json"
     if not file.is_file():
         return None
-    schema = json.loads(file.read_text())
+    schema: dict[str, Any] = json.loads(file.read_text())
     wanted = {"group": group, "version": version, "kind": kind}
     if wanted not in schema.get("x-kubernetes-group-version-kind", []):
         return None
@@ -309,7 +310,7 @@ def _crd_json_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     if _CRD_EXTRACT.is_file():
         extract = json.loads(_CRD_EXTRACT.read_text(encoding="utf-8"))
         if extract.get("sources") == _crd_sources():
-            return {tuple(key.split("|", 1)): schema for key, schema in extract["schemas"].items()}  # type: ignore[misc]
+            return {tuple(key.split("|", 1)): schema for key, schema in extract["schemas"].items()}
     return {key: crd_json_schema(schema) for key, schema in crd_schemas_from_yaml().items()}
 
 
@@ -374,13 +375,13 @@ def _findings(error: ValidationError) -> Iterator[tuple[_Path, str]]:
     """(path, reason) pairs for one jsonschema error, pointing at the offending field itself."""
     path: _Path = tuple(error.absolute_path)
     instance, schema = error.instance, error.schema
-    if error.validator == "additionalProperties" and isinstance(instance, dict):
+    if error.validator == "additionalProperties" and isinstance(instance, dict) and isinstance(schema, Mapping):
         known = schema.get("properties", {})
         patterns = [re.compile(p) for p in schema.get("patternProperties", {})]
         for key in instance:
             if key not in known and not any(p.search(key) for p in patterns):
                 yield (*path, key), "unknown field"
-    elif error.validator == "required" and isinstance(instance, dict):
+    elif error.validator == "required" and isinstance(instance, dict) and isinstance(error.validator_value, list):
         for key in error.validator_value:
             if key not in instance:
                 yield (*path, key), "required field is missing"
@@ -388,7 +389,7 @@ def _findings(error: ValidationError) -> Iterator[tuple[_Path, str]]:
         expected = error.validator_value
         expected = " or ".join(expected) if isinstance(expected, list) else expected
         yield path, f"expected {expected}, got {_json_type(instance)} {_short(instance)}"
-    elif error.validator == "enum":
+    elif error.validator == "enum" and isinstance(error.validator_value, list):
         allowed = ", ".join(_short(v) for v in error.validator_value)
         yield path, f"{_short(instance)} is not one of: {allowed}"
     elif error.validator == "pattern" and error.validator_value in _PATTERN_NAMES:

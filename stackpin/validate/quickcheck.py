@@ -113,17 +113,17 @@ def _valid(instance: Any, schema: Any) -> bool:
 # Each keyword: (instance, keyword value, whole schema) -> valid? Written to decide as jsonschema's
 # draft 7 keywords do, including which instance types a keyword applies to.
 
-def _type(instance: Any, types: Any, schema: dict[str, Any]) -> bool:
+def _type(instance: Any, types: Any, _schema: dict[str, Any]) -> bool:
     return any(_is_type(instance, t) for t in (types if isinstance(types, list) else [types]))
 
 
-def _properties(instance: Any, properties: dict[str, Any], schema: dict[str, Any]) -> bool:
+def _properties(instance: Any, properties: dict[str, Any], _schema: dict[str, Any]) -> bool:
     if not isinstance(instance, dict):
         return True
     return all(_valid(instance[key], sub) for key, sub in properties.items() if key in instance)
 
 
-def _pattern_properties(instance: Any, patterns: dict[str, Any], schema: dict[str, Any]) -> bool:
+def _pattern_properties(instance: Any, patterns: dict[str, Any], _schema: dict[str, Any]) -> bool:
     if not isinstance(instance, dict):
         return True
     return all(_valid(value, sub) for pattern, sub in patterns.items()
@@ -141,11 +141,11 @@ def _additional_properties(instance: Any, extra: Any, schema: dict[str, Any]) ->
     return bool(extra) or not extras
 
 
-def _required(instance: Any, names: list[str], schema: dict[str, Any]) -> bool:
+def _required(instance: Any, names: list[str], _schema: dict[str, Any]) -> bool:
     return not isinstance(instance, dict) or all(name in instance for name in names)
 
 
-def _items(instance: Any, items: Any, schema: dict[str, Any]) -> bool:
+def _items(instance: Any, items: Any, _schema: dict[str, Any]) -> bool:
     if not isinstance(instance, list):
         return True
     if isinstance(items, list):
@@ -153,43 +153,43 @@ def _items(instance: Any, items: Any, schema: dict[str, Any]) -> bool:
     return all(_valid(item, items) for item in instance)
 
 
-def _enum(instance: Any, values: list[Any], schema: dict[str, Any]) -> bool:
+def _enum(instance: Any, values: list[Any], _schema: dict[str, Any]) -> bool:
     return _equal_to_any(instance, values)
 
 
-def _const(instance: Any, value: Any, schema: dict[str, Any]) -> bool:
+def _const(instance: Any, value: Any, _schema: dict[str, Any]) -> bool:
     return _equal_to_any(instance, [value])
 
 
-def _pattern(instance: Any, pattern: str, schema: dict[str, Any]) -> bool:
+def _pattern(instance: Any, pattern: str, _schema: dict[str, Any]) -> bool:
     return not isinstance(instance, str) or _regex(pattern).search(instance) is not None
 
 
-def _min_length(instance: Any, limit: int, schema: dict[str, Any]) -> bool:
+def _min_length(instance: Any, limit: int, _schema: dict[str, Any]) -> bool:
     return not isinstance(instance, str) or len(instance) >= limit
 
 
-def _max_length(instance: Any, limit: int, schema: dict[str, Any]) -> bool:
+def _max_length(instance: Any, limit: int, _schema: dict[str, Any]) -> bool:
     return not isinstance(instance, str) or len(instance) <= limit
 
 
-def _minimum(instance: Any, limit: Any, schema: dict[str, Any]) -> bool:
+def _minimum(instance: Any, limit: Any, _schema: dict[str, Any]) -> bool:
     return not _number(instance) or not instance < limit
 
 
-def _maximum(instance: Any, limit: Any, schema: dict[str, Any]) -> bool:
+def _maximum(instance: Any, limit: Any, _schema: dict[str, Any]) -> bool:
     return not _number(instance) or not instance > limit
 
 
-def _exclusive_minimum(instance: Any, limit: Any, schema: dict[str, Any]) -> bool:
+def _exclusive_minimum(instance: Any, limit: Any, _schema: dict[str, Any]) -> bool:
     return not _number(instance) or not instance <= limit
 
 
-def _exclusive_maximum(instance: Any, limit: Any, schema: dict[str, Any]) -> bool:
+def _exclusive_maximum(instance: Any, limit: Any, _schema: dict[str, Any]) -> bool:
     return not _number(instance) or not instance >= limit
 
 
-def _multiple_of(instance: Any, divisor: Any, schema: dict[str, Any]) -> bool:
+def _multiple_of(instance: Any, divisor: Any, _schema: dict[str, Any]) -> bool:
     if not _number(instance):
         return True
     if type(divisor) is not int or type(instance) is not int:
@@ -197,39 +197,39 @@ def _multiple_of(instance: Any, divisor: Any, schema: dict[str, Any]) -> bool:
     return instance % divisor == 0
 
 
-def _min_items(instance: Any, limit: int, schema: dict[str, Any]) -> bool:
+def _min_items(instance: Any, limit: int, _schema: dict[str, Any]) -> bool:
     return not isinstance(instance, list) or len(instance) >= limit
 
 
-def _max_items(instance: Any, limit: int, schema: dict[str, Any]) -> bool:
+def _max_items(instance: Any, limit: int, _schema: dict[str, Any]) -> bool:
     return not isinstance(instance, list) or len(instance) <= limit
 
 
-def _unique_items(instance: Any, unique: Any, schema: dict[str, Any]) -> bool:
+def _unique_items(instance: Any, unique: Any, _schema: dict[str, Any]) -> bool:
     return not (unique and isinstance(instance, list)) or _items_unique(instance)
 
 
-def _min_properties(instance: Any, limit: int, schema: dict[str, Any]) -> bool:
+def _min_properties(instance: Any, limit: int, _schema: dict[str, Any]) -> bool:
     return not isinstance(instance, dict) or len(instance) >= limit
 
 
-def _max_properties(instance: Any, limit: int, schema: dict[str, Any]) -> bool:
+def _max_properties(instance: Any, limit: int, _schema: dict[str, Any]) -> bool:
     return not isinstance(instance, dict) or len(instance) <= limit
 
 
-def _all_of(instance: Any, schemas: list[Any], schema: dict[str, Any]) -> bool:
+def _all_of(instance: Any, schemas: list[Any], _schema: dict[str, Any]) -> bool:
     return all(_valid(instance, sub) for sub in schemas)
 
 
-def _any_of(instance: Any, schemas: list[Any], schema: dict[str, Any]) -> bool:
+def _any_of(instance: Any, schemas: list[Any], _schema: dict[str, Any]) -> bool:
     return any(_valid(instance, sub) for sub in schemas)
 
 
-def _one_of(instance: Any, schemas: list[Any], schema: dict[str, Any]) -> bool:
+def _one_of(instance: Any, schemas: list[Any], _schema: dict[str, Any]) -> bool:
     return sum(1 for sub in schemas if _valid(instance, sub)) == 1
 
 
-def _not(instance: Any, sub: Any, schema: dict[str, Any]) -> bool:
+def _not(instance: Any, sub: Any, _schema: dict[str, Any]) -> bool:
     return not _valid(instance, sub)
 
 
