@@ -91,15 +91,20 @@ def test_repository_files_are_listed() -> None:
     assert not any(n.startswith(".venv/") for n in names)
 
 
-def test_nothing_cites_notes_outside_the_repository() -> None:
+def _lines_matching(names: list[str], pattern: re.Pattern[str]) -> list[str]:
+    """`file:line: text` of every line matching `pattern` in these files (NOTICE-listed upstream data aside)."""
     hits = []
-    for name in repo_files():
+    for name in names:
         body = text(name)
         if body is None or name in notice_listed():
             continue
-        for number, line in enumerate(body.splitlines(), 1):
-            if OUTSIDE_NOTES.search(line):
-                hits.append(f"{name}:{number}: {line.strip()}")
+        hits += [f"{name}:{number}: {line.strip()}" for number, line in enumerate(body.splitlines(), 1)
+                 if pattern.search(line)]
+    return hits
+
+
+def test_nothing_cites_notes_outside_the_repository() -> None:
+    hits = _lines_matching(repo_files(), OUTSIDE_NOTES)
     assert not hits, "cite docs/facts.md#<section> instead:\n" + "\n".join(hits)
 
 
@@ -123,14 +128,7 @@ def test_facts_citations_name_existing_sections() -> None:
 
 def test_docs_and_tests_name_no_machine_paths() -> None:
     names = docs() + [n for n in repo_files() if n.startswith("tests/") and n.endswith(".py")]
-    hits = []
-    for name in names:
-        body = text(name)
-        if body is None or name in notice_listed():
-            continue
-        for number, line in enumerate(body.splitlines(), 1):
-            if MACHINE_PATH.search(line):
-                hits.append(f"{name}:{number}: {line.strip()}")
+    hits = _lines_matching(names, MACHINE_PATH)
     assert not hits, "absolute paths of a machine; use paths relative to the repository:\n" + "\n".join(hits)
 
 
