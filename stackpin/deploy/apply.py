@@ -1,0 +1,294 @@
+"""Library twin of `stackpin apply`: a stack's rendered objects onto a cluster by server-side apply.
+
+The run, in order; nothing is written before step 3:
+
+1. read: render the lock; preflight (kinds served, CRD conversion, namespace); the ApplySet parent
+   and its record; the live members; which objects a change must recreate (refused without
+   `allow_recreate`) and which members this stack no longer has (to prune);
+2. check: a server-side dry run of every write (applies with strict field validation, deletes, the
+   parent), so conflicts with other field managers, RBAC refusals, schema errors and fields the server
+   would drop are all found before anything changes;
+3. write: the parent first, listing the union of old and new kinds (an interrupted run leaves nothing
+   the next run cannot find); recreated objects deleted with foreground propagation and awaited; the
+   objects applied, a ComputeDomain before the DynamoGraphDeployment that uses it; members no
+   longer rendered pruned, the DynamoGraphDeployment before its ComputeDomain; then the parent again
+   with the new kinds and the record entry (who, when, which stack digest and revision).
+
+A re-run after any interruption converges: the parent still lists every kind that may hold members.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from stackpin.deploy.applyset import (
+    AppliedRevision,
+    Parent,
+    member_selector,
+    parent_name,
+    parent_object,
+    read_parent,
+    with_entry,
+)
+from stackpin.deploy.kube import CONFIGMAPS, NAMESPACES, ApiResource, Cluster, ClusterError, Conflicts
+from stackpin.deploy.objects import DGD_KIND, ObjectKey, StackObjects, apply_rank, as_member, key_of, stack_objects
+from stackpin.deploy.preflight import Preflight, dropped_fields, preflight
+from stackpin.deploy.readiness import Readiness
+from stackpin.deploy.recreate import recreate_reasons
+from stackpin.deploy.source import StackSource
+from stackpin.deploy.wait import wait_gone, wait_ready
+from stackpin.errors import StackpinError
+
+Progress = Callable[[str], None]
+
+
+class RecreateRefused(StackpinError):
+    """The change needs a delete and a create, which was not allowed (exit 1)."""
+
+    exit_code = 1
+
+
+class DroppedFields(StackpinError):
+    """The server would silently drop fields of an object (exit 1)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    namespace: str | None = None  # default: the profile's metadata.namespace
+    dry_run: bool = False
+    force_conflicts: bool = False
+    allow_recreate: bool = False
+    create_namespace: bool = False
+    wait: bool = False
+    timeout_s: float | None = None  # --wait and recreate deletions; default: the stack's start-up budget
+
+
+@dataclass(frozen=True)
+class Outcome:
+    subject: str
+    action: str  # created | configured | unchanged | recreated | pruned
+
+    def __str__(self) -> str:
+        return f"{self.subject} {self.action}"
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    deployment: str
+    namespace: str
+    stack: str
+    stack_digest: str
+    revision: int | None
+    dry_run: bool
+    record: str  # the ApplySet parent, `configmap/<name>`
+    recorded: bool  # a new record entry was written
+    outcomes: tuple[Outcome, ...]
+    notes: tuple[str, ...]
+    readiness: Readiness | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"deployment": self.deployment, "namespace": self.namespace, "stack": self.stack,
+                "stackDigest": self.stack_digest, "revision": self.revision, "dryRun": self.dry_run,
+                "record": self.record, "recorded": self.recorded, "notes": list(self.notes),
+                "objects": [{"object": o.subject, "action": o.action} for o in self.outcomes],
+                "readiness": self.readiness.as_dict() if self.readiness else None}
+
+
+@dataclass(frozen=True)
+class _Member:
+    key: ObjectKey
+    res: ApiResource
+    live: dict[str, Any]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def default_timeout_s(source: StackSource) -> float:
+    """The stack's start-up budget (render's estimate, the workers' startupProbe allowance)."""
+    from stackpin.catalog import load_catalog
+    from stackpin.render.build import startup_budget_s
+
+    return float(startup_budget_s(source.lock.stack_profile, load_catalog()))
+
+
+def _resource_of(cluster: Cluster, pre: Preflight, group_kind: str) -> ApiResource | None:
+    for res in pre.resources.values():
+        if res.group_kind == group_kind:
+            return res
+    return cluster.resource_for(group_kind)
+
+
+def _members(cluster: Cluster, pre: Preflight, parent: Parent, stack: StackObjects,
+             notes: list[str]) -> dict[ObjectKey, _Member]:
+    """Live objects labelled as members, in every kind the parent or the stack lists."""
+    found: dict[ObjectKey, _Member] = {}
+    if not parent.exists:
+        return found
+    for group_kind in sorted(parent.group_kinds | stack.group_kinds):
+        res = _resource_of(cluster, pre, group_kind)
+        if res is None:
+            notes.append(f"{group_kind} is no longer served: its members cannot be listed or pruned")
+            continue
+        for namespace in sorted({parent.namespace, *parent.namespaces}):
+            for obj in cluster.list(res, namespace, member_selector(parent)):
+                key = key_of(obj)
+                found[key] = _Member(key, res, obj)
+    return found
+
+
+def _comparable(obj: dict[str, Any] | None) -> Any:
+    if obj is None:
+        return None
+    meta = {k: v for k, v in obj.get("metadata", {}).items() if k not in ("managedFields", "resourceVersion",
+                                                                        "generation")}
+    return {**obj, "metadata": meta}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
+                progress: Progress = _quiet) -> ApplyResult:
+    lock = source.lock
+    stack = stack_objects(lock, options.namespace)
+    ns, deployment = stack.namespace, stack.deployment
+    notes: list[str] = []
+
+    # 1. read
+    pre = preflight(cluster, stack.objects, ns)
+    notes += pre.notes
+    if pre.namespace_missing and not options.create_namespace:
+        raise ClusterError(f"namespace {ns} does not exist", "create it, or pass --create-namespace")
+    parent = read_parent(cluster.get(CONFIGMAPS, ns, parent_name(deployment)), deployment, ns)
+    desired = [as_member(o, parent, source.revision) for o in stack.objects]
+    res_of = {key_of(o): pre.resources[(o["apiVersion"], o["kind"])] for o in desired}
+    members = _members(cluster, pre, parent, stack, notes)
+    live: dict[ObjectKey, dict[str, Any] | None] = {}
+    for obj in desired:
+        key = key_of(obj)
+        member = members.get(key)
+        live[key] = member.live if member else (None if pre.namespace_missing else
+                                               cluster.get(res_of[key], ns, key.name))
+    prune = sorted((m for k, m in members.items() if k not in live), key=lambda m: (-apply_rank(m.key), m.key))
+    recreate: dict[ObjectKey, list[str]] = {}
+    for obj in desired:
+        key = key_of(obj)
+        current = live[key]
+        if current is not None and (reasons := recreate_reasons(current, obj)):
+            recreate[key] = reasons
+    if recreate and not options.allow_recreate:
+        raise RecreateRefused("\n".join(
+            f"{key.subject} in namespace {ns} needs delete and recreate ({'; '.join(reasons)}): its pods go down; "
+            "re-run with --allow-recreate to do it" for key, reasons in sorted(recreate.items())))
+    timeout_s = options.timeout_s if options.timeout_s is not None else default_timeout_s(source)
+
+    # 2. check: a server-side dry run of every write
+    if pre.namespace_missing:
+        namespace_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        cluster.apply(NAMESPACES, namespace_obj, dry_run=options.dry_run)
+        if options.dry_run:
+            notes.append(f"namespace {ns} would be created; its objects could not be dry-run before it exists")
+        else:
+            progress(f"namespace/{ns} created")
+    predicted = {} if pre.namespace_missing and options.dry_run else _dry_run(
+        cluster, desired, res_of, live, recreate, prune, options, parent, stack)
+    if options.dry_run:
+        outcomes = [Outcome(k.subject, "recreated" if k in recreate else predicted.get(k, "created"))
+                    for k in (key_of(o) for o in desired)]
+        outcomes += [Outcome(m.key.subject, "pruned") for m in prune]
+        return ApplyResult(deployment, ns, lock.metadata.name, lock.stack_digest, source.revision, True,
+                           parent.subject, False, tuple(outcomes), tuple(notes))
+
+    # 3. write
+    superset = parent_object(parent, deployment, parent.group_kinds | stack.group_kinds, parent.record,
+                             pin_version=False)
+    written = cluster.apply(CONFIGMAPS, superset)
+    parent = replace(parent, exists=True, resource_version=written["metadata"]["resourceVersion"])
+    outcomes_by_key: dict[ObjectKey, str] = {}
+    for key in sorted(recreate):
+        current = live[key]
+        assert current is not None
+        uid = current["metadata"]["uid"]
+        progress(f"{key.subject}: deleting for recreate ({'; '.join(recreate[key])})")
+        cluster.delete(res_of[key], ns, key.name, propagation="Foreground", uid=uid)
+        wait_gone(cluster, res_of[key], ns, key.name, uid, timeout_s, progress)
+        live[key] = None
+        outcomes_by_key[key] = "recreated"
+    for obj in desired:  # apply order: a ComputeDomain before the DynamoGraphDeployment using it
+        key = key_of(obj)
+        result = cluster.apply(res_of[key], obj, force=options.force_conflicts)
+        before = live[key]
+        action = outcomes_by_key.get(key) or ("created" if before is None else "unchanged" if
+                                              before["metadata"]["resourceVersion"] == result["metadata"][
+                                                  "resourceVersion"] else "configured")
+        outcomes_by_key[key] = action
+        progress(f"{key.subject} {action}")
+    for member in prune:  # the DynamoGraphDeployment first, then what it used
+        cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"])
+        progress(f"{member.key.subject} pruned")
+    entry = AppliedRevision(revision=source.revision, stack=lock.metadata.name, stack_digest=lock.stack_digest,
+                            applied_at=_now(), applied_by="", objects=tuple(key_of(o).subject for o in desired),
+                            lock=lock.model_dump(mode="json", by_alias=True))
+    record = parent.record
+    recorded = parent.latest is None or not parent.latest.same_stack(entry)
+    if recorded:
+        record = with_entry(record, entry.model_copy(update={"applied_by": cluster.whoami()}))
+    cluster.apply(CONFIGMAPS, parent_object(parent, deployment, stack.group_kinds, record, pin_version=True))
+
+    state = None
+    if options.wait:
+        dgd = next(key_of(o) for o in desired if o["kind"] == DGD_KIND)
+        state = wait_ready(cluster, res_of[dgd], ns, dgd.name, timeout_s, progress)
+    outcomes = [Outcome(key_of(o).subject, outcomes_by_key[key_of(o)]) for o in desired]
+    outcomes += [Outcome(m.key.subject, "pruned") for m in prune]
+    return ApplyResult(deployment, ns, lock.metadata.name, lock.stack_digest, source.revision, False,
+                       parent.subject, recorded, tuple(outcomes), tuple(notes), state)
+
+
+def _dry_run(cluster: Cluster, desired: list[dict[str, Any]], res_of: dict[ObjectKey, ApiResource],
+             live: dict[ObjectKey, dict[str, Any] | None], recreate: dict[ObjectKey, list[str]],
+             prune: list[_Member], options: ApplyOptions, parent: Parent,
+             stack: StackObjects) -> dict[ObjectKey, str]:
+    """Every write as a server-side dry run; all conflicts are reported together. Returns the
+    predicted action per object."""
+    predicted: dict[ObjectKey, str] = {}
+    conflicts: list[Conflicts] = []
+    dropped: list[str] = []
+    for obj in desired:
+        key = key_of(obj)
+        if key in recreate:
+            current = live[key]
+            assert current is not None
+            cluster.delete(res_of[key], key.namespace, key.name, propagation="Foreground",
+                           uid=current["metadata"]["uid"], dry_run=True)
+            continue
+        try:
+            result = cluster.apply(res_of[key], obj, force=options.force_conflicts, dry_run=True)
+        except Conflicts as exc:
+            conflicts.append(exc)
+            continue
+        if lost := dropped_fields(obj, result):
+            dropped.append(f"{key.subject}: the server would drop {', '.join(lost[:5])}"
+                           + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+                           + " (a CRD without the version or conversion webhook it needs?)")
+        before = live[key]
+        predicted[key] = ("created" if before is None else
+                          "unchanged" if _comparable(before) == _comparable(result) else "configured")
+    for member in prune:
+        cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"],
+                       dry_run=True)
+    cluster.apply(CONFIGMAPS, parent_object(parent, stack.deployment, parent.group_kinds | stack.group_kinds,
+                                            parent.record, pin_version=False), dry_run=True)
+    if conflicts:
+        raise Conflicts.merge(conflicts)
+    if dropped:
+        raise DroppedFields("\n".join(dropped))
+    return predicted
