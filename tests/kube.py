@@ -45,12 +45,15 @@ _counter = itertools.count(1)
 @pytest.fixture(scope="session")
 def envtest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Envtest]:
     starting = start_envtest(tmp_path_factory.mktemp("envtest"))
+    reason = None
     try:
         env = starting.__enter__()
     except EnvtestUnavailable as exc:
+        reason = str(exc)
+    if reason is not None:
         if os.environ.get("STACKPIN_REQUIRE_ENVTEST") == "1":
-            pytest.fail(f"cluster tests cannot run (STACKPIN_REQUIRE_ENVTEST=1): {exc}", pytrace=False)
-        pytest.skip(f"no Kubernetes API server for the cluster tests: {exc}")
+            pytest.fail(f"cluster tests cannot run (STACKPIN_REQUIRE_ENVTEST=1): {reason}", pytrace=False)
+        pytest.skip(f"no Kubernetes API server for the cluster tests: {reason}")
     try:
         yield env
     finally:
@@ -149,10 +152,12 @@ def garbage_collector(kube: Kube) -> Iterator[list[tuple[int, str, str, str]]]:
 
     def run(base: str, plural: str) -> None:
         path = kube.path(base, plural)
-        try:
-            version = kube.env.ok("GET", path)["metadata"]["resourceVersion"]
-            started.release()
-            while not stop.is_set():
+        version = None
+        while not stop.is_set():
+            try:
+                if version is None:
+                    version = kube.env.ok("GET", path)["metadata"]["resourceVersion"]
+                    started.release()
                 for kind, obj in kube.env.watch(path, version):
                     meta = obj["metadata"]
                     version = meta["resourceVersion"]
@@ -162,9 +167,13 @@ def garbage_collector(kube: Kube) -> Iterator[list[tuple[int, str, str, str]]]:
                         rest = [f for f in finalizers if f != "foregroundDeletion"]
                         kube.env.ok("PATCH", f"{path}/{meta['name']}", {"metadata": {"finalizers": rest or None}},
                                     content_type="application/merge-patch+json")
-        except BaseException as exc:  # noqa: BLE001 - reported by the test
-            errors.append(exc)
-            started.release()
+            except OSError:  # the server is down (a test killed it): wait for it, as a controller would
+                time.sleep(0.1)
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                errors.append(exc)
+                if version is None:
+                    started.release()
+                return
 
     started = threading.Semaphore(0)
     threads = [threading.Thread(target=run, args=args, daemon=True)
@@ -172,7 +181,7 @@ def garbage_collector(kube: Kube) -> Iterator[list[tuple[int, str, str, str]]]:
     for thread in threads:
         thread.start()
     for _ in threads:
-        started.acquire()
+        started.acquire(timeout=30)
     try:
         yield events
     finally:

@@ -20,9 +20,8 @@ def _progress(message: str) -> None:
         click.echo(f"  {message}", err=True)
 
 
-def _note(lines: tuple[str, ...]) -> None:
-    for line in lines:
-        click.echo(f"warning: {line}", err=True)
+def _warn(message: str) -> None:
+    click.echo(f"warning: {message}", err=True)
 
 
 @click.command()
@@ -62,8 +61,7 @@ def apply(source: str, lockdir: str, dry_run: bool, force_conflicts: bool, allow
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
                            allow_recreate=allow_recreate, create_namespace=create_namespace, wait=wait,
                            timeout_s=timeout)
-    result = apply_stack(cluster, stack, options, progress=_progress)
-    _note(result.notes)
+    result = apply_stack(cluster, stack, options, progress=_progress, warn=_warn)
     if output != "text":
         emit(result.as_dict(), output)
         return

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from stackpin.deploy.applyset import (
@@ -126,7 +126,7 @@ def _resource_of(cluster: Cluster, pre: Preflight, group_kind: str) -> ApiResour
 
 
 def _members(cluster: Cluster, pre: Preflight, parent: Parent, stack: StackObjects,
-             notes: list[str]) -> dict[ObjectKey, _Member]:
+             notes: _Notes) -> dict[ObjectKey, _Member]:
     """Live objects labelled as members, in every kind the parent or the stack lists."""
     found: dict[ObjectKey, _Member] = {}
     if not parent.exists:
@@ -134,7 +134,7 @@ def _members(cluster: Cluster, pre: Preflight, parent: Parent, stack: StackObjec
     for group_kind in sorted(parent.group_kinds | stack.group_kinds):
         res = _resource_of(cluster, pre, group_kind)
         if res is None:
-            notes.append(f"{group_kind} is no longer served: its members cannot be listed or pruned")
+            notes.add(f"{group_kind} is no longer served: its members cannot be listed or pruned")
             continue
         for namespace in sorted({parent.namespace, *parent.namespaces}):
             for obj in cluster.list(res, namespace, member_selector(parent)):
@@ -155,16 +155,31 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass
+class _Notes:
+    """Notes kept for the result and passed on as they come (an error later must not swallow them)."""
+
+    warn: Progress
+    items: list[str] = field(default_factory=list)
+
+    def add(self, note: str) -> None:
+        self.items.append(note)
+        self.warn(note)
+
+
 def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
-                progress: Progress = _quiet) -> ApplyResult:
+                progress: Progress = _quiet, warn: Progress = _quiet) -> ApplyResult:
+    """Apply `source` (see the module docstring). `progress` hears each step, `warn` each note on what
+    could not be checked or done, as it happens."""
     lock = source.lock
     stack = stack_objects(lock, options.namespace)
     ns, deployment = stack.namespace, stack.deployment
-    notes: list[str] = []
+    notes = _Notes(warn)
 
     # 1. read
     pre = preflight(cluster, stack.objects, ns)
-    notes += pre.notes
+    for note in pre.notes:
+        notes.add(note)
     if pre.namespace_missing and not options.create_namespace:
         raise ClusterError(f"namespace {ns} does not exist", "create it, or pass --create-namespace")
     parent = read_parent(cluster.get(CONFIGMAPS, ns, parent_name(deployment)), deployment, ns)
@@ -195,7 +210,7 @@ def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
         namespace_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
         cluster.apply(NAMESPACES, namespace_obj, dry_run=options.dry_run)
         if options.dry_run:
-            notes.append(f"namespace {ns} would be created; its objects could not be dry-run before it exists")
+            notes.add(f"namespace {ns} would be created; its objects could not be dry-run before it exists")
         else:
             progress(f"namespace/{ns} created")
     predicted = {} if pre.namespace_missing and options.dry_run else _dry_run(
@@ -205,7 +220,7 @@ def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
                     for k in (key_of(o) for o in desired)]
         outcomes += [Outcome(m.key.subject, "pruned") for m in prune]
         return ApplyResult(deployment, ns, lock.metadata.name, lock.stack_digest, source.revision, True,
-                           parent.subject, False, tuple(outcomes), tuple(notes))
+                           parent.subject, False, tuple(outcomes), tuple(notes.items))
 
     # 3. write
     superset = parent_object(parent, deployment, parent.group_kinds | stack.group_kinds, parent.record,
@@ -250,7 +265,7 @@ def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
     outcomes = [Outcome(key_of(o).subject, outcomes_by_key[key_of(o)]) for o in desired]
     outcomes += [Outcome(m.key.subject, "pruned") for m in prune]
     return ApplyResult(deployment, ns, lock.metadata.name, lock.stack_digest, source.revision, False,
-                       parent.subject, recorded, tuple(outcomes), tuple(notes), state)
+                       parent.subject, recorded, tuple(outcomes), tuple(notes.items), state)
 
 
 def _dry_run(cluster: Cluster, desired: list[dict[str, Any]], res_of: dict[ObjectKey, ApiResource],

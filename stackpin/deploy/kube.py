@@ -347,22 +347,29 @@ def connect(kubeconfig: str | None, context: str | None) -> Cluster:
     """A Cluster for a kubeconfig context, read as kubectl reads it (default $KUBECONFIG, which may
     list several files, or ~/.kube/config). Nothing is written back to the kubeconfig."""
     import os
+    import warnings
 
     from kubernetes.config.config_exception import ConfigException
     from kubernetes.config.kube_config import list_kube_config_contexts, new_client_from_config
+    from urllib3.exceptions import InsecureRequestWarning
+
+    # A context with insecure-skip-tls-verify is the user's choice, made once in the kubeconfig;
+    # kubectl does not warn on every request, and neither does stackpin.
+    warnings.simplefilter("ignore", InsecureRequestWarning)
 
     if kubeconfig and not os.path.isfile(kubeconfig):
         raise ClusterError(f"kubeconfig {kubeconfig}: no such file")
     where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
     try:
-        contexts, active = list_kube_config_contexts(config_file=kubeconfig)
+        contexts, active = list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         chosen = active
         if context:
             chosen = next((c for c in contexts if c.get("name") == context), None)
             if chosen is None:
                 names = ", ".join(sorted(str(c.get("name")) for c in contexts)) or "none"
                 raise ClusterError(f"kubeconfig {where}: no context {context!r} (contexts: {names})")
-        api = new_client_from_config(config_file=kubeconfig, context=context, persist_config=False)
+        api = new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, context=context, persist_config=False)
     except ConfigException as exc:
         raise ClusterError(f"kubeconfig {where}: {_one_line(str(exc))[:300]}") from None
     except (OSError, ValueError, TypeError, KeyError) as exc:
