@@ -36,6 +36,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -391,6 +392,67 @@ def _start_etcd(d: Path) -> tuple[subprocess.Popen[bytes], str]:
     raise EnvtestUnavailable("etcd did not become healthy within 30s")
 
 
+WATCHED = (("/apis/nvidia.com/v1beta1", "dynamographdeployments"),
+           ("/apis/resource.nvidia.com/v1beta1", "computedomains"))
+
+
+class GarbageCollector:
+    """Stands in for kube-controller-manager's garbage collector, which envtest does not run, in one
+    respect: an object deleted with foreground propagation keeps a `foregroundDeletion` finalizer until
+    its dependents are gone, and the collector then removes it. Here no operator made dependents, so
+    the finalizer is removed as soon as it appears. Watches DynamoGraphDeployments and ComputeDomains
+    (in one namespace, or all) and records their events as (resourceVersion, type, kind, name).
+    Survives the API server going away (it waits for it, as a controller would)."""
+
+    def __init__(self, env: Envtest, namespace: str | None = None) -> None:
+        self.env = env
+        self.namespace = namespace
+        self.events: list[tuple[int, str, str, str]] = []
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._started = threading.Semaphore(0)
+        self._threads = [threading.Thread(target=self._run, args=w, daemon=True) for w in WATCHED]
+
+    def start(self) -> GarbageCollector:
+        for thread in self._threads:
+            thread.start()
+        for _ in self._threads:
+            self._started.acquire(timeout=30)
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=10)
+
+    def _run(self, base: str, plural: str) -> None:
+        where = f"/namespaces/{self.namespace}" if self.namespace else ""
+        path = f"{base}{where}/{plural}"
+        version = None
+        while not self._stop.is_set():
+            try:
+                if version is None:
+                    version = self.env.ok("GET", path)["metadata"]["resourceVersion"]
+                    self._started.release()
+                for kind, obj in self.env.watch(path, version):
+                    meta = obj["metadata"]
+                    version = meta["resourceVersion"]
+                    self.events.append((int(version), kind, obj["kind"], meta["name"]))
+                    finalizers = meta.get("finalizers") or []
+                    if kind == "MODIFIED" and meta.get("deletionTimestamp") and "foregroundDeletion" in finalizers:
+                        rest = [f for f in finalizers if f != "foregroundDeletion"]
+                        self.env.ok("PATCH", f"{base}/namespaces/{meta['namespace']}/{plural}/{meta['name']}",
+                                    {"metadata": {"finalizers": rest or None}},
+                                    content_type="application/merge-patch+json")
+            except OSError:  # the server is down (killed by a test): wait for it
+                time.sleep(0.1)
+            except BaseException as exc:  # noqa: BLE001 - reported to whoever started it
+                self.errors.append(exc)
+                if version is None:
+                    self._started.release()
+                return
+
+
 USERS = {"admin": "system:masters", "viewer": "", "deployer": ""}
 
 
@@ -419,3 +481,30 @@ def start_envtest(workdir: Path, *, crds: bool = True) -> Iterator[Envtest]:
         yield env
     finally:
         env.stop()
+
+
+def main() -> None:
+    """`python -m devkit.envtest`: run the server until interrupted, for trying stackpin by hand (the
+    walk-through in docs/deploy.md). The admin's kubeconfig goes to .envtest/kubeconfig; the
+    garbage-collector stand-in runs for every namespace, so foreground deletions (a recreate)
+    complete. Nothing else stands in for a controller: no operator writes status."""
+    run = ROOT / ".envtest" / "run"
+    shutil.rmtree(run, ignore_errors=True)
+    with start_envtest(run) as env:
+        target = ROOT / ".envtest" / "kubeconfig"
+        target.write_text(env.kubeconfig.read_text(encoding="utf-8"), encoding="utf-8")
+        target.chmod(0o600)
+        collector = GarbageCollector(env).start()
+        print(f"kube-apiserver ready at {env.url}; kubeconfig: .envtest/kubeconfig (Ctrl-C stops it)", flush=True)
+        stopped = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+        try:
+            while not stopped.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+        collector.stop()
+
+
+if __name__ == "__main__":
+    main()

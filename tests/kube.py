@@ -21,7 +21,6 @@ from __future__ import annotations
 import itertools
 import os
 import re
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -32,7 +31,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from devkit.envtest import Envtest, EnvtestUnavailable, start_envtest
+from devkit.envtest import Envtest, EnvtestUnavailable, GarbageCollector, start_envtest
 from stackpin.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,51 +141,14 @@ def ready_status(components: dict[str, int], state: str = "successful", ready: s
 @contextmanager
 def garbage_collector(kube: Kube) -> Iterator[list[tuple[int, str, str, str]]]:
     """Stand in for kube-controller-manager's garbage collector in `kube`'s namespace (see the module
-    docstring), and record every event of DynamoGraphDeployments and ComputeDomains there as
-    (resourceVersion, type, kind, name). Sorted by resourceVersion they are in the order the server
-    made the changes: this server's resourceVersions are etcd revisions, one counter for all writes
-    (opaque to clients in general; a test of this server may compare them)."""
-    events: list[tuple[int, str, str, str]] = []
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def run(base: str, plural: str) -> None:
-        path = kube.path(base, plural)
-        version = None
-        while not stop.is_set():
-            try:
-                if version is None:
-                    version = kube.env.ok("GET", path)["metadata"]["resourceVersion"]
-                    started.release()
-                for kind, obj in kube.env.watch(path, version):
-                    meta = obj["metadata"]
-                    version = meta["resourceVersion"]
-                    events.append((int(version), kind, obj["kind"], meta["name"]))
-                    finalizers = meta.get("finalizers") or []
-                    if kind == "MODIFIED" and meta.get("deletionTimestamp") and "foregroundDeletion" in finalizers:
-                        rest = [f for f in finalizers if f != "foregroundDeletion"]
-                        kube.env.ok("PATCH", f"{path}/{meta['name']}", {"metadata": {"finalizers": rest or None}},
-                                    content_type="application/merge-patch+json")
-            except OSError:  # the server is down (a test killed it): wait for it, as a controller would
-                time.sleep(0.1)
-            except BaseException as exc:  # noqa: BLE001 - reported by the test
-                errors.append(exc)
-                if version is None:
-                    started.release()
-                return
-
-    started = threading.Semaphore(0)
-    threads = [threading.Thread(target=run, args=args, daemon=True)
-               for args in ((DGD, "dynamographdeployments"), (CD, "computedomains"))]
-    for thread in threads:
-        thread.start()
-    for _ in threads:
-        started.acquire(timeout=30)
+    docstring and devkit.envtest.GarbageCollector), and record every event of DynamoGraphDeployments and
+    ComputeDomains there as (resourceVersion, type, kind, name). Sorted by resourceVersion they are in
+    the order the server made the changes: this server's resourceVersions are etcd revisions, one
+    counter for all writes (opaque to clients in general; a test of this server may compare them)."""
+    collector = GarbageCollector(kube.env, kube.namespace).start()
     try:
-        yield events
+        yield collector.events
     finally:
         time.sleep(0.5)  # let the last events of the run arrive (loopback: milliseconds)
-        stop.set()
-        for thread in threads:
-            thread.join(timeout=10)
-    assert not errors, errors
+        collector.stop()
+    assert not collector.errors, collector.errors

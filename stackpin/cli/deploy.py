@@ -4,6 +4,7 @@ loads only when one of them runs (stackpin.deploy.kube)."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import click
@@ -11,6 +12,7 @@ import click
 from stackpin.cli.common import OUTPUT, cluster_options, emit, user_errors
 
 if TYPE_CHECKING:
+    from stackpin.deploy.apply import ApplyResult
     from stackpin.deploy.status import StatusReport
 
 
@@ -35,9 +37,9 @@ def _warn(message: str) -> None:
               help="Delete and recreate a DynamoGraphDeployment whose change cannot be made in place "
                    "(components added or removed, a pool switching single-node <-> multi-node).")
 @click.option("--create-namespace", is_flag=True, help="Create the namespace if it does not exist.")
-@click.option("--wait", is_flag=True, help="Wait until the DynamoGraphDeployment and every component is ready.")
+@click.option("--wait", is_flag=True, help="Then wait until the DynamoGraphDeployment and every component is ready.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
-              help="Limit for --wait and for a recreated object to be gone (default: the stack's start-up budget).")
+              help="Limit for --wait, and for a recreated object to be gone (default: the stack's start-up budget).")
 @cluster_options
 @OUTPUT
 @user_errors
@@ -52,19 +54,37 @@ def apply(source: str, lockdir: str, dry_run: bool, force_conflicts: bool, allow
     """
     from pathlib import Path
 
-    from stackpin.deploy.apply import ApplyOptions, apply_stack
+    from stackpin.deploy.apply import ApplyOptions, apply_stack, default_timeout_s, wait_applied
     from stackpin.deploy.kube import connect
     from stackpin.deploy.source import resolve_source
+    from stackpin.deploy.wait import WaitTimeout
 
     stack = resolve_source(source, Path(lockdir))
     cluster = connect(kubeconfig, context)
+    limit = timeout if timeout is not None else default_timeout_s(stack)
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
-                           allow_recreate=allow_recreate, create_namespace=create_namespace, wait=wait,
-                           timeout_s=timeout)
+                           allow_recreate=allow_recreate, create_namespace=create_namespace, timeout_s=limit)
     result = apply_stack(cluster, stack, options, progress=_progress, warn=_warn)
-    if output != "text":
-        emit(result.as_dict(), output)
+    if output == "text":
+        _print_applied(result)
+    if not wait or result.dry_run:
+        if output != "text":
+            emit(result.as_dict(), output)
         return
+    try:
+        result = wait_applied(cluster, result, limit, progress=_progress)
+    except WaitTimeout as exc:
+        if output != "text":  # the apply happened: say so, with the last state seen
+            emit(replace(result, readiness=exc.state).as_dict(), output)
+        raise
+    if output == "text":
+        assert result.readiness is not None
+        click.echo(f"ready: {result.readiness.summary()}")
+    else:
+        emit(result.as_dict(), output)
+
+
+def _print_applied(result: ApplyResult) -> None:
     suffix = " (server dry run)" if result.dry_run else ""
     for outcome in result.outcomes:
         click.echo(f"{outcome}{suffix}")
@@ -76,8 +96,6 @@ def apply(source: str, lockdir: str, dry_run: bool, force_conflicts: bool, allow
     else:
         recorded = "recorded in" if result.recorded else "already recorded in"
         click.echo(f"applied {result.stack} ({digest}){revision} to {where}; {recorded} {result.record}")
-    if result.readiness is not None:
-        click.echo(f"ready: {result.readiness.summary()}")
 
 
 @click.command()

@@ -64,8 +64,7 @@ class ApplyOptions:
     force_conflicts: bool = False
     allow_recreate: bool = False
     create_namespace: bool = False
-    wait: bool = False
-    timeout_s: float | None = None  # --wait and recreate deletions; default: the stack's start-up budget
+    timeout_s: float | None = None  # for a recreated object to be gone; default: the stack's start-up budget
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,8 @@ class ApplyResult:
     recorded: bool  # a new record entry was written
     outcomes: tuple[Outcome, ...]
     notes: tuple[str, ...]
-    readiness: Readiness | None = None
+    serving: tuple[ApiResource, str]  # the DynamoGraphDeployment: its resource and name
+    readiness: Readiness | None = None  # filled in by wait_applied
 
     def as_dict(self) -> dict[str, Any]:
         return {"deployment": self.deployment, "namespace": self.namespace, "stack": self.stack,
@@ -186,6 +186,8 @@ def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
     desired = [as_member(o, parent, source.revision) for o in stack.objects]
     res_of = {key_of(o): pre.resources[(o["apiVersion"], o["kind"])] for o in desired}
     members = _members(cluster, pre, parent, stack, notes)
+    dgd = next(key_of(o) for o in desired if o["kind"] == DGD_KIND)
+    serving = (res_of[dgd], dgd.name)
     live: dict[ObjectKey, dict[str, Any] | None] = {}
     for obj in desired:
         key = key_of(obj)
@@ -220,7 +222,7 @@ def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
                     for k in (key_of(o) for o in desired)]
         outcomes += [Outcome(m.key.subject, "pruned") for m in prune]
         return ApplyResult(deployment, ns, lock.metadata.name, lock.stack_digest, source.revision, True,
-                           parent.subject, False, tuple(outcomes), tuple(notes.items))
+                           parent.subject, False, tuple(outcomes), tuple(notes.items), serving)
 
     # 3. write
     superset = parent_object(parent, deployment, parent.group_kinds | stack.group_kinds, parent.record,
@@ -258,14 +260,17 @@ def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
         record = with_entry(record, entry.model_copy(update={"applied_by": cluster.whoami()}))
     cluster.apply(CONFIGMAPS, parent_object(parent, deployment, stack.group_kinds, record, pin_version=True))
 
-    state = None
-    if options.wait:
-        dgd = next(key_of(o) for o in desired if o["kind"] == DGD_KIND)
-        state = wait_ready(cluster, res_of[dgd], ns, dgd.name, timeout_s, progress)
     outcomes = [Outcome(key_of(o).subject, outcomes_by_key[key_of(o)]) for o in desired]
     outcomes += [Outcome(m.key.subject, "pruned") for m in prune]
     return ApplyResult(deployment, ns, lock.metadata.name, lock.stack_digest, source.revision, False,
-                       parent.subject, recorded, tuple(outcomes), tuple(notes.items), state)
+                       parent.subject, recorded, tuple(outcomes), tuple(notes.items), serving)
+
+
+def wait_applied(cluster: Cluster, result: ApplyResult, timeout_s: float, progress: Progress = _quiet) -> ApplyResult:
+    """Watch the applied DynamoGraphDeployment until it and every component is ready (`--wait`);
+    WaitTimeout names what is not."""
+    res, name = result.serving
+    return replace(result, readiness=wait_ready(cluster, res, result.namespace, name, timeout_s, progress))
 
 
 def _dry_run(cluster: Cluster, desired: list[dict[str, Any]], res_of: dict[ObjectKey, ApiResource],

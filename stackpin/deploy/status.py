@@ -16,7 +16,7 @@ from typing import Any
 from stackpin.deploy.applyset import AppliedRevision, member_selector, parent_name, read_parent
 from stackpin.deploy.drift import DriftedField, drifted_fields
 from stackpin.deploy.kube import CONFIGMAPS, Cluster, ClusterError
-from stackpin.deploy.objects import DGD_KIND, DIGEST_ANNOTATION, REVISION_ANNOTATION, STACK_LABEL, key_of
+from stackpin.deploy.objects import DGD_KIND, DIGEST_ANNOTATION, REVISION_ANNOTATION, STACK_LABEL, apply_rank, key_of
 from stackpin.deploy.readiness import Readiness, readiness
 
 
@@ -108,7 +108,7 @@ def deployment_status(cluster: Cluster, deployment: str, namespace: str, *, lock
             continue
         for ns in sorted({namespace, *parent.namespaces}):
             members += cluster.list(res, ns, member_selector(parent))
-    members.sort(key=key_of)
+    members.sort(key=lambda m: (apply_rank(key_of(m)), key_of(m)))
     subjects = {key_of(m).subject for m in members}
     latest = parent.latest
     if latest:

@@ -17,9 +17,13 @@ Progress = Callable[[str], None]
 
 
 class WaitTimeout(StackpinError):
-    """What was awaited did not happen in time (exit 1)."""
+    """What was awaited did not happen in time (exit 1). `state`: the last readiness seen, if any."""
 
     exit_code = 1
+
+    def __init__(self, message: str, state: Readiness | None = None) -> None:
+        super().__init__(message)
+        self.state = state
 
 
 def _quiet(_: str) -> None:
@@ -52,7 +56,7 @@ def wait_ready(cluster: Cluster, res: ApiResource, namespace: str, name: str, ti
                     break
         if time.monotonic() >= deadline:
             raise WaitTimeout(f"timed out after {timeout_s:g}s waiting for {subject} in namespace {namespace}: "
-                              f"not ready: {'; '.join(state.waiting_on())}")
+                              f"not ready: {'; '.join(state.waiting_on())}", state)
         if live is None:
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
 
