@@ -116,6 +116,14 @@ def test_switching_to_colocated_recreates_and_prunes_the_computedomain_after_its
     refused = kube.apply("gb300-tuned")
     assert refused.exit_code == 1 and "components frontend, prefill, decode -> frontend, worker" in refused.stderr
     assert kube.compute_domain() is not None
+    before = kube.everything()
+    dry = kube.apply("gb300-tuned", "--allow-recreate", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert dry.stdout.splitlines()[:2] == [f"{DGD_SUBJECT} recreated (server dry run)",
+                                           f"{CD_SUBJECT} pruned (server dry run)"]
+    assert dry.stderr.splitlines() == [f"warning: {DGD_SUBJECT}: the new object cannot be dry-run while the old one "
+                                       "exists; only its deletion was"]
+    assert kube.everything() == before
     with garbage_collector(kube) as events:
         result = kube.apply("gb300-tuned", "--allow-recreate")
     assert result.exit_code == 0, result.output
@@ -228,3 +236,26 @@ def test_every_shipped_stack_is_accepted_and_re_applies_as_a_no_op(kube: Kube, s
     assert again.exit_code == 0, again.output
     assert all(line.endswith(" unchanged") for line in again.stdout.splitlines()[:-1])
     assert kube.everything() == before
+
+
+def test_an_object_still_being_deleted_is_awaited_then_created_anew(kube: Kube) -> None:
+    """Left terminating (by an interrupted recreate, or by someone): applying to it would be lost with it."""
+    assert kube.apply("gb300-tuned").exit_code == 0
+    path = kube.path("/apis/nvidia.com/v1beta1", "dynamographdeployments", "dsv41-flash")
+    kube.env.ok("PATCH", path, {"metadata": {"finalizers": ["example.com/hold"]}},
+                content_type="application/merge-patch+json")
+    kube.env.ok("DELETE", path)
+    old = kube.dgd()
+    assert old is not None and old["metadata"].get("deletionTimestamp")
+    release = threading.Timer(1.0, kube.env.ok, ["PATCH", path, {"metadata": {"finalizers": None}}],
+                              {"content_type": "application/merge-patch+json"})
+    release.start()
+    try:
+        result = kube.apply("gb300-tuned", "--timeout", "60")
+    finally:
+        release.join()
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[0] == f"{DGD_SUBJECT} created"
+    new = kube.dgd()
+    assert new is not None and new["metadata"]["uid"] != old["metadata"]["uid"]
+    assert not new["metadata"].get("deletionTimestamp")

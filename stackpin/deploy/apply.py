@@ -167,103 +167,55 @@ class _Notes:
         self.warn(note)
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What the read phase found: everything the check and write phases act on."""
+
+    stack: StackObjects
+    parent: Parent
+    desired: tuple[dict[str, Any], ...]  # in apply order, labelled as members
+    res_of: dict[ObjectKey, ApiResource]
+    live: dict[ObjectKey, dict[str, Any] | None]  # each desired object as it is now (None: absent)
+    recreate: dict[ObjectKey, list[str]]  # objects that need delete and create, with the reasons
+    prune: tuple[_Member, ...]  # members the stack no longer has, a DynamoGraphDeployment first
+    namespace_missing: bool
+
+    @property
+    def keys(self) -> list[ObjectKey]:
+        return [key_of(o) for o in self.desired]
+
+
 def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
                 progress: Progress = _quiet, warn: Progress = _quiet) -> ApplyResult:
     """Apply `source` (see the module docstring). `progress` hears each step, `warn` each note on what
     could not be checked or done, as it happens."""
-    lock = source.lock
-    stack = stack_objects(lock, options.namespace)
-    ns, deployment = stack.namespace, stack.deployment
     notes = _Notes(warn)
+    plan = _read(cluster, source, options, notes)
+    lock = source.lock
+    dgd = next(k for k in plan.keys if k.kind == DGD_KIND)
+    serving = (plan.res_of[dgd], dgd.name)
 
-    # 1. read
-    pre = preflight(cluster, stack.objects, ns)
-    for note in pre.notes:
-        notes.add(note)
-    if pre.namespace_missing and not options.create_namespace:
-        raise ClusterError(f"namespace {ns} does not exist", "create it, or pass --create-namespace")
-    parent = read_parent(cluster.get(CONFIGMAPS, ns, parent_name(deployment)), deployment, ns)
-    desired = [as_member(o, parent, source.revision) for o in stack.objects]
-    res_of = {key_of(o): pre.resources[(o["apiVersion"], o["kind"])] for o in desired}
-    members = _members(cluster, pre, parent, stack, notes)
-    dgd = next(key_of(o) for o in desired if o["kind"] == DGD_KIND)
-    serving = (res_of[dgd], dgd.name)
-    live: dict[ObjectKey, dict[str, Any] | None] = {}
-    for obj in desired:
-        key = key_of(obj)
-        member = members.get(key)
-        live[key] = member.live if member else (None if pre.namespace_missing else
-                                               cluster.get(res_of[key], ns, key.name))
-    prune = sorted((m for k, m in members.items() if k not in live), key=lambda m: (-apply_rank(m.key), m.key))
-    recreate: dict[ObjectKey, list[str]] = {}
-    for obj in desired:
-        key = key_of(obj)
-        current = live[key]
-        if current is not None and (reasons := recreate_reasons(current, obj)):
-            recreate[key] = reasons
-    if recreate and not options.allow_recreate:
-        raise RecreateRefused("\n".join(
-            f"{key.subject} in namespace {ns} needs delete and recreate ({'; '.join(reasons)}): its pods go down; "
-            "re-run with --allow-recreate to do it" for key, reasons in sorted(recreate.items())))
-    timeout_s = options.timeout_s if options.timeout_s is not None else default_timeout_s(source)
+    def result(dry_run: bool, recorded: bool, actions: dict[ObjectKey, str]) -> ApplyResult:
+        outcomes = [Outcome(k.subject, actions.get(k, "created")) for k in plan.keys]
+        outcomes += [Outcome(m.key.subject, "pruned") for m in plan.prune]
+        return ApplyResult(plan.stack.deployment, plan.stack.namespace, lock.metadata.name, lock.stack_digest,
+                           source.revision, dry_run, plan.parent.subject, recorded, tuple(outcomes),
+                           tuple(notes.items), serving)
 
-    # 2. check: a server-side dry run of every write
-    if pre.namespace_missing:
-        namespace_obj = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
-        cluster.apply(NAMESPACES, namespace_obj, dry_run=options.dry_run)
+    if plan.namespace_missing:
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": plan.stack.namespace}}
+        cluster.apply(NAMESPACES, namespace, dry_run=options.dry_run)
         if options.dry_run:
-            notes.add(f"namespace {ns} would be created; its objects could not be dry-run before it exists")
-        else:
-            progress(f"namespace/{ns} created")
-    predicted = {} if pre.namespace_missing and options.dry_run else _dry_run(
-        cluster, desired, res_of, live, recreate, prune, options, parent, stack)
+            notes.add(f"namespace {plan.stack.namespace} would be created; its objects could not be dry-run "
+                      "before it exists")
+            return result(True, False, {})
+        progress(f"namespace/{plan.stack.namespace} created")
+    predicted = _dry_run(cluster, plan, options, notes)
     if options.dry_run:
-        outcomes = [Outcome(k.subject, "recreated" if k in recreate else predicted.get(k, "created"))
-                    for k in (key_of(o) for o in desired)]
-        outcomes += [Outcome(m.key.subject, "pruned") for m in prune]
-        return ApplyResult(deployment, ns, lock.metadata.name, lock.stack_digest, source.revision, True,
-                           parent.subject, False, tuple(outcomes), tuple(notes.items), serving)
-
-    # 3. write
-    superset = parent_object(parent, deployment, parent.group_kinds | stack.group_kinds, parent.record,
-                             pin_version=False)
-    written = cluster.apply(CONFIGMAPS, superset)
-    parent = replace(parent, exists=True, resource_version=written["metadata"]["resourceVersion"])
-    outcomes_by_key: dict[ObjectKey, str] = {}
-    for key in sorted(recreate):
-        current = live[key]
-        assert current is not None
-        uid = current["metadata"]["uid"]
-        progress(f"{key.subject}: deleting for recreate ({'; '.join(recreate[key])})")
-        cluster.delete(res_of[key], ns, key.name, propagation="Foreground", uid=uid)
-        wait_gone(cluster, res_of[key], ns, key.name, uid, timeout_s, progress)
-        live[key] = None
-        outcomes_by_key[key] = "recreated"
-    for obj in desired:  # apply order: a ComputeDomain before the DynamoGraphDeployment using it
-        key = key_of(obj)
-        result = cluster.apply(res_of[key], obj, force=options.force_conflicts)
-        before = live[key]
-        action = outcomes_by_key.get(key) or ("created" if before is None else "unchanged" if
-                                              before["metadata"]["resourceVersion"] == result["metadata"][
-                                                  "resourceVersion"] else "configured")
-        outcomes_by_key[key] = action
-        progress(f"{key.subject} {action}")
-    for member in prune:  # the DynamoGraphDeployment first, then what it used
-        cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"])
-        progress(f"{member.key.subject} pruned")
-    entry = AppliedRevision(revision=source.revision, stack=lock.metadata.name, stack_digest=lock.stack_digest,
-                            applied_at=_now(), applied_by="", objects=tuple(key_of(o).subject for o in desired),
-                            lock=lock.model_dump(mode="json", by_alias=True))
-    record = parent.record
-    recorded = parent.latest is None or not parent.latest.same_stack(entry)
-    if recorded:
-        record = with_entry(record, entry.model_copy(update={"applied_by": cluster.whoami()}))
-    cluster.apply(CONFIGMAPS, parent_object(parent, deployment, stack.group_kinds, record, pin_version=True))
-
-    outcomes = [Outcome(key_of(o).subject, outcomes_by_key[key_of(o)]) for o in desired]
-    outcomes += [Outcome(m.key.subject, "pruned") for m in prune]
-    return ApplyResult(deployment, ns, lock.metadata.name, lock.stack_digest, source.revision, False,
-                       parent.subject, recorded, tuple(outcomes), tuple(notes.items), serving)
+        return result(True, False, predicted)
+    timeout_s = options.timeout_s if options.timeout_s is not None else default_timeout_s(source)
+    actions, recorded = _write(cluster, plan, source, options, timeout_s, progress)
+    return result(False, recorded, actions)
 
 
 def wait_applied(cluster: Cluster, result: ApplyResult, timeout_s: float, progress: Progress = _quiet) -> ApplyResult:
@@ -273,25 +225,52 @@ def wait_applied(cluster: Cluster, result: ApplyResult, timeout_s: float, progre
     return replace(result, readiness=wait_ready(cluster, res, result.namespace, name, timeout_s, progress))
 
 
-def _dry_run(cluster: Cluster, desired: list[dict[str, Any]], res_of: dict[ObjectKey, ApiResource],
-             live: dict[ObjectKey, dict[str, Any] | None], recreate: dict[ObjectKey, list[str]],
-             prune: list[_Member], options: ApplyOptions, parent: Parent,
-             stack: StackObjects) -> dict[ObjectKey, str]:
-    """Every write as a server-side dry run; all conflicts are reported together. Returns the
-    predicted action per object."""
+def _read(cluster: Cluster, source: StackSource, options: ApplyOptions, notes: _Notes) -> _Plan:
+    """1. Read: render, preflight, the parent and its members, what to recreate and what to prune."""
+    stack = stack_objects(source.lock, options.namespace)
+    ns = stack.namespace
+    pre = preflight(cluster, stack.objects, ns)
+    for note in pre.notes:
+        notes.add(note)
+    if pre.namespace_missing and not options.create_namespace:
+        raise ClusterError(f"namespace {ns} does not exist", "create it, or pass --create-namespace")
+    parent = read_parent(cluster.get(CONFIGMAPS, ns, parent_name(stack.deployment)), stack.deployment, ns)
+    desired = tuple(as_member(o, parent, source.revision) for o in stack.objects)
+    res_of = {key_of(o): pre.resources[(o["apiVersion"], o["kind"])] for o in desired}
+    members = _members(cluster, pre, parent, stack, notes)
+    live: dict[ObjectKey, dict[str, Any] | None] = {}
+    for key in (key_of(o) for o in desired):
+        member = members.get(key)
+        live[key] = member.live if member else None if pre.namespace_missing else cluster.get(res_of[key], ns,
+                                                                                                 key.name)
+    recreate = {key_of(o): reasons for o in desired
+                if (current := live[key_of(o)]) is not None and (reasons := recreate_reasons(current, o))}
+    if recreate and not options.allow_recreate:
+        raise RecreateRefused("\n".join(
+            f"{key.subject} in namespace {ns} needs delete and recreate ({'; '.join(reasons)}): its pods go down; "
+            "re-run with --allow-recreate to do it" for key, reasons in sorted(recreate.items())))
+    prune = tuple(sorted((m for k, m in members.items() if k not in live), key=lambda m: (-apply_rank(m.key), m.key)))
+    return _Plan(stack, parent, desired, res_of, live, recreate, prune, pre.namespace_missing)
+
+
+def _dry_run(cluster: Cluster, plan: _Plan, options: ApplyOptions, notes: _Notes) -> dict[ObjectKey, str]:
+    """2. Check: every write as a server-side dry run; all conflicts are reported together. Returns
+    the predicted action per object."""
     predicted: dict[ObjectKey, str] = {}
     conflicts: list[Conflicts] = []
     dropped: list[str] = []
-    for obj in desired:
-        key = key_of(obj)
-        if key in recreate:
-            current = live[key]
+    for obj, key in zip(plan.desired, plan.keys, strict=True):
+        current = plan.live[key]
+        if key in plan.recreate:
             assert current is not None
-            cluster.delete(res_of[key], key.namespace, key.name, propagation="Foreground",
+            cluster.delete(plan.res_of[key], key.namespace, key.name, propagation="Foreground",
                            uid=current["metadata"]["uid"], dry_run=True)
+            notes.add(f"{key.subject}: the new object cannot be dry-run while the old one exists; only its "
+                      "deletion was")
+            predicted[key] = "recreated"
             continue
         try:
-            result = cluster.apply(res_of[key], obj, force=options.force_conflicts, dry_run=True)
+            result = cluster.apply(plan.res_of[key], obj, force=options.force_conflicts, dry_run=True)
         except Conflicts as exc:
             conflicts.append(exc)
             continue
@@ -299,12 +278,12 @@ def _dry_run(cluster: Cluster, desired: list[dict[str, Any]], res_of: dict[Objec
             dropped.append(f"{key.subject}: the server would drop {', '.join(lost[:5])}"
                            + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
                            + " (a CRD without the version or conversion webhook it needs?)")
-        before = live[key]
-        predicted[key] = ("created" if before is None else
-                          "unchanged" if _comparable(before) == _comparable(result) else "configured")
-    for member in prune:
+        predicted[key] = ("created" if current is None else
+                          "unchanged" if _comparable(current) == _comparable(result) else "configured")
+    for member in plan.prune:
         cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"],
                        dry_run=True)
+    parent, stack = plan.parent, plan.stack
     cluster.apply(CONFIGMAPS, parent_object(parent, stack.deployment, parent.group_kinds | stack.group_kinds,
                                             parent.record, pin_version=False), dry_run=True)
     if conflicts:
@@ -312,3 +291,50 @@ def _dry_run(cluster: Cluster, desired: list[dict[str, Any]], res_of: dict[Objec
     if dropped:
         raise DroppedFields("\n".join(dropped))
     return predicted
+
+
+def _write(cluster: Cluster, plan: _Plan, source: StackSource, options: ApplyOptions, timeout_s: float,
+           progress: Progress) -> tuple[dict[ObjectKey, str], bool]:
+    """3. Write, in the order the module docstring gives. Returns the action per object and whether a
+    record entry was added."""
+    stack, ns = plan.stack, plan.stack.namespace
+    superset = parent_object(plan.parent, stack.deployment, plan.parent.group_kinds | stack.group_kinds,
+                             plan.parent.record, pin_version=False)
+    written = cluster.apply(CONFIGMAPS, superset)
+    parent = replace(plan.parent, exists=True, resource_version=written["metadata"]["resourceVersion"])
+    live = dict(plan.live)
+    actions: dict[ObjectKey, str] = {}
+    for key in plan.keys:
+        current = live[key]
+        if current is None:
+            continue
+        uid = current["metadata"]["uid"]
+        if key in plan.recreate:
+            progress(f"{key.subject}: deleting for recreate ({'; '.join(plan.recreate[key])})")
+            cluster.delete(plan.res_of[key], ns, key.name, propagation="Foreground", uid=uid)
+            actions[key] = "recreated"
+        elif not current["metadata"].get("deletionTimestamp"):
+            continue
+        # Deleting (now, or left so by an interrupted recreate): applying to it would be lost with it.
+        wait_gone(cluster, plan.res_of[key], ns, key.name, uid, timeout_s, progress)
+        live[key] = None
+    for obj, key in zip(plan.desired, plan.keys, strict=True):  # a ComputeDomain before its user
+        before = live[key]
+        after = cluster.apply(plan.res_of[key], obj, force=options.force_conflicts)
+        actions[key] = actions.get(key) or ("created" if before is None else "unchanged" if
+                                            before["metadata"]["resourceVersion"] == after["metadata"][
+                                                "resourceVersion"] else "configured")
+        progress(f"{key.subject} {actions[key]}")
+    for member in plan.prune:  # the DynamoGraphDeployment first, then what it used
+        cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"])
+        progress(f"{member.key.subject} pruned")
+    lock = source.lock
+    entry = AppliedRevision(revision=source.revision, stack=lock.metadata.name, stack_digest=lock.stack_digest,
+                            applied_at=_now(), applied_by="", objects=tuple(k.subject for k in plan.keys),
+                            lock=lock.model_dump(mode="json", by_alias=True))
+    record = parent.record
+    recorded = parent.latest is None or not parent.latest.same_stack(entry)
+    if recorded:
+        record = with_entry(record, entry.model_copy(update={"applied_by": cluster.whoami()}))
+    cluster.apply(CONFIGMAPS, parent_object(parent, stack.deployment, stack.group_kinds, record, pin_version=True))
+    return actions, recorded
