@@ -14,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackpin.deploy.kube import CRDS, NAMESPACES, ApiResource, Cluster, ClusterError, Forbidden
-from stackpin.deploy.objects import group_of
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,3 @@ def dropped_fields(sent: Any, returned: Any, path: str = "") -> list[str]:
                 for p in dropped_fields(a, b, f"{path}[{i}]")]
     return []
 
-
-def group_kind_of(api_version: str, kind: str) -> str:
-    group = group_of(api_version)
-    return f"{kind}.{group}" if group else kind
