@@ -1,1 +1,1 @@
-pytest_plugins = ["tests.registry"]
+pytest_plugins = ["tests.registry", "tests.kube"]

@@ -1,0 +1,340 @@
+"""Library twin of `stackpin apply`: a stack's rendered objects onto a cluster by server-side apply.
+
+The run, in order; nothing is written before step 3:
+
+1. read: render the lock; preflight (kinds served, CRD conversion, namespace); the ApplySet parent
+   and its record; the live members; which objects a change must recreate (refused without
+   `allow_recreate`) and which members this stack no longer has (to prune);
+2. check: a server-side dry run of every write (applies with strict field validation, deletes, the
+   parent), so conflicts with other field managers, RBAC refusals, schema errors and fields the server
+   would drop are all found before anything changes;
+3. write: the parent first, listing the union of old and new kinds (an interrupted run leaves nothing
+   the next run cannot find); recreated objects deleted with foreground propagation and awaited; the
+   objects applied, a ComputeDomain before the DynamoGraphDeployment that uses it; members no
+   longer rendered pruned, the DynamoGraphDeployment before its ComputeDomain; then the parent again
+   with the new kinds and the record entry (who, when, which stack digest and revision).
+
+A re-run after any interruption converges: the parent still lists every kind that may hold members.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from stackpin.deploy.applyset import (
+    AppliedRevision,
+    Parent,
+    member_selector,
+    parent_name,
+    parent_object,
+    read_parent,
+    with_entry,
+)
+from stackpin.deploy.kube import CONFIGMAPS, NAMESPACES, ApiResource, Cluster, ClusterError, Conflicts
+from stackpin.deploy.objects import DGD_KIND, ObjectKey, StackObjects, apply_rank, as_member, key_of, stack_objects
+from stackpin.deploy.preflight import Preflight, dropped_fields, preflight
+from stackpin.deploy.readiness import Readiness
+from stackpin.deploy.recreate import recreate_reasons
+from stackpin.deploy.source import StackSource
+from stackpin.deploy.wait import wait_gone, wait_ready
+from stackpin.errors import StackpinError
+
+Progress = Callable[[str], None]
+
+
+class RecreateRefused(StackpinError):
+    """The change needs a delete and a create, which was not allowed (exit 1)."""
+
+    exit_code = 1
+
+
+class DroppedFields(StackpinError):
+    """The server would silently drop fields of an object (exit 1)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class ApplyOptions:
+    namespace: str | None = None  # default: the profile's metadata.namespace
+    dry_run: bool = False
+    force_conflicts: bool = False
+    allow_recreate: bool = False
+    create_namespace: bool = False
+    timeout_s: float | None = None  # for a recreated object to be gone; default: the stack's start-up budget
+
+
+@dataclass(frozen=True)
+class Outcome:
+    subject: str
+    action: str  # created | configured | unchanged | recreated | pruned
+
+    def __str__(self) -> str:
+        return f"{self.subject} {self.action}"
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    deployment: str
+    namespace: str
+    stack: str
+    stack_digest: str
+    revision: int | None
+    dry_run: bool
+    record: str  # the ApplySet parent, `configmap/<name>`
+    recorded: bool  # a new record entry was written
+    outcomes: tuple[Outcome, ...]
+    notes: tuple[str, ...]
+    serving: tuple[ApiResource, str]  # the DynamoGraphDeployment: its resource and name
+    readiness: Readiness | None = None  # filled in by wait_applied
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"deployment": self.deployment, "namespace": self.namespace, "stack": self.stack,
+                "stackDigest": self.stack_digest, "revision": self.revision, "dryRun": self.dry_run,
+                "record": self.record, "recorded": self.recorded, "notes": list(self.notes),
+                "objects": [{"object": o.subject, "action": o.action} for o in self.outcomes],
+                "readiness": self.readiness.as_dict() if self.readiness else None}
+
+
+@dataclass(frozen=True)
+class _Member:
+    key: ObjectKey
+    res: ApiResource
+    live: dict[str, Any]
+
+
+def _quiet(_: str) -> None:
+    pass
+
+
+def default_timeout_s(source: StackSource) -> float:
+    """The stack's start-up budget (render's estimate, the workers' startupProbe allowance)."""
+    from stackpin.catalog import load_catalog
+    from stackpin.render.build import startup_budget_s
+
+    return float(startup_budget_s(source.lock.stack_profile, load_catalog()))
+
+
+def _resource_of(cluster: Cluster, pre: Preflight, group_kind: str) -> ApiResource | None:
+    for res in pre.resources.values():
+        if res.group_kind == group_kind:
+            return res
+    return cluster.resource_for(group_kind)
+
+
+def _members(cluster: Cluster, pre: Preflight, parent: Parent, stack: StackObjects,
+             notes: _Notes) -> dict[ObjectKey, _Member]:
+    """Live objects labelled as members, in every kind the parent or the stack lists."""
+    found: dict[ObjectKey, _Member] = {}
+    if not parent.exists:
+        return found
+    for group_kind in sorted(parent.group_kinds | stack.group_kinds):
+        res = _resource_of(cluster, pre, group_kind)
+        if res is None:
+            notes.add(f"{group_kind} is no longer served: its members cannot be listed or pruned")
+            continue
+        for namespace in sorted({parent.namespace, *parent.namespaces}):
+            for obj in cluster.list(res, namespace, member_selector(parent)):
+                key = key_of(obj)
+                found[key] = _Member(key, res, obj)
+    return found
+
+
+def _comparable(obj: dict[str, Any] | None) -> Any:
+    if obj is None:
+        return None
+    meta = {k: v for k, v in obj.get("metadata", {}).items() if k not in ("managedFields", "resourceVersion",
+                                                                        "generation")}
+    return {**obj, "metadata": meta}
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@dataclass
+class _Notes:
+    """Notes kept for the result and passed on as they come (an error later must not swallow them)."""
+
+    warn: Progress
+    items: list[str] = field(default_factory=list)
+
+    def add(self, note: str) -> None:
+        self.items.append(note)
+        self.warn(note)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the read phase found: everything the check and write phases act on."""
+
+    stack: StackObjects
+    parent: Parent
+    desired: tuple[dict[str, Any], ...]  # in apply order, labelled as members
+    res_of: dict[ObjectKey, ApiResource]
+    live: dict[ObjectKey, dict[str, Any] | None]  # each desired object as it is now (None: absent)
+    recreate: dict[ObjectKey, list[str]]  # objects that need delete and create, with the reasons
+    prune: tuple[_Member, ...]  # members the stack no longer has, a DynamoGraphDeployment first
+    namespace_missing: bool
+
+    @property
+    def keys(self) -> list[ObjectKey]:
+        return [key_of(o) for o in self.desired]
+
+
+def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
+                progress: Progress = _quiet, warn: Progress = _quiet) -> ApplyResult:
+    """Apply `source` (see the module docstring). `progress` hears each step, `warn` each note on what
+    could not be checked or done, as it happens."""
+    notes = _Notes(warn)
+    plan = _read(cluster, source, options, notes)
+    lock = source.lock
+    dgd = next(k for k in plan.keys if k.kind == DGD_KIND)
+    serving = (plan.res_of[dgd], dgd.name)
+
+    def result(dry_run: bool, recorded: bool, actions: dict[ObjectKey, str]) -> ApplyResult:
+        outcomes = [Outcome(k.subject, actions.get(k, "created")) for k in plan.keys]
+        outcomes += [Outcome(m.key.subject, "pruned") for m in plan.prune]
+        return ApplyResult(plan.stack.deployment, plan.stack.namespace, lock.metadata.name, lock.stack_digest,
+                           source.revision, dry_run, plan.parent.subject, recorded, tuple(outcomes),
+                           tuple(notes.items), serving)
+
+    if plan.namespace_missing:
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": plan.stack.namespace}}
+        cluster.apply(NAMESPACES, namespace, dry_run=options.dry_run)
+        if options.dry_run:
+            notes.add(f"namespace {plan.stack.namespace} would be created; its objects could not be dry-run "
+                      "before it exists")
+            return result(True, False, {})
+        progress(f"namespace/{plan.stack.namespace} created")
+    predicted = _dry_run(cluster, plan, options, notes)
+    if options.dry_run:
+        return result(True, False, predicted)
+    timeout_s = options.timeout_s if options.timeout_s is not None else default_timeout_s(source)
+    actions, recorded = _write(cluster, plan, source, options, timeout_s, progress)
+    return result(False, recorded, actions)
+
+
+def wait_applied(cluster: Cluster, result: ApplyResult, timeout_s: float, progress: Progress = _quiet) -> ApplyResult:
+    """Watch the applied DynamoGraphDeployment until it and every component is ready (`--wait`);
+    WaitTimeout names what is not."""
+    res, name = result.serving
+    return replace(result, readiness=wait_ready(cluster, res, result.namespace, name, timeout_s, progress))
+
+
+def _read(cluster: Cluster, source: StackSource, options: ApplyOptions, notes: _Notes) -> _Plan:
+    """1. Read: render, preflight, the parent and its members, what to recreate and what to prune."""
+    stack = stack_objects(source.lock, options.namespace)
+    ns = stack.namespace
+    pre = preflight(cluster, stack.objects, ns)
+    for note in pre.notes:
+        notes.add(note)
+    if pre.namespace_missing and not options.create_namespace:
+        raise ClusterError(f"namespace {ns} does not exist", "create it, or pass --create-namespace")
+    parent = read_parent(cluster.get(CONFIGMAPS, ns, parent_name(stack.deployment)), stack.deployment, ns)
+    desired = tuple(as_member(o, parent, source.revision) for o in stack.objects)
+    res_of = {key_of(o): pre.resources[(o["apiVersion"], o["kind"])] for o in desired}
+    members = _members(cluster, pre, parent, stack, notes)
+    live: dict[ObjectKey, dict[str, Any] | None] = {}
+    for key in (key_of(o) for o in desired):
+        member = members.get(key)
+        live[key] = member.live if member else None if pre.namespace_missing else cluster.get(res_of[key], ns,
+                                                                                                 key.name)
+    recreate = {key_of(o): reasons for o in desired
+                if (current := live[key_of(o)]) is not None and (reasons := recreate_reasons(current, o))}
+    if recreate and not options.allow_recreate:
+        raise RecreateRefused("\n".join(
+            f"{key.subject} in namespace {ns} needs delete and recreate ({'; '.join(reasons)}): its pods go down; "
+            "re-run with --allow-recreate to do it" for key, reasons in sorted(recreate.items())))
+    prune = tuple(sorted((m for k, m in members.items() if k not in live), key=lambda m: (-apply_rank(m.key), m.key)))
+    return _Plan(stack, parent, desired, res_of, live, recreate, prune, pre.namespace_missing)
+
+
+def _dry_run(cluster: Cluster, plan: _Plan, options: ApplyOptions, notes: _Notes) -> dict[ObjectKey, str]:
+    """2. Check: every write as a server-side dry run; all conflicts are reported together. Returns
+    the predicted action per object."""
+    predicted: dict[ObjectKey, str] = {}
+    conflicts: list[Conflicts] = []
+    dropped: list[str] = []
+    for obj, key in zip(plan.desired, plan.keys, strict=True):
+        current = plan.live[key]
+        if key in plan.recreate:
+            assert current is not None
+            cluster.delete(plan.res_of[key], key.namespace, key.name, propagation="Foreground",
+                           uid=current["metadata"]["uid"], dry_run=True)
+            notes.add(f"{key.subject}: the new object cannot be dry-run while the old one exists; only its "
+                      "deletion was")
+            predicted[key] = "recreated"
+            continue
+        try:
+            result = cluster.apply(plan.res_of[key], obj, force=options.force_conflicts, dry_run=True)
+        except Conflicts as exc:
+            conflicts.append(exc)
+            continue
+        if lost := dropped_fields(obj, result):
+            dropped.append(f"{key.subject}: the server would drop {', '.join(lost[:5])}"
+                           + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+                           + " (a CRD without the version or conversion webhook it needs?)")
+        predicted[key] = ("created" if current is None else
+                          "unchanged" if _comparable(current) == _comparable(result) else "configured")
+    for member in plan.prune:
+        cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"],
+                       dry_run=True)
+    parent, stack = plan.parent, plan.stack
+    cluster.apply(CONFIGMAPS, parent_object(parent, stack.deployment, parent.group_kinds | stack.group_kinds,
+                                            parent.record, pin_version=False), dry_run=True)
+    if conflicts:
+        raise Conflicts.merge(conflicts)
+    if dropped:
+        raise DroppedFields("\n".join(dropped))
+    return predicted
+
+
+def _write(cluster: Cluster, plan: _Plan, source: StackSource, options: ApplyOptions, timeout_s: float,
+           progress: Progress) -> tuple[dict[ObjectKey, str], bool]:
+    """3. Write, in the order the module docstring gives. Returns the action per object and whether a
+    record entry was added."""
+    stack, ns = plan.stack, plan.stack.namespace
+    superset = parent_object(plan.parent, stack.deployment, plan.parent.group_kinds | stack.group_kinds,
+                             plan.parent.record, pin_version=False)
+    written = cluster.apply(CONFIGMAPS, superset)
+    parent = replace(plan.parent, exists=True, resource_version=written["metadata"]["resourceVersion"])
+    live = dict(plan.live)
+    actions: dict[ObjectKey, str] = {}
+    for key in plan.keys:
+        current = live[key]
+        if current is None:
+            continue
+        uid = current["metadata"]["uid"]
+        if key in plan.recreate:
+            progress(f"{key.subject}: deleting for recreate ({'; '.join(plan.recreate[key])})")
+            cluster.delete(plan.res_of[key], ns, key.name, propagation="Foreground", uid=uid)
+            actions[key] = "recreated"
+        elif not current["metadata"].get("deletionTimestamp"):
+            continue
+        # Deleting (now, or left so by an interrupted recreate): applying to it would be lost with it.
+        wait_gone(cluster, plan.res_of[key], ns, key.name, uid, timeout_s, progress)
+        live[key] = None
+    for obj, key in zip(plan.desired, plan.keys, strict=True):  # a ComputeDomain before its user
+        before = live[key]
+        after = cluster.apply(plan.res_of[key], obj, force=options.force_conflicts)
+        actions[key] = actions.get(key) or ("created" if before is None else "unchanged" if
+                                            before["metadata"]["resourceVersion"] == after["metadata"][
+                                                "resourceVersion"] else "configured")
+        progress(f"{key.subject} {actions[key]}")
+    for member in plan.prune:  # the DynamoGraphDeployment first, then what it used
+        cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"])
+        progress(f"{member.key.subject} pruned")
+    lock = source.lock
+    entry = AppliedRevision(revision=source.revision, stack=lock.metadata.name, stack_digest=lock.stack_digest,
+                            applied_at=_now(), applied_by="", objects=tuple(k.subject for k in plan.keys),
+                            lock=lock.model_dump(mode="json", by_alias=True))
+    record = parent.record
+    recorded = parent.latest is None or not parent.latest.same_stack(entry)
+    if recorded:
+        record = with_entry(record, entry.model_copy(update={"applied_by": cluster.whoami()}))
+    cluster.apply(CONFIGMAPS, parent_object(parent, stack.deployment, stack.group_kinds, record, pin_version=True))
+    return actions, recorded

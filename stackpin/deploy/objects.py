@@ -1,0 +1,84 @@
+"""The objects of a stack as apply sends them: the rendered files (exactly what `stackpin render`
+writes), in the target namespace, labelled as members of the deployment's ApplySet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from stackpin.deploy.applyset import PART_OF_LABEL, Parent
+from stackpin.lock.lockfile import StackLock
+from stackpin.render.build import LABEL_PREFIX
+from stackpin.render.output import KUSTOMIZATION, render_stack
+
+DGD_KIND = "DynamoGraphDeployment"
+STACK_LABEL = f"{LABEL_PREFIX}profile"
+DIGEST_ANNOTATION = f"{LABEL_PREFIX}stack-digest"
+REVISION_ANNOTATION = f"{LABEL_PREFIX}revision"
+
+
+@dataclass(frozen=True, order=True)
+class ObjectKey:
+    group: str
+    kind: str
+    namespace: str
+    name: str
+
+    @property
+    def group_kind(self) -> str:
+        return f"{self.kind}.{self.group}" if self.group else self.kind
+
+    @property
+    def subject(self) -> str:
+        """kubectl's spelling: `dynamographdeployment.nvidia.com/dsv41-flash`."""
+        return f"{self.kind.lower()}{'.' + self.group if self.group else ''}/{self.name}"
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def key_of(obj: dict[str, Any], namespace: str | None = None) -> ObjectKey:
+    meta = obj["metadata"]
+    return ObjectKey(group_of(obj["apiVersion"]), obj["kind"], namespace or meta.get("namespace") or "", meta["name"])
+
+
+def apply_rank(key: ObjectKey) -> int:
+    """Apply order: what a DynamoGraphDeployment refers to (its ComputeDomain) first, so that a
+    multi-node pool never starts without its domain; pruning goes the other way round."""
+    return 1 if key.kind == DGD_KIND else 0
+
+
+@dataclass(frozen=True)
+class StackObjects:
+    deployment: str
+    namespace: str
+    objects: tuple[dict[str, Any], ...]  # in apply order
+
+    @property
+    def group_kinds(self) -> frozenset[str]:
+        return frozenset(key_of(o).group_kind for o in self.objects)
+
+
+def stack_objects(lock: StackLock, namespace: str | None) -> StackObjects:
+    """Render the lock (validated, as `stackpin render` writes it) and parse the files back; the
+    namespace is the profile's unless one is given."""
+    import yaml
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    rendered = render_stack(lock)
+    objects = [yaml.load(text, Loader=loader) for name, text in rendered.files.items() if name != KUSTOMIZATION]
+    target = namespace or lock.stack_profile.metadata.namespace
+    for obj in objects:
+        obj["metadata"]["namespace"] = target
+    objects.sort(key=lambda o: (apply_rank(key_of(o)), key_of(o)))
+    return StackObjects(lock.stack_profile.metadata.deployment, target, tuple(objects))
+
+
+def as_member(obj: dict[str, Any], parent: Parent, revision: int | None) -> dict[str, Any]:
+    """A copy labelled as a member of the ApplySet (and annotated with the revision when known)."""
+    meta = dict(obj["metadata"])
+    meta["labels"] = {**(meta.get("labels") or {}), PART_OF_LABEL: parent.id}
+    if revision is not None:
+        meta["annotations"] = {**(meta.get("annotations") or {}), REVISION_ANNOTATION: str(revision)}
+    return {**obj, "metadata": meta}

@@ -1,0 +1,133 @@
+"""Library twin of `stackpin status`: what is live for a deployment, read from the cluster alone (the
+ApplySet parent and its record, the members), so it gives the same answer on any machine.
+
+- the live stack digest and revision (the annotations stackpin apply writes on every object);
+- whether they match a lock (one given, or the lockfile of the live stack in the lock directory);
+- drift: fields another field manager changed since stackpin applied (`drift.py`);
+- readiness of the DynamoGraphDeployment and each of its components (`readiness.py`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stackpin.deploy.applyset import AppliedRevision, member_selector, parent_name, read_parent
+from stackpin.deploy.drift import DriftedField, drifted_fields
+from stackpin.deploy.kube import CONFIGMAPS, Cluster, ClusterError
+from stackpin.deploy.objects import DGD_KIND, DIGEST_ANNOTATION, REVISION_ANNOTATION, STACK_LABEL, apply_rank, key_of
+from stackpin.deploy.readiness import Readiness, readiness
+
+
+@dataclass(frozen=True)
+class LiveObject:
+    subject: str
+    stack_digest: str | None
+    revision: str | None
+
+
+@dataclass(frozen=True)
+class LockCheck:
+    path: str
+    stack: str
+    stack_digest: str
+    matches: bool
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    deployment: str
+    namespace: str
+    record: str
+    stack: str | None
+    stack_digest: str | None
+    revision: int | None
+    last_applied: AppliedRevision | None
+    revisions: int
+    objects: tuple[LiveObject, ...]
+    lock: LockCheck | None
+    drift: tuple[DriftedField, ...]
+    readiness: Readiness | None
+    problems: tuple[str, ...]
+
+    @property
+    def in_sync(self) -> bool:
+        """No drift, nothing missing or mixed, and the lock (if any) matches."""
+        return not self.drift and not self.problems and (self.lock is None or self.lock.matches)
+
+    def as_dict(self) -> dict[str, Any]:
+        last = self.last_applied
+        return {
+            "deployment": self.deployment, "namespace": self.namespace, "record": self.record,
+            "stack": self.stack, "stackDigest": self.stack_digest, "revision": self.revision,
+            "lastApplied": None if last is None else {"stack": last.stack, "stackDigest": last.stack_digest,
+                                                      "revision": last.revision, "appliedAt": last.applied_at,
+                                                      "appliedBy": last.applied_by},
+            "revisions": self.revisions,
+            "objects": [{"object": o.subject, "stackDigest": o.stack_digest, "revision": o.revision}
+                        for o in self.objects],
+            "lock": None if self.lock is None else {"path": self.lock.path, "stack": self.lock.stack,
+                                                    "stackDigest": self.lock.stack_digest,
+                                                    "matches": self.lock.matches},
+            "drift": [d.as_dict() for d in self.drift],
+            "readiness": self.readiness.as_dict() if self.readiness else None,
+            "problems": list(self.problems),
+            "inSync": self.in_sync,
+        }
+
+
+def _lock_check(lock_arg: str | None, stack: str | None, lockdir: Path, live_digest: str | None) -> LockCheck | None:
+    from stackpin.lock.lockfile import lock_path, read_lock
+
+    if lock_arg:
+        from stackpin.deploy.source import resolve_source
+
+        lock = resolve_source(lock_arg, lockdir).lock
+        path = lock_arg
+    elif stack and lock_path(lockdir, stack).is_file():
+        path = str(lock_path(lockdir, stack))
+        lock = read_lock(Path(path))
+    else:
+        return None
+    return LockCheck(path, lock.metadata.name, lock.stack_digest, lock.stack_digest == live_digest)
+
+
+def deployment_status(cluster: Cluster, deployment: str, namespace: str, *, lock: str | None = None,
+                      lockdir: Path = Path("lockfiles")) -> StatusReport:
+    parent = read_parent(cluster.get(CONFIGMAPS, namespace, parent_name(deployment)), deployment, namespace)
+    if not parent.exists:
+        raise ClusterError(f"no stackpin deployment {deployment} in namespace {namespace} "
+                           f"(no {parent.subject}): apply it with stackpin apply, or name another namespace with -n")
+    problems: list[str] = []
+    members: list[dict[str, Any]] = []
+    for group_kind in sorted(parent.group_kinds):
+        res = cluster.resource_for(group_kind)
+        if res is None:
+            problems.append(f"{group_kind} is no longer served by the cluster")
+            continue
+        for ns in sorted({namespace, *parent.namespaces}):
+            members += cluster.list(res, ns, member_selector(parent))
+    members.sort(key=lambda m: (apply_rank(key_of(m)), key_of(m)))
+    subjects = {key_of(m).subject for m in members}
+    latest = parent.latest
+    if latest:
+        problems += [f"{s} is missing (deleted outside stackpin?)" for s in latest.objects if s not in subjects]
+    objects = tuple(LiveObject(key_of(m).subject, (m["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION),
+                               (m["metadata"].get("annotations") or {}).get(REVISION_ANNOTATION)) for m in members)
+    digests = {o.stack_digest for o in objects}
+    if len(digests) > 1:
+        problems.append("the objects carry different stack digests (an apply stopped part way?): "
+                        + ", ".join(f"{o.subject} {o.stack_digest}" for o in objects))
+    dgd = next((m for m in members if m["kind"] == DGD_KIND), None)
+    digest = (dgd["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION) if dgd else \
+        next(iter(digests), None)
+    stack = (dgd["metadata"].get("labels") or {}).get(STACK_LABEL) if dgd else (latest.stack if latest else None)
+    revision_text = (dgd["metadata"].get("annotations") or {}).get(REVISION_ANNOTATION) if dgd else None
+    revision = int(revision_text) if revision_text and revision_text.isdigit() else None
+    drift = tuple(d for m in members for d in drifted_fields(m, key_of(m).subject))
+    return StatusReport(
+        deployment=deployment, namespace=namespace, record=parent.subject, stack=stack, stack_digest=digest,
+        revision=revision, last_applied=latest, revisions=len(parent.record), objects=objects,
+        lock=_lock_check(lock, stack, lockdir, digest), drift=drift,
+        readiness=readiness(dgd) if dgd else None, problems=tuple(problems))
