@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from stackpin.cli.autotune import autotune
+from stackpin.cli.diff import diff, show
 from stackpin.cli.lock import lock
 from stackpin.cli.render import render
 from stackpin.cli.validate import rules, schema, validate
@@ -17,5 +18,5 @@ def main() -> None:
 
 
 # Command groups live in their own modules; importing them costs only their click definitions.
-for _command in (validate, lock, render, autotune, schema, rules):
+for _command in (validate, lock, render, autotune, diff, show, schema, rules):
     main.add_command(_command)
