@@ -11,7 +11,7 @@ from stackpin.catalog import load_catalog
 from stackpin.diff.engine import diff_stacks
 from stackpin.diff.fields import Side, group_of, has_group, rollout
 from stackpin.diff.inputs import Stack
-from stackpin.diff.model import GroupId, Impact, Invalidated, SourceKind, StackDiff, StackRef
+from stackpin.diff.model import GROUP_TITLES, GroupId, Impact, Invalidated, SourceKind, StackDiff, StackRef
 from stackpin.lock.lockfile import StackLock, effective_profile, read_lock, sha256, stack_digest
 from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import topology_of
@@ -147,7 +147,7 @@ def test_replicas_alone_scale_without_a_restart() -> None:
 def test_each_group(gid: GroupId, changes: dict[str, Any]) -> None:
     diff = diff_docs(base_doc(), apply(base_doc(), changes))
     assert [g.id for g in diff.groups] == [gid]
-    assert diff.groups[0].title == gid.title
+    assert diff.groups[0].title == GROUP_TITLES[gid]
 
 
 def test_pins_group_compares_digests_of_two_locks() -> None:

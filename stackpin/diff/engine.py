@@ -16,6 +16,7 @@ from stackpin.diff.fields import Side, group_of, invalidations, path_text, recre
 from stackpin.diff.inputs import Stack
 from stackpin.diff.model import (
     GROUP_ORDER,
+    GROUP_TITLES,
     Change,
     ChangeKind,
     Group,
@@ -38,7 +39,7 @@ _DERIVED = {"pinned", "resolvedVia", "standIn"}
 def pins_of(lock: StackLock) -> dict[str, Any]:
     """What a lock pins, as compared: images, model revision, autotune cache; no provenance."""
     data = lock.resolved.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"engines"})
-    return _without(data, _DERIVED)
+    return {k: _without(v, _DERIVED) for k, v in data.items()}
 
 
 def _without(data: Any, keys: set[str]) -> Any:
@@ -76,9 +77,9 @@ def diff_stacks(a: Stack, b: Stack, *, manifests: ManifestDiff | None = None,
 
     by_group: dict[GroupId, list[Change]] = {}
     for path, kind, old, new in raw:
-        impact, restarts, note = rollout(path, side_a, side_b, catalog)
+        impact, rolled, note = rollout(path, side_a, side_b, catalog)
         change = Change(path=path_text(path), kind=kind, old=old, new=new, impact=impact,
-                        restarts=roll_order(restarts), note=note)
+                        restarts=roll_order(rolled), note=note)
         by_group.setdefault(group_of(path), []).append(change)
 
     reasons = recreate_reasons(side_a, side_b, {g: [c.path for c in cs] for g, cs in by_group.items()})
@@ -91,7 +92,7 @@ def diff_stacks(a: Stack, b: Stack, *, manifests: ManifestDiff | None = None,
         group_reasons = tuple(reasons.get(gid, ()))
         impact = worst([*(c.impact for c in changes), *([Impact.recreate] if group_reasons else [])])
         restarts = roll_order({r for c in changes for r in c.restarts}) if impact == Impact.restart else ()
-        groups.append(Group(id=gid, title=gid.title, impact=impact, restarts=restarts,
+        groups.append(Group(id=gid, title=GROUP_TITLES[gid], impact=impact, restarts=restarts,
                             recreate_reasons=group_reasons, changes=tuple(changes),
                             invalidates=tuple(causes.get(gid, ()))))
 

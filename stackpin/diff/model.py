@@ -52,12 +52,8 @@ class GroupId(StrEnum):
     pins = "pins"
     metadata = "metadata"
 
-    @property
-    def title(self) -> str:
-        return _TITLES[self]
 
-
-_TITLES = {
+GROUP_TITLES = {
     GroupId.kernels: "engine versions and kernels",
     GroupId.autotune: "FlashInfer autotune",
     GroupId.cuda_graphs: "CUDA graphs",

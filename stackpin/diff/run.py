@@ -6,7 +6,6 @@ from pathlib import Path
 
 from stackpin.diff.engine import diff_stacks
 from stackpin.diff.inputs import RevisionLock, load_stack, lock_of
-from stackpin.diff.manifests import manifest_diff
 from stackpin.diff.model import StackDiff
 
 
@@ -16,5 +15,9 @@ def diff_sources(a: str, b: str, *, manifests: bool = False, lockdir: Path = Pat
     With `manifests`, also render both (a profile renders from its current lock in `lockdir`)."""
     stack_a = load_stack(a, lockdir=lockdir, revision_lock=revision_lock, cwd=cwd)
     stack_b = load_stack(b, lockdir=lockdir, revision_lock=revision_lock, cwd=cwd)
-    rendered = manifest_diff(lock_of(stack_a, lockdir, cwd), lock_of(stack_b, lockdir, cwd)) if manifests else None
+    rendered = None
+    if manifests:
+        from stackpin.diff.manifests import manifest_diff  # render's builder loads only for --manifests
+
+        rendered = manifest_diff(lock_of(stack_a, lockdir, cwd), lock_of(stack_b, lockdir, cwd))
     return diff_stacks(stack_a, stack_b, manifests=rendered)
