@@ -132,7 +132,9 @@ def _get(doc: Any, path: tuple[Any, ...]) -> Any:
 
 
 OPS = st.sampled_from(["delete", "replace", "insert", "empty", "wrap", "number", "string"])
-EMPTY = st.sampled_from([[], {}, "", None, 0])
+# Fresh containers per draw: a sampled `[]` or `{}` is one shared object, and a later "insert" into it
+# would leak into every following example (Hypothesis then reports FlakyStrategyDefinition).
+EMPTY = st.one_of(st.builds(list), st.builds(dict), st.sampled_from(["", None, 0]))
 
 
 def mutate_once(data: st.DataObject, doc: Any) -> Any:
