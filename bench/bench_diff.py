@@ -71,7 +71,8 @@ def main() -> None:
             ratio = f"{ms / base:5.2f}x" if base else "-"
             print(f"  {name:<56} {ms:8.1f} {_lines(cmds):6d}  {ratio}")
         if diff:
-            print(f"  {'diff -u (locks) + diff -ru (manifests), two processes':<56} {base:8.1f} {_lines(text):6d}  1.00x")
+            label = "diff -u (locks) + diff -ru (manifests), two processes"
+            print(f"  {label:<56} {base:8.1f} {_lines(text):6d}  1.00x")
 
 
 if __name__ == "__main__":

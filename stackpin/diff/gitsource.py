@@ -69,7 +69,7 @@ class _Repo:
         self.spec, self.cwd = spec, cwd
         top = _git(["rev-parse", "--show-toplevel"], cwd, spec.label)
         if top.returncode != 0:
-            raise StackpinError(f"{spec.label}: {cwd} is not inside a git repository")
+            raise StackpinError(f"{spec.label}: {cwd} is not inside a git repository ({clip_err(top)})")
         self.top = Path(_out(top))
         found = _git(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{spec.ref}^{{commit}}"], cwd,
                      spec.label)
