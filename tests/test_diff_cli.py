@@ -15,7 +15,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from stackpin.cli.main import main
-from stackpin.diff import diff_sources, load_stack
+from stackpin.diff import diff_sources, load_stack, summarize_locks
 from stackpin.lock.lockfile import StackLock, read_lock
 from tests.helpers import PROFILES_DIR, ROOT, apply, base_doc, dump, write_profile
 
@@ -89,7 +89,7 @@ def test_manifests_adds_a_per_object_diff_and_lists_added_objects() -> None:
                                                            ("DynamoGraphDeployment", "changed")]
 
 
-def test_manifests_of_a_profile_renders_its_lock(tmp_path: Path) -> None:
+def test_manifests_of_a_profile_renders_its_lock() -> None:
     diff = diff_sources(str(PROFILES_DIR / "gb300-tuned.yaml"), str(TUNED), manifests=True, lockdir=LOCKDIR)
     assert diff.equal and diff.manifests is not None
     assert diff.manifests.objects == () and diff.manifests.unchanged == 1
@@ -142,7 +142,7 @@ def test_a_broken_profile_is_located(tmp_path: Path) -> None:
 
 def test_revision_without_history_is_one_line() -> None:
     line = one_error_line(invoke("diff", "dsv41-flash@3", str(TUNED)))
-    assert "dsv41-flash@3: no history to read revision 3 of dsv41-flash from" in line
+    assert "dsv41-flash@3: no such file, and no history to read revision 3 of dsv41-flash from" in line
 
 
 def test_revision_comes_from_the_injected_history() -> None:
@@ -152,9 +152,16 @@ def test_revision_comes_from_the_injected_history() -> None:
         asked.append((deployment, rev))
         return read_lock(LAUNCH if rev == 1 else TUNED)
 
-    diff = diff_sources("dsv41-flash@1", "dsv41-flash@2", revision_lock=revision_lock)
-    assert asked == [("dsv41-flash", 1), ("dsv41-flash", 2)]
+    diff = diff_sources("dsv41-flash@1", "dynamo/dsv41-flash@gb300-nvl72@2", revision_lock=revision_lock)
+    # DEPLOYMENT is what the history resolves: a name, NAME@PLATFORM or NAMESPACE/NAME@PLATFORM.
+    assert asked == [("dsv41-flash", 1), ("dynamo/dsv41-flash@gb300-nvl72", 2)]
     assert diff.a.source == "dsv41-flash@1" and diff.a.kind == "lock" and diff.impact == "recreate"
+
+
+def test_summary_of_two_locks_for_history_listings() -> None:
+    assert summarize_locks(read_lock(TUNED), read_lock(TUNED)) == "no changes"
+    rubin = read_lock(LOCKDIR / "vera-rubin-tuned.lock.yaml")
+    assert summarize_locks(read_lock(TUNED), rubin) == "autotune, target, pins, metadata (restart)"
 
 
 # --- git:REF:PATH ---------------------------------------------------------------------------------

@@ -4,8 +4,9 @@ An input is, in this order of precedence:
 
 - `git:REF:PATH`: a profile or lockfile at a git revision (gitsource.py);
 - a file: a lockfile (kind StackLock) or a profile (extends merged);
-- `DEPLOYMENT@REV`: a revision in the history, through the injected `revision_lock` callable
-  (the history store is wired in by the caller; without it the input is refused in one line);
+- `DEPLOYMENT@REV`: a revision in the history, through the injected `revision_lock(deployment, rev)`
+  callable (the history store is wired in by the caller and resolves DEPLOYMENT, e.g.
+  `dsv41-flash@gb300-nvl72`; without it the input is refused in one line);
 - a bare stack name: its lockfile in the lock directory (`lockfiles/NAME.lock.yaml`).
 
 A profile has no pins: it is compared as the effective profile only. A lock carries its pins.
@@ -32,7 +33,9 @@ from stackpin.profile.model import LOCK_KIND, StackProfile
 from stackpin.yamlio import MAX_INPUT_BYTES
 
 RevisionLock = Callable[[str, int], StackLock]
-REVISION = re.compile(rf"(?P<deployment>{DNS_LABEL})@(?P<rev>[0-9]{{1,9}})")
+# DEPLOYMENT is whatever the history resolves (`NAME`, `NAME@PLATFORM`, `NAMESPACE/NAME@PLATFORM`):
+# everything before the last `@`, which is followed by the revision number.
+REVISION = re.compile(r"(?P<deployment>[^@\s]+(?:@[^@\s]+)?)@(?P<rev>[0-9]{1,9})")
 STACK_NAME = re.compile(DNS_LABEL)
 
 
@@ -50,6 +53,11 @@ class Stack:
     def document(self) -> dict[str, Any]:
         """The effective profile: extends merged, every default filled in (what a lock embeds)."""
         return effective_profile(self.profile)
+
+
+def stack_of_lock(lock: StackLock, source: str | None = None) -> Stack:
+    """A lock already in hand (a history revision, what is live) as one side of a diff."""
+    return _from_lock(source or lock.metadata.name, lock)
 
 
 def _from_lock(source: str, lock: StackLock) -> Stack:
@@ -103,7 +111,7 @@ def load_stack(source: str, *, lockdir: Path = Path("lockfiles"), revision_lock:
     if match := REVISION.fullmatch(source):
         deployment, rev = match["deployment"], int(match["rev"])
         if revision_lock is None:
-            raise StackpinError(f"{source}: no history to read revision {rev} of {deployment} from",
+            raise StackpinError(f"{source}: no such file, and no history to read revision {rev} of {deployment} from",
                                 "give a lockfile, a profile or git:REF:PATH")
         return _from_lock(source, revision_lock(deployment, rev))
     if STACK_NAME.fullmatch(source):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackpin.diff.engine import diff_stacks
-from stackpin.diff.inputs import RevisionLock, load_stack, lock_of
+from stackpin.diff.inputs import RevisionLock, load_stack, lock_of, stack_of_lock
 from stackpin.diff.model import StackDiff
+from stackpin.lock.lockfile import StackLock
 
 
 def diff_sources(a: str, b: str, *, manifests: bool = False, lockdir: Path = Path("lockfiles"),
@@ -21,3 +22,13 @@ def diff_sources(a: str, b: str, *, manifests: bool = False, lockdir: Path = Pat
 
         rendered = manifest_diff(lock_of(stack_a, lockdir, cwd), lock_of(stack_b, lockdir, cwd))
     return diff_stacks(stack_a, stack_b, manifests=rendered)
+
+
+def diff_locks(a: StackLock, b: StackLock) -> StackDiff:
+    """Two locks in hand (consecutive history revisions, what is live against what is next)."""
+    return diff_stacks(stack_of_lock(a), stack_of_lock(b))
+
+
+def summarize_locks(a: StackLock, b: StackLock) -> str:
+    """The one-line summary of B over A (`kernels, placement (recreate)`), for listings."""
+    return diff_locks(a, b).one_line()
