@@ -40,6 +40,7 @@ demo-history: setup
 		-m "Launch stack: Dynamo 1.6.0, generic kernels, autotune off, disaggregated"
 	SOURCE_DATE_EPOCH=1767312000 $(DEMO_AUTHOR) $(STACKPIN) promote lockfiles/gb300-tuned.lock.yaml \
 		-m "Tuned stack: the five changes, colocated"
+	$(STACKPIN) diff $(DEMO_DEPLOYMENT)@1 $(DEMO_DEPLOYMENT)@2
 	SOURCE_DATE_EPOCH=1767315600 $(DEMO_AUTHOR) $(STACKPIN) rollback $(DEMO_DEPLOYMENT) --to 1 \
 		-m "Roll back to the launch stack while the tuned one is investigated"
 	$(STACKPIN) history $(DEMO_DEPLOYMENT)

@@ -145,9 +145,12 @@ def test_cluster_commands_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
                                   "contexts": [{"name": "a", "context": {"cluster": "a", "user": "a"}}]}))
     assert invoke("status", "d", "--kubeconfig", str(config), "--context", "b") == (
         2, [f"error: kubeconfig {config}: no context 'b' (contexts: a)"])
-    assert invoke("apply", "dsv41-flash@3", "--kubeconfig", str(config)) == (
-        2, ["error: dsv41-flash@3: applying revision 3 of dsv41-flash needs the revision history, which this stackpin "
-            "does not have yet (hint: apply its lockfile)"])
+    empty = tmp_path / "history"
+    assert invoke("apply", "dsv41-flash@3", "--history", str(empty), "--kubeconfig", str(config)) == (
+        2, [f"error: no history of deployment dsv41-flash in {empty}/; no deployment has one yet (stackpin promote "
+            "LOCK -m MESSAGE records the first revision)"])
+    assert invoke("apply", "dsv41-flash@gb300-nvl72@9", "--kubeconfig", str(config)) == (
+        2, ["error: revision 9 of dynamo/dsv41-flash@gb300-nvl72 is out of range: it has revisions 1 to 3"])
     assert invoke("apply", str(ROOT / "lockfiles"), "--kubeconfig", str(config)) == (
         2, [f"error: {ROOT / 'lockfiles'}: holds 6 stacks; apply one lockfile at a time"])
 

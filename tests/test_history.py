@@ -15,6 +15,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from stackpin.cli.main import main
+from stackpin.diff.run import summarize_locks
 from stackpin.history.deployed import deployment_dir, deployment_files
 from stackpin.history.identity import author_of, created_at
 from stackpin.history.listing import check_deployments, list_history
@@ -172,6 +173,10 @@ def test_history_lists_number_digest_when_who_message_and_change(tmp_path: Path)
     result = invoke(tmp_path, "history", "dsv41-flash")
     assert result.exit_code == 0, result.output
     launch, tuned = read_lock(LAUNCH).short_digest, read_lock(TUNED).short_digest
+    # The change column is the semantic diff's one line (stackpin diff) between neighbours.
+    forward, back = summarize_locks(read_lock(LAUNCH), read_lock(TUNED)), summarize_locks(read_lock(TUNED),
+                                                                                         read_lock(LAUNCH))
+    assert forward.endswith("(recreate)") and back.endswith("(recreate)")
     lines = result.stdout.splitlines()
     directory = tmp_path / "history" / "dynamo" / "dsv41-flash@gb300-nvl72"
     assert lines[0] == f"deployment dynamo/dsv41-flash@gb300-nvl72: 3 revision(s) in {directory}/"
@@ -180,13 +185,13 @@ def test_history_lists_number_digest_when_who_message_and_change(tmp_path: Path)
     assert [[cell.strip() for cell in row if cell.strip()] for row in rows] == [
         ["1", launch, "2026-01-01T00:00:00Z", "Ada <ada@example.org>", "promote gb300-launch", "Launch stack",
          "(first revision)"],
-        ["2", tuned, "2026-01-01T00:00:00Z", "Ada <ada@example.org>", "promote gb300-tuned", "Tuned stack", "-"],
+        ["2", tuned, "2026-01-01T00:00:00Z", "Ada <ada@example.org>", "promote gb300-tuned", "Tuned stack", forward],
         ["3", launch, "2026-01-01T00:00:00Z", "Ada <ada@example.org>", "rollback to 1 (gb300-launch)",
-         "Roll back to revision 1", "-"]]
+         "Roll back to revision 1", back]]
     data = yaml.safe_load(invoke(tmp_path, "history", "dsv41-flash", "-o", "yaml").stdout)
     assert [(r["revision"], r["stackDigest"], r["change"]) for r in data["revisions"]] == [
-        (1, read_lock(LAUNCH).stack_digest, None), (2, read_lock(TUNED).stack_digest, None),
-        (3, read_lock(LAUNCH).stack_digest, None)]
+        (1, read_lock(LAUNCH).stack_digest, None), (2, read_lock(TUNED).stack_digest, forward),
+        (3, read_lock(LAUNCH).stack_digest, back)]
     assert data["revisions"][2]["file"] == str(tmp_path / "history" / "dynamo" / "dsv41-flash@gb300-nvl72" /
                                                "000003.yaml")
 

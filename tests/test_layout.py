@@ -14,7 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "stackpin"
 # Top to bottom: each stage may import the ones before it. errors and yamlio are shared leaves.
-STAGES = ("catalog", "profile", "validate", "lock", "autotune", "render", "history", "deploy", "demo", "cli")
+STAGES = ("catalog", "profile", "validate", "lock", "autotune", "render", "history", "diff", "deploy", "demo",
+          "cli")
 LEAVES = ("errors", "yamlio")
 
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from stackpin.cli.common import OUTPUT, cluster_options, emit, user_errors
+from stackpin.cli.history import HISTORY
 
 if TYPE_CHECKING:
     from stackpin.deploy.apply import ApplyResult
@@ -27,9 +28,10 @@ def _warn(message: str) -> None:
 
 
 @click.command()
-@click.argument("source", metavar="LOCK")
+@click.argument("source", metavar="LOCK|DEPLOYMENT[@REV]")
 @click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
               help="Where a profile's lock is looked up when LOCK is a profile.")
+@HISTORY
 @click.option("--dry-run", is_flag=True, help="Ask the server: a server-side dry run of every write; nothing changes.")
 @click.option("--force-conflicts", is_flag=True,
               help="Take fields another field manager owns (otherwise a conflict names them and stops).")
@@ -43,10 +45,11 @@ def _warn(message: str) -> None:
 @cluster_options
 @OUTPUT
 @user_errors
-def apply(source: str, lockdir: str, dry_run: bool, force_conflicts: bool, allow_recreate: bool,
+def apply(source: str, lockdir: str, history_dir: str, dry_run: bool, force_conflicts: bool, allow_recreate: bool,
           create_namespace: bool, wait: bool, timeout: float | None, kubeconfig: str | None, context: str | None,
           namespace: str | None, output: str) -> None:
-    """Apply a locked stack to a cluster (server-side apply, field manager `stackpin`).
+    """Apply a locked stack to a cluster (server-side apply, field manager `stackpin`): a lockfile, or a
+    revision of a deployment's history (DEPLOYMENT@REV; DEPLOYMENT alone is its newest revision).
 
     Prunes the objects this deployment had and the stack no longer renders, and records the applied
     stack in the cluster (an ApplySet parent, configmap/stackpin-<deployment>). Nothing is written
@@ -59,7 +62,7 @@ def apply(source: str, lockdir: str, dry_run: bool, force_conflicts: bool, allow
     from stackpin.deploy.source import resolve_source
     from stackpin.deploy.wait import WaitTimeout
 
-    stack = resolve_source(source, Path(lockdir))
+    stack = resolve_source(source, Path(lockdir), Path(history_dir))
     cluster = connect(kubeconfig, context)
     limit = timeout if timeout is not None else default_timeout_s(stack)
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,

@@ -153,9 +153,10 @@ def history(deployment: str | None, check: bool, rerender: bool, history_dir: st
         for r in done if output == "text" else []:
             click.echo(f"rendered {r.directory}/  ({len(r.files)} files, revision {r.revision.revision})")
     elif deployment:
+        from stackpin.diff.run import summarize_locks
         from stackpin.history.listing import list_history
 
-        _print_history(store, keys[0], list_history(store, keys[0]), output)
+        _print_history(store, keys[0], list_history(store, keys[0], summarize=summarize_locks), output)
     else:
         from stackpin.history.listing import list_deployments
 

@@ -1,6 +1,6 @@
-"""Where the stack that apply sends comes from: a lockfile (or a profile with a current lock) today,
-`DEPLOYMENT@REV` from the revision history once that exists. Either way apply gets a `StackSource`:
-the lock, and the revision when one names it."""
+"""Where the stack that apply sends comes from: a lockfile (or a profile with a current lock), or a
+revision of a deployment's history (`DEPLOYMENT@REV`, or `DEPLOYMENT` for its newest revision).
+Either way apply gets a `StackSource`: the lock, and the revision when one names it."""
 
 from __future__ import annotations
 
@@ -18,17 +18,28 @@ class StackSource:
     revision: int | None = None  # known when the lock comes from the revision history
 
 
-def resolve_source(arg: str, lockdir: Path) -> StackSource:
-    """A lockfile, a profile (its lock in `lockdir`, which must be current), or a directory holding
-    exactly one of either."""
+def resolve_source(arg: str, lockdir: Path, history: Path = Path("history")) -> StackSource:
+    """A lockfile, a profile (its lock in `lockdir`, which must be current), a directory holding
+    exactly one of either, or a deployment in `history`: `NAME[@PLATFORM][@REV]` (newest by default)."""
     from stackpin.render.output import load_inputs
 
-    path = Path(arg)
-    if not path.exists() and "@" in arg:
-        deployment, _, rev = arg.rpartition("@")
-        raise StackpinError(f"{arg}: applying revision {rev} of {deployment} needs the revision history, which "
-                            "this stackpin does not have yet", "apply its lockfile")
+    if not Path(arg).exists() and not arg.endswith((".yaml", ".yml")):
+        return _from_history(arg, history)
     locks, _ = load_inputs([arg], lockdir)
     if len(locks) != 1:
         raise StackpinError(f"{arg}: holds {len(locks)} stacks; apply one lockfile at a time")
     return StackSource(locks[0], origin=arg)
+
+
+def _from_history(arg: str, history: Path) -> StackSource:
+    from stackpin.history.store import HistoryStore
+
+    store = HistoryStore(history)
+    query, _, rev = arg.rpartition("@")
+    if not (rev.isdigit() and query):  # no revision named: the deployment's newest
+        query, rev = arg, ""
+    key = store.resolve(query)
+    revision = store.read(key, int(rev)) if rev else store.newest(key)
+    if revision is None:
+        raise StackpinError(f"{key} has no revisions in {history}", "stackpin promote LOCK first")
+    return StackSource(revision.lock, origin=f"{key}@{revision.revision}", revision=revision.revision)

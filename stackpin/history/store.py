@@ -13,11 +13,15 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stackpin.errors import StackpinError, clip
 from stackpin.history.model import DIRECTORY_NAME, DeploymentKey, Revision, RevisionError, file_name, read_revision
 from stackpin.profile.k8s_names import DNS_LABEL
 from stackpin.yamlio import lock_directory, sweep_temp_files
+
+if TYPE_CHECKING:
+    from stackpin.lock.lockfile import StackLock
 
 REVISION_FILE = re.compile(r"^([0-9]+)\.yaml$")
 QUERY = re.compile(rf"^(?:(?P<namespace>{DNS_LABEL})/)?(?P<name>{DNS_LABEL})(?:@(?P<platform>{DNS_LABEL}))?$")
@@ -99,6 +103,10 @@ class HistoryStore:
             span = f"revisions 1 to {numbers[-1]}" if numbers else "no revisions"
             raise StackpinError(f"revision {number} of {key} is out of range: it has {span}")
         return read_revision(self.path(key, number), key, number)
+
+    def lock_at(self, query: str, number: int) -> StackLock:
+        """The stack of revision `number` of the deployment `query` names (see `resolve`), verified."""
+        return self.read(self.resolve(query), number).lock
 
     def newest(self, key: DeploymentKey) -> Revision | None:
         numbers = self.numbers(key)
