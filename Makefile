@@ -46,8 +46,9 @@ demo-history: setup
 	$(STACKPIN) history $(DEMO_DEPLOYMENT)
 	$(STACKPIN) history --check
 
+# One worker per core (pytest-xdist): each worker starts its own registry and API server on free ports.
 test: setup
-	$(BIN)/pytest
+	$(BIN)/pytest -n auto
 
 bench: setup
 	$(BIN)/python bench/run.py
