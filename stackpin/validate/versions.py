@@ -90,7 +90,7 @@ def no_flag_catalog(ctx: Context) -> Iterator[Hit]:
     if ctx.vllm is None:
         yield Hit(_V + ("vllm",), f"stackpin has no flag catalog for vLLM {ctx.profile.spec.versions.vllm}: "
                   "backends, speculative methods, env vars and engine flags go unchecked",
-                  "run scripts/extract_engine_flags.py for this release")
+                  f"stackpin engines add vllm=={ctx.profile.spec.versions.vllm} (a catalog on STACKPIN_CATALOG_PATH)")
 
 
 @rule("SP172", Severity.warning, "env var that stackpin sets itself")
