@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from stackpin.cli.autotune import autotune
+from stackpin.cli.engines import engines
 from stackpin.cli.history import history, promote, rollback
 from stackpin.cli.lock import lock
 from stackpin.cli.render import render
@@ -18,5 +19,5 @@ def main() -> None:
 
 
 # Command groups live in their own modules; importing them costs only their click definitions.
-for _command in (validate, lock, render, promote, history, rollback, autotune, schema, rules):
+for _command in (validate, lock, render, promote, history, rollback, autotune, engines, schema, rules):
     main.add_command(_command)
