@@ -51,10 +51,11 @@ def add(spec: str | None, from_file: Path | None, catalog_dir: Path | None, inde
     is parsed for every option string its parser accepts, the allowed values, env vars and config
     classes; its sha256 is recorded, and the version pins of its metadata go into versions.yaml.
     """
-    from stackpin.engines.add import add_release
+    from stackpin.engines.add import add_release, parse_spec
 
     if from_file is None and spec:
-        click.echo(f"downloading {spec.strip()} ...", err=True)
+        project, version = parse_spec(spec)  # a bad spec is refused before anything is announced
+        click.echo(f"downloading {project}=={version} ...", err=True)
     added = add_release(spec, from_file=from_file, catalog_dir=catalog_dir, index_url=index_url,
                         cache_dir=cache_dir, crd=crd)
     _print_added(added, output)
@@ -194,10 +195,12 @@ def _print_diff(result: EngineDiff) -> None:
                  "  ")
         for name, changes in result.env_changed.items():
             click.echo(f"  ~ {name}: {'; '.join(_change(c) for c in changes)}")
-    if result.config_fields:
-        click.echo("config fields:")
+    if result.config_fields or result.config_changed:
+        click.echo("config fields (of JSON options):")
         for cls, values in result.config_fields.items():
             click.echo(f"  {cls}: {_values(values)}")
+        for name, changes in result.config_changed.items():
+            click.echo(f"  ~ {name}: {'; '.join(_change(c) for c in changes)}")
     if result.requires:
         requires = result.requires
         click.echo(f"requires: {len(requires.added)} added, {len(requires.removed)} removed, "

@@ -114,8 +114,9 @@ def classify(tree: SourceTree, module: str, annotation: ast.expr) -> TypeInfo:
     if "bool" in heads:
         return TypeInfo("bool")
     if "Literal" in heads:
-        literal = next(m for m in found if m.head == "Literal")
-        choices, kind = _literal_choices(tree, literal)
+        literals = [_literal_choices(tree, m) for m in found if m.head == "Literal"]
+        choices = tuple(sorted({c for values, _ in literals for c in values}))
+        kind = literals[0][1]
         # A Literal beside `str` becomes a metavar: argparse shows the values and accepts any string.
         return TypeInfo(kind, choices=choices or None, choices_enforced="str" not in heads)
     for collection in _COLLECTIONS:

@@ -188,6 +188,7 @@ class EngineDiff:
     env_vars: SetDiff
     env_changed: dict[str, list[Change]]
     config_fields: dict[str, SetDiff]  # config class of a JSON option -> fields added / removed
+    config_changed: dict[str, list[Change]]  # "SpeculativeConfig.method" -> its type, default, choices changes
     requires: RequiresDiff
 
     @property
@@ -202,6 +203,7 @@ class EngineDiff:
                 "envVars": {**self.env_vars.data(),
                             "changed": {n: [c.data() for c in cs] for n, cs in self.env_changed.items()}},
                 "configFields": {cls: d.data() for cls, d in self.config_fields.items()},
+                "configFieldsChanged": {f: [c.data() for c in cs] for f, cs in self.config_changed.items()},
                 "requires": self.requires.data()}
 
 
@@ -229,14 +231,24 @@ def diff_releases(old: Release, new: Release) -> EngineDiff:
     entries: dict[str, EntryDiff] = {}
     choices: dict[str, SetDiff] = {}
     config: dict[str, SetDiff] = {}
+    config_changed: dict[str, list[Change]] = {}
     if isinstance(old, VllmRelease) and isinstance(new, VllmRelease):
         entries["vllm"] = EntryDiff.of(old, new)
         for kind in sorted(set(old.choices) | set(new.choices)):
             if kind != "speculative_methods" and (d := SetDiff.of(old.choices.get(kind), new.choices.get(kind))):
                 choices[kind] = d
         for name in sorted(set(old.config_classes) & set(new.config_classes)):
-            if d := SetDiff.of(old.config_classes[name].fields, new.config_classes[name].fields):
+            before, after = old.config_classes[name].fields, new.config_classes[name].fields
+            if d := SetDiff.of(before, after):
                 config[name] = d
+            for field_name in sorted(set(before) & set(after)):
+                a, b = before[field_name], after[field_name]
+                changes = [Change(w, x, y) for w, x, y in (("type", a.type, b.type),
+                                                           ("default", _default(a), _default(b))) if x != y]
+                if values := SetDiff.of(a.choices, b.choices):
+                    changes.append(Change("choices", values=values))
+                if changes:
+                    config_changed[f"{name}.{field_name}"] = changes
     elif isinstance(old, DynamoRelease) and isinstance(new, DynamoRelease):
         entries = {"worker_vllm": EntryDiff.of(old.worker_vllm, new.worker_vllm),
                    "frontend": EntryDiff.of(old.frontend, new.frontend)}
@@ -245,6 +257,7 @@ def diff_releases(old: Release, new: Release) -> EngineDiff:
     env, env_changed = env_diff(old.env_vars, new.env_vars)
     return EngineDiff(engine=old.engine, old=old.version, new=new.version, entries=entries, choices=choices,
                       speculative_methods=methods, env_vars=env, env_changed=env_changed, config_fields=config,
+                      config_changed=config_changed,
                       requires=RequiresDiff.of(old.requires, new.requires))
 
 
