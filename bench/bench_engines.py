@@ -25,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # devkit sits beside bench/, not inside the installed package
 
 from devkit import enginepkgs  # noqa: E402
+from devkit.timing import load_note  # noqa: E402
 from stackpin.engines.add import extract  # noqa: E402
 from stackpin.engines.index import default_index, fetch  # noqa: E402
 from stackpin.engines.package import read_package  # noqa: E402
@@ -71,7 +72,7 @@ def main() -> None:
         small = [enginepkgs.vllm_sdist(work), enginepkgs.vllm_wheel(work), enginepkgs.dynamo_wheel(work),
                  enginepkgs.flashinfer_wheel(work)]
         print(f"engines add, per package: read (archive, sha256, sources) and extract (ast), median of {repeats} "
-              "in-process runs")
+              f"in-process runs; {load_note()}")
         print(f"  {'package':<62} {'MB':>6} {'.py read':>9} {'read':>8} {'extract':>9} {'total':>8}")
         vllm_total = None
         for path in [*files, *small]:
