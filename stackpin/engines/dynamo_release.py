@@ -88,6 +88,24 @@ class _Helpers:
         return None
 
 
+def _env_default(tree: SourceTree, module: str, node: ast.expr) -> tuple[str, ast.expr | None] | None:
+    """`default=env_or_default("DYN_X", 5, ...)`: a call of a package function whose parameters are
+    named `env_var` and `default` -> ("DYN_X", the default expression)."""
+    if not isinstance(node, ast.Call):
+        return None
+    hit = tree.lookup(module, call_name(node))
+    if hit is None or not isinstance(hit[1], ast.FunctionDef):
+        return None
+    names = [a.arg for a in hit[1].args.args]
+    if "env_var" not in names or "default" not in names:
+        return None
+    bound = dict(zip(names, node.args, strict=False)) | keywords(node)
+    env = bound.get("env_var")
+    if not (isinstance(env, ast.Constant) and isinstance(env.value, str)):
+        return None
+    return env.value, bound.get("default")
+
+
 def _fstring(node: ast.expr, bindings: dict[str, str]) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str):
         return node.value
@@ -176,21 +194,24 @@ def _options(tree: SourceTree, module: str, helpers: _Helpers) -> tuple[dict[str
         notes = ["choices computed at runtime"] if "choices" in kw and choices is None else []
         default = tree.value(module, kw["default"]) if "default" in kw else (False if store_true else None)
         env = kw.get("env_var")
+        if env is None and "default" in kw and (read := _env_default(tree, module, kw["default"])):
+            env = ast.Constant(read[0])
+            default = tree.value(module, read[1]) if read[1] is not None else None
         negatives = sorted("--no-" + s[2:] for s in strings if s.startswith("--")) if boolean else []
         deprecation = _deprecated(tree, module, kw["deprecated"]) if "deprecated" in kw else None
         help_text = tree.text_of(module, kw.get("help"))
         if deprecation is None and help_text and help_text.lstrip().lower().startswith("[deprecated"):
             deprecation = Deprecation(message=" ".join(help_text.split()))
         deprecated: dict[str, Deprecation] = {}
+        canonical = next((s for s in strings if s.startswith("--")), strings[0])  # -i, --interactive: --interactive
         if deprecation is not None:
             deprecated = dict.fromkeys([*strings, *negatives], deprecation)
         else:
-            canonical = strings[0]
             for old in obsolete:
                 deprecated[old] = Deprecation(replacement=canonical)
                 if boolean:
                     deprecated["--no-" + old[2:]] = Deprecation(replacement="--no-" + canonical[2:])
-        found[strings[0]] = EngineOption(
+        found[canonical] = EngineOption(
             strings=tuple(sorted(strings)), negatives=tuple(negatives), deprecated=deprecated, type=kind,
             choices=tuple(sorted(set(choices))) if choices else None,
             choices_enforced_by_argparse=True if choices else None,
