@@ -268,5 +268,5 @@ def build(package: Package) -> DynamoRelease:
     return DynamoRelease(
         version=package.version, worker_vllm=entries["worker_vllm"], frontend=entries["frontend"], crd=_crd(tree),
         env_vars=dict(sorted(env_vars.items())), rules=(NO_RULE, WORKER_RULE), requires=package.requires,
-        unresolved=tuple(sorted(set(unresolved))),
+        unresolved=tuple(sorted({*unresolved, *(f"{p}: syntax this Python cannot parse" for p in tree.unparsable)})),
         source=Source(package=package.filename, sha256=package.sha256, files_parsed=tuple(sorted(tree.used))))
