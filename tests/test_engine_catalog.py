@@ -377,3 +377,37 @@ def test_flashinfer_env_vars(version: str) -> None:
     d = load(f"flashinfer-{version}.json")
     assert d["env_vars"] and all(name.startswith("FLASHINFER_") for name in d["env_vars"])
     assert any(r.startswith("torch") for r in d["requires"])
+
+
+@pytest.mark.parametrize(("written", "value", "problem"), [
+    ("--max-num-seqs", 256, None),
+    ("--max_num_seqs", 256, None),  # the parser folds underscores
+    ("--max-num-seqs", "256", "--max-num-seqs takes int, not '256'"),
+    ("--max-num-seqs", True, "--max-num-seqs takes int, not True"),
+    ("--gpu-memory-utilization", 1, None),
+    ("--enable-prefix-caching", False, None),
+    ("--enable-prefix-caching", "no", "--enable-prefix-caching takes true or false, not 'no'"),
+    ("--disable-prefix-caching", True, None),
+    ("--disable-prefix-caching", False, "--disable-prefix-caching takes true, not False"),
+    ("--disable-log-stats", False, "--disable-log-stats takes true, not False"),  # store_true
+    ("--performance-mode", "throughput", None),
+    ("--performance-mode", "fast", "--performance-mode fast is not one of vLLM 0.33.0's choices: balanced, "
+                                   "interactivity, throughput"),
+    ("--kv-cache-dtype", "fp9", "--kv-cache-dtype fp9 is not one of vLLM 0.33.0's choices (argparse passes it, "
+                                "the engine checks later): "),
+    ("--compilation-config", {"cudagraph_mode": "FULL"}, None),
+    ("--compilation-config", {"cuda_graph_mode": "FULL"}, "--compilation-config: CompilationConfig has no field "
+                                                          "'cuda_graph_mode'"),
+    ("--compilation-config.mode", 3, None),
+    ("--compilation-config.nope", 3, "--compilation-config.nope: CompilationConfig has no field 'nope'"),
+    ("--speculative-config", "{}", "--speculative-config takes json, not '{}'"),
+    ("--no-such-option", 1, "--no-such-option is not an option of vLLM 0.33.0"),
+])
+def test_check_value_says_why_the_engine_would_refuse_a_value(written: str, value: object, problem: str | None) -> None:
+    catalog = vllm_catalog("0.33.0")
+    assert catalog is not None
+    problems = catalog.check_value(written, value)
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problems[0].startswith(problem), problems

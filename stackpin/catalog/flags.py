@@ -122,6 +122,38 @@ class FlagCatalog(BaseModel):
         option = self.option(written)
         return self.config_classes.get(option.config_class) if option and option.config_class else None
 
+    def check_value(self, written: str, value: Any) -> list[str]:
+        """Why the engine would refuse `value` (as a YAML or JSON document holds it) for option `written`:
+        unknown option, wrong kind of value, a value outside the choices, a JSON key its config class
+        lacks. Empty when the catalog sees nothing wrong; deprecation is `resolve(written).deprecation`."""
+        use = self.resolve(written)
+        if use is None:
+            return [f"{written} is not an option of {self.name}"]
+        option = use.option
+        if use.json_key:
+            fields = self.config_class(use.flag)
+            if fields is not None and use.json_key[0] not in fields.fields:
+                return [f"{written}: {option.config_class} has no field {use.json_key[0]!r}"]
+            return []
+        if use.negative or option.type == "bool":
+            if not isinstance(value, bool) or (option.store_true and value is False) or (use.negative and not value):
+                takes = "true" if option.store_true or use.negative else "true or false"
+                return [f"{written} takes {takes}, not {value!r}"]
+            return []
+        want: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "list": (list,),
+                                             "json": (dict,), "bool_or_str": (bool, str), "json_or_str": (dict, str)}
+        kinds = want.get(option.type or "str", (str,))
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            return [f"{written} takes {option.type or 'a string'}, not {value!r}"]
+        if option.choices and isinstance(value, str | int) and str(value) not in option.choices:
+            later = "" if option.choices_enforced_by_argparse else " (argparse passes it, the engine checks later)"
+            return [f"{written} {value} is not one of {self.name}'s choices{later}: {', '.join(option.choices)}"]
+        if isinstance(value, dict) and (fields := self.config_class(use.flag)) is not None:
+            unknown = sorted(set(value) - set(fields.fields))
+            if unknown:
+                return [f"{written}: {option.config_class} has no field {', '.join(map(repr, unknown))}"]
+        return []
+
 
 class CatalogFileError(StackpinError):
     """A catalog file that cannot be read as this stackpin's catalog format."""
