@@ -268,3 +268,22 @@ def test_diff_names_what_it_cannot_compare() -> None:
     assert (other.exit_code, other.stderr) == (2, "error: 'sglang': expected vllm, dynamo or flashinfer\n")
     bad = invoke("engines", "diff", "dynamo", "1.6", "one")
     assert (bad.exit_code, bad.stderr) == (2, "error: 'one' is not a PEP 440 version\n")
+
+
+def test_a_broken_site_catalog_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    profile = str(Path(__file__).resolve().parent.parent / "profiles" / "deepseek-v4.1-flash" / "gb300-tuned.yaml")
+    site = tmp_path / "site"
+    (site / "engines").mkdir(parents=True)
+    (site / "versions.yaml").write_text('vllm:\n  "0.31.0": {flashinfer: 0.7.0.post1}\n')
+    result = invoke("validate", profile, site=site)
+    assert (result.exit_code, result.stderr) == (
+        2, f"error: version pins ({site / 'versions.yaml'}): vllm.0.31.0.torch: Field required\n")
+    (site / "versions.yaml").write_text("vllm: [\n")
+    result = invoke("validate", profile, site=site)
+    assert result.exit_code == 2 and result.stderr.startswith(f"error: {site / 'versions.yaml'}: not YAML")
+    (site / "versions.yaml").unlink()
+    (site / "engines" / "vllm-0.31.0.json").write_text('{"engine": "vllm", "version": "0.31.0"}')
+    result = invoke("validate", profile, site=site)
+    assert (result.exit_code, result.stderr) == (
+        2, f"error: {site / 'engines' / 'vllm-0.31.0.json'}: catalog format 1, this stackpin reads 2 "
+           "(hint: add it again: stackpin engines add vllm==0.31.0)\n")

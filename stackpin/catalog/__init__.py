@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
 from stackpin.catalog.search import site_dirs
 from stackpin.catalog.version import PackageVersion, parse_version
@@ -264,6 +264,16 @@ def merged_versions(bundled: dict[str, Any], sites: tuple[Path, ...]) -> dict[st
     return merged
 
 
+def _versions(sites: tuple[Path, ...]) -> Versions:
+    try:
+        return Versions.model_validate(merged_versions(_read("versions.yaml"), sites))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        files = ", ".join(str(d / "versions.yaml") for d in sites if (d / "versions.yaml").is_file())
+        raise StackpinError(f"version pins ({files or 'bundled'}): {where}: {first['msg']}") from None
+
+
 @cache
 def _load(sites: tuple[Path, ...]) -> Catalog:
     hardware, models = _read("hardware.yaml"), _read("models.yaml")
@@ -271,7 +281,7 @@ def _load(sites: tuple[Path, ...]) -> Catalog:
         gpus=hardware["gpus"],
         platforms=hardware["platforms"],
         models=models["models"],
-        versions=Versions.model_validate(merged_versions(_read("versions.yaml"), sites)),
+        versions=_versions(sites),
         engine=_read("engine.yaml"),
     )
 

@@ -34,6 +34,7 @@ from stackpin.errors import StackpinError
 DynamoEntry = Literal["worker_vllm", "frontend"]
 EngineName = Literal["vllm", "dynamo", "flashinfer"]
 SearchPath = tuple[Path | Traversable, ...]
+PROJECTS: dict[EngineName, str] = {"vllm": "vllm", "dynamo": "ai-dynamo", "flashinfer": "flashinfer-python"}
 
 
 class OptionUse(BaseModel):
@@ -175,7 +176,7 @@ def _read(engine: EngineName, version: str, path: SearchPath) -> tuple[str, dict
         raise CatalogFileError(f"{found}: not JSON ({exc})") from None
     if data.get("format") != CATALOG_FORMAT:
         raise CatalogFileError(f"{found}: catalog format {data.get('format', 1)}, this stackpin reads "
-                               f"{CATALOG_FORMAT}", f"add it again: stackpin engines add {engine} {version}")
+                               f"{CATALOG_FORMAT}", f"add it again: stackpin engines add {PROJECTS[engine]}=={version}")
     return str(found), data
 
 

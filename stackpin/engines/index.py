@@ -72,6 +72,7 @@ def fetch(project: str, version: str, index_url: str, directory: Path, timeout: 
     import httpx  # only `engines add` reaches the network; validation never imports it
 
     page = f"{index_url.rstrip('/')}/{normalize(project)}/"
+    partial: Path | None = None
     try:
         with httpx.Client(timeout=timeout, follow_redirects=True) as client:
             response = client.get(page, headers={"Accept": JSON_INDEX})
@@ -89,9 +90,12 @@ def fetch(project: str, version: str, index_url: str, directory: Path, timeout: 
                     digest.update(chunk)
                     out.write(chunk)
     except httpx.HTTPError as exc:
+        if partial is not None:
+            partial.unlink(missing_ok=True)
         raise ResolveError(f"{project}=={version}: {page}: {exc}") from None
     except ValueError:
         raise ResolveError(f"{project}=={version}: {page} is not a PEP 691 JSON index") from None
+    assert partial is not None
     if digest.hexdigest() != chosen.sha256:
         partial.unlink(missing_ok=True)
         raise ResolveError(f"{chosen.filename}: sha256 {digest.hexdigest()} is not the index's {chosen.sha256}")
