@@ -285,7 +285,15 @@ def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, 
 
 
             def get_kwargs(cls) -> dict[str, dict[str, Any]]:
-                return {}
+                kwargs: dict[str, dict[str, Any]] = {}
+                for name in getattr(cls, "__dataclass_fields__", {}):
+                    kwargs[name] = {}
+                    by_text = {"gpu_memory_utilization"}
+                    if name == "block_size":
+                        kwargs[name]["type"] = parse_int
+                    elif name in by_text:
+                        kwargs[name]["type"] = float
+                return kwargs
 
 
             @dataclass

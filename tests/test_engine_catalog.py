@@ -381,6 +381,8 @@ def test_flashinfer_env_vars(version: str) -> None:
 
 @pytest.mark.parametrize(("written", "value", "problem"), [
     ("--max-num-seqs", 256, None),
+    ("--max-model-len", "32k", None),  # human_readable_int_or_auto parses text; stackpin does not
+    ("--max-num-batched-tokens", "16k", None),
     ("--max_num_seqs", 256, None),  # the parser folds underscores
     ("--max-num-seqs", "256", "--max-num-seqs takes int, not '256'"),
     ("--max-num-seqs", True, "--max-num-seqs takes int, not True"),

@@ -88,6 +88,9 @@ def test_deprecated_options_name_their_replacement(vllm: VllmRelease) -> None:
 def test_types_defaults_and_choices_follow_the_config_fields(vllm: VllmRelease) -> None:
     options = vllm.options
     assert (options["--block-size"].type, options["--block-size"].default) == ("int", 16)  # a module constant
+    # get_kwargs gives this field its converter by name (`if name == "block_size": ...["type"] = parse_int`).
+    assert options["--block-size"].converter == "parse_int"
+    assert options["--gpu-memory-utilization"].converter is None  # a builtin, no package function
     assert options["--block-size"].config_field == "CacheConfig.block_size"
     assert (options["--tensor-parallel-size"].strings, options["--tensor-parallel-size"].default) == (
         ("--tensor-parallel-size", "-tp"), 1)

@@ -40,6 +40,7 @@ class EngineOption(_Data):
     deprecated: dict[str, Deprecation] = {}  # option string -> why; every string of a deprecated option
     type: OptionType | None = None
     item_type: str | None = None  # list options: the element type
+    converter: str | None = None  # the package's function argparse parses the text with (human_readable_int)
     choices: tuple[str, ...] | None = None
     choices_enforced_by_argparse: bool | None = None  # False: listed as a metavar, checked later or never
     default: JsonValue = None  # argparse's default when the option is not given (null also when unknown)

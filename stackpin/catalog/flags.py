@@ -144,6 +144,8 @@ class FlagCatalog(BaseModel):
         want: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "list": (list,),
                                              "json": (dict,), "bool_or_str": (bool, str), "json_or_str": (dict, str)}
         kinds = want.get(option.type or "str", (str,))
+        if option.converter and option.type in ("int", "float"):
+            kinds = (*kinds, str)  # the package's converter parses text too ("32k", "auto"): not checked here
         if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
             return [f"{written} takes {option.type or 'a string'}, not {value!r}"]
         if option.choices and isinstance(value, str | int) and str(value) not in option.choices:

@@ -186,8 +186,11 @@ def _options(tree: SourceTree, module: str, helpers: _Helpers) -> tuple[dict[str
         converter = kw.get("arg_type" if helper else "type")
         if converter is None and helper and not boolean:
             converter = helpers.default_of(module, name, "arg_type")
+        function = None
         if kind is None and converter is not None and ast.unparse(converter) != "None":
             kind = converter_type(tree, module, converter) or "str"
+            if isinstance(converter, ast.Name) and (hit := tree.lookup(module, converter.id)):
+                function = converter.id if isinstance(hit[1], ast.FunctionDef) else None
         if kind is None and action in {"", "'store'", '"store"'}:
             kind = "str"
         choices = tree.strings(module, kw["choices"]) if "choices" in kw else None
@@ -213,6 +216,7 @@ def _options(tree: SourceTree, module: str, helpers: _Helpers) -> tuple[dict[str
                     deprecated["--no-" + old[2:]] = Deprecation(replacement="--no-" + canonical[2:])
         found[canonical] = EngineOption(
             strings=tuple(sorted(strings)), negatives=tuple(negatives), deprecated=deprecated, type=kind,
+            converter=function,
             choices=tuple(sorted(set(choices))) if choices else None,
             choices_enforced_by_argparse=True if choices else None,
             default=None if isinstance(default, Unknown) else default,

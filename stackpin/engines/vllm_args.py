@@ -36,6 +36,7 @@ class _Option:
     boolean_optional: bool = False
     store_true: bool = False
     deprecation: Deprecation | None = None
+    converter: str | None = None
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -116,10 +117,43 @@ def _action_deprecation(tree: SourceTree, module: str, node: ast.expr) -> Deprec
     return None
 
 
+def _field_converters(tree: SourceTree) -> dict[str, ast.expr]:
+    """Field name -> the converter vLLM's kwargs builder gives it by name rather than by type
+    (`if name == "max_model_len": kwargs[name]["type"] = human_readable_int_or_auto`,
+    `elif name in human_readable_int_args: ...`), read from the function in arg_utils that does so."""
+    module = tree.module(ARG_UTILS)
+    found: dict[str, ast.expr] = {}
+    for function in ast.walk(module) if module else ():
+        if not isinstance(function, ast.FunctionDef):
+            continue
+        sets = {t.id: {e.value for e in node.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)}
+                for node in ast.walk(function) if isinstance(node, ast.Assign) and isinstance(node.value, ast.Set)
+                for t in node.targets if isinstance(t, ast.Name)}
+        for branch in ast.walk(function):
+            if not isinstance(branch, ast.If):
+                continue
+            test = branch.test
+            if not (isinstance(test, ast.Compare) and isinstance(test.left, ast.Name) and len(test.ops) == 1):
+                continue
+            right = test.comparators[0]
+            if isinstance(test.ops[0], ast.Eq) and isinstance(right, ast.Constant) and isinstance(right.value, str):
+                names = {right.value}
+            elif isinstance(test.ops[0], ast.In) and isinstance(right, ast.Name) and right.id in sets:
+                names = sets[right.id]
+            else:
+                continue
+            for stmt in branch.body:
+                if (isinstance(stmt, ast.Assign) and isinstance(target := stmt.targets[0], ast.Subscript)
+                        and isinstance(target.slice, ast.Constant) and target.slice.value == "type"):
+                    found.update(dict.fromkeys(names, stmt.value))
+    return found
+
+
 class _Reader:
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
         self.unresolved: list[str] = []
+        self.converters = _field_converters(tree)
 
     def field_decl(self, owner: str, name: str) -> FieldDecl | None:
         return self.tree.class_fields(ARG_UTILS, owner).get(name)
@@ -141,6 +175,8 @@ class _Reader:
             option.notes.append("choices edited at runtime")
         option.type_info = info
         option.boolean_optional = info.is_bool
+        if (converter := self.converters.get(name)) is not None and not info.is_bool:
+            self.keyword(option, "type", converter)
         option.default = self.tree.value(decl.module, decl.value) if decl.value is not None else None
 
     def keyword(self, option: _Option, key: str, value: ast.expr) -> None:
@@ -150,6 +186,9 @@ class _Reader:
             option.default = tree.value(ARG_UTILS, value)
         elif key == "type":
             kind = converter_type(tree, ARG_UTILS, value)
+            option.converter = None
+            if isinstance(value, ast.Name) and (hit := tree.lookup(ARG_UTILS, value.id)):
+                option.converter = value.id if isinstance(hit[1], ast.FunctionDef) else None
             if kind is not None:
                 option.type_info = TypeInfo(kind, info.choices, info.choices_enforced, info.config_class,
                                             info.config_module, info.item_type)
@@ -281,6 +320,7 @@ def _finish(option: _Option, rules: ParserRules, hidden_why: str | None,
         deprecated=deprecated, type=info.type, item_type=info.item_type, choices=info.choices,
         choices_enforced_by_argparse=info.choices_enforced if info.choices else None, default=default,
         default_expr=default_expr, config_field=option.config_field, config_class=info.config_class,
+        converter=option.converter,
         boolean_optional=option.boolean_optional or None, store_true=option.store_true or None,
         notes=tuple(sorted(option.notes)))
 
