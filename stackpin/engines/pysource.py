@@ -55,7 +55,6 @@ class FieldDecl:
     """A class body's annotated field: where it is declared, its annotation and its value expression."""
 
     module: str
-    owner: str
     annotation: ast.expr
     value: ast.expr | None
 
@@ -123,10 +122,6 @@ class SourceTree:
                 self.unparsable.add(path)
         self.used.add(path)
         return self._parsed[path]
-
-    def text(self, module: str) -> str:
-        path = self.path_of(module)
-        return self.files[path] if path else ""
 
     @staticmethod
     def top_level(mod: ast.Module) -> Iterator[ast.stmt]:
@@ -231,7 +226,7 @@ class SourceTree:
             if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
                 if "ClassVar" in ast.unparse(stmt.annotation):
                     continue
-                fields[stmt.target.id] = FieldDecl(where, cls.name, stmt.annotation, stmt.value)
+                fields[stmt.target.id] = FieldDecl(where, stmt.annotation, stmt.value)
         return fields
 
     def class_attribute(self, module: str, cls: ast.ClassDef, attr: str) -> ast.expr | None:
