@@ -27,7 +27,7 @@ def _profile(name: str = "gb300-tuned", **changes: object) -> StackProfile:
 
 def _missing(engine: str, version: str) -> str:
     return (f"{ENGINES / catalog_file(engine, version)} is missing: the pinned {engine} {version} has no flag "
-            f"catalog (run scripts/extract_engine_flags.py --{engine} {version})")
+            f"catalog (stackpin engines add {'ai-dynamo' if engine == 'dynamo' else engine}=={version})")
 
 
 @pytest.mark.parametrize("name", SHIPPED_NAMES)
@@ -135,3 +135,18 @@ def test_parallelism_and_limits() -> None:
     assert pairs["--kv-cache-dtype"] == "fp8_ds_mla" and pairs["--block-size"] == "64"
     assert pairs["--all2all-backend"] == "flashinfer_nvlink_one_sided"
     assert pairs["--attention-backend"] == "FLASHMLA_MEGA_ATTN_DSV41"
+
+
+@pytest.mark.parametrize(("version", "prefix_off", "autotune_off"), [
+    ("0.31.0", "--no-enable-prefix-caching", "--no-enable-flashinfer-autotune"),
+    # 0.33.0 hides and deprecates --no-enable-x in favour of --disable-x (vllm/utils/argparse_utils.py).
+    ("0.33.0", "--disable-prefix-caching", "--disable-flashinfer-autotune"),
+])
+def test_switches_off_are_spelled_as_the_pinned_vllm_prefers(version: str, prefix_off: str, autotune_off: str) -> None:
+    profile = _profile("gb300-launch", spec__kvCache__prefixCaching=False, spec__autotune__mode="off")
+    pool = next(iter(topology_of(profile).pools))
+    vllm = a.vllm_catalog(version)
+    assert vllm is not None
+    argv = a.engine_args(profile, pool.role, pool.spec, model_revision="c" * 40, vllm=vllm)
+    assert prefix_off in argv and autotune_off in argv
+    assert not [s for s in argv if s.startswith("--") and vllm.deprecation(s)]

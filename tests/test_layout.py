@@ -14,8 +14,8 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "stackpin"
 # Top to bottom: each stage may import the ones before it. errors and yamlio are shared leaves.
-STAGES = ("catalog", "profile", "validate", "lock", "autotune", "render", "history", "diff", "deploy", "demo",
-          "cli")
+STAGES = ("catalog", "engines", "profile", "validate", "lock", "autotune", "render", "history", "diff", "deploy",
+          "demo", "cli")
 LEAVES = ("errors", "yamlio")
 
 

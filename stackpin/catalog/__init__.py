@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from functools import cache
 from importlib import resources
+from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
 
+from stackpin.catalog.search import site_dirs
 from stackpin.catalog.version import PackageVersion, parse_version
+from stackpin.errors import StackpinError
 
 
 class _Fact(BaseModel):
@@ -228,18 +231,61 @@ class Catalog(_Fact):
         return self.gpus[self.platforms[platform].gpu]
 
 
-def _read(name: str) -> Any:
-    text = resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+def _parse(text: str) -> Any:
     return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
+def _read(name: str) -> Any:
+    return _parse(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
+
+
+PIN_SECTIONS = ("dynamo", "vllm", "removed_env")
+
+
+def merged_versions(bundled: dict[str, Any], sites: tuple[Path, ...]) -> dict[str, Any]:
+    """The bundled version pins with each site directory's `versions.yaml` laid over them (the first
+    directory of STACKPIN_CATALOG_PATH wins), as `stackpin engines add --catalog DIR` writes them."""
+    merged = {key: dict(value) if key in PIN_SECTIONS else value for key, value in bundled.items()}
+    sources: list[str] = [str(merged.get("source", ""))]
+    for directory in reversed(sites):
+        path = directory / "versions.yaml"
+        if not path.is_file():
+            continue
+        try:
+            site = _parse(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as exc:
+            raise StackpinError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(site, dict):
+            raise StackpinError(f"{path}: expected a mapping of {', '.join(PIN_SECTIONS)}")
+        for section in PIN_SECTIONS:
+            merged[section].update(site.get(section) or {})
+        sources.append(f"{path}: {site.get('source', 'no source given')}")
+    merged["source"] = "; ".join(sources)
+    return merged
+
+
+def _versions(sites: tuple[Path, ...]) -> Versions:
+    try:
+        return Versions.model_validate(merged_versions(_read("versions.yaml"), sites))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        files = ", ".join(str(d / "versions.yaml") for d in sites if (d / "versions.yaml").is_file())
+        raise StackpinError(f"version pins ({files or 'bundled'}): {where}: {first['msg']}") from None
+
+
 @cache
-def load_catalog() -> Catalog:
+def _load(sites: tuple[Path, ...]) -> Catalog:
     hardware, models = _read("hardware.yaml"), _read("models.yaml")
     return Catalog(
         gpus=hardware["gpus"],
         platforms=hardware["platforms"],
         models=models["models"],
-        versions=_read("versions.yaml"),
+        versions=_versions(sites),
         engine=_read("engine.yaml"),
     )
+
+
+def load_catalog() -> Catalog:
+    """The catalog: bundled facts, with the version pins of the site catalogs on STACKPIN_CATALOG_PATH."""
+    return _load(site_dirs())

@@ -1,20 +1,54 @@
 """Engine flag catalogs: what one entry point of one pinned vLLM or Dynamo release accepts.
 
-Read from `engines/<engine>-<version>.json` (extracted from the published packages by
-scripts/extract_engine_flags.py). One type, `FlagCatalog`, serves validation (backends, speculative
-methods, env vars, model architectures of the pinned vLLM) and render (every emitted flag checked).
+Read from `engines/<engine>-<version>.json` on the catalog search path (`search.py`: the site's
+directories, then the bundled one), as `stackpin engines add` extracted them from the published
+packages. One type, `FlagCatalog`, serves validation (backends, speculative methods, env vars, model
+architectures, engine arguments of the pinned vLLM) and render (every emitted flag checked).
 """
 
 from __future__ import annotations
 
 import json
 from functools import cache
-from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from stackpin.catalog.engine_data import (
+    CATALOG_FORMAT,
+    ConfigClass,
+    Deprecation,
+    DynamoRelease,
+    EngineOption,
+    EntryPoint,
+    EnvVar,
+    FlashinferRelease,
+    ParserRules,
+    VllmRelease,
+)
+from stackpin.catalog.search import engine_file_name, find_engine_file, search_path
+from stackpin.errors import StackpinError
 
 DynamoEntry = Literal["worker_vllm", "frontend"]
+EngineName = Literal["vllm", "dynamo", "flashinfer"]
+SearchPath = tuple[Path | Traversable, ...]
+PROJECTS: dict[EngineName, str] = {"vllm": "vllm", "dynamo": "ai-dynamo", "flashinfer": "flashinfer-python"}
+
+
+class OptionUse(BaseModel):
+    """An option string as the engine's parser reads it: which option it reaches, and how."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    written: str  # as given
+    string: str  # the registered string it is read as (underscores folded, a JSON key split off)
+    flag: str  # the option's canonical flag
+    option: EngineOption
+    negative: bool  # sets a boolean option to False
+    deprecation: Deprecation | None
+    json_key: tuple[str, ...] = ()  # --compilation-config.mode -> ("mode",)
 
 
 class FlagCatalog(BaseModel):
@@ -24,7 +58,7 @@ class FlagCatalog(BaseModel):
 
     name: str  # e.g. "vLLM 0.31.0" or "Dynamo 1.6.1 worker_vllm"
     version: str
-    options: frozenset[str]  # every option string, with the --no-x argparse adds for boolean-optional --x
+    options: frozenset[str]  # every option string the parser accepts, generated negatives included
     enforced: dict[str, tuple[str, ...]] = {}  # option -> choices argparse rejects anything outside of
     known: dict[str, tuple[str, ...]] = {}  # option -> values the package knows but checks later (or never)
     # vLLM only: allowed values by kind (attention_backends, speculative_methods, kv_cache_dtypes, ...),
@@ -32,65 +66,213 @@ class FlagCatalog(BaseModel):
     choices: dict[str, tuple[str, ...]] = {}
     env_vars: frozenset[str] = frozenset()
     model_architectures: dict[str, tuple[str, ...]] = {}
+    flags: dict[str, EngineOption] = {}  # canonical flag -> everything the package says about the option
+    owners: dict[str, str] = {}  # every accepted option string -> its canonical flag
+    config_classes: dict[str, ConfigClass] = {}  # what JSON options' values hold
+    env: dict[str, EnvVar] = {}  # env var -> its type, default and choices
+    parser: ParserRules = ParserRules()
 
     def accepts(self, option: str) -> bool:
+        """Whether `option`, spelled exactly so, is an option string of this entry point."""
         return option in self.options
 
+    def resolve(self, written: str) -> OptionUse | None:
+        """`written` as the parser reads it (vLLM folds underscores to dashes and takes `--x.key` for one
+        key of a JSON option), or None when the parser rejects it."""
+        string, key = written, tuple[str, ...]()
+        if self.parser.dotted_json_keys and string.startswith("--") and "." in string:
+            string, _, rest = string.partition(".")
+            key = tuple(rest.removesuffix("+").split("."))
+        if self.parser.underscores_as_dashes and string.startswith("--"):
+            string = "--" + string[2:].replace("_", "-")
+        flag = self.owners.get(string)
+        if flag is None:
+            return None
+        option = self.flags[flag]
+        if key and (option.type not in ("json", "json_or_str") or not all(key)):
+            return None
+        return OptionUse(written=written, string=string, flag=flag, option=option,
+                         negative=string in option.negatives, deprecation=option.deprecated.get(string),
+                         json_key=key)
 
-def catalog_file(engine: Literal["vllm", "dynamo"], version: str) -> str:
-    return f"{engine}-{version}.json"
+    def option(self, written: str) -> EngineOption | None:
+        use = self.resolve(written)
+        return use.option if use else None
+
+    def canonical(self, written: str) -> str | None:
+        """The canonical flag of the option `written` reaches (`-tp` -> `--tensor-parallel-size`)."""
+        use = self.resolve(written)
+        return use.flag if use else None
+
+    def deprecation(self, written: str) -> Deprecation | None:
+        use = self.resolve(written)
+        return use.deprecation if use else None
+
+    def negative(self, flag: str) -> str | None:
+        """The spelling that turns boolean option `flag` off, preferring one neither deprecated nor
+        hidden (vLLM 0.33.0: --disable-prefix-caching over --no-enable-prefix-caching); None when the
+        option has no negative form."""
+        option = self.option(flag)
+        if option is None or not option.negatives:
+            return None
+        ranked = sorted(option.negatives, key=lambda s: (s in option.deprecated, s in option.hidden, s))
+        return ranked[0]
+
+    def config_class(self, written: str) -> ConfigClass | None:
+        """The fields a JSON option's value may hold, when the package types it with a config class."""
+        option = self.option(written)
+        return self.config_classes.get(option.config_class) if option and option.config_class else None
+
+    def check_value(self, written: str, value: Any) -> list[str]:
+        """Why the engine would refuse `value` (as a YAML or JSON document holds it) for option `written`:
+        unknown option, wrong kind of value, a value outside the choices, a JSON key its config class
+        lacks. Empty when the catalog sees nothing wrong; deprecation is `resolve(written).deprecation`."""
+        use = self.resolve(written)
+        if use is None:
+            return [f"{written} is not an option of {self.name}"]
+        option = use.option
+        if use.json_key:
+            fields = self.config_class(use.flag)
+            if fields is not None and use.json_key[0] not in fields.fields:
+                return [f"{written}: {option.config_class} has no field {use.json_key[0]!r}"]
+            return []
+        if use.negative or option.type == "bool":
+            if not isinstance(value, bool) or (option.store_true and value is False) or (use.negative and not value):
+                takes = "true" if option.store_true or use.negative else "true or false"
+                return [f"{written} takes {takes}, not {value!r}"]
+            return []
+        want: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "list": (list,),
+                                             "json": (dict,), "bool_or_str": (bool, str), "json_or_str": (dict, str)}
+        kinds = want.get(option.type or "str", (str,))
+        if option.converter and option.type in ("int", "float"):
+            kinds = (*kinds, str)  # the package's converter parses text too ("32k", "auto"): not checked here
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            return [f"{written} takes {option.type or 'a string'}, not {value!r}"]
+        if option.choices and isinstance(value, str | int) and str(value) not in option.choices:
+            later = "" if option.choices_enforced_by_argparse else " (argparse passes it, the engine checks later)"
+            return [f"{written} {value} is not one of {self.name}'s choices{later}: {', '.join(option.choices)}"]
+        if isinstance(value, dict) and (fields := self.config_class(use.flag)) is not None:
+            unknown = sorted(set(value) - set(fields.fields))
+            if unknown:
+                return [f"{written}: {option.config_class} has no field {', '.join(map(repr, unknown))}"]
+        return []
+
+
+class CatalogFileError(StackpinError):
+    """A catalog file that cannot be read as this stackpin's catalog format."""
+
+
+def catalog_file(engine: EngineName, version: str) -> str:
+    return engine_file_name(engine, version)
 
 
 @cache
-def engine_catalog(engine: Literal["vllm", "dynamo"], version: str) -> dict[str, Any] | None:
-    """The extracted JSON `engines/<engine>-<version>.json`, or None when there is none. Parsed once."""
-    path = resources.files(__package__).joinpath("engines", catalog_file(engine, version))
-    if not path.is_file():
+def _read(engine: EngineName, version: str, path: SearchPath) -> tuple[str, dict[str, Any]] | None:
+    found = find_engine_file(engine, version, path)
+    if found is None:
         return None
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return data
+    text = found.read_text(encoding="utf-8")
+    try:
+        data: dict[str, Any] = json.loads(text)
+    except ValueError as exc:
+        raise CatalogFileError(f"{found}: not JSON ({exc})") from None
+    if data.get("format") != CATALOG_FORMAT:
+        raise CatalogFileError(f"{found}: catalog format {data.get('format', 1)}, this stackpin reads "
+                               f"{CATALOG_FORMAT}", f"add it again: stackpin engines add {PROJECTS[engine]}=={version}")
+    return str(found), data
 
 
-def _options(section: dict[str, Any]) -> tuple[frozenset[str], dict[str, tuple[str, ...]], dict[str, tuple[str, ...]]]:
-    """(option strings, enforced choices, known values) of one entry point's section."""
-    options = set(section["option_strings"])
-    # argparse.BooleanOptionalAction registers --no-x beside --x at runtime (engines/README.md).
-    options.update("--no-" + o.removeprefix("--") for o in section.get("boolean_optional_options", ()))
+def engine_catalog(engine: EngineName, version: str) -> dict[str, Any] | None:
+    """The extracted JSON `engines/<engine>-<version>.json` (first on the search path), or None. Parsed once."""
+    found = _read(engine, version, search_path())
+    return found[1] if found else None
+
+
+def _model(engine: EngineName, version: str, path: SearchPath, cls: type[Any]) -> Any:
+    found = _read(engine, version, path)
+    if found is None:
+        return None
+    try:
+        return cls.model_validate(found[1])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise CatalogFileError(f"{found[0]}: {where}: {first['msg']}") from None
+
+
+AnyRelease = VllmRelease | DynamoRelease | FlashinferRelease
+
+
+@cache
+def _release(engine: EngineName, version: str, path: SearchPath) -> AnyRelease | None:
+    cls = {"vllm": VllmRelease, "dynamo": DynamoRelease, "flashinfer": FlashinferRelease}[engine]
+    release: AnyRelease | None = _model(engine, version, path, cls)
+    return release
+
+
+def vllm_release(version: str) -> VllmRelease | None:
+    release = _release("vllm", version, search_path())
+    return release if isinstance(release, VllmRelease) else None
+
+
+def dynamo_release(version: str) -> DynamoRelease | None:
+    release = _release("dynamo", version, search_path())
+    return release if isinstance(release, DynamoRelease) else None
+
+
+def flashinfer_release(version: str) -> FlashinferRelease | None:
+    release = _release("flashinfer", version, search_path())
+    return release if isinstance(release, FlashinferRelease) else None
+
+
+def _entry_catalog(name: str, version: str, entry: EntryPoint, parser: ParserRules | None = None,
+                   **extra: Any) -> dict[str, Any]:
+    """FlagCatalog fields of one entry point: accepted strings, owners, enforced and known choices."""
+    owners: dict[str, str] = {}
     enforced: dict[str, tuple[str, ...]] = {}
     known: dict[str, tuple[str, ...]] = {}
-    for option, info in section.get("options", {}).items():
-        choices = info.get("choices")
-        if not choices:
-            continue
-        # vLLM marks whether argparse enforces its choices; Dynamo's options pass choices= to argparse.
-        target = enforced if info.get("choices_enforced_by_argparse", True) else known
-        for string in info.get("strings", [option]):
-            target[string] = tuple(choices)
-    return frozenset(options), enforced, known
+    for flag, option in entry.options.items():
+        owners.update((s, flag) for s in option.all_strings)
+        if option.choices:
+            # Dynamo's options pass choices= to argparse; vLLM marks which ones argparse enforces.
+            target = enforced if option.choices_enforced_by_argparse is not False else known
+            target.update((s, option.choices) for s in option.strings)
+    return {"name": name, "version": version, "options": frozenset(entry.option_strings), "enforced": enforced,
+            "known": known, "flags": entry.options, "owners": owners, "parser": parser or ParserRules(), **extra}
 
 
 @cache
-def vllm_catalog(version: str) -> FlagCatalog | None:
-    """The flag catalog of a vLLM release, or None when stackpin has not extracted it."""
-    data = engine_catalog("vllm", version)
-    if data is None:
+def _vllm_catalog(version: str, path: SearchPath) -> FlagCatalog | None:
+    release = _release("vllm", version, path)
+    if not isinstance(release, VllmRelease):
         return None
-    options, enforced, known = _options(data)
-    choices = {kind: tuple(values) for kind, values in data.get("choices", {}).items()}
+    fields = _entry_catalog(f"vLLM {version}", release.version, release, release.parser,
+                            choices=release.choices, env_vars=frozenset(release.env_vars), env=release.env_vars,
+                            model_architectures=release.model_architectures, config_classes=release.config_classes)
     # --attention-backend takes any string at parse time and is checked against the backend
     # registry when the engine starts: a known value list, not an argparse one.
-    known["--attention-backend"] = choices.get("attention_backends", ())
-    return FlagCatalog(name=f"vLLM {version}", version=data["version"], options=options, enforced=enforced,
-                       known=known, choices=choices, env_vars=frozenset(data.get("env_vars", ())),
-                       model_architectures={k: tuple(v) for k, v in data.get("model_architectures", {}).items()})
+    fields["known"]["--attention-backend"] = release.choices.get("attention_backends", ())
+    return FlagCatalog(**fields)
+
+
+def vllm_catalog(version: str) -> FlagCatalog | None:
+    """The flag catalog of a vLLM release, or None when no catalog on the search path has it."""
+    return _vllm_catalog(version, search_path())
 
 
 @cache
+def _dynamo_catalog(version: str, entry: DynamoEntry, path: SearchPath) -> FlagCatalog | None:
+    release = _release("dynamo", version, path)
+    if not isinstance(release, DynamoRelease):
+        return None
+    section: EntryPoint = getattr(release, entry)
+    names = {flag: option for flag, option in section.options.items() if option.env_var}
+    env = {option.env_var: EnvVar(default=option.default, default_expr=option.default_expr, option=flag)
+           for flag, option in names.items() if option.env_var}
+    return FlagCatalog(**_entry_catalog(f"Dynamo {version} {entry}", release.version, section,
+                                        env_vars=frozenset(env), env=env))
+
+
 def dynamo_catalog(version: str, entry: DynamoEntry) -> FlagCatalog | None:
     """The flag catalog of one Dynamo entry point (`python -m dynamo.vllm` or `dynamo.frontend`)."""
-    data = engine_catalog("dynamo", version)
-    if data is None:
-        return None
-    options, enforced, known = _options(data[entry])
-    return FlagCatalog(name=f"Dynamo {version} {entry}", version=data["version"], options=options,
-                       enforced=enforced, known=known)
+    return _dynamo_catalog(version, entry, search_path())

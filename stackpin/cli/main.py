@@ -7,6 +7,7 @@ import click
 from stackpin.cli.autotune import autotune
 from stackpin.cli.deploy import apply, status
 from stackpin.cli.diff import diff, show
+from stackpin.cli.engines import engines
 from stackpin.cli.history import history, promote, rollback
 from stackpin.cli.lock import lock
 from stackpin.cli.render import render
@@ -20,6 +21,6 @@ def main() -> None:
 
 
 # Command groups live in their own modules; importing them costs only their click definitions.
-for _command in (validate, lock, render, diff, show, promote, history, rollback, apply, status, autotune, schema,
-                 rules):
+for _command in (validate, lock, render, diff, show, promote, history, rollback, apply, status, autotune, engines,
+                 schema, rules):
     main.add_command(_command)

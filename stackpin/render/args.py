@@ -106,9 +106,11 @@ def autotune_flags(profile: StackProfile, vllm: FlagCatalog | None) -> list[Flag
     (tune, or replay of a pinned cache: an "off" flag would contradict the cache)."""
     if profile.spec.autotune.mode != AutotuneMode.off:
         return []
-    if vllm is None or vllm.accepts("--no-enable-flashinfer-autotune"):
+    if vllm is None:
         # Without a catalog, the switch the upstream GB200 recipes use.
         return [("--no-enable-flashinfer-autotune", None)]
+    if off := vllm.negative("--enable-flashinfer-autotune"):
+        return [(off, None)]  # the spelling the pinned vLLM neither hides nor deprecates
     if vllm.accepts("--kernel-config"):
         return [("--kernel-config", json_arg({"enable_flashinfer_autotune": False}))]
     return []  # a vLLM without either has no FlashInfer autotuning to turn off
@@ -145,7 +147,8 @@ def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_r
     flags.append(("--kv-cache-dtype", spec.kv_cache.dtype))
     if spec.kv_cache.block_size is not None:
         flags.append(("--block-size", str(spec.kv_cache.block_size)))
-    flags.append(("--enable-prefix-caching" if spec.kv_cache.prefix_caching else "--no-enable-prefix-caching", None))
+    off = (vllm.negative("--enable-prefix-caching") if vllm else None) or "--no-enable-prefix-caching"
+    flags.append(("--enable-prefix-caching" if spec.kv_cache.prefix_caching else off, None))
     for option, value in (("--attention-backend", spec.kernels.attention), ("--moe-backend", spec.kernels.moe),
                           ("--linear-backend", spec.kernels.linear), ("--all2all-backend", spec.kernels.all2all)):
         if value is not None:

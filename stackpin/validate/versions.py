@@ -88,9 +88,10 @@ def model_architecture(ctx: Context) -> Iterator[Hit]:
 @rule("SP167", Severity.warning, "no flag catalog for the pinned vLLM")
 def no_flag_catalog(ctx: Context) -> Iterator[Hit]:
     if ctx.vllm is None:
-        yield Hit(_V + ("vllm",), f"stackpin has no flag catalog for vLLM {ctx.profile.spec.versions.vllm}: "
+        vllm = ctx.profile.spec.versions.vllm
+        yield Hit(_V + ("vllm",), f"stackpin has no flag catalog for vLLM {vllm}: "
                   "backends, speculative methods, env vars and engine flags go unchecked",
-                  "run scripts/extract_engine_flags.py for this release")
+                  f"add it to a catalog on STACKPIN_CATALOG_PATH: stackpin engines add vllm=={vllm}")
 
 
 @rule("SP172", Severity.warning, "env var that stackpin sets itself")

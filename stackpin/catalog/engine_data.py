@@ -1,0 +1,151 @@
+"""The shape of an engine release's catalog file (`engines/<engine>-<version>.json`).
+
+`stackpin engines add` (stackpin.engines) writes these models from a published package; `flags.py`
+reads them. One schema for both, so a field the extractor records is a field readers can rely on.
+Every list is sorted and every map keyed, so a regenerated file diffs cleanly.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+# The value an option takes, as the package's argument builder decides it (vLLM's _compute_kwargs):
+# json is a config dataclass or dict parsed from JSON; bool_or_str a bare flag (True) or a string;
+# json_or_str a JSON object or a plain string.
+OptionType = Literal["bool", "int", "float", "str", "json", "list", "bool_or_str", "json_or_str"]
+Engine = Literal["vllm", "dynamo", "flashinfer"]
+CATALOG_FORMAT = 2  # bump when a reader could misread an older file
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class Deprecation(_Data):
+    """Why an option string is deprecated, in the package's own words, and what to write instead."""
+
+    replacement: str | None = None  # an option string when the package names one, else its prose
+    message: str | None = None
+    removed_in: str | None = None  # the release the package says it goes away in, when it says
+
+
+class EngineOption(_Data):
+    """One argparse action: every string that reaches it and what it takes."""
+
+    strings: tuple[str, ...]  # as registered with add_argument (long and short), sorted
+    negatives: tuple[str, ...] = ()  # strings that set a boolean option to False (--no-x, vLLM's --disable-x)
+    hidden: tuple[str, ...] = ()  # accepted, but left out of --help
+    deprecated: dict[str, Deprecation] = {}  # option string -> why; every string of a deprecated option
+    type: OptionType | None = None
+    item_type: str | None = None  # list options: the element type
+    converter: str | None = None  # the package's function argparse parses the text with (human_readable_int)
+    choices: tuple[str, ...] | None = None
+    choices_enforced_by_argparse: bool | None = None  # False: listed as a metavar, checked later or never
+    default: JsonValue = None  # argparse's default when the option is not given (null also when unknown)
+    default_expr: str | None = None  # the default's source text when it is computed at run time
+    config_field: str | None = None  # "CacheConfig.enable_prefix_caching"
+    config_class: str | None = None  # json options: the config dataclass the value fills (see config_classes)
+    env_var: str | None = None  # Dynamo: the environment variable that sets the default
+    defined_in: str | None = None  # Dynamo: the package file that registers it
+    boolean_optional: bool | None = None
+    store_true: bool | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def all_strings(self) -> tuple[str, ...]:
+        return self.strings + self.negatives
+
+
+class ConfigField(_Data):
+    """A field of a config dataclass that a JSON option fills (`--compilation-config '{"mode": 3}'`)."""
+
+    annotation: str
+    type: OptionType | None = None
+    choices: tuple[str, ...] | None = None
+    default: JsonValue = None
+    default_expr: str | None = None
+    config_class: str | None = None  # a nested config dataclass
+
+
+class ConfigClass(_Data):
+    module: str
+    fields: dict[str, ConfigField]
+
+
+class EnvVar(_Data):
+    """An environment variable the package reads."""
+
+    type: str | None = None  # annotation text (vllm/envs.py declares them for type checkers)
+    default: JsonValue = None
+    default_expr: str | None = None
+    choices: tuple[str, ...] | None = None
+    option: str | None = None  # Dynamo: the flag whose default it sets
+
+
+class ParserRules(_Data):
+    """What the package's argument parser does beyond plain argparse, read from its source."""
+
+    underscores_as_dashes: bool = False  # --max_num_seqs is --max-num-seqs
+    dotted_json_keys: bool = False  # --compilation-config.mode 3 sets one key of a JSON option
+    optimization_level_shorthand: bool = False  # -O3 is --optimization-level 3
+    # A boolean option --enable-x also answers to --disable-x (and the reverse): prefix -> inverse.
+    inverse_prefixes: dict[str, str] = {}
+    no_forms_hidden_with_inverse: bool = False  # --no-enable-x kept for old command lines, left out of help
+
+
+class Source(_Data):
+    package: str  # the file's name as published
+    sha256: str
+    files_parsed: tuple[str, ...]
+
+
+class EntryPoint(_Data):
+    """The options one command line accepts."""
+
+    option_strings: tuple[str, ...]  # every string the parser accepts, generated negatives included
+    boolean_optional_options: tuple[str, ...] = ()  # canonical flags of the boolean options
+    options: dict[str, EngineOption]  # canonical flag -> option
+
+
+class VllmRelease(EntryPoint):
+    format: int = CATALOG_FORMAT
+    engine: Literal["vllm"] = "vllm"
+    version: str
+    parser: ParserRules = ParserRules()
+    rules: tuple[str, ...] = ()
+    engine_args_fields: tuple[str, ...] = ()
+    choices: dict[str, tuple[str, ...]] = {}
+    config_classes: dict[str, ConfigClass] = {}
+    env_vars: dict[str, EnvVar] = {}
+    model_architectures: dict[str, tuple[str, ...]] = {}
+    requires: tuple[str, ...] = ()  # Requires-Dist of the package's metadata, as published
+    unresolved: tuple[str, ...] = ()  # what the extractor saw but could not read statically
+    source: Source
+
+
+class DynamoRelease(_Data):
+    format: int = CATALOG_FORMAT
+    engine: Literal["dynamo"] = "dynamo"
+    version: str
+    worker_vllm: EntryPoint  # python -m dynamo.vllm (on top of vLLM's own options)
+    frontend: EntryPoint  # python -m dynamo.frontend
+    crd: str | None = None  # the DynamoGraphDeployment version its planner talks to
+    env_vars: dict[str, EnvVar] = {}
+    rules: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+    source: Source
+
+
+class FlashinferRelease(_Data):
+    format: int = CATALOG_FORMAT
+    engine: Literal["flashinfer"] = "flashinfer"
+    version: str
+    env_vars: dict[str, EnvVar] = {}  # FLASHINFER_* names the package reads
+    requires: tuple[str, ...] = ()
+    source: Source
+
+
+Release = VllmRelease | DynamoRelease | FlashinferRelease

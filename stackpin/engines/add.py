@@ -1,0 +1,105 @@
+"""`stackpin engines add`: a published release into a catalog directory, without installing or importing it.
+
+The package comes from the index (`NAME==VERSION`) or from a file already on disk (`from_file`, for
+sites without the index). It is read with `ast` only (package.py), its catalog extracted
+(vllm_release, dynamo_release, flashinfer_release), its sha256 recorded, and the version pins of its
+metadata written into the directory's versions.yaml (store.py).
+"""
+
+from __future__ import annotations
+
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from stackpin.catalog.engine_data import DynamoRelease, FlashinferRelease, VllmRelease
+from stackpin.catalog.search import ENV, site_dirs
+from stackpin.engines import dynamo_release, flashinfer_release, vllm_release
+from stackpin.engines.index import default_index, fetch
+from stackpin.engines.package import PROJECTS, Package, PackageError, normalize, read_package
+from stackpin.engines.pins import pin_of
+from stackpin.engines.store import Release, write_release
+from stackpin.errors import StackpinError
+
+BUILDERS: dict[str, Callable[[Package], Release]] = {
+    "vllm": vllm_release.build, "ai-dynamo": dynamo_release.build, "flashinfer-python": flashinfer_release.build,
+}
+_SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;]+)\s*$")
+
+
+@dataclass(frozen=True)
+class Added:
+    """What `engines add` wrote, and from what."""
+
+    release: Release
+    package: str  # the file read
+    sha256: str
+    catalog_file: Path
+    versions_file: Path | None
+    pin: dict[str, str] | None  # the entry written to versions.yaml
+    downloaded: bool
+
+    @property
+    def counts(self) -> dict[str, int]:
+        release = self.release
+        if isinstance(release, VllmRelease):
+            registered = sum(len(o.strings) for o in release.options.values())
+            return {"options": len(release.options), "optionStrings": len(release.option_strings),
+                    "registered": registered, "generated": len(release.option_strings) - registered,
+                    "deprecated": sum(len(o.deprecated) for o in release.options.values()),
+                    "envVars": len(release.env_vars), "configClasses": len(release.config_classes)}
+        if isinstance(release, DynamoRelease):
+            return {"workerOptionStrings": len(release.worker_vllm.option_strings),
+                    "frontendOptionStrings": len(release.frontend.option_strings), "envVars": len(release.env_vars)}
+        return {"envVars": len(release.env_vars)}
+
+
+def parse_spec(spec: str) -> tuple[str, str]:
+    """`vllm==0.33.0` -> ("vllm", "0.33.0"); only the projects stackpin catalogs, pinned exactly."""
+    match = _SPEC.match(spec)
+    if not match:
+        raise StackpinError(f"{spec!r}: expected NAME==VERSION, e.g. vllm==0.33.0")
+    project = normalize(match.group(1))
+    if project not in PROJECTS:
+        raise StackpinError(f"{spec!r}: stackpin catalogs {', '.join(f'{p}==X' for p in PROJECTS)}")
+    return project, match.group(2)
+
+
+def default_catalog_dir() -> Path:
+    sites = site_dirs()
+    if not sites:
+        raise StackpinError("no catalog directory to write to", f"give --catalog DIR or set {ENV}")
+    return sites[0]
+
+
+def extract(package: Package) -> Release:
+    return BUILDERS[package.project](package)
+
+
+def add_release(spec: str | None, *, from_file: Path | None = None, catalog_dir: Path | None = None,
+                index_url: str | None = None, cache_dir: Path | None = None, crd: str | None = None) -> Added:
+    """Add `spec` (NAME==VERSION; optional with `from_file`, then checked against the file) to
+    `catalog_dir` (default: the first directory of STACKPIN_CATALOG_PATH)."""
+    wanted = parse_spec(spec) if spec else None
+    if wanted is None and from_file is None:
+        raise StackpinError("name a release (vllm==X, ai-dynamo==X, flashinfer-python==X) or give --from FILE")
+    target = catalog_dir or default_catalog_dir()
+    if from_file is not None:
+        if not from_file.is_file():
+            raise StackpinError(f"{from_file}: no such file")
+        package = read_package(from_file)
+    else:
+        assert wanted is not None
+        with tempfile.TemporaryDirectory(prefix="stackpin-engines-") as tmp:
+            directory = cache_dir or Path(tmp)
+            directory.mkdir(parents=True, exist_ok=True)
+            package = read_package(fetch(*wanted, index_url or default_index(), directory))
+    if wanted is not None and (package.project, package.version) != wanted:
+        raise PackageError(f"{package.filename} is {package.project} {package.version}, not {wanted[0]} {wanted[1]}")
+    release = extract(package)
+    pin = pin_of(release, crd) if not isinstance(release, FlashinferRelease) else None
+    catalog_file, versions_file = write_release(target, release, pin)
+    return Added(release=release, package=package.filename, sha256=package.sha256, catalog_file=catalog_file,
+                 versions_file=versions_file, pin=pin[1] if pin else None, downloaded=from_file is None)

@@ -1,0 +1,272 @@
+"""`stackpin engines diff`: what an upgrade changes, read from two releases' catalogs before doing it.
+
+Flags added, removed and changed (type, default, choices, aliases, negative forms), option strings the
+parser newly accepts or no longer does, deprecations, allowed values by kind, speculative methods,
+env vars, config-class fields of JSON options, and the package's requirements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from stackpin.catalog.engine_data import (
+    DynamoRelease,
+    EngineOption,
+    EntryPoint,
+    EnvVar,
+    FlashinferRelease,
+    VllmRelease,
+)
+from stackpin.catalog.flags import EngineName, dynamo_release, flashinfer_release, vllm_release
+from stackpin.catalog.search import search_path, where
+from stackpin.catalog.version import parse_version
+from stackpin.engines.package import normalize
+from stackpin.errors import StackpinError
+
+Release = VllmRelease | DynamoRelease | FlashinferRelease
+ENGINES: dict[str, EngineName] = {"vllm": "vllm", "dynamo": "dynamo", "ai-dynamo": "dynamo",
+                                  "flashinfer": "flashinfer", "flashinfer-python": "flashinfer"}
+TITLES = {"vllm": "vLLM", "dynamo": "Dynamo", "flashinfer": "FlashInfer"}
+
+
+@dataclass(frozen=True)
+class SetDiff:
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, old: Any, new: Any) -> SetDiff:
+        a, b = set(old or ()), set(new or ())
+        return cls(tuple(sorted(b - a)), tuple(sorted(a - b)))
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed)
+
+    def data(self) -> dict[str, list[str]]:
+        return {"added": list(self.added), "removed": list(self.removed)}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One attribute of a flag, env var or config field that differs: old and new value, or the values a
+    list gained and lost."""
+
+    what: str
+    old: Any = None
+    new: Any = None
+    values: SetDiff | None = None
+
+    def data(self) -> dict[str, Any]:
+        values = self.values.data() if self.values is not None else {"old": self.old, "new": self.new}
+        return {"what": self.what, **values}
+
+
+def _default(item: EngineOption | EnvVar | Any) -> Any:
+    return f"<{item.default_expr}>" if item.default_expr else item.default
+
+
+def option_changes(old: EngineOption, new: EngineOption) -> list[Change]:
+    changes: list[Change] = []
+    for what, a, b in (("type", old.type, new.type), ("default", _default(old), _default(new)),
+                       ("config field", old.config_field, new.config_field),
+                       ("choices enforced", old.choices_enforced_by_argparse, new.choices_enforced_by_argparse),
+                       ("env var", old.env_var, new.env_var)):
+        if a != b:
+            changes.append(Change(what, a, b))
+    for what, a, b in (("choices", old.choices, new.choices), ("aliases", old.strings, new.strings),
+                       ("negatives", old.negatives, new.negatives)):
+        if values := SetDiff.of(a, b):
+            changes.append(Change(what, values=values))
+    return changes
+
+
+@dataclass(frozen=True)
+class EntryDiff:
+    """One command line's options between two releases."""
+
+    added: dict[str, EngineOption] = field(default_factory=dict)
+    removed: tuple[str, ...] = ()
+    changed: dict[str, list[Change]] = field(default_factory=dict)
+    strings: SetDiff = SetDiff()  # every accepted option string, generated negatives included
+    deprecated: dict[str, str | None] = field(default_factory=dict)  # newly deprecated string -> replacement
+    undeprecated: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, old: EntryPoint, new: EntryPoint) -> EntryDiff:
+        common = sorted(set(old.options) & set(new.options))
+        changed = {flag: c for flag in common if (c := option_changes(old.options[flag], new.options[flag]))}
+        was = {s for o in old.options.values() for s in o.deprecated}
+        now = {s: d.replacement for o in new.options.values() for s, d in o.deprecated.items()}
+        return cls(added={f: new.options[f] for f in sorted(set(new.options) - set(old.options))},
+                   removed=tuple(sorted(set(old.options) - set(new.options))), changed=changed,
+                   strings=SetDiff.of(old.option_strings, new.option_strings),
+                   deprecated={s: r for s, r in sorted(now.items()) if s not in was},
+                   undeprecated=tuple(sorted(was - set(now))))
+
+    def data(self) -> dict[str, Any]:
+        return {"added": {f: _summary(o) for f, o in self.added.items()}, "removed": list(self.removed),
+                "changed": {f: [c.data() for c in cs] for f, cs in self.changed.items()},
+                "optionStrings": self.strings.data(), "deprecated": self.deprecated,
+                "noLongerDeprecated": list(self.undeprecated)}
+
+
+def _summary(option: EngineOption) -> dict[str, Any]:
+    out: dict[str, Any] = {"strings": list(option.strings)}
+    if option.type:
+        out["type"] = option.type
+    if option.negatives:
+        out["negatives"] = list(option.negatives)
+    if option.default is not None or option.default_expr:
+        out["default"] = _default(option)
+    if option.choices:
+        out["choices"] = list(option.choices)
+    return out
+
+
+@dataclass(frozen=True)
+class RequiresDiff:
+    """Requirements by project (and marker): added, removed, and those whose version range changed."""
+
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    changed: dict[str, tuple[str, str]] = field(default_factory=dict)  # "torch" -> ("==2.13.0", "==2.14.0")
+
+    def __bool__(self) -> bool:
+        return bool(self.added or self.removed or self.changed)
+
+    @staticmethod
+    def _keyed(lines: tuple[str, ...]) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for line in lines:
+            try:
+                requirement = Requirement(line)
+            except InvalidRequirement:
+                out[line] = ""
+                continue
+            name = normalize(requirement.name)
+            key = f"{name}; {requirement.marker}" if requirement.marker else name
+            extras = f"[{','.join(sorted(requirement.extras))}]" if requirement.extras else ""
+            out[key] = f"{extras}{requirement.specifier}" or "(any)"
+        return out
+
+    @classmethod
+    def of(cls, old: tuple[str, ...], new: tuple[str, ...]) -> RequiresDiff:
+        a, b = cls._keyed(old), cls._keyed(new)
+        return cls(added=tuple(f"{k} {b[k]}".rstrip() for k in sorted(set(b) - set(a))),
+                   removed=tuple(f"{k} {a[k]}".rstrip() for k in sorted(set(a) - set(b))),
+                   changed={k: (a[k], b[k]) for k in sorted(set(a) & set(b)) if a[k] != b[k]})
+
+    def data(self) -> dict[str, Any]:
+        return {"added": list(self.added), "removed": list(self.removed),
+                "changed": {k: {"old": o, "new": n} for k, (o, n) in self.changed.items()}}
+
+
+def env_diff(old: dict[str, EnvVar], new: dict[str, EnvVar]) -> tuple[SetDiff, dict[str, list[Change]]]:
+    changed: dict[str, list[Change]] = {}
+    for name in sorted(set(old) & set(new)):
+        a, b = old[name], new[name]
+        changes = [Change(w, x, y) for w, x, y in (("type", a.type, b.type), ("default", _default(a), _default(b)))
+                   if x != y]
+        if values := SetDiff.of(a.choices, b.choices):
+            changes.append(Change("choices", values=values))
+        if changes:
+            changed[name] = changes
+    return SetDiff.of(old, new), changed
+
+
+@dataclass(frozen=True)
+class EngineDiff:
+    engine: EngineName
+    old: str
+    new: str
+    entries: dict[str, EntryDiff]  # vllm: {"vllm": ...}; dynamo: {"worker_vllm": ..., "frontend": ...}
+    choices: dict[str, SetDiff]  # vLLM's allowed values by kind
+    speculative_methods: SetDiff
+    env_vars: SetDiff
+    env_changed: dict[str, list[Change]]
+    config_fields: dict[str, SetDiff]  # config class of a JSON option -> fields added / removed
+    config_changed: dict[str, list[Change]]  # "SpeculativeConfig.method" -> its type, default, choices changes
+    requires: RequiresDiff
+
+    @property
+    def title(self) -> str:
+        return f"{TITLES[self.engine]} {self.old} -> {self.new}"
+
+    def data(self) -> dict[str, Any]:
+        return {"engine": self.engine, "old": self.old, "new": self.new,
+                "entryPoints": {name: entry.data() for name, entry in self.entries.items()},
+                "choices": {kind: d.data() for kind, d in self.choices.items()},
+                "speculativeMethods": self.speculative_methods.data(),
+                "envVars": {**self.env_vars.data(),
+                            "changed": {n: [c.data() for c in cs] for n, cs in self.env_changed.items()}},
+                "configFields": {cls: d.data() for cls, d in self.config_fields.items()},
+                "configFieldsChanged": {f: [c.data() for c in cs] for f, cs in self.config_changed.items()},
+                "requires": self.requires.data()}
+
+
+def _release(engine: EngineName, version: str) -> Release:
+    finder = {"vllm": vllm_release, "dynamo": dynamo_release, "flashinfer": flashinfer_release}[engine]
+    release = finder(version)
+    if release is None:
+        searched = ", ".join(where(d) for d in search_path())
+        project = {"vllm": "vllm", "dynamo": "ai-dynamo", "flashinfer": "flashinfer-python"}[engine]
+        raise StackpinError(f"no catalog of {TITLES[engine]} {version} in {searched}",
+                            f"stackpin engines add {project}=={version}")
+    return release
+
+
+def engine_name(name: str) -> EngineName:
+    try:
+        return ENGINES[name.lower()]
+    except KeyError:
+        raise StackpinError(f"{name!r}: expected vllm, dynamo or flashinfer") from None
+
+
+def diff_releases(old: Release, new: Release) -> EngineDiff:
+    if old.engine != new.engine:
+        raise StackpinError(f"cannot compare {old.engine} {old.version} with {new.engine} {new.version}")
+    entries: dict[str, EntryDiff] = {}
+    choices: dict[str, SetDiff] = {}
+    config: dict[str, SetDiff] = {}
+    config_changed: dict[str, list[Change]] = {}
+    if isinstance(old, VllmRelease) and isinstance(new, VllmRelease):
+        entries["vllm"] = EntryDiff.of(old, new)
+        for kind in sorted(set(old.choices) | set(new.choices)):
+            if kind != "speculative_methods" and (d := SetDiff.of(old.choices.get(kind), new.choices.get(kind))):
+                choices[kind] = d
+        for name in sorted(set(old.config_classes) & set(new.config_classes)):
+            before, after = old.config_classes[name].fields, new.config_classes[name].fields
+            if d := SetDiff.of(before, after):
+                config[name] = d
+            for field_name in sorted(set(before) & set(after)):
+                a, b = before[field_name], after[field_name]
+                changes = [Change(w, x, y) for w, x, y in (("type", a.type, b.type),
+                                                           ("default", _default(a), _default(b))) if x != y]
+                if values := SetDiff.of(a.choices, b.choices):
+                    changes.append(Change("choices", values=values))
+                if changes:
+                    config_changed[f"{name}.{field_name}"] = changes
+    elif isinstance(old, DynamoRelease) and isinstance(new, DynamoRelease):
+        entries = {"worker_vllm": EntryDiff.of(old.worker_vllm, new.worker_vllm),
+                   "frontend": EntryDiff.of(old.frontend, new.frontend)}
+    methods = SetDiff.of(old.choices.get("speculative_methods") if isinstance(old, VllmRelease) else (),
+                         new.choices.get("speculative_methods") if isinstance(new, VllmRelease) else ())
+    env, env_changed = env_diff(old.env_vars, new.env_vars)
+    return EngineDiff(engine=old.engine, old=old.version, new=new.version, entries=entries, choices=choices,
+                      speculative_methods=methods, env_vars=env, env_changed=env_changed, config_fields=config,
+                      config_changed=config_changed,
+                      requires=RequiresDiff.of(old.requires, new.requires))
+
+
+def diff_engine(engine: str, old: str, new: str) -> EngineDiff:
+    """The diff between two catalogued releases of `engine` (vllm, dynamo or flashinfer)."""
+    name = engine_name(engine)
+    for version in (old, new):
+        try:
+            parse_version(version)
+        except ValueError as exc:
+            raise StackpinError(str(exc)) from None
+    return diff_releases(_release(name, old), _release(name, new))

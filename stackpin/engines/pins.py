@@ -1,0 +1,56 @@
+"""The version pins a release's metadata states, as `versions.yaml` records them: vLLM pins
+flashinfer-python and torch; ai-dynamo's `vllm` extra pins vllm and nixl (docs/facts.md#version-pins)."""
+
+from __future__ import annotations
+
+from packaging.requirements import InvalidRequirement, Requirement
+
+from stackpin.catalog.engine_data import DynamoRelease, FlashinferRelease, VllmRelease
+from stackpin.engines.package import normalize
+from stackpin.errors import StackpinError
+
+Pin = tuple[str, dict[str, str]]  # (versions.yaml section, fields of the release's entry)
+
+
+def exact(requires: tuple[str, ...], project: str, extra: str | None = None) -> str | None:
+    """The version `project==X` is pinned to, among requirements that apply with `extra` (or with none)."""
+    for line in requires:
+        try:
+            requirement = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if normalize(requirement.name) != project:
+            continue
+        marker = requirement.marker
+        if marker is not None:
+            applies_bare = marker.evaluate({"extra": ""})
+            if extra is None and not applies_bare:
+                continue
+            if extra is not None and (applies_bare or not marker.evaluate({"extra": extra})):
+                continue
+        elif extra is not None:
+            continue
+        specs = list(requirement.specifier)
+        if len(specs) == 1 and specs[0].operator == "==" and "*" not in specs[0].version:
+            return specs[0].version
+    return None
+
+
+def pin_of(release: VllmRelease | DynamoRelease | FlashinferRelease, crd: str | None = None) -> Pin | None:
+    """The release's entry for versions.yaml; None for FlashInfer (it pins nothing stackpin tracks)."""
+    name = f"{release.engine} {release.version}"
+    if isinstance(release, VllmRelease):
+        fields = {"flashinfer": exact(release.requires, "flashinfer-python"), "torch": exact(release.requires, "torch")}
+        section = "vllm"
+    elif isinstance(release, DynamoRelease):
+        fields = {"vllm": exact(release.requires, "vllm", "vllm"), "nixl": exact(release.requires, "nixl", "vllm"),
+                  "crd": crd or release.crd}
+        section = "dynamo"
+    else:
+        return None
+    missing = sorted(k for k, v in fields.items() if v is None)
+    if missing:
+        hint = "give --crd v1beta1 or v1alpha1" if missing == ["crd"] else "its metadata may be dynamic (an sdist); " \
+            "add the wheel with --from"
+        raise StackpinError(f"{name}: no {', '.join(missing)} pin in its metadata", hint)
+    return section, {k: v for k, v in fields.items() if v is not None}
