@@ -19,7 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from devkit.registry import free_port, start_registry  # noqa: E402
+from devkit.process import free_port  # noqa: E402
+from devkit.registry import start_registry  # noqa: E402
 from stackpin.lock.oci import OCI_INDEX, ImageRef, RegistryClient  # noqa: E402
 from stackpin.lock.ocilayout import LayoutResolver, LayoutWriter, push_layout_to_registry  # noqa: E402
 

@@ -32,7 +32,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -49,6 +48,8 @@ from typing import Any
 
 import yaml
 
+from devkit.process import free_port, stop
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_SERVER = ROOT.parent / "shared" / "envtest" / "kube-apiserver.gz"
 # sha256 of the unpacked binary, as ../shared/envtest/README.md states it.
@@ -61,13 +62,6 @@ READY_TIMEOUT_S = 90.0  # two shared cores: start-up takes a few seconds, someti
 
 class EnvtestUnavailable(RuntimeError):
     """No server binary was found (the reason says where it looked), or it did not start."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _sha256(path: Path) -> str:
@@ -326,14 +320,8 @@ class Envtest:
         if self.apiserver and self.apiserver.poll() is None:
             self.apiserver.kill()
             self.apiserver.wait()
-        for proc in (self.etcd,):
-            if proc and proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        if self.etcd:
+            stop(self.etcd)
         for log in self._logs:
             log.close()
 

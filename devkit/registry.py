@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -18,15 +17,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from devkit.process import free_port, stop
+
 
 class RegistryUnavailable(RuntimeError):
     """The registry binary is missing, exited, or did not answer in time."""
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def registry_binary() -> str:
@@ -74,10 +69,5 @@ def start_registry(tmp: Path, auth: dict[str, object] | None = None) -> Iterator
         _wait_ready(f"http://127.0.0.1:{port}/v2/", proc, tmp / "registry.log")
         yield f"127.0.0.1:{port}", storage
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, timeout=5)
         log.close()

@@ -103,7 +103,7 @@ def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
     """No server at all (a closed loopback port): one line, exit 2, whatever the command."""
     from click.testing import CliRunner
 
-    from devkit.envtest import free_port
+    from devkit.process import free_port
     from stackpin.cli.main import main
 
     config = tmp_path / "kubeconfig"

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from devkit.registry import free_port
+from devkit.process import free_port
 from stackpin.errors import IntegrityError, ResolveError
 from stackpin.lock.oci import (
     DOCKER_CONFIG,

@@ -79,6 +79,11 @@ class Conflicts(StackpinError):
         return cls(pairs[0][0], pairs[0][1], pairs[1:])
 
 
+def group_kind(kind: str, group: str) -> str:
+    """`Kind.group` (`Kind` for the core group): how ApplySets and kubectl name a kind."""
+    return f"{kind}.{group}" if group else kind
+
+
 @dataclass(frozen=True)
 class ApiResource:
     """A kind as discovery serves it."""
@@ -95,8 +100,7 @@ class ApiResource:
 
     @property
     def group_kind(self) -> str:
-        """`Kind.group` (`Kind` for the core group), the ApplySet spelling."""
-        return f"{self.kind}.{self.group}" if self.group else self.kind
+        return group_kind(self.kind, self.group)
 
     def path(self, namespace: str | None, name: str | None = None) -> str:
         base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackpin.deploy.applyset import PART_OF_LABEL, Parent
+from stackpin.deploy.kube import group_kind
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.build import LABEL_PREFIX
 from stackpin.render.output import KUSTOMIZATION, render_stack
@@ -26,7 +27,7 @@ class ObjectKey:
 
     @property
     def group_kind(self) -> str:
-        return f"{self.kind}.{self.group}" if self.group else self.kind
+        return group_kind(self.kind, self.group)
 
     @property
     def subject(self) -> str:
