@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from stackpin.cli.autotune import autotune
+from stackpin.cli.bench import bench
 from stackpin.cli.deploy import apply, status
 from stackpin.cli.diff import diff, show
 from stackpin.cli.engines import engines
@@ -22,5 +23,5 @@ def main() -> None:
 
 # Command groups live in their own modules; importing them costs only their click definitions.
 for _command in (validate, lock, render, diff, show, promote, history, rollback, apply, status, autotune, engines,
-                 schema, rules):
+                 schema, rules, bench):
     main.add_command(_command)
