@@ -30,6 +30,9 @@ class Server:
     itl_s: float = 0.0  # pause between token events
     ttft_s: float = 0.0
     faults: dict[int, str] = field(default_factory=dict)
+    ttft_per_connection_s: float = 0.0  # TTFT grows with the open connections: a server that saturates
+    sim_info: dict[str, object] | None = None  # answer GET /stackpin/sim with this (else 404)
+    connections: int = 0
     port: int = 0
     requests_seen: int = 0
     bodies: list[dict[str, object]] = field(default_factory=list)
@@ -55,6 +58,7 @@ class Server:
         return cached
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         try:
             while True:
                 try:
@@ -73,11 +77,14 @@ class Server:
         except (asyncio.CancelledError, ConnectionError):
             return  # shut down, or the client went away
         finally:
+            self.connections -= 1
             writer.close()
 
     async def _get(self, path: str, writer: asyncio.StreamWriter) -> None:
-        if path.endswith("/v1/models"):
-            data = json.dumps({"object": "list", "data": [{"id": "test-model", "object": "model"}]}).encode()
+        if path.endswith("/v1/models") or (path == "/stackpin/sim" and self.sim_info is not None):
+            answer = self.sim_info if path == "/stackpin/sim" else {
+                "object": "list", "data": [{"id": "test-model", "object": "model"}]}
+            data = json.dumps(answer).encode()
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                          % (len(data), data))
         else:
@@ -102,8 +109,8 @@ class Server:
         cached = self._cached(words)
         tokens = int(str(request.get("max_tokens", 16)))
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
-        if self.ttft_s:
-            await asyncio.sleep(self.ttft_s)
+        if self.ttft_s or self.ttft_per_connection_s:
+            await asyncio.sleep(self.ttft_s + self.ttft_per_connection_s * self.connections)
         token = b'data: {"choices":[{"index":0,"delta":{"content":"t "},"finish_reason":null}]}\n\n'
         frame = b"%x\r\n%s\r\n" % (len(token), token)
         for i in range(tokens):

@@ -55,12 +55,12 @@ def read_trace(path: Path) -> Trace:
         except ValidationError as exc:
             first = exc.errors()[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise InputError([Problem(Location(str(path), number), where, first["msg"])]) from None
+            raise InputError([Problem(Location(str(path), number, 1), where, first["msg"])]) from None
         if current and turn.session_id != current[0].session_id:
             sessions.append(Session(current[0].session_id, tuple(current)))
             current = []
         if not current and turn.session_id in seen:
-            raise InputError([Problem(Location(str(path), number), "session_id",
+            raise InputError([Problem(Location(str(path), number, 1), "session_id",
                                       f"session {turn.session_id!r} continues after other sessions' turns "
                                       "(a session's turns are consecutive lines)")])
         seen.add(turn.session_id)
