@@ -27,8 +27,7 @@ from typing import Any
 
 from stackpin.bench.binding import controls as make_controls
 from stackpin.bench.binding import stack_ref
-from stackpin.bench.result import (BenchResult, ClientInfo, Point, Request, Shard, Simulation, Slo,
-                                   controls_fingerprint)
+from stackpin.bench.result import BenchResult, ClientInfo, Point, Request, Shard, Simulation, Slo, controls_fingerprint
 from stackpin.bench.sessions import Context, Trace, agent_sessions, default_sessions_per_agent
 from stackpin.bench.stats import build_point, next_search, score
 from stackpin.bench.stream import Connection, Endpoint
@@ -135,8 +134,9 @@ async def _share(options: RunOptions, model: str, agent_ids: list[int], agents: 
     monitor = asyncio.create_task(_lag_monitor(lags))
     agents_done = asyncio.gather(*(_agent(options, model, a, agents, point, speed, deadline, stop, records,
                                           counters, slot) for a in agent_ids))
-    stopped = asyncio.create_task(stop.wait())
-    await asyncio.wait([agents_done, stopped], return_when=asyncio.FIRST_COMPLETED)
+    stopped: asyncio.Future[Any] = asyncio.create_task(stop.wait())
+    waiting: list[asyncio.Future[Any]] = [agents_done, stopped]
+    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
     if not agents_done.done():
         agents_done.cancel()
         await asyncio.gather(agents_done, return_exceptions=True)

@@ -102,7 +102,7 @@ class Connection:
         deadline = outcome.start + timeout_s
         try:
             await asyncio.wait_for(self._exchange(payload, outcome), timeout=timeout_s)
-        except (TimeoutError, asyncio.TimeoutError):
+        except TimeoutError:
             self.close()
             got = f"after {outcome.events} token event(s)" if outcome.events else "before the first token"
             outcome.error = outcome.error or f"stalled: no answer within {timeout_s:g}s ({got})"

@@ -162,3 +162,132 @@ def _read(paths: tuple[str, ...]) -> list[BenchResult]:
     from stackpin.bench.result import read_result
 
     return [read_result(Path(p)) for p in paths]
+
+
+def _threshold(text: str) -> float:
+    from stackpin.errors import StackpinError
+
+    try:
+        value = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise StackpinError(f"--threshold {text!r}: give a fraction (0.05) or a percentage (5%)") from None
+    if not 0 <= value < 10:
+        raise StackpinError(f"--threshold {text!r}: out of range")
+    return value
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f}%"
+
+
+def _number(value: float, unit: str) -> str:
+    if unit == "agents":
+        return f"{value:g}"
+    return f"{value:.3f}" if unit == "s" else f"{value:.1f}"
+
+
+def comparison_data(comparison: Comparison) -> dict[str, Any]:
+    return {"a": list(comparison.a), "b": list(comparison.b), "runs": list(comparison.runs),
+            "agents": comparison.agents, "threshold": comparison.threshold, "forced": list(comparison.forced),
+            "verdict": comparison.verdict, "regressed": comparison.regressed,
+            "metrics": [{"name": m.name, "unit": m.unit, "higherIsBetter": m.higher_is_better, "a": m.a, "b": m.b,
+                         "change": m.change, "low": m.low, "high": m.high, "basis": m.basis, "verdict": m.verdict}
+                        for m in comparison.metrics]}
+
+
+def print_comparison(comparison: Comparison, output: str) -> None:
+    if output != "text":
+        emit(comparison_data(comparison), output)
+        return
+    a, b = comparison.runs
+    click.echo(f"A: {', '.join(sorted(set(comparison.a)))} ({a} run{'s' * (a != 1)})   "
+               f"B: {', '.join(sorted(set(comparison.b)))} ({b} run{'s' * (b != 1)})")
+    if comparison.forced:
+        click.echo(f"warning: compared with --force although {', '.join(comparison.forced)} differ(s)", err=True)
+    header = ["METRIC", "A", "B", "CHANGE", "95% CI", "FROM", "VERDICT"]
+    rows = [[m.name, _number(m.a, m.unit), _number(m.b, m.unit), _pct(m.change),
+             "-" if m.low is None else f"[{_pct(m.low)}, {_pct(m.high)}]", m.basis, m.verdict]
+            for m in comparison.metrics]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    click.echo(f"verdict: {comparison.verdict} (threshold {comparison.threshold:.0%})")
+
+
+@bench.command("compare")
+@click.argument("results", nargs=-1, metavar="[A.json B.json]")
+@click.option("--a", "more_a", multiple=True, metavar="FILE", help="A run of stack A (repeat for repeated runs).")
+@click.option("--b", "more_b", multiple=True, metavar="FILE", help="A run of stack B (repeat for repeated runs).")
+@click.option("--threshold", "threshold_text", default="5%", show_default=True,
+              help="Smallest relative change that counts as a regression or an improvement.")
+@click.option("--agents", type=click.IntRange(min=1), help="Agent count to compare TTFT at (default: the largest "
+              "every run measured).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--resamples", type=click.IntRange(min=100), default=2000, show_default=True)
+@click.option("--force", is_flag=True, help="Compare even when trace, model build, precision or SLO differ.")
+@click.option("--exit-code", is_flag=True, help="Exit 1 when a headline regressed.")
+@OUTPUT
+@user_errors
+def compare(results: tuple[str, ...], more_a: tuple[str, ...], more_b: tuple[str, ...], threshold_text: str,
+            agents: int | None, seed: int, resamples: int, force: bool, exit_code: bool, output: str) -> None:
+    """Compare stack A's result(s) with stack B's: each headline (single-agent tok/s, max agents under
+    the SLO, tok/s per GPU at the SLO, TTFT p90 at a common agent count) with a 95% bootstrap interval
+    of the change and a verdict. Refused (exit 2) when the controls differ, unless --force.
+    """
+    from stackpin.bench.compare import compare as compare_results
+
+    if len(results) not in (0, 2):
+        raise click.UsageError("give A.json B.json, or --a FILE ... --b FILE ...")
+    paths_a = (results[0],) + more_a if results else more_a
+    paths_b = (results[1],) + more_b if results else more_b
+    if not paths_a or not paths_b:
+        raise click.UsageError("give A.json B.json, or --a FILE ... --b FILE ...")
+    comparison = compare_results(_read(paths_a), _read(paths_b), threshold=_threshold(threshold_text), seed=seed,
+                                 resamples=resamples, agents=agents, force=force)
+    print_comparison(comparison, output)
+    if exit_code and comparison.regressed:
+        sys.exit(1)
+
+
+@bench.command("attach")
+@click.argument("revision_arg", metavar="DEPLOYMENT@REV")
+@click.argument("result_file", metavar="RESULT.json", type=click.Path(dir_okay=False))
+@click.option("--replace", is_flag=True, help="Replace a different result already attached to the revision.")
+@HISTORY
+@OUTPUT
+@user_errors
+def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str, output: str) -> None:
+    """Attach a bench result to a revision of a deployment's history (DEPLOYMENT alone: its newest).
+
+    The result must have measured that revision's stack (its stack digest). `stackpin history` then
+    shows the headline and `stackpin rollback --if-regressed` compares the newest two revisions' results.
+    """
+    from stackpin.bench.headline import headline
+    from stackpin.bench.result import read_result
+    from stackpin.errors import StackpinError
+    from stackpin.history.attachments import attach as attach_record
+    from stackpin.history.store import HistoryStore
+
+    store = HistoryStore(Path(history_dir))
+    query, _, rev = revision_arg.rpartition("@")
+    if not (rev.isdigit() and query):
+        query, rev = revision_arg, ""
+    key = store.resolve(query)
+    revision = store.read(key, int(rev)) if rev else store.newest(key)
+    if revision is None:
+        raise StackpinError(f"{key} has no revisions in {history_dir}")
+    result = read_result(Path(result_file))
+    if result.stack.digest != revision.stack_digest:
+        raise StackpinError(f"{result_file} measured stack {result.stack.name} {result.stack.digest}, but revision "
+                            f"{revision.revision} of {key} is {revision.stack} {revision.stack_digest}")
+    if result.shard is not None:
+        raise StackpinError(f"{result_file} is one pod's part of a run (shard {result.shard.index} of "
+                            f"{result.shard.count}): stackpin bench merge the parts first")
+    text = Path(result_file).read_text(encoding="utf-8")
+    path, what = attach_record(store, key, revision.revision, "bench", text, replace=replace)
+    if output != "text":
+        emit({"deployment": str(key), "revision": revision.revision, "file": str(path), "action": what,
+              "headline": headline(result)}, output)
+        return
+    verb = {"created": "attached", "unchanged": "already attached", "replaced": "replaced"}[what]
+    click.echo(f"{verb} {path}  revision {revision.revision} of {key}: {headline(result)}")
