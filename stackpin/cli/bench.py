@@ -291,3 +291,87 @@ def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str,
         return
     verb = {"created": "attached", "unchanged": "already attached", "replaced": "replaced"}[what]
     click.echo(f"{verb} {path}  revision {revision.revision} of {key}: {headline(result)}")
+
+
+@bench.command("job")
+@click.option("--lock", "lock_input", required=True, metavar="LOCK|DEPLOYMENT@REV", help="The stack to bench.")
+@click.option("--endpoint", required=True, metavar="URL", help="The stack's frontend as the pods reach it, e.g. "
+              "http://NAME-frontend.NAMESPACE.svc:8000.")
+@click.option("--trace", "trace_file", required=True, type=click.Path(dir_okay=False), metavar="FILE")
+@click.option("--pods", type=click.IntRange(min=1), required=True, help="Client pods; pod i runs the agents whose "
+              "number modulo PODS is i.")
+@click.option("--image", required=True, help="An image with stackpin installed (the pods run `stackpin bench run`).")
+@click.option("--agents", "agents_text", default="1,8,32", show_default=True, metavar="N,N,...")
+@click.option("--slo", "slo_text", metavar="tps=T,ttft=S[,percentile=p90]")
+@click.option("--model")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Client processes a pod.")
+@click.option("--duration", "duration_text", metavar="SECONDS")
+@click.option("--sessions", type=click.IntRange(min=1))
+@click.option("--delay-scale", type=click.FloatRange(min=0), default=1.0, show_default=True)
+@click.option("--request-timeout", "timeout_text", default="300s", show_default=True, metavar="SECONDS")
+@click.option("--results-claim", metavar="PVC", help="An existing ReadWriteMany claim for the results (default: "
+              "one is rendered).")
+@click.option("-n", "--namespace", metavar="NAMESPACE", help="Namespace (default: the profile's metadata.namespace).")
+@click.option("--out", "output_file", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@LOCKDIR
+@HISTORY
+@OUTPUT
+@user_errors
+def job(lock_input: str, endpoint: str, trace_file: str, pods: int, image: str, agents_text: str,
+        slo_text: str | None, model: str | None, workers: int, duration_text: str | None, sessions: int | None,
+        delay_scale: float, timeout_text: str, results_claim: str | None, namespace: str | None,
+        output_file: str | None, lockdir: str, history_dir: str, output: str) -> None:
+    """Render an Indexed Job that runs the replay client in PODS pods next to the stack.
+
+    Each pod writes result-<index>.json to the results volume; `stackpin bench merge` combines them.
+    Validated against Kubernetes' schemas before anything is written.
+    """
+    import json
+
+    from stackpin.bench.binding import parse_agents, parse_seconds, parse_slo
+    from stackpin.bench.job import job_objects
+    from stackpin.bench.sessions import read_trace
+    from stackpin.deploy.source import resolve_source
+    from stackpin.errors import StackpinError
+    from stackpin.lock.lockfile import render_lock
+    from stackpin.validate.manifests import validate_objects
+    from stackpin.yamlio import dump_yaml_all, write_atomic
+
+    source = resolve_source(lock_input, Path(lockdir), Path(history_dir))
+    read_trace(Path(trace_file))  # a bad trace fails here, not in N pods
+    objects = job_objects(
+        source.lock, render_lock(source.lock), Path(trace_file).read_text(encoding="utf-8"), endpoint=endpoint,
+        pods=pods, agents=parse_agents(agents_text), image=image, slo=parse_slo(slo_text) if slo_text else None,
+        workers=workers, duration_s=parse_seconds(duration_text, "--duration") if duration_text else None,
+        sessions=sessions, delay_scale=delay_scale, timeout_s=parse_seconds(timeout_text, "--request-timeout"),
+        model=model, results_claim=results_claim, namespace=namespace)
+    errors = validate_objects([(f"bench-job#{i}", obj) for i, obj in enumerate(objects, 1)])
+    if errors:
+        raise StackpinError("\n".join(str(e) for e in errors))
+    if output == "json":
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=True) + "\n"
+    else:
+        text = (f"# stackpin bench job for {source.lock.metadata.name} ({source.lock.stack_digest}), {pods} pod(s)\n"
+                + dump_yaml_all(objects))
+    if output_file:
+        write_atomic(Path(output_file), text)
+        click.echo(f"wrote {output_file} ({len(objects)} objects)", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@bench.command("merge")
+@click.argument("parts", nargs=-1, required=True, metavar="RESULT.json...")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The merged result.")
+@OUTPUT
+@user_errors
+def merge(parts: tuple[str, ...], out: str, output: str) -> None:
+    """Combine the pods' results of one `stackpin bench job` run into one result.
+
+    Refused (exit 2) when the parts are not one run's: other controls or stack, a shard missing or twice.
+    """
+    from stackpin.bench.merge import merge as merge_parts
+
+    result = merge_parts(_read(parts), parts)
+    _write_result(result, out)
+    _print_result(result, out, output)
