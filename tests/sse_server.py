@@ -69,10 +69,15 @@ class Server:
                 method, path = lines[0].split()[:2]
                 headers = {k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)}
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
-                if method == "GET":
+                if method != "POST" or not path.endswith("/chat/completions"):
                     await self._get(path, writer)
                     continue
-                if not await self._chat(json.loads(body), writer):
+                try:
+                    request = json.loads(body)
+                except ValueError:
+                    writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 8\r\n\r\nbad json")
+                    continue
+                if not await self._chat(request, writer):
                     return
         except (asyncio.CancelledError, ConnectionError):
             return  # shut down, or the client went away
@@ -111,7 +116,8 @@ class Server:
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n")
         if self.ttft_s or self.ttft_per_connection_s:
             await asyncio.sleep(self.ttft_s + self.ttft_per_connection_s * self.connections)
-        token = b'data: {"choices":[{"index":0,"delta":{"content":"t "},"finish_reason":null}]}\n\n'
+        token = (b'data: {"id":"cmpl-%d","object":"chat.completion.chunk","created":0,"model":"test-model",'
+                 b'"choices":[{"index":0,"delta":{"content":"t "},"finish_reason":null}]}\n\n' % number)
         frame = b"%x\r\n%s\r\n" % (len(token), token)
         for i in range(tokens):
             if i == 1 and fault == "stall":
@@ -129,7 +135,8 @@ class Server:
                 await asyncio.sleep(self.itl_s)
             elif i % 64 == 63:
                 await writer.drain()
-        usage = {"choices": [], "usage": {"prompt_tokens": len(words), "completion_tokens": tokens,
+        usage = {"id": f"cmpl-{number}", "object": "chat.completion.chunk", "created": 0, "model": "test-model",
+                 "choices": [], "usage": {"prompt_tokens": len(words), "completion_tokens": tokens,
                                           "total_tokens": len(words) + tokens,
                                           "prompt_tokens_details": {"cached_tokens": cached}}}
         tail = b"data: %s\n\ndata: [DONE]\n\n" % json.dumps(usage).encode()
