@@ -14,8 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from stackpin.bench.binding import controls
-from stackpin.bench.result import (BenchResult, ClientInfo, Request, Slo, StackRef, controls_fingerprint,
-                                   result_json)
+from stackpin.bench.result import BenchResult, ClientInfo, Request, Slo, StackRef, controls_fingerprint, result_json
 from stackpin.bench.stats import build_point, score
 from stackpin.cli.main import main
 from stackpin.lock.lockfile import read_lock
