@@ -21,7 +21,7 @@ _IGNORED = {"tools", "extra"}  # AIPerf fields that do not change lengths or tim
 
 
 def _problem(path: Path, line: int, field: str, message: str) -> InputError:
-    return InputError([Problem(Location(str(path), line), field, message)])
+    return InputError([Problem(Location(str(path), line, 1), field, message)])
 
 
 def _int(path: Path, line: int, entry: dict[str, Any], field: str, required: bool, minimum: int = 0) -> int | None:

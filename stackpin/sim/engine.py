@@ -222,9 +222,11 @@ class Simulator:
     def submit(self, words: Sequence[str], max_tokens: int, emit: Emit) -> Seq:
         """Route a request; returns its sequence (set `cancelled` to drop it)."""
         keys = block_keys(words)
-        engine = max(self.decoders, key=lambda e: (e.cache.match(keys), -e.load))
-        cached = engine.cache.match(keys) * BLOCK
-        cached = min(cached, max(len(words) - 1, 0))  # the last prompt token is always computed
+        # As vLLM: a hit may cover at most all but the last prompt token (the step that samples the
+        # first answer token must compute one), at block granularity.
+        usable = keys[: max(len(words) - 1, 0) // BLOCK]
+        engine = max(self.decoders, key=lambda e: (e.cache.match(usable), -e.load))
+        cached = engine.cache.match(usable) * BLOCK
         prompt = max(len(words), 1)
         seq = Seq(prompt=prompt, keys=keys, max_tokens=max_tokens, emit=emit, cached=cached,
                   to_prefill=prompt - cached, decode_engine=engine)

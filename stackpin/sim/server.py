@@ -267,11 +267,12 @@ class Handle:
 
 
 @contextmanager
-def serve_in_thread(lock: Path, port: int = 0, speed: float = 1.0, faults: FaultSpec | None = None,
+def serve_in_thread(lock: Path | SimStack, port: int = 0, speed: float = 1.0, faults: FaultSpec | None = None,
                     host: str = "127.0.0.1", model: str = "roofline") -> Iterator[Handle]:
-    """Run the server on its own event loop in a thread (tests); stops it on exit."""
+    """Run the server on its own event loop in a thread (tests); stops it on exit. `lock` is a lockfile,
+    or a SimStack (a test's what-if variant of one)."""
     check_model(model)
-    server = SimServer(load_stack(lock), speed, faults or FaultSpec(), model)
+    server = SimServer(lock if isinstance(lock, SimStack) else load_stack(lock), speed, faults or FaultSpec(), model)
     started = threading.Event()
     bound: list[int] = []
     loop = asyncio.new_event_loop()
