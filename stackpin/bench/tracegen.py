@@ -60,9 +60,11 @@ class TraceShape:
             current = getattr(shape, head, None) if head in {f.name for f in fields(TraceShape)} else None
             if isinstance(current, LogNormal) and attr in {f.name for f in fields(LogNormal)}:
                 cast: Any = int(value) if attr in ("min", "max") else value
-                shape = replace(shape, **{head: replace(current, **{attr: cast})})
+                new: dict[str, Any] = {head: replace(current, **{attr: cast})}
+                shape = replace(shape, **new)
             elif current is not None and not attr and not isinstance(current, LogNormal):
-                shape = replace(shape, **{head: int(value)})
+                plain: dict[str, Any] = {head: int(value)}
+                shape = replace(shape, **plain)
             else:
                 raise StackpinError(f"--param {key}: unknown parameter; known: {', '.join(param_names())}")
         return shape

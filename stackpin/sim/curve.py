@@ -79,8 +79,7 @@ def curve(stack: SimStack, workload: Workload | None = None, params: dict[str, A
             # Turns end at b*a/output per step; each adds its uncached prompt in budget-sized chunks.
             budget = max(decode_pool.max_batched_tokens - b * (1 + k), 1)
             chunks = max(1, math.ceil(workload.prefill / budget))
-            chunk = workload.prefill / chunks
-            extra = dec.step_time(b, k, kv, int(chunk)) - step
+            extra = dec.step_time(b, k, kv, int(workload.prefill / chunks)) - step
             step += (b * a / workload.output) * chunks * extra
         agent_tps = a / step
         total = decode_pool.engines * b * agent_tps
