@@ -203,3 +203,10 @@ def test_cli_serves_and_refuses_aiconfigurator() -> None:
         assert _stream(f"http://127.0.0.1:{port}", "a b c", 20)["tokens"] == 20
     finally:
         stop(proc)
+
+
+def test_back_to_back_requests_on_one_keep_alive_connection() -> None:
+    """The next request may arrive the instant an answer ends: none of its bytes may be lost."""
+    with serve_in_thread(TUNED, speed=1000) as sim, httpx.Client(timeout=30) as client:
+        results = [_stream(sim.url, "a b", 3, client) for _ in range(300)]
+    assert all(r["status"] == 200 and r["done"] and r["tokens"] == 3 for r in results)

@@ -49,17 +49,19 @@ class SimServer:
                 "speed": self.speed}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        carry = bytearray()  # bytes of the next request read while watching for a disconnect
         try:
-            while await self._one(reader, writer):
+            while await self._one(reader, writer, carry):
                 pass
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
             writer.close()
 
-    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, carry: bytearray) -> bool:
         """Serve one request; False when the connection is done."""
-        head = await reader.readuntil(b"\r\n\r\n")
+        head = bytes(carry) + await reader.readuntil(b"\r\n\r\n")
+        carry.clear()
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3:
@@ -81,14 +83,14 @@ class SimServer:
             _respond(writer, 200, {"object": "list", "data": [
                 {"id": self.stack.model_id, "object": "model", "owned_by": "stackpin-sim"}]}, keep)
         elif method == "POST" and path == "/v1/chat/completions":
-            return await self._chat(body, reader, writer, keep)
+            return await self._chat(body, reader, writer, keep, carry)
         else:
             _respond(writer, 404, {"error": {"message": f"{method} {path}: not found", "type": "not_found"}}, keep)
         await writer.drain()
         return keep
 
     async def _chat(self, body: bytes, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                    keep: bool) -> bool:
+                    keep: bool, carry: bytearray) -> bool:
         try:
             request = _parse_chat(body)
         except ValueError as exc:
@@ -109,15 +111,25 @@ class SimServer:
         if request["stream"]:
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n"
                          b"Transfer-Encoding: chunked\r\n" + (b"" if keep else b"Connection: close\r\n") + b"\r\n")
-        closed = asyncio.ensure_future(reader.read(1))  # EOF (or a pipelined byte) while we stream
+        # Watch for the client going away while the engine generates. The read may instead return the
+        # first byte of the client's next request (sent the moment this answer ends): keep it.
+        closed = asyncio.ensure_future(reader.read(1))
         done = asyncio.ensure_future(stream.done.wait())
         await asyncio.wait([closed, done], return_when=asyncio.FIRST_COMPLETED)
-        if not done.done():  # the client went away (or a stall fault waits for it to): stop generating
+        if closed.done() and closed.result():
+            carry += closed.result()
+            await done
+        elif not done.done():  # EOF: the client went away (or a stall fault waits for it to)
             seq.cancelled = True
             done.cancel()
             return False
-        closed.cancel()
-        await asyncio.gather(closed, return_exceptions=True)  # frees the reader for the next request
+        else:
+            closed.cancel()
+            (got,) = await asyncio.gather(closed, return_exceptions=True)  # frees the reader
+            if isinstance(got, bytes):
+                if not got:
+                    return False
+                carry += got
         if stream.dropped:
             return False
         if not request["stream"]:
