@@ -141,9 +141,9 @@ def test_speculative_decoding_raises_single_agent_speed() -> None:
 @pytest.mark.parametrize("lock", [TUNED, LAUNCH], ids=["colocated", "disaggregated"])
 def test_served_single_agent_speed_follows_the_step_model(lock: Path) -> None:
     """The server's measured tok/s, divided by speed, is the closed-form single-agent figure."""
-    speed = 5.0
+    speed = 2.0  # about 0.6 s of streaming: long enough that a busy machine's scheduling jitter averages out
     with serve_in_thread(lock, speed=speed) as sim:
-        result = _stream(sim.url, _words(50), 600)
+        result = _stream(sim.url, _words(50), 1000)
         again = _stream(sim.url, _words(50), 8)
     expected = single_agent_tps(load_stack(lock))
     assert _decode_tps(result) / speed == pytest.approx(expected, rel=0.12)
