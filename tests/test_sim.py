@@ -114,7 +114,7 @@ def test_requests_beyond_max_num_seqs_wait_in_the_queue() -> None:
     results: list[dict] = [{}] * 4
     with serve_in_thread(stack, speed=4) as sim:
         def one(i: int) -> None:
-            results[i] = _stream(sim.url, _words(1, tag=f"q{i}"), 400)
+            results[i] = _stream(sim.url, _words(1, tag=f"q{i}"), 1200)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
         for t in threads:
@@ -125,7 +125,7 @@ def test_requests_beyond_max_num_seqs_wait_in_the_queue() -> None:
     fastest_answer = min(r["elapsed"] for r in results)
     # Two run at once; the other two get their first token only after a running one finished.
     assert ttfts[1] < fastest_answer / 4
-    assert ttfts[2] > fastest_answer * 0.8 and all(r["tokens"] == 400 for r in results)
+    assert ttfts[2] > fastest_answer * 0.8 and all(r["tokens"] == 1200 for r in results)
 
 
 def test_speculative_decoding_raises_single_agent_speed() -> None:
