@@ -11,7 +11,6 @@ chose. Parameters: roofline.yaml; hardware from the catalog.
 from __future__ import annotations
 
 import bisect
-import math
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -82,6 +81,19 @@ class StepModel:
         rate = table.get(served, table[precisions[-1]]) if served in table else table[precisions[-1]]
         return float(rate) * 1e12
 
+    def weights_read_gib(self, tokens: int) -> float:
+        """Weight GiB one GPU reads in a step of `tokens` tokens: the always-active weights (the decode
+        active parameters less the routed experts one token picks), plus every routed expert at least
+        one of the tokens picks: 1 - (1 - top_k / experts)^tokens of them, for independent routing."""
+        model, pool = self.stack.model, self.pool
+        routing = self.params["experts"]
+        experts_gib = model.checkpoint_gib * model.routed_expert_share
+        gib_per_param_b = model.checkpoint_gib / model.params_b
+        picked = float(routing["top_k"]) / float(routing["routed"])
+        always_gib = max(model.active_params_b.decode * gib_per_param_b - experts_gib * picked, 0.0)
+        touched = 1 - (1 - picked) ** tokens
+        return always_gib / pool.model_parallel + experts_gib / pool.expert_shards * touched
+
     def step_time(self, decode: int, k: int, kv_tokens: int, prefill: int = 0) -> float:
         """Seconds for one step: `decode` sequences verifying 1 + k tokens each over `kv_tokens` of
         context in all, plus `prefill` new prompt tokens."""
@@ -98,11 +110,8 @@ class StepModel:
             overhead = float(f["piecewise_step_s"])
         else:
             overhead = float(f["eager_step_s"])
-        one = model.active_params_b.decode / model.params_b
-        sat = float(f["saturated_fraction"])
-        touched = one + (sat - one) * (1 - math.exp(-(tokens - 1) / float(f["saturation_tokens"])))
         gpu_bw = stack.gpu.hbm_tbps * 1e12 * float(f["bw_efficiency"])
-        weights_s = self.pool.weights_gib_per_gpu * GIB * touched / gpu_bw / _lookup(f["moe"], stack.moe)
+        weights_s = self.weights_read_gib(tokens) * GIB / gpu_bw / _lookup(f["moe"], stack.moe)
         # MLA keeps one latent KV head replicated on every TP rank: each GPU reads its engine's whole KV.
         kv_s = (kv_tokens + prefill) * model.kv_bytes_per_token / gpu_bw / _lookup(f["attention"], stack.attention)
         active = model.active_params_b.prefill if prefill else model.active_params_b.decode
@@ -113,7 +122,10 @@ class StepModel:
             if self.pool.gpus_per_engine > 1 else 0.0
         kernels = (max(compute_s, weights_s + kv_s) + comm_s) / _lookup(f["autotune"], stack.autotune)
         draft = k * float(f["draft_token_s"]) if decode else 0.0
-        return overhead + kernels + draft
+        # Per running sequence: scheduling, sampling and rejection sampling, host-side and unchanged by a
+        # faster GPU.
+        host = decode * float(f["seq_step_s"])
+        return overhead + kernels + draft + host
 
     def best_k(self, decode: int, kv_tokens: int, prefill: int = 0) -> int:
         """Speculative tokens a step verifies: the configured k, or with adaptive verification the k

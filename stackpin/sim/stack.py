@@ -22,6 +22,8 @@ class SimPool:
     engines: int  # schedulers: replicas x data-parallel ranks (vLLM schedules each DP rank on its own)
     gpus_per_engine: int  # TP x PP
     weights_gib_per_gpu: float
+    model_parallel: int  # GPUs the dense weights split over (TP x PP)
+    expert_shards: int  # GPUs the routed experts split over
     max_num_seqs: int  # per engine, as vLLM applies it
     max_batched_tokens: int
     kv_tokens: int  # KV cache capacity of one engine, in tokens (MLA: every TP rank holds whole tokens)
@@ -72,6 +74,7 @@ def _pool(profile: StackProfile, topo: PoolTopology, model: ModelFacts, gpu: Gpu
     return SimPool(
         role=topo.role, replicas=topo.replicas, engines=topo.replicas * topo.data_parallel,
         gpus_per_engine=topo.tensor_parallel * topo.pipeline_parallel, weights_gib_per_gpu=memory.weights_gib,
+        model_parallel=topo.model_parallel, expert_shards=topo.expert_shards,
         max_num_seqs=topo.spec.max_num_seqs or defaults.max_num_seqs_for(gpu.hbm_gib) or 256,
         max_batched_tokens=topo.spec.max_num_batched_tokens or defaults.max_num_batched_tokens_for(gpu.hbm_gib) or 8192,
         kv_tokens=memory.kv_tokens,
