@@ -210,3 +210,27 @@ def test_back_to_back_requests_on_one_keep_alive_connection() -> None:
     with serve_in_thread(TUNED, speed=1000) as sim, httpx.Client(timeout=30) as client:
         results = [_stream(sim.url, "a b", 3, client) for _ in range(300)]
     assert all(r["status"] == 200 and r["done"] and r["tokens"] == 3 for r in results)
+
+
+def test_a_batch_of_agents_decodes_at_the_step_models_speed() -> None:
+    """Eight agents on one engine: each gets the accepted tokens of a step every step_time(8, ...)."""
+    from stackpin.sim.roofline import StepModel, accepted_tokens
+
+    stack = _small(load_stack(TUNED))
+    speed = 2.0
+    results: list[dict] = [{}] * 8
+    with serve_in_thread(stack, speed=speed) as sim:
+        def one(i: int) -> None:
+            results[i] = _stream(sim.url, _words(2, tag=f"a{i}"), 500)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    model = StepModel.of(stack, stack.decode)
+    context = 8 * (2 * 512 + 250)  # prompts plus half the answer, on average
+    k = model.best_k(8, context)
+    expected = accepted_tokens(model.alpha, k) / model.step_time(8, k, context)
+    measured = sorted(_decode_tps(r) / speed for r in results)[4]  # the median agent
+    assert measured == pytest.approx(expected, rel=0.15)
