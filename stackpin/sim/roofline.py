@@ -11,7 +11,7 @@ chose. Parameters: roofline.yaml; hardware from the catalog.
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -53,79 +53,108 @@ def accepted_tokens(alpha: float, k: int) -> float:
 
 
 @dataclass(frozen=True)
+class _Rates:
+    """A model's parameters resolved for one stack and pool: what step_time reads every step."""
+
+    graph_s: float
+    piecewise_s: float
+    eager_s: float
+    weights_bw: float  # bytes/s one GPU reads weights at (bandwidth x efficiency x MoE kernel factor)
+    kv_bw: float  # bytes/s one GPU reads KV at (x attention kernel factor)
+    always_gib: float  # always-active weights one GPU reads per step
+    experts_gib: float  # routed experts one GPU holds
+    picked: float  # share of experts one token picks
+    compute_flops: float  # FLOP/s one engine's GPUs reach, all together
+    comm_s_per_token: float
+    autotune: float
+    draft_s: float
+    seq_s: float
+
+
+@dataclass(frozen=True)
 class StepModel:
     """Step times for one pool of one stack (an engine: one data-parallel rank of a replica)."""
 
     stack: SimStack
     pool: SimPool
     params: dict[str, Any]
+    alpha: float = field(init=False)
+    rates: _Rates = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Resolved once: the server calls step_time several times an engine step.
+        f = self.params["fitted"]
+        stack, model, pool = self.stack, self.stack.model, self.pool
+        routing = self.params["experts"]
+        experts_gib = model.checkpoint_gib * model.routed_expert_share
+        picked = float(routing["top_k"]) / float(routing["routed"])
+        # The decode active parameters less the routed experts one token picks are read every step.
+        always_gib = max(model.active_params_b.decode * model.checkpoint_gib / model.params_b - experts_gib * picked, 0)
+        bw = stack.gpu.hbm_tbps * 1e12 * float(f["bw_efficiency"])
+        fabric = stack.gpu.scaleup_gbps * 1e9
+        object.__setattr__(self, "alpha", acceptance_rate(pool, f))
+        object.__setattr__(self, "rates", _Rates(
+            graph_s=float(f["graph_step_s"]), piecewise_s=float(f["piecewise_step_s"]),
+            eager_s=float(f["eager_step_s"]), weights_bw=bw * _lookup(f["moe"], stack.moe),
+            kv_bw=bw * _lookup(f["attention"], stack.attention), always_gib=always_gib / pool.model_parallel,
+            experts_gib=experts_gib / pool.expert_shards, picked=picked,
+            compute_flops=self._flops_per_gpu() * float(f["mfu"]) * pool.gpus_per_engine,
+            # Expert-parallel dispatch/combine and tensor-parallel reductions move every token's hidden
+            # states over the scale-up fabric each layer.
+            comm_s_per_token=float(f["comm_bytes_per_token"]) / fabric if pool.gpus_per_engine > 1 else 0.0,
+            autotune=_lookup(f["autotune"], stack.autotune), draft_s=float(f["draft_token_s"]),
+            seq_s=float(f["seq_step_s"])))
 
     @classmethod
     def of(cls, stack: SimStack, pool: SimPool, params: dict[str, Any] | None = None) -> StepModel:
         return cls(stack, pool, params or load_params())
 
-    # Derived constants, computed once per model (dataclass is frozen: cache through properties).
     @property
     def fitted(self) -> dict[str, Any]:
         fitted: dict[str, Any] = self.params["fitted"]
         return fitted
 
-    @property
-    def alpha(self) -> float:
-        return acceptance_rate(self.pool, self.fitted)
-
     def _flops_per_gpu(self) -> float:
+        """Peak dense FLOP/s in the precision the dense weights are served in (FP8 for fp8-fp4)."""
         table = self.params["compute_tflops"][self.stack.gpu_key]
-        precisions = [p for p in ("fp4", "fp8", "bf16") if p in table]
-        served = "fp8" if "fp8" in self.stack.precision else ("fp4" if "fp4" in self.stack.precision else "bf16")
-        rate = table.get(served, table[precisions[-1]]) if served in table else table[precisions[-1]]
-        return float(rate) * 1e12
+        weights = self.stack.precision
+        served = "fp8" if "fp8" in weights else ("fp4" if "fp4" in weights else "bf16")
+        fallback = [p for p in ("bf16", "fp8", "fp4") if p in table][0]  # a GPU without it: its widest
+        return float(table.get(served, table[fallback])) * 1e12
 
     def weights_read_gib(self, tokens: int) -> float:
-        """Weight GiB one GPU reads in a step of `tokens` tokens: the always-active weights (the decode
-        active parameters less the routed experts one token picks), plus every routed expert at least
-        one of the tokens picks: 1 - (1 - top_k / experts)^tokens of them, for independent routing."""
-        model, pool = self.stack.model, self.pool
-        routing = self.params["experts"]
-        experts_gib = model.checkpoint_gib * model.routed_expert_share
-        gib_per_param_b = model.checkpoint_gib / model.params_b
-        picked = float(routing["top_k"]) / float(routing["routed"])
-        always_gib = max(model.active_params_b.decode * gib_per_param_b - experts_gib * picked, 0.0)
-        touched = 1 - (1 - picked) ** tokens
-        return always_gib / pool.model_parallel + experts_gib / pool.expert_shards * touched
+        """Weight GiB one GPU reads in a step of `tokens` tokens: the always-active weights, plus every
+        routed expert at least one token picks: 1 - (1 - top_k / experts)^tokens of them, for
+        independent routing."""
+        r = self.rates
+        return r.always_gib + r.experts_gib * (1 - (1 - r.picked) ** tokens)
 
     def step_time(self, decode: int, k: int, kv_tokens: int, prefill: int = 0) -> float:
         """Seconds for one step: `decode` sequences verifying 1 + k tokens each over `kv_tokens` of
         context in all, plus `prefill` new prompt tokens."""
-        f = self.fitted
+        r = self.rates
         stack, model = self.stack, self.stack.model
         tokens = decode * (1 + k) + prefill
         if tokens == 0:
             return 0.0
         sizes = stack.capture_sizes
         if prefill == 0 and stack.full_decode_graphs and sizes and tokens <= sizes[-1]:
-            overhead = float(f["graph_step_s"])
+            overhead = r.graph_s
             tokens = sizes[bisect.bisect_left(sizes, tokens)]  # padded to the captured size
         elif stack.piecewise_graphs and sizes:
-            overhead = float(f["piecewise_step_s"])
+            overhead = r.piecewise_s
         else:
-            overhead = float(f["eager_step_s"])
-        gpu_bw = stack.gpu.hbm_tbps * 1e12 * float(f["bw_efficiency"])
-        weights_s = self.weights_read_gib(tokens) * GIB / gpu_bw / _lookup(f["moe"], stack.moe)
+            overhead = r.eager_s
+        weights_s = self.weights_read_gib(tokens) * GIB / r.weights_bw
         # MLA keeps one latent KV head replicated on every TP rank: each GPU reads its engine's whole KV.
-        kv_s = (kv_tokens + prefill) * model.kv_bytes_per_token / gpu_bw / _lookup(f["attention"], stack.attention)
+        kv_s = (kv_tokens + prefill) * model.kv_bytes_per_token / r.kv_bw
         active = model.active_params_b.prefill if prefill else model.active_params_b.decode
-        compute_s = 2 * active * 1e9 * tokens / self.pool.gpus_per_engine / (self._flops_per_gpu() * float(f["mfu"]))
-        # Expert-parallel dispatch/combine and tensor-parallel reductions move every token's hidden
-        # states over the scale-up fabric each layer: bytes per token, at the fabric's bandwidth.
-        comm_s = tokens * float(f["comm_bytes_per_token"]) / (stack.gpu.scaleup_gbps * 1e9) \
-            if self.pool.gpus_per_engine > 1 else 0.0
-        kernels = (max(compute_s, weights_s + kv_s) + comm_s) / _lookup(f["autotune"], stack.autotune)
-        draft = k * float(f["draft_token_s"]) if decode else 0.0
-        # Per running sequence: scheduling, sampling and rejection sampling, host-side and unchanged by a
-        # faster GPU.
-        host = decode * float(f["seq_step_s"])
-        return overhead + kernels + draft + host
+        compute_s = 2e9 * active * tokens / r.compute_flops
+        kernels = (max(compute_s, weights_s + kv_s) + tokens * r.comm_s_per_token) / r.autotune
+        draft = k * r.draft_s if decode else 0.0
+        # Per running sequence: scheduling, sampling and rejection sampling, on the host, unchanged by
+        # a faster GPU.
+        return overhead + kernels + draft + decode * r.seq_s
 
     def best_k(self, decode: int, kv_tokens: int, prefill: int = 0) -> int:
         """Speculative tokens a step verifies: the configured k, or with adaptive verification the k
