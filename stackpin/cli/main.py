@@ -12,6 +12,8 @@ from stackpin.cli.engines import engines
 from stackpin.cli.history import history, promote, rollback
 from stackpin.cli.lock import lock
 from stackpin.cli.render import render
+from stackpin.cli.sim import sim
+from stackpin.cli.trace import trace
 from stackpin.cli.validate import rules, schema, validate
 
 
@@ -25,3 +27,5 @@ def main() -> None:
 for _command in (validate, lock, render, diff, show, promote, history, rollback, apply, status, autotune, engines,
                  schema, rules, bench):
     main.add_command(_command)
+main.add_command(trace)
+main.add_command(sim)

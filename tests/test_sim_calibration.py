@@ -1,0 +1,27 @@
+"""The roofline model, on the shipped locks, reproduces the published figures within the tolerance
+stackpin/sim/calibration.yaml states; and the curve behaves like a serving curve."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from stackpin.sim.curve import curve, figures, throughput_at
+from stackpin.sim.stack import load_stack
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_published_figures_are_reproduced_within_the_stated_tolerance() -> None:
+    rows = figures()
+    assert len(rows) == 7 and all(0 < f.tolerance <= 0.15 for f in rows)
+    off = [f"{f.name}: published {f.published}, simulated {f.simulated}" for f in rows if not f.within]
+    assert not off, "\n".join(off)
+
+
+def test_more_agents_mean_slower_agents_and_more_throughput() -> None:
+    points = curve(load_stack(ROOT / "lockfiles" / "gb300-tuned.lock.yaml"))
+    assert len(points) == 64  # max-num-seqs of the tuned worker pool
+    assert points[0].agent_tps > 3 * points[-1].agent_tps
+    assert points[-1].output_tps_per_gpu > 5 * points[0].output_tps_per_gpu
+    assert throughput_at(points, 10_000) == 0.0  # no agent is that fast
+    assert throughput_at(points, 1.0) == max(p.output_tps_per_gpu for p in points)
