@@ -305,8 +305,14 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
         signal.signal(signal.SIGINT, previous)
     points.sort(key=lambda p: p.agents)
     saturated = run.busy >= BUSY_SATURATED or run.lag_p99 >= LAG_SATURATED_S
-    note = (f"client saturated (busiest process {run.busy:.0%} CPU, event-loop lag p99 {run.lag_p99 * 1000:.1f} ms):"
-            " the numbers are a floor; rerun with more --workers" if saturated else "")
+    note = ""
+    if run.busy >= BUSY_SATURATED:
+        note = (f"client saturated: its busiest process used {run.busy:.0%} of a CPU; the numbers are a floor "
+                "(rerun with more --workers)")
+    elif saturated:
+        scaled = f" ({run.lag_p99 * run.speed * 1000:.0f} ms of simulated time)" if run.speed != 1 else ""
+        note = (f"client timestamps late: event-loop lag p99 {run.lag_p99 * 1000:.1f} ms{scaled} with the client "
+                f"at {run.busy:.0%} CPU (a busy host?); TTFT and ITL are that much less precise")
     return BenchResult(
         stack=stack, controls=controls, fingerprint=controls_fingerprint(controls), endpoint=options.endpoint,
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), finished=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

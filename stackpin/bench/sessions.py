@@ -11,15 +11,11 @@ to the next, as an agent's are.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from stackpin.bench.trace import BLOCK_TOKENS, TraceTurn
-from stackpin.errors import InputError, Location, Problem, StackpinError
 
 
 @dataclass(frozen=True)
@@ -36,40 +32,20 @@ class Trace:
 
 
 def read_trace(path: Path) -> Trace:
-    """Read a JSONL trace; a bad line is a located error (file:line: field). Turns of a session are
-    consecutive lines; a session id seen again after another session's turns is refused."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise StackpinError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    """Read a trace (our JSONL or an AIPerf/Mooncake one, see traceio) as sessions; a bad line is a
+    located error (file:line: field)."""
+    from stackpin.bench.traceio import read_trace as read_turns
+
+    turns = read_turns(path)
     sessions: list[Session] = []
     current: list[TraceTurn] = []
-    seen: set[str] = set()
-    for number, raw in enumerate(data.splitlines(), 1):
-        if not raw.strip():
-            continue
-        try:
-            turn = TraceTurn.model_validate(json.loads(raw))
-        except json.JSONDecodeError as exc:
-            raise InputError([Problem(Location(str(path), number, exc.colno), "", f"not JSON: {exc.msg}")]) from None
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise InputError([Problem(Location(str(path), number, 1), where, first["msg"])]) from None
+    for turn in turns:
         if current and turn.session_id != current[0].session_id:
             sessions.append(Session(current[0].session_id, tuple(current)))
             current = []
-        if not current and turn.session_id in seen:
-            raise InputError([Problem(Location(str(path), number, 1), "session_id",
-                                      f"session {turn.session_id!r} continues after other sessions' turns "
-                                      "(a session's turns are consecutive lines)")])
-        seen.add(turn.session_id)
         current.append(turn)
-    if current:
-        sessions.append(Session(current[0].session_id, tuple(current)))
-    if not sessions:
-        raise InputError([Problem(Location(str(path)), "", "the trace holds no turns")])
-    return Trace(path, "sha256:" + hashlib.sha256(data).hexdigest(), tuple(sessions))
+    sessions.append(Session(current[0].session_id, tuple(current)))
+    return Trace(path, "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest(), tuple(sessions))
 
 
 @dataclass
