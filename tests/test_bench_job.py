@@ -48,7 +48,8 @@ def test_the_job_is_indexed_valid_and_deterministic(tmp_path: Path) -> None:
     assert container["image"] == "registry.example/stackpin:0.1"
     args = container["args"]
     assert args[args.index("--pod-index") + 1] == "$(JOB_COMPLETION_INDEX)"
-    assert container["env"][0]["name"] == "JOB_COMPLETION_INDEX"
+    assert [e["name"] for e in container["env"]] == ["JOB_COMPLETION_INDEX", "STACKPIN_RUN"]
+    assert args[args.index("--cache-salt") + 1] == "$(STACKPIN_RUN)"
     assert config["data"]["trace.jsonl"] == trace.read_text()
     assert "stackDigest" in config["data"]["stack.lock.yaml"]
     _, job_only = render(tmp_path, trace, "--results-claim", "shared-results")
@@ -68,7 +69,7 @@ def run_pods(tmp_path: Path, trace: Path, url: str) -> list[Path]:
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     outs = []
     for index in range(job["spec"]["completions"]):
-        pod_args = [a.replace("$(JOB_COMPLETION_INDEX)", str(index)).replace("/stackpin/inputs", str(inputs))
+        pod_args = [a.replace("$(JOB_COMPLETION_INDEX)", str(index)).replace("$(STACKPIN_RUN)", "job-uid").replace("/stackpin/inputs", str(inputs))
                     .replace("/stackpin/results", str(results)).replace("http://frontend:8000", url) for a in args]
         code, _, err = cli(pod_args)
         assert code == 0, err

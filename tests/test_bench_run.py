@@ -69,7 +69,7 @@ def test_each_turn_sends_the_grown_context_and_the_cache_is_measured(tmp_path: P
     trace = write_trace(tmp_path / "t.jsonl", sessions=2, turns=3, output=8)
     with serve_in_thread(Server()) as server:
         code, _, err = bench(["run", "--endpoint", server.url, "--trace", str(trace), "--lock", str(LOCK),
-                              "--agents", "1,2", "--out", str(tmp_path / "r.json"), "-o", "json"])
+                              "--agents", "1,2", "--cache-salt", "x", "--out", str(tmp_path / "r.json"), "-o", "json"])
         bodies = list(server.bodies)
     assert code == 0, err
     first_session = bodies[:3]
@@ -81,7 +81,7 @@ def test_each_turn_sends_the_grown_context_and_the_cache_is_measured(tmp_path: P
         assert all(body["stream"] and body["stream_options"] == {"include_usage": True} and body["ignore_eos"]
                    for body in (before, after))
     assert [b["max_tokens"] for b in bodies[:3]] == [8, 8, 8]
-    assert first_session[0]["messages"][0]["content"].split()[:2] == ["b0_0", "b0_1"]
+    assert first_session[0]["messages"][0]["content"].split()[:2] == ["xp0r0-b0_0", "xp0r0-b0_1"]
     result = read_result(tmp_path / "r.json")
     one, two = result.points
     assert one.requests == 6 and two.requests == 6 and one.errors == 0
@@ -92,6 +92,18 @@ def test_each_turn_sends_the_grown_context_and_the_cache_is_measured(tmp_path: P
     assert result.stack.gpus == 72 and result.stack.digest.startswith("sha256:")
     assert result.controls.agents == (1, 2) and result.fingerprint.startswith("sha256:")
     assert one.output_tps_per_gpu == pytest.approx(one.output_tps / 72)
+
+
+def test_each_run_starts_with_a_cold_cache_unless_told_to_share_it(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path / "t.jsonl", sessions=1, turns=1)
+    first_cached = []
+    with serve_in_thread(Server()) as server:
+        for salt in ([], [], ["--cache-salt", "same"], ["--cache-salt", "same"]):
+            code, _, err = bench(["run", "--endpoint", server.url, "--trace", str(trace), "--lock", str(LOCK),
+                                  "--agents", "1", *salt, "--out", str(tmp_path / "r.json")])
+            assert code == 0, err
+            first_cached.append(read_result(tmp_path / "r.json").points[0].request_log[0].cached_tokens)
+    assert first_cached == [0, 0, 0, 512]
 
 
 def test_slo_search_bisects_between_swept_points(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ def job_objects(lock: StackLock, lock_text: str, trace_text: str, *, endpoint: s
     args = ["bench", "run", "--endpoint", endpoint, "--trace", f"{INPUTS}/trace.jsonl",
             "--lock", f"{INPUTS}/stack.lock.yaml", "--agents", ",".join(map(str, agents)),
             "--workers", str(workers), "--delay-scale", f"{delay_scale:g}", "--request-timeout", f"{timeout_s:g}s",
-            "--pods", str(pods), "--pod-index", "$(JOB_COMPLETION_INDEX)",
+            "--pods", str(pods), "--pod-index", "$(JOB_COMPLETION_INDEX)", "--cache-salt", "$(STACKPIN_RUN)",
             "--out", f"{RESULTS}/result-$(JOB_COMPLETION_INDEX).json"]
     if slo:
         args += ["--slo", f"tps={slo.tps:g},ttft={slo.ttft_s:g}s,percentile={slo.percentile}"]
@@ -56,7 +56,10 @@ def job_objects(lock: StackLock, lock_text: str, trace_text: str, *, endpoint: s
     container = {
         "name": "bench", "image": image, "command": ["stackpin"], "args": args,
         "env": [{"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
-            "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}}],
+                    "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+                # one salt for the pods of one Job run (they share the trace's shared blocks), another next run
+                {"name": "STACKPIN_RUN", "valueFrom": {"fieldRef": {
+                    "fieldPath": "metadata.labels['batch.kubernetes.io/controller-uid']"}}}],
         "resources": {"requests": requests, "limits": {"memory": "1Gi"}},
         "volumeMounts": [{"name": "inputs", "mountPath": INPUTS, "readOnly": True},
                          {"name": "results", "mountPath": RESULTS}],

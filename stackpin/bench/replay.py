@@ -53,6 +53,7 @@ class RunOptions:
     headers: dict[str, str] = field(default_factory=dict)
     pod_index: int = 0
     pods: int = 1
+    cache_salt: str = ""  # put in every prompt word: a run does not hit the cache an earlier run filled
 
 
 # One finished request as a worker sends it back: agent, session, turn, start, first token, last
@@ -85,9 +86,9 @@ async def _agent(options: RunOptions, model: str, agent: int, agents: int, point
         None if options.duration_s is not None else default_sessions_per_agent(options.trace, agents))
     try:
         for round_, session in agent_sessions(options.trace, agent, agents, per_agent):
-            # Another point or round replays a session with other words: it must not hit the cache
-            # an earlier replay filled.
-            context = Context(salt="" if point == 0 and round_ == 0 else f"p{point}r{round_}")
+            # Another run, point or round replays a session with other words: it must not hit the
+            # cache an earlier replay filled (sessions still share the blocks they share in the trace).
+            context = Context(salt=f"{options.cache_salt}p{point}r{round_}-")
             for number, turn in enumerate(session.turns):
                 wait = turn.delay / 1000 * options.delay_scale / speed
                 if wait > 0:

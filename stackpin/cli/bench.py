@@ -119,6 +119,8 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
               help="Factor on the trace's tool delays; 0 sends each turn as soon as the last answer ends.")
 @click.option("--request-timeout", "timeout_text", default="300s", show_default=True, metavar="SECONDS",
               help="A request not finished by then is recorded as stalled.")
+@click.option("--cache-salt", metavar="TEXT", help="Prefix of every prompt word, so that this run does not hit "
+              "the prefix cache an earlier run filled (default: random per run).")
 @click.option("--pod-index", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option("--pods", type=click.IntRange(min=1), default=1, hidden=True)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The result file (JSON).")
@@ -128,13 +130,15 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
 @user_errors
 def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_text: str | None,
         model: str | None, workers: int, duration_text: str | None, sessions: int | None, delay_scale: float,
-        timeout_text: str, pod_index: int, pods: int, out: str, lockdir: str, history_dir: str, output: str) -> None:
+        timeout_text: str, cache_salt: str | None, pod_index: int, pods: int, out: str, lockdir: str,
+        history_dir: str, output: str) -> None:
     """Replay TRACE against ENDPOINT at each agent count and write one result bound to the stack.
 
     Each agent replays sessions one after another, sending the grown context each turn and waiting the
     trace's tool delay. Ctrl-C keeps what was measured (the result says it was interrupted).
     """
     import os
+    import secrets
 
     from stackpin.bench.binding import parse_agents, parse_seconds, parse_slo
     from stackpin.bench.replay import RunOptions, run_bench
@@ -151,7 +155,9 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
         slo=parse_slo(slo_text) if slo_text else None, model=model, workers=workers,
         duration_s=parse_seconds(duration_text, "--duration") if duration_text else None, sessions=sessions,
         delay_scale=delay_scale, timeout_s=parse_seconds(timeout_text, "--request-timeout"),
-        headers={"Authorization": f"Bearer {key}"} if key else {}, pod_index=pod_index, pods=pods)
+        headers={"Authorization": f"Bearer {key}"} if key else {}, pod_index=pod_index, pods=pods,
+        cache_salt="".join(c for c in cache_salt if not c.isspace()) if cache_salt is not None
+        else secrets.token_hex(3))
     with _progress() as progress:
         result = run_bench(options, source, progress)
     _write_result(result, out)
