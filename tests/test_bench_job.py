@@ -69,8 +69,13 @@ def run_pods(tmp_path: Path, trace: Path, url: str) -> list[Path]:
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     outs = []
     for index in range(job["spec"]["completions"]):
-        pod_args = [a.replace("$(JOB_COMPLETION_INDEX)", str(index)).replace("$(STACKPIN_RUN)", "job-uid").replace("/stackpin/inputs", str(inputs))
-                    .replace("/stackpin/results", str(results)).replace("http://frontend:8000", url) for a in args]
+        local = {"$(JOB_COMPLETION_INDEX)": str(index), "$(STACKPIN_RUN)": "job-uid",
+                 "/stackpin/inputs": str(inputs), "/stackpin/results": str(results), "http://frontend:8000": url}
+        pod_args = []
+        for arg in args:
+            for name, value in local.items():
+                arg = arg.replace(name, value)
+            pod_args.append(arg)
         code, _, err = cli(pod_args)
         assert code == 0, err
         outs.append(results / f"result-{index}.json")
