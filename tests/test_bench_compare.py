@@ -14,7 +14,16 @@ import pytest
 from click.testing import CliRunner
 
 from stackpin.bench.binding import controls
-from stackpin.bench.result import BenchResult, ClientInfo, Request, Slo, StackRef, controls_fingerprint, result_json
+from stackpin.bench.result import (
+    BenchResult,
+    ClientInfo,
+    Request,
+    Slo,
+    StackRef,
+    controls_fingerprint,
+    read_result,
+    result_json,
+)
 from stackpin.bench.stats import build_point, score
 from stackpin.cli.main import main
 from stackpin.lock.lockfile import read_lock
@@ -179,6 +188,19 @@ def test_attach_checks_the_stack_and_never_overwrites_silently(tmp_path: Path) -
     assert [r["revision"] for r in revisions] == [1, 2]
     assert revisions[0]["bench"]["singleAgentTps"] == pytest.approx(json.loads(Path(a2).read_text())["score"][
         "single_agent_tps"]) and revisions[1]["bench"] is None
+
+
+def test_a_run_of_a_revision_names_it(tmp_path: Path) -> None:
+    promote_both(tmp_path)
+    trace = write_trace(tmp_path / "t.jsonl", sessions=1, turns=1)
+    with serve_in_thread(Server()) as server:
+        code, _, err = cli(["bench", "run", "--endpoint", server.url, "--trace", str(trace), "--lock", "dsv41-flash@1",
+                            *history_args(tmp_path), "--agents", "1", "--out", str(tmp_path / "r.json")])
+    assert code == 0, err
+    stack = read_result(tmp_path / "r.json").stack
+    assert (stack.deployment, stack.revision, stack.name) == ("dynamo/dsv41-flash@gb300-nvl72", 1, "gb300-launch")
+    code, out, err = cli(["bench", "attach", "dsv41-flash@1", str(tmp_path / "r.json"), *history_args(tmp_path)])
+    assert code == 0 and "1 agent" in out
 
 
 def test_rollback_if_regressed(tmp_path: Path) -> None:

@@ -88,7 +88,7 @@ async def _agent(options: RunOptions, model: str, agent: int, agents: int, point
         for round_, session in agent_sessions(options.trace, agent, agents, per_agent):
             # Another run, point or round replays a session with other words: it must not hit the
             # cache an earlier replay filled (sessions still share the blocks they share in the trace).
-            context = Context(salt=f"{options.cache_salt}p{point}r{round_}-")
+            context = Context(salt=f"{options.cache_salt}p{point}r{round_}-", session=session.id)
             for number, turn in enumerate(session.turns):
                 wait = turn.delay / 1000 * options.delay_scale / speed
                 if wait > 0:
@@ -127,6 +127,8 @@ async def _share(options: RunOptions, model: str, agent_ids: list[int], agents: 
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     loop.add_signal_handler(signal.SIGINT, stop.set)
+    if _early_stop:
+        stop.set()
     records: list[Record] = []
     lags: list[float] = []
     await asyncio.sleep(max(0.0, start_at - time.monotonic()))
@@ -147,7 +149,12 @@ async def _share(options: RunOptions, model: str, agent_ids: list[int], agents: 
     return ShareResult(records, time.process_time() - cpu0, finished - wall0, finished, lags)
 
 
+_early_stop: list[bool] = []
+
+
 def _worker(pipe: Pipe, *args: Any) -> None:
+    # Until the event loop takes SIGINT over, note it here: the share then stops at once.
+    signal.signal(signal.SIGINT, lambda *_: _early_stop.append(True))
     try:
         result = asyncio.run(_share(*args))
         pipe.send(result)

@@ -54,6 +54,7 @@ class Context:
     (another agent count, another round) use other words, so it does not hit the first one's cache."""
 
     salt: str = ""
+    session: str = ""  # names the blocks a trace without hash_ids leaves unnamed
     messages: list[dict[str, str]] = field(default_factory=list)
     tokens: int = 0  # words sent so far (user words + answers' words as the server counts them)
 
@@ -62,8 +63,8 @@ class Context:
         out = []
         for position in range(start, start + count):
             block, offset = divmod(position, BLOCK_TOKENS)
-            # A trace without hash_ids (or too few) still gets distinct, stable words.
-            name = ids[block] if block < len(ids) else f"n{block}"
+            # A trace without hash_ids (or too few) still gets stable words, distinct per session.
+            name = ids[block] if block < len(ids) else f"{''.join(self.session.split())}.{block}"
             out.append(f"{self.salt}b{name}_{offset}")
         return " ".join(out)
 
