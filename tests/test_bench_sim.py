@@ -24,7 +24,7 @@ LOCKS = {name: ROOT / "lockfiles" / f"{name}.lock.yaml" for name in ("gb300-laun
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small AgentPerf-shaped trace from `stackpin trace gen` (short prompts and answers)."""
     path = tmp_path_factory.mktemp("trace") / "agents.jsonl"
-    params = ["first_input.median=800", "turn_input.median=200", "output.median=30", "output.max=120",
+    params = ["first_input.median=800", "turn_input.median=200", "output.median=30", "output.min=20", "output.max=120",
               "turns.median=3", "turns.max=4"]
     subprocess.run([sys.executable, "-m", "stackpin", "trace", "gen", "--sessions", "6", "--seed", "1",
                     *[x for p in params for x in ("--param", p)], "--out", str(path)], cwd=ROOT, check=True,
@@ -56,16 +56,24 @@ def test_the_client_measures_what_the_simulator_simulates(tmp_path: Path, trace:
     assert measured["gb300-tuned"] / measured["gb300-launch"] > 1.2
 
 
-def test_simulated_faults_are_recorded_per_request(tmp_path: Path, trace: Path) -> None:
-    faults = FaultSpec(error=0.15, stall=0.1, drop=0.1, malformed=0.1, after=2, seed=3)
-    with serve_in_thread(LOCKS["gb300-tuned"], speed=20.0, faults=faults) as sim:
+@pytest.mark.parametrize(("fault", "error"), [
+    (FaultSpec(error=1.0), "http 500: injected fault"),
+    (FaultSpec(stall=1.0, after=2), "stalled: no answer within 1s (after 2 token event(s))"),
+    (FaultSpec(drop=1.0, after=2), "dropped: connection closed mid-stream after 2 token event(s)"),
+    (FaultSpec(malformed=1.0, after=2), "bad SSE event: '{not json'"),
+])
+def test_simulated_faults_are_recorded_per_request(tmp_path: Path, trace: Path, fault: FaultSpec,
+                                                   error: str) -> None:
+    with serve_in_thread(LOCKS["gb300-tuned"], speed=20.0, faults=fault) as sim:
         code, _, err = bench(["run", "--endpoint", sim.url, "--trace", str(trace), "--lock", str(LOCKS["gb300-tuned"]),
-                              "--agents", "2,4", "--delay-scale", "0", "--request-timeout", "1s",
+                              "--agents", "2", "--delay-scale", "0", "--request-timeout", "1s",
                               "--out", str(tmp_path / "r.json")])
     assert code == 0, err
-    result = read_result(tmp_path / "r.json")
-    log = [r for p in result.points for r in p.request_log]
-    kinds = {r.error.split(":")[0] for r in log if r.error}
-    assert kinds == {"http 500", "stalled", "dropped", "bad SSE event"}
-    assert sum(p.errors for p in result.points) == sum(1 for r in log if r.error)
-    assert all(p.slo_met is None for p in result.points)
+    (point,) = read_result(tmp_path / "r.json").points
+    assert point.requests >= 6 and point.errors == point.requests
+    assert {r.error for r in point.request_log} == {error}
+    if fault.malformed:  # the stream went on: every session ran to its end
+        assert point.requests == 20 and all(r.output_tokens > 0 for r in point.request_log)
+    else:  # the answer was lost: each session stopped at its first turn
+        assert point.requests == 6
+    assert point.slo_met is None

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from stackpin.errors import StackpinError
+from stackpin.lock.canonical import canonical_json
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class Connection:
 
     async def chat(self, body: dict[str, Any], timeout_s: float) -> Outcome:
         """POST a streaming chat completion and read it to `data: [DONE]` or the first failure."""
-        payload = json.dumps(body, separators=(",", ":")).encode()
+        payload = canonical_json(body)
         outcome = Outcome(start=time.monotonic())
         deadline = outcome.start + timeout_s
         try:
