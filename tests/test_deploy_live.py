@@ -154,12 +154,13 @@ def test_rollback_apply_refuses_a_recreate_writing_nothing_then_records_and_appl
 
     dry = kube.stackpin("rollback", GB300, "--to", "2", "--apply", "--allow-recreate", "--dry-run", *dirs)
     assert dry.exit_code == 0, dry.output
-    assert dry.stdout.splitlines()[-1] == (f"dry run: revision 4 of dynamo/{GB300} (rollback to revision 2) would be "
+    assert dry.stdout.splitlines()[-1] == (f"dry run: revision 4 of dynamo/{GB300} (roll back to revision 2) would be "
                                            "recorded; nothing written")
     assert kube.everything() == before and tree(tmp_path) == files
 
     with garbage_collector(kube):  # stands in for the controller that finishes a foreground deletion
-        done = kube.stackpin("rollback", GB300, "--to", "2", "--apply", "--allow-recreate", "-o", "json", *dirs)
+        done = kube.stackpin("rollback", GB300, "--to", "2", "--apply", "--allow-recreate", "--timeout", "60",
+                             "-o", "json", *dirs)
     assert done.exit_code == 0, done.output
     data = json.loads(done.stdout)
     assert data["history"]["revision"] == 4 and data["history"]["recorded"] is True
@@ -184,16 +185,22 @@ def test_a_failed_rollback_apply_leaves_the_history_as_it_was_and_a_re_run_conve
     files = tree(tmp_path)
     failed = kube.stackpin("rollback", GB300, "--to", "2", "--apply", "--allow-recreate", "--timeout", "1", *dirs)
     assert failed.exit_code == 1
-    first, second = failed.stderr.splitlines()
+    warning, first, second = failed.stderr.splitlines()
+    assert warning == (f"warning: {DGD_SUBJECT}: the new object cannot be dry-run while the old one exists; only "
+                       "its deletion was")
     assert first.startswith(f"error: timed out after 1s waiting for {DGD_SUBJECT}")
-    assert second == (f"error: history unchanged: revision 4 of dynamo/{GB300} (roll back to 2) was taken back "
+    assert second == (f"error: history unchanged: revision 4 of dynamo/{GB300} (roll back to revision 2) was taken back "
                       "because the apply did not complete; the cluster may hold part of it: run the same stackpin "
                       "rollback --apply again, it converges")
     assert tree(tmp_path) == files
-    with garbage_collector(kube):
-        again = kube.stackpin("rollback", GB300, "--to", "2", "--apply", "--allow-recreate", *dirs)
+    stuck = kube.dgd()
+    assert stuck is not None and stuck["metadata"]["deletionTimestamp"]  # the cluster holds part of it
+    # The garbage collector catches up: it removes the finalizer of the foreground deletion.
+    kube.env.ok("PATCH", kube.path("/apis/nvidia.com/v1beta1", "dynamographdeployments", "dsv41-flash"),
+                {"metadata": {"finalizers": None}}, content_type="application/merge-patch+json")
+    again = kube.stackpin("rollback", GB300, "--to", "2", "--apply", "--timeout", "60", *dirs)
     assert again.exit_code == 0, again.output
-    assert f"{DGD_SUBJECT} recreated" in again.stdout
+    assert f"{DGD_SUBJECT} created" in again.stdout and "revision 4" in again.stdout
     assert sorted(p.name for p in (history / "dynamo" / GB300).glob("0*.yaml"))[-1] == "000004.yaml"
 
 
@@ -214,7 +221,8 @@ def test_history_cluster_lists_the_applied_revisions_and_marks_the_live_one(kube
     history, _ = history_copy(tmp_path)
     assert kube.stackpin("apply", f"{GB300}@1", "--history", str(history)).exit_code == 0
     with garbage_collector(kube):
-        assert kube.stackpin("apply", f"{GB300}@2", "--history", str(history), "--allow-recreate").exit_code == 0
+        assert kube.stackpin("apply", f"{GB300}@2", "--history", str(history), "--allow-recreate",
+                             "--timeout", "60").exit_code == 0
     assert kube.apply("vera-rubin-tuned").exit_code == 0
     assert kube.apply("gb300-tuned").exit_code == 0  # from a lockfile: the same stack as revision 2, no revision
     # From anywhere: no local history is read (an empty directory as --history changes nothing).

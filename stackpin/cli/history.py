@@ -173,8 +173,8 @@ def _rollback_apply(store: HistoryStore, key: DeploymentKey, deployments: Path, 
             _print_recorded(done.recorded, output)
         print_applied(result)
         if done.recorded is None:
-            click.echo(f"dry run: revision {revision.revision} of {key} ({revision.action}) would be recorded; "
-                       "nothing written")
+            click.echo(f"dry run: revision {revision.revision} of {key} (roll back to revision "
+                       f"{revision.action.revision}) would be recorded; nothing written")
     if not wait or result.dry_run:
         if output != "text":
             emit(data(), output)

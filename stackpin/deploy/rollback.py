@@ -39,7 +39,7 @@ class RollbackNotApplied(StackpinError):
     def __init__(self, cause: StackpinError, revision: Revision, key: DeploymentKey) -> None:
         target = revision.action.revision
         lines = cause.lines()
-        lines.append(f"history unchanged: revision {revision.revision} of {key} (roll back to {target}) was taken "
+        lines.append(f"history unchanged: revision {revision.revision} of {key} (roll back to revision {target}) was taken "
                      f"back because the apply did not complete; the cluster may hold part of it: run the same "
                      f"stackpin rollback --apply again, it converges")
         super().__init__("\n".join(lines))
