@@ -77,6 +77,7 @@ def test_diff_live_shows_the_prune_and_the_recreate_of_a_switch_to_colocated(kub
     assert data["stackDiff"]["impact"] == "recreate"
     recreated, pruned = data["objects"]
     assert "components frontend, prefill, decode -> frontend, worker" in recreated["note"]
+    assert recreated["diff"].splitlines()[:2] == [f"--- live/{DGD_SUBJECT}", f"+++ rendered/{DGD_SUBJECT}"]
     lines = pruned["diff"].splitlines()
     assert lines[:2] == [f"--- live/{CD_SUBJECT}", "+++ /dev/null"]
     assert all(line.startswith(("-", "@@")) for line in lines[2:]) and "-kind: ComputeDomain" in lines
@@ -189,9 +190,9 @@ def test_a_failed_rollback_apply_leaves_the_history_as_it_was_and_a_re_run_conve
     assert warning == (f"warning: {DGD_SUBJECT}: the new object cannot be dry-run while the old one exists; only "
                        "its deletion was")
     assert first.startswith(f"error: timed out after 1s waiting for {DGD_SUBJECT}")
-    assert second == (f"error: history unchanged: revision 4 of dynamo/{GB300} (roll back to revision 2) was taken back "
-                      "because the apply did not complete; the cluster may hold part of it: run the same stackpin "
-                      "rollback --apply again, it converges")
+    assert second == (f"error: history unchanged: revision 4 of dynamo/{GB300} (roll back to revision 2) was taken "
+                      "back because the apply did not complete; the cluster may hold part of it: run the same "
+                      "stackpin rollback --apply again, it converges")
     assert tree(tmp_path) == files
     stuck = kube.dgd()
     assert stuck is not None and stuck["metadata"]["deletionTimestamp"]  # the cluster holds part of it
@@ -273,6 +274,7 @@ def test_an_unreachable_server_is_one_line_for_the_live_commands(tmp_path: Path)
                  ["rollback", GB300, "--apply", "--history", str(history), "--deployments", str(deployments)]):
         result = CliRunner().invoke(main, [*args, "--kubeconfig", str(config)])
         assert result.exit_code == 2, result.output
-        assert result.stderr.splitlines() == [f"error: lost the API server https://127.0.0.1:{port}: connection refused"]
+        assert result.stderr.splitlines() == [
+            f"error: lost the API server https://127.0.0.1:{port}: connection refused"]
         assert "not-a-real-token" not in result.output
     assert tree(tmp_path) == files

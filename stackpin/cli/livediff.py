@@ -60,6 +60,8 @@ def print_live_diff(result: LiveDiff, console: Console | None = None) -> None:
                   f"{escape(live.applied_at)} by {escape(live.applied_by)}  [dim]({escape(result.record)})[/]")
     if result.stack is not None:
         print_diff(result.stack, console)
+        if result.stack.equal:
+            console.print()
     counts = {a: sum(1 for o in result.objects if o.action == a) for a in ACTIONS}
     console.print("[bold]objects[/] " + ", ".join(f"{n} {a}" for a, n in counts.items()) + " (server dry run)")
     for obj in result.objects:

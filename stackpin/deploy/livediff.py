@@ -90,13 +90,15 @@ def without_noise(obj: dict[str, Any]) -> dict[str, Any]:
     return {**obj, "metadata": meta}
 
 
-def yaml_diff(before: dict[str, Any] | None, after: dict[str, Any] | None, subject: str) -> str:
-    """A unified diff of the two objects' YAML (noise left out), labelled live/ and dry-run/."""
+def yaml_diff(before: dict[str, Any] | None, after: dict[str, Any] | None, subject: str,
+              after_label: str = "dry-run") -> str:
+    """A unified diff of the two objects' YAML (noise left out), labelled live/ and dry-run/ (or
+    `after_label`/), /dev/null for a side that does not exist."""
     a = dump_yaml(without_noise(before)) if before is not None else ""
     b = dump_yaml(without_noise(after)) if after is not None else ""
     lines = difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
                                  fromfile=f"live/{subject}" if before is not None else "/dev/null",
-                                 tofile=f"dry-run/{subject}" if after is not None else "/dev/null")
+                                 tofile=f"{after_label}/{subject}" if after is not None else "/dev/null")
     return "".join(line if line.endswith("\n") else line + "\n" for line in lines)
 
 
@@ -128,7 +130,7 @@ def live_diff(cluster: Cluster, deployment: str, source: StackSource, *, namespa
         if key in plan.recreate:
             assert current is not None
             reasons = "; ".join(plan.recreate[key])
-            changes.append(ObjectChange(key.subject, "recreated", yaml_diff(current, obj, key.subject),
+            changes.append(ObjectChange(key.subject, "recreated", yaml_diff(current, obj, key.subject, "rendered"),
                                         note=f"needs delete and recreate ({reasons}); the new object is shown as "
                                              "rendered: it cannot be dry-run while the old one exists"))
             continue

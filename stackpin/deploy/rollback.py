@@ -39,9 +39,9 @@ class RollbackNotApplied(StackpinError):
     def __init__(self, cause: StackpinError, revision: Revision, key: DeploymentKey) -> None:
         target = revision.action.revision
         lines = cause.lines()
-        lines.append(f"history unchanged: revision {revision.revision} of {key} (roll back to revision {target}) was taken "
-                     f"back because the apply did not complete; the cluster may hold part of it: run the same "
-                     f"stackpin rollback --apply again, it converges")
+        lines.append(f"history unchanged: revision {revision.revision} of {key} (roll back to revision {target}) "
+                     "was taken back because the apply did not complete; the cluster may hold part of it: run the "
+                     "same stackpin rollback --apply again, it converges")
         super().__init__("\n".join(lines))
         self.exit_code = cause.exit_code
 
