@@ -205,7 +205,7 @@ def test_a_failed_rollback_apply_leaves_the_history_as_it_was_and_a_re_run_conve
     assert sorted(p.name for p in (history / "dynamo" / GB300).glob("0*.yaml"))[-1] == "000004.yaml"
 
 
-def test_apply_flags_need_apply(tmp_path: Path) -> None:
+def test_apply_flags_need_apply_and_an_unknown_deployment_is_one_line(tmp_path: Path) -> None:
     from stackpin.cli.main import main
 
     history, deployments = history_copy(tmp_path)
@@ -213,6 +213,11 @@ def test_apply_flags_need_apply(tmp_path: Path) -> None:
                                        "--deployments", str(deployments)])
     assert result.exit_code == 2 and "--allow-recreate only with --apply" in result.stderr
     assert not (history / "dynamo" / GB300 / "000004.yaml").exists()
+    unknown = CliRunner().invoke(main, ["rollback", "no-such-deployment", "--apply", "--history", str(history),
+                                        "--deployments", str(deployments)])
+    assert unknown.exit_code == 2
+    [line] = unknown.stderr.splitlines()
+    assert line.startswith("error: ") and "no-such-deployment" in line
 
 
 # --- history --cluster -------------------------------------------------------------------------------
