@@ -234,3 +234,24 @@ def test_a_batch_of_agents_decodes_at_the_step_models_speed() -> None:
     expected = accepted_tokens(model.alpha, k) / model.step_time(8, k, context)
     measured = sorted(_decode_tps(r) / speed for r in results)[4]  # the median agent
     assert measured == pytest.approx(expected, rel=0.15)
+
+
+def test_a_generated_session_replayed_turn_by_turn_hits_the_prefix_cache() -> None:
+    """Trace -> prompt words -> simulator: every turn finds the previous turn's full blocks cached."""
+    from stackpin.bench.tracegen import generate
+    from stackpin.bench.traceio import prompt_lengths, prompt_text
+
+    turns = generate(2, 11)
+    lengths = prompt_lengths(turns)
+    with serve_in_thread(TUNED, speed=500) as sim, httpx.Client(timeout=60) as client:
+        previous = None
+        for turn, length in zip(turns, lengths, strict=True):
+            text = prompt_text(turn.hash_ids, length)
+            assert len(text.split()) == length
+            usage = _stream(sim.url, text, min(turn.output_length, 8), client)["usage"]
+            assert usage["prompt_tokens"] == length
+            if previous is not None and previous[0].session_id == turn.session_id:
+                assert usage["prompt_tokens_details"]["cached_tokens"] == previous[1] // 512 * 512
+            elif previous is not None:  # a new session: only the shared system prompt block is reused
+                assert usage["prompt_tokens_details"]["cached_tokens"] == 512
+            previous = (turn, length)
