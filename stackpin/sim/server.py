@@ -243,7 +243,9 @@ async def _serve(server: SimServer, host: str, port: int, started: threading.Eve
                  bound: list[int] | None = None, stop: asyncio.Event | None = None) -> None:
     server.sim = Simulator(server.stack, server.speed)
     server.sim.start()
-    tcp = await asyncio.start_server(server.handle, host, port, limit=2**24)
+    # A bench opens hundreds of agents' connections at once: a deep accept queue, and prompts of
+    # 131K words in one read buffer.
+    tcp = await asyncio.start_server(server.handle, host, port, limit=2**24, backlog=4096)
     if bound is not None:
         bound.append(tcp.sockets[0].getsockname()[1])
     if started is not None:
