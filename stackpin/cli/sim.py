@@ -36,10 +36,13 @@ def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault:
 
     check_model(step_model)
     faults = FaultSpec.parse(fault)
-    click.echo(f"stackpin sim: {lock} on http://{host}:{port} (simulated, {step_model}, speed {speed})",
-               file=sys.stderr)
+
+    def announce(bound: int) -> None:
+        click.echo(f"stackpin sim: {lock} on http://{host}:{bound} (simulated, {step_model}, speed {speed})",
+                   file=sys.stderr)
+
     try:
-        run(Path(lock), host, port, speed, faults, step_model)
+        run(Path(lock), host, port, speed, faults, step_model, announce)
     except KeyboardInterrupt:
         pass
 

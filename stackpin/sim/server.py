@@ -12,7 +12,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -261,13 +261,28 @@ async def _serve(server: SimServer, host: str, port: int, started: threading.Eve
 
 
 def serve(lock: Path, host: str = "127.0.0.1", port: int = 8000, speed: float = 1.0,
-          faults: FaultSpec | None = None, model: str = "roofline") -> None:
-    """Serve until interrupted (the CLI)."""
+          faults: FaultSpec | None = None, model: str = "roofline",
+          announce: Callable[[int], None] | None = None) -> None:
+    """Serve until interrupted (the CLI); `announce` is told the port once it listens (--port 0)."""
     check_model(model)
     if speed <= 0:
         raise StackpinError(f"--speed {speed}: must be above 0")
     server = SimServer(load_stack(lock), speed, faults or FaultSpec(), model)
-    asyncio.run(_serve(server, host, port))
+    started = threading.Event()
+    bound: list[int] = []
+
+    async def main() -> None:
+        task = asyncio.ensure_future(_serve(server, host, port, started, bound))
+        while not started.is_set() and not task.done():
+            await asyncio.sleep(0.01)
+        if bound and announce is not None:
+            announce(bound[0])
+        await task
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:  # the port is taken, or the host is not this machine's
+        raise StackpinError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 @dataclass
