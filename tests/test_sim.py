@@ -201,6 +201,9 @@ def test_cli_serves_and_refuses_aiconfigurator() -> None:
                 time.sleep(0.1)
         assert info["stack"] == "gb300-launch" and info["speed"] == 10
         assert _stream(f"http://127.0.0.1:{port}", "a b c", 20)["tokens"] == 20
+        taken = subprocess.run([*cli, "sim", "serve", str(LAUNCH), "--port", str(port)], capture_output=True,
+                               text=True, check=False, timeout=60)
+        assert taken.returncode == 2 and taken.stderr.startswith("error: cannot listen on 127.0.0.1:")
     finally:
         stop(proc)
 
