@@ -158,8 +158,9 @@ class Engine:
                 budget -= take
         prefill = sum(take for _, take in chunks)
         if not decoders and not prefill:
-            if self.running or self.waiting:  # nothing schedulable this instant; let time pass
-                await asyncio.sleep(0.001)
+            # Only sequences that arrived decoded-ready (their KV just came from a prefill engine) were
+            # admitted: they decode from the next step, at this same virtual instant.
+            await asyncio.sleep(0)
             return
         self.vtime += self.model.step_time(len(decoders), k, context, prefill)
         self.steps += 1
