@@ -45,3 +45,20 @@ def test_a_longer_context_workload_slows_agents() -> None:
     assert long.context > 1.5 * default_workload().context
     stack = load_stack(ROOT / "lockfiles" / "gb300-tuned.lock.yaml")
     assert curve(stack, long)[-1].agent_tps < curve(stack)[-1].agent_tps
+
+
+def test_cli_figures_and_curve() -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import main
+
+    figures_out = CliRunner().invoke(main, ["sim", "figures", "-o", "json"])
+    assert figures_out.exit_code == 0 and all(row["within"] for row in json.loads(figures_out.stdout))
+    lock = str(ROOT / "lockfiles" / "gb300-launch.lock.yaml")
+    result = CliRunner().invoke(main, ["sim", "curve", lock, "--at", "80", "-o", "json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert len(data["points"]) == 64 and data["points"][-1]["agents"] == 64 * 14  # 14 decode replicas
+    assert data["at"]["80"] == round(throughput_at(curve(load_stack(Path(lock))), 80), 1)
