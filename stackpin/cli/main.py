@@ -10,6 +10,8 @@ from stackpin.cli.diff import diff, show
 from stackpin.cli.engines import engines
 from stackpin.cli.history import history, promote, rollback
 from stackpin.cli.lock import lock
+from stackpin.cli.plan import plan
+from stackpin.cli.plot import plot
 from stackpin.cli.render import render
 from stackpin.cli.validate import rules, schema, validate
 
@@ -24,3 +26,6 @@ def main() -> None:
 for _command in (validate, lock, render, diff, show, promote, history, rollback, apply, status, autotune, engines,
                  schema, rules):
     main.add_command(_command)
+main.add_command(plan)
+# `stackpin plot` stands in for `stackpin bench plot` (hidden) until the bench group adds it.
+main.add_command(click.Command("plot", params=plot.params, callback=plot.callback, help=plot.help, hidden=True))
