@@ -60,12 +60,13 @@ def point(agents: int, speed: float, ttft: float, gpus: int, with_log: bool = Tr
 
 def result(name: str, *, platform: str = "gb300-nvl72", gpus: int = 72, single: float = 596, knee: float = 60,
            ttft_knee: float = 900, agents: tuple[int, ...] = (1, 8, 32, 128, 512, 2048), simulated: bool = True,
-           with_log: bool = True, **control: object) -> BenchResult:
+           with_log: bool = True, digest: str | None = None, **control: object) -> BenchResult:
     """One stack's curve: `single` tok/s for one agent, halved at `knee` + 1 agents."""
     ctl = controls(agents=agents, **control)  # type: ignore[arg-type]
     points = tuple(point(a, single / (1 + (a - 1) / knee), 0.4 + (a / ttft_knee) ** 2 * 10, gpus, with_log)
                    for a in agents)
-    return BenchResult(stack=StackRef(digest="sha256:" + name.encode().hex().ljust(64, "0")[:64], name=name,
+    digest = digest or "sha256:" + name.encode().hex().ljust(64, "0")[:64]
+    return BenchResult(stack=StackRef(digest=digest, name=name,
                                       platform=platform, gpus=gpus),
                        controls=ctl, fingerprint=controls_fingerprint(ctl), endpoint="http://127.0.0.1:8000",
                        started="2026-11-30T12:00:00Z", finished="2026-11-30T12:10:00Z",
@@ -81,13 +82,26 @@ def write(result_: BenchResult, path: object) -> None:
 
 # The three stacks of the story, shaped after the published ratios (tuned 848 vs launch 596 tok/s single
 # agent and about 1.6x per GPU at 80 tok/s; Vera Rubin 1,249 tok/s and about 1.7x at 80).
-def launch() -> BenchResult:
-    return result("gb300-launch", single=596, knee=60)
+def launch(digest: str | None = None) -> BenchResult:
+    return result("gb300-launch", single=596, knee=60, digest=digest)
 
 
-def tuned() -> BenchResult:
-    return result("gb300-tuned", single=848, knee=64.5, ttft_knee=1500)
+def tuned(digest: str | None = None) -> BenchResult:
+    return result("gb300-tuned", single=848, knee=64.5, ttft_knee=1500, digest=digest)
 
 
-def rubin() -> BenchResult:
-    return result("vera-rubin-tuned", platform="vera-rubin-nvl72", single=1249, knee=72, ttft_knee=2500)
+def rubin(digest: str | None = None) -> BenchResult:
+    return result("vera-rubin-tuned", platform="vera-rubin-nvl72", single=1249, knee=72, ttft_knee=2500, digest=digest)
+
+
+def exact(name: str, rows: list[tuple[int, float, float, float]], *, platform: str = "gb300-nvl72", gpus: int = 72,
+          **control: object) -> BenchResult:
+    """A result whose points are given exactly: (agents, speed of every agent, TTFT p90 s, tok/s per GPU)."""
+    ctl = controls(agents=tuple(a for a, *_ in rows), **control)  # type: ignore[arg-type]
+    points = tuple(Point(agents=a, duration_s=60.0, requests=a, errors=0, ttft_s=dist([ttft]), itl_s=dist([1 / speed]),
+                         agent_tps=dist([speed]), agent_tps_samples=(speed,) * min(a, 4), output_tps=per_gpu * gpus,
+                         output_tps_per_gpu=per_gpu) for a, speed, ttft, per_gpu in rows)
+    return BenchResult(stack=StackRef(digest="sha256:" + "0" * 64, name=name, platform=platform, gpus=gpus),
+                       controls=ctl, fingerprint=controls_fingerprint(ctl), endpoint="http://127.0.0.1:8000",
+                       started="2026-11-30T12:00:00Z", finished="2026-11-30T12:10:00Z",
+                       client=ClientInfo(workers=1, cpu_seconds=1.0, saturated=False), points=points)

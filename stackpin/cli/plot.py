@@ -35,6 +35,7 @@ def plot(results: tuple[str, ...], out: str, slo_text: str | None, output: str) 
     percentile = slo.percentile if slo else "p90"
     write_files({Path(out): curve_chart([(result_label(r), r) for r in loaded], tps, percentile)})
     if output == "text":
-        click.echo(f"wrote {out}  ({len(loaded)} curve(s), SLO {'%g tok/s' % tps if tps else 'not marked'})")
+        marked = f"{tps:g} tok/s" if tps else "not marked"
+        click.echo(f"wrote {out}  ({len(loaded)} curve(s), SLO {marked})")
     else:
         emit({"out": out, "results": list(results), "slo_tps": tps}, output)

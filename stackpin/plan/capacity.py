@@ -81,7 +81,8 @@ class Plan:
     def dump(self) -> dict[str, Any]:
         data = asdict(self)
         data["slo"] = self.slo.model_dump(mode="json")
-        return _plain(data)
+        plain: dict[str, Any] = _plain(data)
+        return plain
 
 
 def _plain(value: Any) -> Any:
