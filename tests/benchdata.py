@@ -1,5 +1,9 @@
 """BenchResults with realistic curves, built by the tests (no measured numbers are pretended).
 
+`python -m tests.benchdata DIR` writes the three story stacks' illustrative results, bound to the
+shipped lockfiles' stack digests, for the docs' examples; they say in `simulation` that they are
+neither measured nor simulated.
+
 A curve is `speed(a) = single / (1 + (a - 1) / knee)` per agent, throughput per GPU `a * speed(a) /
 gpus`, TTFT rising with load; each point's agents spread +-5% around the curve so the slowest agent
 is 5% under it. Request logs carry AgentPerf-shaped output lengths (median 150).
@@ -25,6 +29,8 @@ TRACE = "sha256:" + "ab" * 32
 # A fixed, AgentPerf-shaped sample of output lengths: median 150, a long tail to about 2K.
 OUTPUTS = (40, 60, 90, 110, 130, 150, 150, 170, 220, 300, 450, 900, 2100)
 SESSION_TURNS = 4
+ILLUSTRATIVE = Simulation(model="illustrative", substitutions=(
+    "curve built by tests/benchdata.py, shaped after the published ratios; not measured, not simulated",))
 
 
 def dist(values: list[float]) -> Dist:
@@ -71,7 +77,7 @@ def result(name: str, *, platform: str = "gb300-nvl72", gpus: int = 72, single: 
                        controls=ctl, fingerprint=controls_fingerprint(ctl), endpoint="http://127.0.0.1:8000",
                        started="2026-11-30T12:00:00Z", finished="2026-11-30T12:10:00Z",
                        client=ClientInfo(workers=1, cpu_seconds=1.0, saturated=False),
-                       simulation=Simulation(model="roofline") if simulated else None, points=points)
+                       simulation=ILLUSTRATIVE if simulated else None, points=points)
 
 
 def write(result_: BenchResult, path: object) -> None:
@@ -105,3 +111,17 @@ def exact(name: str, rows: list[tuple[int, float, float, float]], *, platform: s
                        controls=ctl, fingerprint=controls_fingerprint(ctl), endpoint="http://127.0.0.1:8000",
                        started="2026-11-30T12:00:00Z", finished="2026-11-30T12:10:00Z",
                        client=ClientInfo(workers=1, cpu_seconds=1.0, saturated=False), points=points)
+
+
+if __name__ == "__main__":
+    import sys
+    from pathlib import Path
+
+    from stackpin.lock.lockfile import read_lock
+
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    locks = Path(__file__).resolve().parent.parent / "lockfiles"
+    for make, lock in ((launch, "gb300-launch"), (tuned, "gb300-tuned"), (rubin, "vera-rubin-tuned")):
+        write(make(read_lock(locks / f"{lock}.lock.yaml").stack_digest), out / f"{lock}.json")
+        print(out / f"{lock}.json")

@@ -5,6 +5,7 @@ rendered."""
 from __future__ import annotations
 
 import base64
+import json
 import re
 import shutil
 import struct
@@ -96,7 +97,7 @@ def test_report_shows_revisions_diffs_and_curves(tmp_path: Path) -> None:
     assert "Roll back to the launch stack while the tuned one is investigated" in html
     # The diff is stackpin.diff's: the same one-line summary the history listing prints, and its fields.
     summary = invoke("history", DEPLOYMENT, "--history", str(HISTORY), "-o", "json")
-    change = [r["change"] for r in __import__("json").loads(summary.stdout)["revisions"]][1]
+    change = [r["change"] for r in json.loads(summary.stdout)["revisions"]][1]
     assert f"Revision 1 &rarr; 2: {change}" in html
     assert "spec.kernels.attention" in html and "FLASHMLA_MEGA_ATTN_DSV41" in html
     assert len(re.findall(r'<tr class="result"', html)) == 2

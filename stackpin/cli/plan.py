@@ -105,7 +105,7 @@ def _print(answer: Plan) -> None:
                  "kW/rack", "MW", "agents/MW", "turn wait", "trajectory wait", "racks vs current"):
         table.add_column(name, justify="left" if name in ("stack", "platform", "scenario") else "right")
     for s in answer.stacks:
-        name = s.stack + (" (simulated)" if s.simulated else "")
+        name = s.stack + (f" (simulated: {s.simulated})" if s.simulated else "")
         table.add_row(escape(name), s.platform, "current", *_cells(s.current), "")
         if s.mature:
             delta = "-" if s.rack_delta is None else f"{s.rack_delta:+,}"

@@ -192,6 +192,7 @@ def make_plan(results: Sequence[tuple[Path, BenchResult]], agents: int, slo: Slo
         stacks.append(StackPlan(str(path), res.stack.name, res.stack.digest, res.stack.platform, res.stack.gpus,
                                 res.simulation.model if res.simulation else None, current, later, delta))
     notes = ["aiconfigurator's static estimate is not shown: no aiconfigurator backend is built in this version"]
-    if any(s.simulated for s in stacks):
-        notes.append("simulated results: what-if figures from `stackpin sim`, not measurements of hardware")
+    for model in sorted({s.simulated for s in stacks if s.simulated}):
+        notes.append(f"results marked simulated ({model}): what-if figures, not measurements of hardware")
+    notes += sorted({line for _, r in [*results, *mature] if r.simulation for line in r.simulation.substitutions})
     return Plan(agents, slo, workload, tuple(stacks), tuple(differ), tuple(notes))

@@ -14,7 +14,7 @@ from stackpin.plan.figure import PALETTE, new_figure, png_bytes
 
 
 def result_label(result: BenchResult) -> str:
-    sim = ", simulated" if result.simulation else ""
+    sim = f", simulated: {result.simulation.model}" if result.simulation else ""
     return f"{result.stack.name} ({result.stack.platform}{sim})"
 
 

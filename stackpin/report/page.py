@@ -22,7 +22,7 @@ from stackpin.history.store import HistoryStore
 from stackpin.plan.curve import Bound, curve_of, operating_point
 from stackpin.plan.slo import slo_text
 from stackpin.report.attachments import attached_results
-from stackpin.report.curves import curve_chart, slo_speed
+from stackpin.report.curves import curve_chart, result_label, slo_speed
 
 
 @dataclass(frozen=True)
@@ -108,13 +108,14 @@ def build_report(store: HistoryStore, key: DeploymentKey, extra: Mapping[int, Se
     chart = None
     if results:
         slo_tps = slo_speed([r for _, _, r in results])
-        png = curve_chart([(f"rev {n}: {r.stack.name}" + (" (simulated)" if r.simulation else ""), r)
-                           for n, _, r in results], slo_tps, title=f"{key}: bench curves")
+        png = curve_chart([(f"rev {n}: {result_label(r)}", r) for n, _, r in results], slo_tps,
+                          title=f"{key}: bench curves")
         chart = base64.b64encode(png).decode("ascii")
     env = Environment(loader=PackageLoader("stackpin.report", "templates"), autoescape=select_autoescape(["j2"]),
                       undefined=StrictUndefined, keep_trailing_newline=True)
     html = env.get_template("report.html.j2").render(
         deployment=str(key), revisions=rows, diffs=diffs, chart=chart,
         results=[_result_row(n, p, r) for n, p, r in results],
-        simulated=any(r.simulation for _, _, r in results))
+        simulated=sorted({line for _, _, r in results if r.simulation
+                          for line in (r.simulation.substitutions or (f"step-time model {r.simulation.model}",))}))
     return Report(html, len(revisions), len(results))
