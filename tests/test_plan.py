@@ -223,3 +223,29 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         result = invoke("plan", *args)
         assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.output
         assert expected in result.stderr
+
+
+def test_a_saturated_client_or_an_interrupted_run_is_noted() -> None:
+    result = benchdata.exact("s", ROWS)
+    worn = result.model_copy(update={"interrupted": True,
+                                     "client": result.client.model_copy(update={"saturated": True})})
+    notes = make_plan([(Path("w.json"), worn)], 10, SLO).notes
+    assert "w.json: the client was saturated while measuring: its throughput is a floor" in notes
+    assert "w.json: the run was interrupted: its curve ends where it stopped" in notes
+    assert not [n for n in make_plan([(Path("s.json"), result)], 10, SLO).notes if "s.json" in n]
+
+
+def test_the_rack_difference_is_a_bound_when_the_mature_curve_never_crossed(tmp_path: Path) -> None:
+    # The mature stack still holds 80 tok/s at its largest count (300 agents): its racks are at most.
+    current = write(tmp_path, "c", benchdata.exact("c", ROWS))
+    mature = write(tmp_path, "m", benchdata.exact("m", [(1, 500.0, 0.5, 7.0), (300, 90.0, 3.0, 375.0)]))
+    result = invoke("plan", "--agents", "3000", "--slo", "tps=80,ttft=10s", current, "--mature", mature)
+    assert result.exit_code == 0, result.output
+    row = next(line for line in result.stdout.splitlines() if "mature:" in line)
+    assert "<= 10" in row and row.rstrip().endswith("<= -10")
+
+
+def test_a_node_platform_counts_nodes() -> None:
+    result = benchdata.exact("a", ROWS, platform="a100", gpus=8)
+    cap = make_plan([(Path("a.json"), result)], 1500, SLO).stacks[0].current.capacity
+    assert (cap.rack_kind, cap.rack_gpus, cap.instances, cap.racks, cap.rack_power_kw) == ("node", 8, 10, 10, None)

@@ -83,10 +83,18 @@ def _cells(s: Scenario) -> list[str]:
     power = "unknown" if cap.rack_power_kw is None else f"{cap.rack_power_kw:g}"
     return ["unmet" if unmet else f"{bound}{op.agents_per_gpu:.2f}", "-" if unmet else f"{op.tps_per_gpu:,.0f}",
             "-" if unmet else f"{op.speed:.0f}", "-" if cap.gpus is None else f"{most}{cap.gpus:,}",
-            "-" if cap.racks is None else f"{most}{cap.racks:,}", power,
+            "-" if cap.racks is None else f"{most}{cap.racks:,}" + (" nodes" if cap.rack_kind == "node" else ""), power,
             "-" if cap.power_kw is None else f"{most}{cap.power_kw / 1000:,.2f}",
             "-" if cap.agents_per_mw is None else f"{bound}{cap.agents_per_mw:,.0f}",
             _wait(s.waits.turn_s), _wait(s.waits.trajectory_s)]
+
+
+def _delta(delta: int, current: Scenario, mature: Scenario) -> str:
+    """Racks of the mature scenario minus the current one's; a bound where either side's racks are."""
+    low, high = current.operating.bound.value == "at-least", mature.operating.bound.value == "at-least"
+    if low and high:
+        return "?"  # both are upper bounds on racks: their difference is unknown
+    return ("<= " if high else ">= " if low else "") + f"{delta:+,}"
 
 
 def _print(answer: Plan) -> None:
@@ -108,7 +116,7 @@ def _print(answer: Plan) -> None:
         name = s.stack + (f" (simulated: {s.simulated})" if s.simulated else "")
         table.add_row(escape(name), s.platform, "current", *_cells(s.current), "")
         if s.mature:
-            delta = "-" if s.rack_delta is None else f"{s.rack_delta:+,}"
+            delta = "-" if s.rack_delta is None else _delta(s.rack_delta, s.current, s.mature)
             table.add_row("", "", escape(f"mature: {s.mature.source}"), *_cells(s.mature), delta)
     console.print(table)
     console.print(f"waits: output tokens / per-agent speed; typical turn {_num(answer.workload.turn_tokens)} "

@@ -195,4 +195,9 @@ def make_plan(results: Sequence[tuple[Path, BenchResult]], agents: int, slo: Slo
     for model in sorted({s.simulated for s in stacks if s.simulated}):
         notes.append(f"results marked simulated ({model}): what-if figures, not measurements of hardware")
     notes += sorted({line for _, r in [*results, *mature] if r.simulation for line in r.simulation.substitutions})
+    for path, r in [*results, *mature]:
+        if r.client.saturated:
+            notes.append(f"{path}: the client was saturated while measuring: its throughput is a floor")
+        if r.interrupted:
+            notes.append(f"{path}: the run was interrupted: its curve ends where it stopped")
     return Plan(agents, slo, workload, tuple(stacks), tuple(differ), tuple(notes))
