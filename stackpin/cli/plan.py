@@ -16,8 +16,8 @@ if TYPE_CHECKING:
 @click.command("plan")
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False), metavar="RESULT.json...")
 @click.option("--agents", "agents", type=int, required=True, metavar="N", help="Concurrent agents to serve.")
-@click.option("--slo", "slo_text", required=True, metavar="tps=N,ttft=Ns[,p=p90]",
-              help="Per-agent output speed every agent holds and the TTFT limit (percentile p, default p90).")
+@click.option("--slo", "slo_text", required=True, metavar="tps=N,ttft=Ns[,percentile=p90]",
+              help="Per-agent output speed every agent holds and the TTFT limit (at percentile, default p90).")
 @click.option("--mature", "mature", multiple=True, type=click.Path(dir_okay=False), metavar="B.json",
               help="A result of the mature stack on the same platform as one RESULT (repeatable).")
 @click.option("--gain", type=float, metavar="X", help="Mature scenario as a stated gain in throughput per GPU at "

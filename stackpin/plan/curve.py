@@ -1,9 +1,9 @@
 """Where a measured curve meets a service target: interpolated between measured points, never past them.
 
 A result's points are agent counts; at each the client measured every agent's output speed, the TTFT
-distribution and the throughput per GPU. The target holds at a point when the slowest agent keeps the
-target speed (the SLO is a speed *every* agent must hold) and the chosen TTFT percentile is within
-the limit. Between the last point where it holds and the first where it does not, agents and
+distribution and the throughput per GPU. The target holds at a point when no request failed, the
+slowest agent keeps the target speed (the SLO is a speed *every* agent must hold) and the chosen TTFT
+percentile is within the limit (as `stackpin bench run` judges `slo_met`). Between the last point where it holds and the first where it does not, agents and
 throughput are interpolated linearly in whichever limit is crossed first. Past the largest measured
 count nothing is assumed: the answer is then a lower bound and says so (`Bound.at_least`).
 """
@@ -28,6 +28,7 @@ class CurvePoint:
     speed: float  # the slowest agent's output tok/s
     ttft_s: float  # at the SLO's percentile
     tps_per_gpu: float
+    errors: int = 0
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class Operating:
     tps_per_gpu: float
     speed: float  # per-agent output tok/s there (the target where interpolated)
     bound: Bound
-    limited_by: str | None  # "tps" or "ttft": the limit crossed; None unless interpolated
+    limited_by: str | None  # "tps", "ttft" or "errors": the limit crossed; None unless within
     note: str
 
 
@@ -51,12 +52,12 @@ def point_speed(point: Point) -> float:
 def curve_of(result: BenchResult, percentile: str) -> list[CurvePoint]:
     """The result's points that served requests, by agent count."""
     points = sorted((p for p in result.points if p.requests > p.errors), key=lambda p: p.agents)
-    return [CurvePoint(p.agents, point_speed(p), getattr(p.ttft_s, percentile), p.output_tps_per_gpu)
+    return [CurvePoint(p.agents, point_speed(p), getattr(p.ttft_s, percentile), p.output_tps_per_gpu, p.errors)
             for p in points]
 
 
 def _holds(point: CurvePoint, slo: Slo) -> bool:
-    return point.speed >= slo.tps and point.ttft_s <= slo.ttft_s
+    return point.errors == 0 and point.speed >= slo.tps and point.ttft_s <= slo.ttft_s
 
 
 def operating_point(curve: list[CurvePoint], slo: Slo, gpus: int) -> Operating:
@@ -65,7 +66,8 @@ def operating_point(curve: list[CurvePoint], slo: Slo, gpus: int) -> Operating:
     first = curve[0]
     if not _holds(first, slo):
         why = (f"{first.speed:.0f} tok/s < {slo.tps:g}" if first.speed < slo.tps
-               else f"TTFT {slo.percentile} {first.ttft_s:.2f}s > {slo.ttft_s:g}s")
+               else f"TTFT {slo.percentile} {first.ttft_s:.2f}s > {slo.ttft_s:g}s" if first.ttft_s > slo.ttft_s
+               else f"{first.errors} failed request(s)")
         fewer = "" if first.agents == 1 else f"; fewer than {first.agents} agents were not measured"
         return Operating(0, 0, 0, 0, Bound.unmet, None, f"fails at {first.agents} agents ({why}){fewer}")
     last_ok = first
@@ -79,6 +81,10 @@ def operating_point(curve: list[CurvePoint], slo: Slo, gpus: int) -> Operating:
             crossings.append(((last_ok.speed - slo.tps) / (last_ok.speed - point.speed), "tps"))
         if point.ttft_s > slo.ttft_s:
             crossings.append(((slo.ttft_s - last_ok.ttft_s) / (point.ttft_s - last_ok.ttft_s), "ttft"))
+        if not crossings:  # only failed requests: no limit to interpolate on, so the last clean count stands
+            return Operating(last_ok.agents, last_ok.agents / gpus, last_ok.tps_per_gpu, last_ok.speed, Bound.within,
+                             "errors", f"{point.errors} request(s) failed at {point.agents} agents: the last "
+                             f"measured count without failures, {last_ok.agents}, stands")
         f, limit = min(crossings)
         agents = last_ok.agents + f * (point.agents - last_ok.agents)
         tps = last_ok.tps_per_gpu + f * (point.tps_per_gpu - last_ok.tps_per_gpu)
