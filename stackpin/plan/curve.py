@@ -3,9 +3,11 @@
 A result's points are agent counts; at each the client measured every agent's output speed, the TTFT
 distribution and the throughput per GPU. The target holds at a point when no request failed, the
 slowest agent keeps the target speed (the SLO is a speed *every* agent must hold) and the chosen TTFT
-percentile is within the limit (as `stackpin bench run` judges `slo_met`). Between the last point where it holds and the first where it does not, agents and
-throughput are interpolated linearly in whichever limit is crossed first. Past the largest measured
-count nothing is assumed: the answer is then a lower bound and says so (`Bound.at_least`).
+percentile is within the limit (as `stackpin bench run` judges `slo_met`). Between the last point
+where it holds and the first where it does not, agents and throughput are interpolated linearly in
+whichever limit is crossed first (curves are taken as measured: a point that holds again after a
+failing one is not used). Past the largest measured count nothing is assumed: the answer is then a
+lower bound and says so (`Bound.at_least`).
 """
 
 from __future__ import annotations
