@@ -81,9 +81,8 @@ def result(name: str, *, platform: str = "gb300-nvl72", gpus: int = 72, single: 
 
 
 def write(result_: BenchResult, path: object) -> None:
-    from pathlib import Path
-
     import json
+    from pathlib import Path
 
     # As the contract writes a result: sorted keys, 2-space indent, trailing newline.
     text = json.dumps(result_.model_dump(mode="json"), sort_keys=True, indent=2) + "\n"
