@@ -157,3 +157,32 @@ def test_chromium_renders_the_report(tmp_path: Path) -> None:
     shot = tmp_path / "shot.png"
     chromium(tmp_path, f"--screenshot={shot}", "--window-size=1200,1600", out.as_uri())
     assert png_size(shot.read_bytes()) == (1200, 1600)
+
+
+def test_a_single_revision_without_results_still_makes_a_page(tmp_path: Path) -> None:
+    history = tmp_path / "history"
+    shutil.copytree(HISTORY, history)
+    for later in ("000002.yaml", "000003.yaml"):
+        (history / DEPLOYMENT / later).unlink()
+    out = tmp_path / "report.html"
+    result = invoke("report", DEPLOYMENT, "--history", str(history), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    html = out.read_text(encoding="utf-8")
+    assert len(re.findall(r'<tr class="revision"', html)) == 1
+    assert "One revision: nothing to compare." in html and "No bench result is attached" in html
+    assert "<img" not in html
+
+
+def test_values_from_files_are_escaped(tmp_path: Path) -> None:
+    store = HistoryStore(HISTORY)
+    digest = store.read(store.resolve(DEPLOYMENT), 1).stack_digest
+    hostile = benchdata.launch(digest)
+    hostile = hostile.model_copy(update={"stack": hostile.stack.model_copy(
+        update={"name": '<script>alert("x")</script>'})})
+    path = tmp_path / "hostile.json"
+    benchdata.write(hostile, path)
+    out = tmp_path / "report.html"
+    result = invoke("report", DEPLOYMENT, "--history", str(HISTORY), "--out", str(out), "--result", f"1={path}")
+    assert result.exit_code == 0, result.output
+    html = out.read_text(encoding="utf-8")
+    assert "<script" not in html and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in html
