@@ -186,3 +186,16 @@ def test_values_from_files_are_escaped(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     html = out.read_text(encoding="utf-8")
     assert "<script" not in html and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in html
+
+
+def test_the_results_table_says_where_the_client_was_saturated(tmp_path: Path) -> None:
+    store = HistoryStore(HISTORY)
+    result = benchdata.launch(store.read(store.resolve(DEPLOYMENT), 1).stack_digest)
+    result = result.model_copy(update={"client": result.client.model_copy(update={"saturated": True})})
+    path = tmp_path / "saturated.json"
+    benchdata.write(result, path)
+    out = tmp_path / "report.html"
+    assert invoke("report", DEPLOYMENT, "--history", str(HISTORY), "--out", str(out), "--result",
+                  f"1={path}").exit_code == 0
+    [row] = re.findall(r'<tr class="result">(.*?)</tr>', out.read_text(encoding="utf-8"))
+    assert "the client was saturated: throughput is a floor" in row and "<td>447.6</td>" in row

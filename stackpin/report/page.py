@@ -73,8 +73,13 @@ def _result_row(number: int, path: Path, result: BenchResult) -> dict[str, Any]:
         op = operating_point(curve, slo, result.stack.gpus)
         if op.bound is not Bound.unmet:
             prefix = ">= " if op.bound is Bound.at_least else ""
-            row.update(max_agents=f"{prefix}{op.agents:.0f}", per_gpu=f"{prefix}{op.tps_per_gpu:,.0f}")
+            agents = f"{op.agents:.0f}" if op.agents == int(op.agents) else f"{op.agents:.1f}"
+            row.update(max_agents=f"{prefix}{agents}", per_gpu=f"{prefix}{op.tps_per_gpu:,.0f}")
         row["bound"] = op.note
+    if result.client.saturated:
+        row["bound"] += ("; " if row["bound"] else "") + "the client was saturated: throughput is a floor"
+    if result.interrupted:
+        row["bound"] += ("; " if row["bound"] else "") + "the run was interrupted"
     return row
 
 
@@ -117,5 +122,5 @@ def build_report(store: HistoryStore, key: DeploymentKey, extra: Mapping[int, Se
         deployment=str(key), revisions=rows, diffs=diffs, chart=chart,
         results=[_result_row(n, p, r) for n, p, r in results],
         simulated=sorted({line for _, _, r in results if r.simulation
-                          for line in (r.simulation.substitutions or (f"step-time model {r.simulation.model}",))}))
+                          for line in (r.simulation.substitutions or (f"Step-time model: {r.simulation.model}",))}))
     return Report(html, len(revisions), len(results))
