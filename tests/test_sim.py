@@ -263,3 +263,14 @@ def test_a_generated_session_replayed_turn_by_turn_hits_the_prefix_cache() -> No
             elif previous is not None:  # a new session: only the shared system prompt block is reused
                 assert usage["prompt_tokens_details"]["cached_tokens"] == 512
             previous = (turn, length)
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_slot() -> None:
+    """The sequence is cancelled: a one-slot engine serves the next request at once."""
+    stack = _small(load_stack(TUNED), max_num_seqs=1)
+    with serve_in_thread(stack, speed=5) as sim:
+        with httpx.Client(timeout=30) as client, client.stream("POST", f"{sim.url}/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "a b"}], "max_tokens": 100_000, "stream": True}) as r:
+            next(r.iter_lines())  # one event, then hang up on a 100,000-token answer
+        result = _stream(sim.url, "c d", 5)
+    assert result["done"] and result["ttft"] < 1.0

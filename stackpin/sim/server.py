@@ -202,8 +202,8 @@ class Stream:
             if finished:
                 self.done.set()
             return
-        if self.stalled or self.dropped:
-            return
+        if self.stalled or self.dropped or self.writer.transport.is_closing():
+            return  # the client left: the handler sees EOF and cancels the sequence
         if self.events == self.after and self.fault in ("stall", "drop", "malformed"):
             if self.fault == "stall":
                 self.stalled = True  # nothing more is written; the client gives up and closes
