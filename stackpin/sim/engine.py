@@ -111,7 +111,6 @@ class Engine:
         self.vtime = 0.0
         self.wake = asyncio.Event()
         self.on_prefilled = on_prefilled
-        self.steps = 0
 
     @property
     def load(self) -> int:
@@ -163,7 +162,6 @@ class Engine:
             await asyncio.sleep(0)
             return
         self.vtime += self.model.step_time(len(decoders), k, context, prefill)
-        self.steps += 1
         await self.clock.until(self.vtime)
         a = accepted_tokens(self.alpha, k)
         done: list[Seq] = []

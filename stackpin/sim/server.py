@@ -74,7 +74,12 @@ class SimServer:
                 name, _, value = line.partition(":")
                 headers[name.strip().lower()] = value.strip()
         keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-        length = int(headers.get("content-length", "0") or 0)
+        length_text = headers.get("content-length", "0") or "0"
+        if not length_text.isdigit():
+            error = {"message": "Content-Length: not a length", "type": "invalid_request_error"}
+            _respond(writer, 400, {"error": error}, False)
+            return False
+        length = int(length_text)
         body = await reader.readexactly(length) if length else b""
         path = target.split("?", 1)[0]
         if method == "GET" and path == "/stackpin/sim":
