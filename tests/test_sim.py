@@ -274,3 +274,15 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot() -> None:
             next(r.iter_lines())  # one event, then hang up on a 100,000-token answer
         result = _stream(sim.url, "c d", 5)
     assert result["done"] and result["ttft"] < 1.0
+
+
+def test_malformed_http_is_a_400_and_the_server_goes_on() -> None:
+    import socket
+
+    with serve_in_thread(TUNED, speed=50) as sim:
+        port = int(sim.url.rsplit(":", 1)[1])
+        for raw in (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: abc\r\n\r\n", b"NONSENSE\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(raw)
+                assert sock.recv(200).startswith(b"HTTP/1.1 400 ")
+        assert _stream(sim.url, "a", 3)["done"]
