@@ -286,3 +286,31 @@ def test_malformed_http_is_a_400_and_the_server_goes_on() -> None:
                 sock.sendall(raw)
                 assert sock.recv(200).startswith(b"HTTP/1.1 400 ")
         assert _stream(sim.url, "a", 3)["done"]
+
+
+def test_kv_memory_bounds_the_prefix_cache_and_admission() -> None:
+    """An engine whose KV holds 5 blocks: a second prompt evicts the first; two prompts that do not fit
+    together run one after the other."""
+    stack = _small(load_stack(TUNED), kv_tokens=5 * 512)
+    with serve_in_thread(stack, speed=20) as sim, httpx.Client(timeout=30) as client:
+        a, b = _words(4, tag="a", extra=1), _words(4, tag="b", extra=1)
+        _stream(sim.url, a, 2, client)
+        assert _stream(sim.url, a, 2, client)["usage"]["prompt_tokens_details"]["cached_tokens"] == 4 * 512
+        _stream(sim.url, b, 2, client)  # 4 new blocks: a's are the least recently used, evicted
+        assert _stream(sim.url, a, 2, client)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        results: list[dict] = [{}, {}]
+        ready = threading.Barrier(2)
+
+        def one(i: int, text: str) -> None:
+            with httpx.Client(timeout=30) as own:
+                ready.wait()
+                results[i] = _stream(sim.url, text, 300, own)
+
+        threads = [threading.Thread(target=one, args=(i, t)) for i, t in enumerate((_words(3, tag="c"),
+                                                                                    _words(3, tag="d")))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    first, second = sorted(results, key=lambda r: r["ttft"])
+    assert second["ttft"] > 0.6 * first["elapsed"]  # it waited for the first to finish and free its KV
