@@ -103,6 +103,7 @@ class Versions(_Fact):
     dynamo: dict[str, DynamoPin]
     vllm: dict[str, VllmPin]
     removed_env: dict[str, RemovedEnv]
+    distributions: dict[Literal["dynamo", "vllm", "flashinfer", "nixl"], str]
     source: str
 
 
