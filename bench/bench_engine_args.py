@@ -40,10 +40,13 @@ def fifty_flags(vllm_version: str) -> dict[str, Any]:
     catalog = vllm_catalog(vllm_version)
     assert catalog is not None
     modelled = set(MODELLED_VLLM)
-    usable = [o for o in sorted(catalog.options) if o.startswith("--") and catalog.canonical_of(o) not in modelled
-              and o not in catalog.deprecated and not o.startswith("--no-")]
-    switches = {o: True for o in usable if o in catalog.switches}
-    choices = {o: catalog.enforced[o][0] for o in usable if o in catalog.enforced and o not in switches}
+    uses = [u for o in sorted(catalog.options) if o.startswith("--") and (u := catalog.resolve(o)) is not None]
+    usable = [u for u in uses if u.flag not in modelled and u.deprecation is None and not u.option.hidden
+              and not u.option.config_field in {catalog.flags[m].config_field for m in modelled if m in catalog.flags}
+              and not u.negative]
+    switches = {u.string: True for u in usable if u.option.store_true or u.option.boolean_optional}
+    choices = {u.string: catalog.enforced[u.string][0] for u in usable
+               if u.string in catalog.enforced and u.string not in switches}
     picked = dict(list(switches.items())[:40] + list(choices.items())[:ENTRIES - min(40, len(switches))])
     assert len(picked) == ENTRIES, len(picked)
     return picked

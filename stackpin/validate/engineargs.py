@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
 
 from stackpin.catalog.flags import FlagCatalog, OptionUse, dynamo_catalog
@@ -47,7 +48,7 @@ class PassedFlag:
     def path(self) -> FieldPath:
         return (*pool_path(self.role), self.kind, self.flag)
 
-    @property
+    @cached_property
     def use(self) -> OptionUse | None:
         """The option the flag reaches in its catalog, None when the catalog lacks it (or there is none)."""
         return self.catalog.resolve(self.flag) if self.catalog is not None else None
@@ -105,7 +106,8 @@ def modelled(p: PassedFlag, catalog: FlagCatalog, use: OptionUse, profile: Stack
     option = use.flag
     if option not in table:
         field = use.option.config_field
-        option = next((o for o in table if field and (m := catalog.option(o)) and m.config_field == field), "")
+        # The table's keys are canonical flags: a plain lookup, not the parser's reading (this runs per rule).
+        option = next((o for o in table if field and (m := catalog.flags.get(o)) and m.config_field == field), "")
         if not option:
             return None
     path = field_path(table[option], p.role)
