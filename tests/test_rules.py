@@ -265,8 +265,7 @@ CASES = [
     Case("SP241", "warning", "spec.versions.dynamo", PINS_1_5, {}, upgrade="0.31.0", label="ships"),
     # vLLM 0.31.0 picks --dcp-comm-backend itself; 0.28.0 defaulted to ag_rs.
     Case("SP242", "warning", "spec.versions.vllm", PINS_1_5,
-         {**PINS_1_5, f"{W}.engineArgs": {"--dcp-comm-backend": "ag_rs", "--cp-kv-cache-interleave-size": 1,
-                                          "--limit-mm-per-prompt": {}, "--mm-hasher-algorithm": "blake3"}},
+         {**PINS_1_5, f"{W}.engineArgs": {"--dcp-comm-backend": "ag_rs", "--cp-kv-cache-interleave-size": 1}},
          upgrade="0.31.0"),  # every default 0.31.0 changes, passed: nothing is left to the default
     Case("SP243", "error", "spec.autotune.cache", {}, {"spec.autotune": {"mode": "off"}}, upgrade="0.33.0"),
     # kernels

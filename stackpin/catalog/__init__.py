@@ -243,6 +243,13 @@ def _read(name: str) -> Any:
 PIN_SECTIONS = ("dynamo", "vllm", "removed_env")
 
 
+def versions_skeleton() -> dict[str, Any]:
+    """The bundled versions.yaml with empty pin sections: the facts a site's pins are laid over
+    (`distributions`), to check a site file on its own."""
+    bundled: dict[str, Any] = _read("versions.yaml")
+    return {**bundled, **{section: {} for section in PIN_SECTIONS}, "source": ""}
+
+
 def merged_versions(bundled: dict[str, Any], sites: tuple[Path, ...]) -> dict[str, Any]:
     """The bundled version pins with each site directory's `versions.yaml` laid over them (the first
     directory of STACKPIN_CATALOG_PATH wins), as `stackpin engines add --catalog DIR` writes them."""

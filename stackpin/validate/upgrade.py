@@ -98,17 +98,15 @@ def dynamo_release(ctx: Context) -> Iterator[Hit]:
 
 
 def _default(option: EngineOption) -> str:
-    """An option's default as the catalog knows it: the literal, the expression computing it, or unset."""
-    if option.default_expr:
-        return f"`{option.default_expr}`"
-    return "unset" if option.default is None else repr(option.default)
+    """An option's literal default as the catalog records it (None: the engine decides when it starts)."""
+    return repr(option.default)
 
 
 def _keep(flag: str, was: EngineOption, old: str, catalog: FlagCatalog) -> str:
     """How to keep an old default."""
     value = was.default
-    if value is None or was.default_expr:
-        return f"pass {flag} in engineArgs to choose the value yourself instead of the default"
+    if value is None:
+        return f"vLLM {old} decided it when the engine started; pass {flag} in engineArgs to choose the value yourself"
     if isinstance(value, bool) and catalog.option(flag) is not None:
         off = catalog.negative(flag)
         if value is False and off is None:
@@ -134,8 +132,8 @@ def changed_default(ctx: Context) -> Iterator[Hit]:
     active = [(role, pool.spec) for role, _, pool in pools(ctx)]
     for flag in sorted(set(old.flags) & set(ctx.vllm.flags)):
         was, now = old.flags[flag], ctx.vllm.flags[flag]
-        if (was.default, was.default_expr) == (now.default, now.default_expr):
-            continue
+        if was.default == now.default or was.default_expr or now.default_expr:
+            continue  # a default computed when the engine starts cannot be compared from the source
         if set(now.all_strings) <= set(now.deprecated):
             continue  # the whole option is on its way out; SP226 speaks for any use of it
         if flag in MODELLED_VLLM:  # relied on where render writes nothing for the field
@@ -147,8 +145,9 @@ def changed_default(ctx: Context) -> Iterator[Hit]:
             continue  # every pool passes it
         else:
             path = _V + ("vllm",)
-        yield Hit(path, f"vLLM {vllm} changes the default of {flag} from {_default(was)} to {_default(now)} (vLLM "
-                  f"{old_version}); the profile leaves it to the default",
+        decides = ", which leaves it to the engine at start" if now.default is None else ""
+        yield Hit(path, f"vLLM {vllm} changes the default of {flag} from {_default(was)} (vLLM {old_version}) to "
+                  f"{_default(now)}{decides}; the profile leaves it to the default",
                   _keep(flag, was, old_version, ctx.vllm))
 
 
