@@ -238,6 +238,9 @@ CASES = [
     Case("SP224", "error", f"{W}.engineArgs.--attention-config",
          {f"{W}.engineArgs": {"--attention-config": {"bogus": 1}}},
          {f"{W}.engineArgs": {"--attention-config": {"flash_attn_version": 3}}}),
+    Case("SP224", "error", f"{W}.engineArgs.--reasoning-config",  # a field(init=False) the class sets itself
+         {f"{W}.engineArgs": {"--reasoning-config": {"_enabled": True}}},
+         {f"{W}.engineArgs": {"--reasoning-config": {}}}, label="init-false"),
     Case("SP224", "error", f"{W}.engineArgs.--structured-outputs-config",
          {f"{W}.engineArgs": {"--structured-outputs-config": "xgrammar"}},
          {f"{W}.engineArgs": {"--structured-outputs-config": '{"backend": "xgrammar"}'}}, label="not-an-object"),

@@ -270,9 +270,11 @@ def json_key_problems(p: PassedFlag, catalog: FlagCatalog, use: OptionUse) -> It
         if use.option.type == "json":
             yield (f"{p.flag} takes a JSON object ({cls})", "write it as a YAML mapping of the config's keys")
         return
-    for key in sorted(set(value) - set(fields.fields)):
-        yield (f"{p.flag}: {cls} of {catalog.name} has no key {key!r}; vLLM refuses unknown keys at start",
-               choices_hint(key, sorted(fields.fields), f"{cls}'s keys"))
+    for key in sorted(set(value) - set(fields.keys)):
+        what = (f"{key!r} is set by {cls} itself (init=False)" if key in fields.fields
+                else f"{cls} of {catalog.name} has no key {key!r}")
+        yield (f"{p.flag}: {what}; vLLM refuses unknown keys at start",
+               choices_hint(key, sorted(fields.keys), f"{cls}'s keys"))
 
 
 @rule("SP224", Severity.error, "JSON config key the config class lacks")
