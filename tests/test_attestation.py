@@ -100,17 +100,17 @@ def _failed(run: subprocess.CompletedProcess[str]) -> str:
     assert run.returncode == 1, (run.stdout, run.stderr)
     assert run.stdout == ""
     [line] = run.stderr.splitlines()
-    assert line.startswith("attestation failed for stack sha256:")
+    assert line.startswith("attestation failed for sha256:") and " (dsv41-flash): " in line
     return line
 
 
-def test_a_matching_pod_prints_the_attested_stack_digest(tmp_path: Path) -> None:
+def test_a_matching_pod_prints_the_attested_digest(tmp_path: Path) -> None:
     pod = Pod(tmp_path)
     run = pod.run()
     assert run.returncode == 0, run.stderr
     assert run.stderr == ""
-    lock = shipped_locks()["gb300-tuned"]
-    assert run.stdout == (f"attested {lock.stack_digest} (gb300-tuned): ai-dynamo 1.6.1, flashinfer-python "
+    digest = hashlib.sha256(pod.file.read_bytes()).hexdigest()  # of the expectation the pod was given
+    assert run.stdout == (f"attested sha256:{digest} (dsv41-flash): ai-dynamo 1.6.1, flashinfer-python "
                           "0.7.0.post1, nixl 1.4.1, vllm 0.31.0, autotune cache 1 file(s), GPU 4x NVIDIA GB300\n")
 
 
@@ -123,7 +123,7 @@ def test_a_matching_pod_prints_the_attested_stack_digest(tmp_path: Path) -> None
 ], ids=["vllm", "flashinfer", "dynamo", "nixl-missing"])
 def test_a_package_that_differs_fails_the_pod_naming_it(tmp_path: Path, packages: dict[str, str], says: str) -> None:
     line = _failed(Pod(tmp_path, packages=packages).run())
-    assert line.endswith(f"(gb300-tuned): {says}")
+    assert line.endswith(f"(dsv41-flash): {says}")
 
 
 @pytest.mark.parametrize(("cache", "says"), [
@@ -203,9 +203,15 @@ def test_every_worker_attests_with_the_engines_image_and_mounts(name: str) -> No
     objects = _rendered(name)
     cm = _config_map(objects)
     lock = shipped_locks()[name]
-    assert cm["immutable"] is True and cm["metadata"]["name"].endswith(lock.short_digest)
+    deployment = lock.stack_profile.metadata.deployment
+    assert cm["immutable"] is True and cm["metadata"]["name"].startswith(f"{deployment}-attestation-")
+    # What a passing worker prints, and the stack it belongs to, side by side on the ConfigMap.
+    annotations = cm["metadata"]["annotations"]
+    assert annotations["stackpin.dev/attestation-digest"] == "sha256:" + hashlib.sha256(
+        cm["data"]["expected.json"].encode()).hexdigest()
+    assert annotations["stackpin.dev/stack-digest"] == lock.stack_digest
     expected = json.loads(cm["data"]["expected.json"])
-    assert expected["stack"] == lock.stack_digest and expected["packages"]["vllm"] == lock.resolved.engines.vllm
+    assert expected["deployment"] == deployment and expected["packages"]["vllm"] == lock.resolved.engines.vllm
     cache = lock.resolved.autotune_cache
     assert (expected["autotuneCache"] is None) == (cache is None)
     for comp in _workers(objects):
@@ -265,4 +271,23 @@ def test_the_configmap_is_the_same_bytes_on_every_render() -> None:
     first = render_stack(lock).files
     assert render_stack(lock).files == first
     name = next(n for n in first if n.startswith("configmap-"))
-    assert os.path.basename(name) == f"configmap-dsv41-flash-attestation-{lock.short_digest}.yaml"
+    cm = yaml.safe_load(first[name])
+    assert os.path.basename(name) == f"configmap-{cm['metadata']['name']}.yaml"
+
+
+def _config_map_name(lock: StackLock) -> str:
+    [cm] = [o for o in build_objects(lock) if o["kind"] == "ConfigMap"]
+    name: str = cm["metadata"]["name"]
+    return name
+
+
+def test_the_configmap_changes_with_what_workers_attest_and_nothing_else() -> None:
+    """Named by its content, not the stack digest: a change the workers do not see leaves their pod
+    templates (which name the ConfigMap) alone; a pinned version they check renames it."""
+    lock = shipped_locks()["gb300-tuned"]
+    name = _config_map_name(lock)
+    pool = ("spec", "placement", "pools", "worker")
+    for unseen in (_relabel(lock, ("metadata", "labels"), {"team": "serving"}),
+                   _relabel(lock, (*pool, "replicas"), 9), _relabel(lock, (*pool, "maxNumSeqs"), 32)):
+        assert unseen.stack_profile != lock.stack_profile and _config_map_name(unseen) == name
+    assert _config_map_name(_relabel(lock, ("spec", "versions", "nixl"), "1.4.2")) != name

@@ -6,12 +6,14 @@ uses the standard library only, so that it runs in any image.
 
     python3 attest.py EXPECTED_JSON
 
-EXPECTED_JSON (rendered from the lock) names the stack digest, the versions of the engine packages,
+EXPECTED_JSON (rendered from the lock) names the deployment, the versions of the engine packages,
 the autotune cache directory with the sha256 of every file in it (when the lock records them), and
 the GPU model of the rack. Checked: the installed distributions (importlib.metadata of this Python),
 every file of the mounted cache, and the GPU names `nvidia-smi` reports (when it is on PATH).
 
-Exit 0 with one line `attested <stack digest> ...`; exit 1 with one line `attestation failed ...`
+Exit 0 with one line `attested sha256:<digest of EXPECTED_JSON> (<deployment>): ...` (the digest
+`stackpin render` records on the ConfigMap, beside the stack digest); exit 1 with one line
+`attestation failed ...`
 that names every difference (also written to the container's termination log, so `kubectl describe
 pod` shows it); exit 2 when EXPECTED_JSON cannot be read.
 """
@@ -107,16 +109,16 @@ def check_gpu(want: str | None) -> tuple[list[str], str]:
     return [], f"GPU {len(names)}x {want}"
 
 
-def attest(expected: dict[str, Any]) -> tuple[bool, str]:
-    """(passed, the one line to print)."""
+def attest(expected: dict[str, Any], digest: str) -> tuple[bool, str]:
+    """(passed, the one line to print); `digest` is the expectation file's sha256."""
     diffs, ok = check_packages(expected["packages"])
     for found, summary in (check_cache(expected.get("autotuneCache")), check_gpu(expected.get("gpu"))):
         diffs += found
         if summary:
             ok.append(summary)
-    stack = f"{expected['stack']} ({expected['name']})"
+    stack = f"sha256:{digest} ({expected['deployment']})"
     if diffs:
-        return False, f"attestation failed for stack {stack}: " + "; ".join(diffs)
+        return False, f"attestation failed for {stack}: " + "; ".join(diffs)
     return True, f"attested {stack}: " + ", ".join(ok)
 
 
@@ -125,9 +127,9 @@ def main(argv: list[str]) -> int:
         print("usage: attest.py EXPECTED_JSON", file=sys.stderr)
         return 2
     try:
-        with open(argv[1], encoding="utf-8") as fh:
-            expected = json.load(fh)
-        passed, line = attest(expected)
+        with open(argv[1], "rb") as fh:
+            raw = fh.read()
+        passed, line = attest(json.loads(raw.decode("utf-8")), hashlib.sha256(raw).hexdigest())
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         print(f"attestation failed: {argv[1]} is not a readable expectation ({type(exc).__name__}: {exc})",
               file=sys.stderr)

@@ -4,12 +4,15 @@ engine starts, that the pod runs the stack its lock pins (docs/render.md#runtime
 The check itself is `attest_runtime.py` beside this module: a stdlib-only script stackpin never imports,
 shipped verbatim in the ConfigMap with the expectation rendered from the lock (`expected.json`). The init
 container runs it with the runtime image's own Python and the engine container's volume mounts, so it
-sees the distributions, the autotune cache and the GPUs the engine would. One ConfigMap per stack,
-named by its digest and immutable: a rollout never changes what an older revision's pods attest.
+sees the distributions, the autotune cache and the GPUs the engine would. The ConfigMap is immutable
+and named by the digest of what it holds (the script and the expectation), not by the stack digest: a
+change the workers do not see (a label, the replica count, the service target) leaves their pod
+templates alone, and a rollout never changes what an older revision's pods attest.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -33,6 +36,7 @@ RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "
 class Attestation:
     config_map: str  # the ConfigMap's name
     expected: str  # expected.json
+    digest: str  # sha256 of expected.json: what a passing worker prints as attested
 
 
 def script_text() -> str:
@@ -44,12 +48,11 @@ def expectation(lock: StackLock, catalog: Catalog) -> dict[str, Any]:
     the autotune cache's files and digests (None where the lock records no per-file digests: then only
     the image digest, which the runtime checks when it pulls the volume, stands for them), the GPU model."""
     profile = lock.stack_profile
-    engines = lock.resolved.engines
+    engines = profile.spec.versions  # what the lock's resolved.engines repeat
     names = catalog.versions.distributions
     cache = lock.resolved.autotune_cache
     return {
-        "stack": lock.stack_digest,
-        "name": profile.name,
+        "deployment": profile.metadata.deployment,
         "packages": {names["vllm"]: engines.vllm, names["flashinfer"]: engines.flashinfer,
                      names["dynamo"]: engines.dynamo, names["nixl"]: engines.nixl},
         "autotuneCache": None if cache is None else {"dir": CACHE_DIR, "image": cache.pinned,
@@ -63,11 +66,20 @@ def attestation_for(lock: StackLock, catalog: Catalog) -> Attestation | None:
     if not lock.stack_profile.spec.attestation:
         return None
     expected = json.dumps(expectation(lock, catalog), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    return Attestation(f"{lock.stack_profile.metadata.deployment}-attestation-{lock.short_digest}", expected)
+    digest = hashlib.sha256(expected.encode("utf-8")).hexdigest()
+    # The name covers the script too: a stackpin that ships another check gets another ConfigMap.
+    named = hashlib.sha256(script_text().encode("utf-8") + b"\0" + expected.encode("utf-8")).hexdigest()
+    return Attestation(f"{lock.stack_profile.metadata.deployment}-attestation-{named[:12]}", expected,
+                       f"sha256:{digest}")
+
+
+DIGEST_ANNOTATION = "stackpin.dev/attestation-digest"  # the digest a passing worker prints
 
 
 def config_map(attestation: Attestation, metadata: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {**metadata, "name": attestation.config_map},
+    annotations = {**metadata.get("annotations", {}), DIGEST_ANNOTATION: attestation.digest}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {**metadata, "name": attestation.config_map, "annotations": annotations},
             "immutable": True, "data": {"attest.py": script_text(), "expected.json": attestation.expected}}
 
 
