@@ -41,9 +41,9 @@ def fifty_flags(vllm_version: str) -> dict[str, Any]:
     assert catalog is not None
     modelled = set(MODELLED_VLLM)
     uses = [u for o in sorted(catalog.options) if o.startswith("--") and (u := catalog.resolve(o)) is not None]
+    fields = {f for m in modelled if m in catalog.flags and (f := catalog.flags[m].config_field)}
     usable = [u for u in uses if u.flag not in modelled and u.deprecation is None and not u.option.hidden
-              and not u.option.config_field in {catalog.flags[m].config_field for m in modelled if m in catalog.flags}
-              and not u.negative]
+              and u.option.config_field not in fields and not u.negative]
     switches = {u.string: True for u in usable if u.option.store_true or u.option.boolean_optional}
     choices = {u.string: catalog.enforced[u.string][0] for u in usable
                if u.string in catalog.enforced and u.string not in switches}

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
@@ -43,6 +43,7 @@ class PassedFlag:
     value: Any
     catalog: FlagCatalog | None  # the entry point the flag belongs to; None without a catalog
     other: FlagCatalog | None  # the other half of `python -m dynamo.vllm`, to say where a flag belongs
+    profile: StackProfile = field(compare=False, repr=False)
 
     @property
     def path(self) -> FieldPath:
@@ -52,6 +53,12 @@ class PassedFlag:
     def use(self) -> OptionUse | None:
         """The option the flag reaches in its catalog, None when the catalog lacks it (or there is none)."""
         return self.catalog.resolve(self.flag) if self.catalog is not None else None
+
+    @cached_property
+    def modelled(self) -> Modelled | None:
+        """The modelled option this flag sets (SP225), None when it sets none or is unknown."""
+        use = self.use
+        return modelled(self, self.catalog, use, self.profile) if self.catalog is not None and use else None
 
 
 def _catalogs(profile: StackProfile, vllm: FlagCatalog | None) -> dict[Kind, FlagCatalog | None]:
@@ -64,12 +71,19 @@ def passed_flags(profile: StackProfile, role: Role, pool: Pool, vllm: FlagCatalo
         ("engineArgs", "dynamoArgs", pool.engine_args), ("dynamoArgs", "engineArgs", pool.dynamo_args))
     for kind, other, args in halves:
         for flag, value in args.items():
-            yield PassedFlag(role, kind, flag, value, catalogs[kind], catalogs[other])
+            yield PassedFlag(role, kind, flag, value, catalogs[kind], catalogs[other], profile)
 
 
-def _all(ctx: Context) -> Iterator[PassedFlag]:
-    for role, _, pool in pools(ctx):
-        yield from passed_flags(ctx.profile, role, pool.spec, ctx.vllm)
+_LAST: list[tuple[Context, tuple[PassedFlag, ...]]] = []  # the rules run one context at a time
+
+
+def _all(ctx: Context) -> tuple[PassedFlag, ...]:
+    """Every passed flag of the profile, built (and resolved in its catalog) once for all the rules."""
+    if _LAST and _LAST[0][0] is ctx:
+        return _LAST[0][1]
+    flags = tuple(p for role, _, pool in pools(ctx) for p in passed_flags(ctx.profile, role, pool.spec, ctx.vllm))
+    _LAST[:] = [(ctx, flags)]
+    return flags
 
 
 def _known(p: PassedFlag) -> tuple[FlagCatalog, OptionUse] | None:
@@ -105,9 +119,9 @@ def modelled(p: PassedFlag, catalog: FlagCatalog, use: OptionUse, profile: Stack
     table = MODELLED_VLLM if p.kind == "engineArgs" else MODELLED_DYNAMO
     option = use.flag
     if option not in table:
-        field = use.option.config_field
-        # The table's keys are canonical flags: a plain lookup, not the parser's reading (this runs per rule).
-        option = next((o for o in table if field and (m := catalog.flags.get(o)) and m.config_field == field), "")
+        sets = use.option.config_field
+        # The table's keys are canonical flags: a plain lookup, not the parser's reading.
+        option = next((o for o in table if sets and (m := catalog.flags.get(o)) and m.config_field == sets), "")
         if not option:
             return None
     path = field_path(table[option], p.role)
@@ -136,7 +150,7 @@ def modelled_flag(ctx: Context) -> Iterator[Hit]:
         if (known := _known(p)) is None:
             continue
         catalog, use = known
-        found = modelled(p, catalog, use, ctx.profile)
+        found = p.modelled
         if found is not None and found.agrees:
             yield Hit(p.path, f"{p.flag} repeats what stackpin renders from {found.field}", "remove it",
                       Severity.warning)
@@ -145,9 +159,9 @@ def modelled_flag(ctx: Context) -> Iterator[Hit]:
             yield Hit(p.path, f"{what} rendered by stackpin from {found.field}; passed here it would override "
                       "that field (argparse keeps the last)",
                       f"remove it from {p.kind} and set {found.field}")
-        for key, field in _modelled_keys(p, use).items():
-            yield Hit(p.path, f"{p.flag} key {key!r} is set by stackpin from {field}",
-                      f"remove the key and set {field}")
+        for key, path in _modelled_keys(p, use).items():
+            yield Hit(p.path, f"{p.flag} key {key!r} is set by stackpin from {path}",
+                      f"remove the key and set {path}")
 
 
 def _modelled_keys(p: PassedFlag, use: OptionUse) -> dict[str, str]:
@@ -169,10 +183,10 @@ def deprecated_flag(ctx: Context) -> Iterator[Hit]:
         yield Hit(p.path, f"{p.flag} is deprecated in {known[0].name}{until}", hint)
 
 
-def _plain(p: PassedFlag, ctx: Context) -> tuple[FlagCatalog, OptionUse] | None:
+def _plain(p: PassedFlag) -> tuple[FlagCatalog, OptionUse] | None:
     """A known flag that is not a modelled one (SP225 says all there is about those)."""
     known = _known(p)
-    return known if known is not None and modelled(p, *known, ctx.profile) is None else None
+    return known if known is not None and p.modelled is None else None
 
 
 def is_switch(use: OptionUse) -> bool:
@@ -219,7 +233,7 @@ def shape_problem(p: PassedFlag, catalog: FlagCatalog, use: OptionUse) -> tuple[
 @rule("SP223", Severity.error, "engine flag given the wrong kind of value")
 def flag_shape(ctx: Context) -> Iterator[Hit]:
     for p in _all(ctx):
-        if (known := _plain(p, ctx)) is not None and (found := shape_problem(p, *known)) is not None:
+        if (known := _plain(p)) is not None and (found := shape_problem(p, *known)) is not None:
             yield Hit(p.path, *found)
 
 
@@ -232,7 +246,7 @@ def _choices(catalog: FlagCatalog, use: OptionUse) -> tuple[tuple[str, ...] | No
 @rule("SP222", Severity.error, "engine flag value outside its choices")
 def flag_choice(ctx: Context) -> Iterator[Hit]:
     for p in _all(ctx):
-        if (known := _plain(p, ctx)) is None or shape_problem(p, *known) is not None:
+        if (known := _plain(p)) is None or shape_problem(p, *known) is not None:
             continue
         catalog, use = known
         text = scalar_text(p.value)
@@ -280,7 +294,7 @@ def json_key_problems(p: PassedFlag, catalog: FlagCatalog, use: OptionUse) -> It
 @rule("SP224", Severity.error, "JSON config key the config class lacks")
 def json_keys(ctx: Context) -> Iterator[Hit]:
     for p in _all(ctx):
-        if (known := _plain(p, ctx)) is not None and shape_problem(p, *known) is None:
+        if (known := _plain(p)) is not None and shape_problem(p, *known) is None:
             for message, hint in json_key_problems(p, *known):
                 yield Hit(p.path, message, hint)
 
@@ -327,7 +341,7 @@ def flag_problems(profile: StackProfile, role: Role, pool: Pool, vllm: FlagCatal
             out.append(f"{where}: not an option of {p.catalog.name}")
             continue
         catalog, use = known
-        found = modelled(p, catalog, use, profile)
+        found = p.modelled
         if found is not None and not found.agrees:
             out.append(f"{where}: stackpin renders {found.option} from {found.field}")
             continue
