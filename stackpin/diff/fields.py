@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from stackpin.catalog import Catalog
 from stackpin.catalog.flags import vllm_catalog
+from stackpin.catalog.search import profile_catalogs
 from stackpin.diff.model import GroupId, Impact, Invalidated, Invalidation
 from stackpin.lock.lockfile import StackLock
 from stackpin.profile.model import AutotuneMode, Placement, StackProfile
@@ -90,6 +91,7 @@ _GROUPS: tuple[tuple[Path, GroupId], ...] = (
     (("spec", "service"), GroupId.service),
     (("spec", "mirrors"), GroupId.pins),
     (("spec", "attestation"), GroupId.pins),  # whether each worker checks its pins before it starts
+    (("spec", "catalogPath"), GroupId.pins),  # where this stack's engine catalogs and pins are read
     (("resolved",), GroupId.pins),
 )
 
@@ -190,6 +192,8 @@ def rollout(path: Path, a: Side, b: Side, catalog: Catalog) -> Rollout:
         return _none("not rendered: the target validate sizes the stack for")
     if head == ("spec", "mirrors"):
         return _none("where lock resolves images; the digests decide what runs")
+    if head == ("spec", "catalogPath"):
+        return _none("where stackpin reads engine catalogs and pins; the pinned releases decide what runs")
     if head == ("spec", "attestation"):
         return _restart(pools, "each worker's attestation init container")
     return _restart(everything, "no rollout rule for this field: assumed to change every pod")
@@ -220,13 +224,19 @@ def _version_rollout(field: str, a: Side, b: Side, pools: set[str], everything: 
             return _restart(everything, f"DynamoGraphDeployment {crd_a.crd} -> {crd_b.crd}")
     if field == "vllm":
         # Render spells "autotune off" as the pinned vLLM accepts it: a new release may change the argv.
-        flags_a = autotune_flags(a.profile, vllm_catalog(va.vllm))
-        flags_b = autotune_flags(b.profile, vllm_catalog(vb.vllm))
+        flags_a, flags_b = (_autotune_flags(side) for side in (a, b))
         if flags_a != flags_b:
             return _restart(pools, "the pinned vLLM turns autotuning off with another flag")
     if _attested(a, b):
         return _restart(pools, "each worker's attestation expects the new version")
     return _none(IMAGE_CARRIES)
+
+
+def _autotune_flags(side: Side) -> list[tuple[str, str | None]]:
+    """How render turns autotuning off for this side, from its own catalogs (spec.catalogPath first)."""
+    profile = side.profile
+    with profile_catalogs(profile.spec.catalog_path):
+        return autotune_flags(profile, vllm_catalog(profile.spec.versions.vllm))
 
 
 def _attested(a: Side, b: Side) -> bool:

@@ -314,6 +314,22 @@ class Spec(_Model):
         True, description="Each worker checks, before its engine starts, that the runtime image's vLLM, "
         "FlashInfer, Dynamo and NIXL, the mounted autotune cache and the GPU are the locked ones; false turns "
         "the check off (SP185 warns).")
+    catalog_path: list[str] = Field(
+        default_factory=list, description="Site catalog directories (as `stackpin engines add --catalog DIR` "
+        "writes them) searched first for this stack's engine releases and version pins, before "
+        "STACKPIN_CATALOG_PATH's and the bundled catalog; relative to the working directory, as "
+        "STACKPIN_CATALOG_PATH's entries are.")
+
+    @field_validator("catalog_path")
+    @classmethod
+    def _catalog_dirs(cls, dirs: list[str]) -> list[str]:
+        problems = [f"{clip(d)!r}: {why}" for d in dirs for why in (
+            "is empty" if not d.strip() else None, "holds a NUL byte" if "\0" in d else None) if why]
+        if len(set(dirs)) != len(dirs):
+            problems.append("names a directory twice")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return dirs
 
 
 class StackProfile(_Model):

@@ -16,6 +16,7 @@ import math
 from typing import Any
 
 from stackpin.catalog import Catalog, load_catalog
+from stackpin.catalog.search import profile_catalogs
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
 from stackpin.profile.model import AutotuneMode, StackProfile
@@ -75,7 +76,13 @@ def short_digest(lock: StackLock) -> str:
 # --- plan ------------------------------------------------------------------------------------------
 
 def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
-    catalog = catalog or load_catalog()
+    """The stack's render plan, its flags checked against the catalogs its profile names first
+    (spec.catalogPath), as validation checked them."""
+    with profile_catalogs(lock.stack_profile.spec.catalog_path, f"{lock.metadata.name} (lock)"):
+        return _plan_stack(lock, catalog or load_catalog())
+
+
+def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     profile = lock.stack_profile
     spec = profile.spec
     pin = catalog.versions.dynamo.get(spec.versions.dynamo)

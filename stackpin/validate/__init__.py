@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform, load_catalog
 from stackpin.catalog.flags import FlagCatalog, vllm_catalog
+from stackpin.catalog.search import profile_catalogs
 from stackpin.profile.loader import LoadedProfile
 from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import PoolTopology, Role, Topology, topology_of
@@ -141,14 +142,17 @@ def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None, *,
     `autotune_cache`: the pinned cache's config directories where they are known (lock, render);
     `upgrade_from`: the profile as written, when `loaded` is it moved to another release."""
     _load_rules()
-    ctx = context_for(loaded.profile, catalog, autotune_cache=autotune_cache, upgrade_from=upgrade_from)
     keyed = []
-    for r in RULES.values():
-        for hit in r.check(ctx):
-            loc = loaded.locate(hit.path)
-            finding = Finding(code=r.code, severity=hit.severity or r.severity, path=_dotted(hit.path),
-                              message=hit.message, hint=hit.hint, location=str(loc))
-            keyed.append(((_ORDER[finding.severity], loc.file, loc.line, loc.col, r.code, finding.path), finding))
+    # The profile's own catalog directories (spec.catalogPath) are searched first by every rule.
+    with profile_catalogs(loaded.profile.spec.catalog_path, str(loaded.locate(("spec", "catalogPath")))):
+        ctx = context_for(loaded.profile, catalog, autotune_cache=autotune_cache, upgrade_from=upgrade_from)
+        for r in RULES.values():
+            for hit in r.check(ctx):
+                loc = loaded.locate(hit.path)
+                finding = Finding(code=r.code, severity=hit.severity or r.severity, path=_dotted(hit.path),
+                                  message=hit.message, hint=hit.hint, location=str(loc))
+                keyed.append(((_ORDER[finding.severity], loc.file, loc.line, loc.col, r.code, finding.path),
+                              finding))
     return [finding for _, finding in sorted(keyed, key=lambda kv: kv[0])]
 
 

@@ -19,6 +19,7 @@ from typing import Any
 from stackpin.catalog import Catalog, DynamoPin, load_catalog
 from stackpin.catalog.engine_data import EngineOption
 from stackpin.catalog.flags import FlagCatalog, vllm_catalog
+from stackpin.catalog.search import profile_catalogs
 from stackpin.catalog.version import parse_version
 from stackpin.profile.engine_args import MODELLED_VLLM
 from stackpin.profile.loader import LoadedProfile
@@ -60,11 +61,12 @@ def moved(profile: StackProfile, vllm: str, catalog: Catalog) -> StackProfile:
 
 def upgrade_findings(loaded: LoadedProfile, vllm: str, catalog: Catalog | None = None) -> list[Finding]:
     """Findings of the profile moved to vLLM `vllm` that the profile as written does not have."""
-    catalog = catalog or load_catalog()
-    before = {(f.code, f.path) for f in run_rules(loaded, catalog)}
-    target = LoadedProfile(moved(loaded.profile, vllm, catalog), loaded.path, loaded.sources, loaded.positions,
-                           loaded.document)
-    after = run_rules(target, catalog, upgrade_from=loaded.profile)
+    with profile_catalogs(loaded.profile.spec.catalog_path):  # the pins of its own catalogs, too
+        catalog = catalog or load_catalog()
+        before = {(f.code, f.path) for f in run_rules(loaded, catalog)}
+        target = LoadedProfile(moved(loaded.profile, vllm, catalog), loaded.path, loaded.sources,
+                               loaded.positions, loaded.document)
+        after = run_rules(target, catalog, upgrade_from=loaded.profile)
     return [f for f in after if (f.code, f.path) not in before and f.code not in BOOKKEEPING]
 
 
