@@ -23,6 +23,7 @@ from stackpin.history.model import ActionKind, DeploymentKey, revision_text
 from stackpin.history.record import promote, rollback
 from stackpin.history.store import HistoryStore
 from stackpin.lock.lockfile import StackLock, read_lock, sha256
+from stackpin.render.build import build_objects
 from stackpin.render.output import render_stack
 from tests.helpers import PROFILES_DIR, ROOT
 
@@ -396,8 +397,9 @@ def test_rolling_back_to_a_stack_without_a_compute_domain_removes_it(tmp_path: P
     directory = tmp_path / "deployments" / "dynamo" / "dsv41-flash@gb300-nvl72"
     assert (directory / "computedomain-dsv41-flash-compute-domain.yaml").is_file()
     assert invoke(tmp_path, "rollback", "dsv41-flash").exit_code == 0
-    tuned = read_lock(TUNED).short_digest  # the tuned stack's ConfigMap; wide EP's left with its ComputeDomain
-    assert sorted(p.name for p in directory.iterdir()) == [f"configmap-dsv41-flash-attestation-{tuned}.yaml",
+    # The tuned stack's attestation ConfigMap; wide EP's went with its ComputeDomain.
+    [tuned] = [o["metadata"]["name"] for o in build_objects(read_lock(TUNED)) if o["kind"] == "ConfigMap"]
+    assert sorted(p.name for p in directory.iterdir()) == [f"configmap-{tuned}.yaml",
                                                           "dynamographdeployment-dsv41-flash.yaml",
                                                           "kustomization.yaml"]
     assert invoke(tmp_path, "history", "--check").exit_code == 0

@@ -47,7 +47,8 @@ def profile_catalogs(dirs: Sequence[str], where: str = "") -> Iterator[None]:
     missing = [str(p) for p in paths if not p.is_dir()]
     if missing:
         prefix = f"{where}: " if where else ""
-        raise StackpinError(f"{prefix}spec.catalogPath: {', '.join(missing)}: not a directory (from {Path.cwd()})",
+        where_from = " (relative to the working directory)" if any(not Path(m).is_absolute() for m in missing) else ""
+        raise StackpinError(f"{prefix}spec.catalogPath: {', '.join(missing)}: not a directory{where_from}",
                             "a catalog directory as `stackpin engines add --catalog DIR` writes one")
     token = _PROFILE_DIRS.set(paths)
     try:

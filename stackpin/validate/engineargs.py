@@ -95,8 +95,8 @@ def _known(p: PassedFlag) -> tuple[FlagCatalog, OptionUse] | None:
 
 # --- modelled fields -------------------------------------------------------------------------------
 
-def field_path(field: str, role: Role) -> str:
-    return field.replace(POOL, ".".join(pool_path(role)))
+def field_path(modelled_field: str, role: Role) -> str:
+    return modelled_field.replace(POOL, ".".join(pool_path(role)))
 
 
 def _field_value(profile: StackProfile, path: str) -> Any:
