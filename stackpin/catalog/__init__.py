@@ -44,6 +44,9 @@ class Platform(_Fact):
     multinode_nvlink: bool
     node_labels: dict[str, str]
     source: str
+    # Whole-rack (or whole-node) power draw in kW, for capacity plans; None where no public figure holds.
+    power_kw: float | None = None
+    power_source: str = ""
 
     @property
     def total_gpus(self) -> int:
