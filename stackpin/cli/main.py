@@ -10,7 +10,12 @@ from stackpin.cli.diff import diff, show
 from stackpin.cli.engines import engines
 from stackpin.cli.history import history, promote, rollback
 from stackpin.cli.lock import lock
+from stackpin.cli.plan import plan
+from stackpin.cli.plot import plot
 from stackpin.cli.render import render
+from stackpin.cli.reportpage import report
+from stackpin.cli.sim import sim
+from stackpin.cli.trace import trace
 from stackpin.cli.validate import rules, schema, validate
 
 
@@ -24,3 +29,9 @@ def main() -> None:
 for _command in (validate, lock, render, diff, show, promote, history, rollback, apply, status, autotune, engines,
                  schema, rules):
     main.add_command(_command)
+main.add_command(trace)
+main.add_command(sim)
+main.add_command(plan)
+main.add_command(report)
+# `stackpin plot` stands in for `stackpin bench plot` (hidden) until the bench group adds it.
+main.add_command(click.Command("plot", params=plot.params, callback=plot.callback, help=plot.help, hidden=True))

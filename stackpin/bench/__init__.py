@@ -1,0 +1,1 @@
+"""Measuring a stack: agent traces, the replay client, results bound to a lock, compare and gate."""

@@ -1,0 +1,28 @@
+"""Agent traces in the Mooncake / AIPerf JSONL trace format.
+
+One JSON object a line, one line a turn; the turns of a session are consecutive lines in order.
+Field meanings follow AIPerf's Mooncake trace replay: `input_length` is the turn's *new* tokens (the
+delta on top of the context the session already holds), `hash_ids` names the 512-token blocks of the
+turn's whole prompt (reused blocks keep their ids, so prefix reuse is visible to any reader), and
+`delay` is the tool time in milliseconds between the previous turn's answer and this turn.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+
+BLOCK_TOKENS = 512
+"""Tokens per `hash_ids` block (AIPerf's and Mooncake's default block size)."""
+
+
+class TraceTurn(BaseModel):
+    """One request of an agent session."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_id: str = Field(min_length=1)
+    input_length: NonNegativeInt = Field(description="New prompt tokens this turn (the context grows by it).")
+    output_length: PositiveInt = Field(description="Tokens the answer has (max_tokens, ignore_eos).")
+    delay: NonNegativeInt = Field(0, description="Milliseconds of tool time before this turn is sent.")
+    hash_ids: tuple[int, ...] = Field(default=(), description="512-token blocks of the whole prompt.")
+    timestamp: NonNegativeInt | None = Field(None, description="Arrival in ms (single-turn Mooncake traces).")

@@ -1,0 +1,99 @@
+"""`stackpin sim serve|figures`: the simulator (stackpin.sim)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stackpin.cli.common import OUTPUT, emit, user_errors
+
+
+@click.group(help="A simulated OpenAI-compatible endpoint whose timing follows a locked stack (a test bed, "
+                  "not a claim about hardware).")
+def sim() -> None:
+    pass
+
+
+@sim.command(help="""Serve LOCK's stack on loopback: /v1/chat/completions (streaming SSE with usage),
+/v1/models, and /stackpin/sim (says it is simulated). --speed X runs simulated time X times faster
+than wall time (measured tok/s are then X times the stack's). --fault injects failures for client
+tests, e.g. error=0.1,stall=0.05,drop=0.05,malformed=0.05,after=8,seed=1.""")
+@click.argument("lock", type=click.Path(dir_okay=False, exists=True))
+@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--model", "step_model", default="roofline", show_default=True,
+              help="Step-time model: roofline (aiconfigurator is not built in this version).")
+@click.option("--speed", type=float, default=1.0, show_default=True)
+@click.option("--fault", default="", help="Fault rates and options, key=value[,key=value...].")
+@user_errors
+def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault: str) -> None:
+    import sys
+
+    from stackpin.sim.faults import FaultSpec
+    from stackpin.sim.server import check_model
+    from stackpin.sim.server import serve as run
+
+    check_model(step_model)
+    faults = FaultSpec.parse(fault)
+
+    def announce(bound: int) -> None:
+        click.echo(f"stackpin sim: {lock} on http://{host}:{bound} (simulated, {step_model}, speed {speed})",
+                   file=sys.stderr)
+
+    try:
+        run(Path(lock), host, port, speed, faults, step_model, announce)
+    except KeyboardInterrupt:
+        pass
+
+
+@sim.command(help="""The published figures the simulator is calibrated to next to what its step model
+gives for the shipped locks (stackpin/sim/calibration.yaml), and whether each is within tolerance.""")
+@OUTPUT
+@user_errors
+def figures(output: str) -> None:
+    from stackpin.sim.curve import figures as compute
+
+    rows = compute()
+    if output != "text":
+        emit([{"name": f.name, "published": f.published, "simulated": f.simulated, "tolerance": f.tolerance,
+               "within": f.within} for f in rows], output)
+        return
+    width = max(len(f.name) for f in rows)
+    click.echo(f"{'figure':{width}}  {'published':>9}  {'simulated':>9}  within")
+    for f in rows:
+        click.echo(f"{f.name:{width}}  {f.published:>9g}  {f.simulated:>9g}  "
+                   f"{'yes' if f.within else 'no'} (±{f.tolerance:.0%})")
+
+
+@sim.command(help="""LOCK's steady-state curve from the step model: for 1..max-num-seqs running sequences
+per engine, each agent's tok/s and the stack's output tok/s per GPU, on the default AgentPerf-shaped
+workload or on --trace FILE's. --at TPS adds the throughput per GPU at that per-agent speed.""")
+@click.argument("lock", type=click.Path(dir_okay=False, exists=True))
+@click.option("--trace", "trace_file", type=click.Path(dir_okay=False, exists=True), help="Workload from this trace.")
+@click.option("--at", "at_tps", type=float, multiple=True, help="Per-agent tok/s to read the curve at (repeatable).")
+@OUTPUT
+@user_errors
+def curve(lock: str, trace_file: str | None, at_tps: tuple[float, ...], output: str) -> None:
+    from stackpin.bench.traceio import read_trace
+    from stackpin.sim.curve import curve as compute
+    from stackpin.sim.curve import single_agent_tps, throughput_at, workload_of
+    from stackpin.sim.stack import load_stack
+
+    stack = load_stack(Path(lock))
+    workload = workload_of(read_trace(Path(trace_file))) if trace_file else None
+    points = compute(stack, workload)
+    single = round(single_agent_tps(stack), 1)
+    rows = [{"batch": p.batch, "agents": p.agents, "agent_tps": round(p.agent_tps, 1),
+             "output_tps_per_gpu": round(p.output_tps_per_gpu, 1), "speculative_k": p.k} for p in points]
+    at = {f"{tps:g}": round(throughput_at(points, tps), 1) for tps in at_tps}
+    if output != "text":
+        emit({"stack": stack.name, "gpus": stack.gpus, "single_agent_tps": single, "points": rows, "at": at}, output)
+        return
+    click.echo(f"{stack.name}: {stack.gpus} GPUs, single agent {single} tok/s (simulated)")
+    click.echo(f"{'batch':>5}  {'agents':>6}  {'agent tok/s':>11}  {'tok/s per GPU':>13}  k")
+    for row in rows:
+        click.echo(f"{row['batch']:>5}  {row['agents']:>6}  {row['agent_tps']:>11}  {row['output_tps_per_gpu']:>13}  "
+                   f"{row['speculative_k']}")
+    for tps, value in at.items():
+        click.echo(f"at {tps} tok/s per agent: {value} tok/s per GPU")

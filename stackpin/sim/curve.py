@@ -1,0 +1,159 @@
+"""The steady-state curve of a stack and the calibration figures, straight from the step model.
+
+At a concurrency of b running sequences per decode engine, every engine repeats the same step: b
+sequences decode over the workload's mean context, and each answer that ends brings the next turn's
+uncached prompt tokens to prefill (chunked into the colocated engine's steps; on a disaggregated
+stack, on the prefill pool, whose capacity then bounds throughput). Per-agent tok/s is the tokens a
+sequence gets per second while it generates; throughput per GPU counts every GPU the stack holds.
+The server (engine.py) runs the same step model event by event; this is its closed form, fast enough
+for `stackpin plan` and the calibration test.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from stackpin.bench.trace import TraceTurn
+from stackpin.sim.roofline import StepModel, accepted_tokens, load_params
+from stackpin.sim.stack import SimStack, load_stack
+
+REPO = Path(__file__).resolve().parents[2]
+CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the curve needs of a trace: mean context while decoding, uncached prompt tokens and
+    output tokens per turn."""
+
+    context: float
+    prefill: float
+    output: float
+
+
+def workload_of(turns: list[TraceTurn]) -> Workload:
+    """A trace's mean context while decoding, uncached prompt tokens (what an unbounded prefix cache
+    would miss) and output tokens per turn."""
+    from stackpin.bench.traceio import prompt_lengths
+    from stackpin.bench.tracestats import reuse_ratio
+
+    lengths = prompt_lengths(turns)
+    output = sum(t.output_length for t in turns) / len(turns)
+    mean_isl = sum(lengths) / len(lengths)
+    return Workload(context=mean_isl + output / 2, prefill=mean_isl * (1 - reuse_ratio(turns)), output=output)
+
+
+@cache
+def default_workload() -> Workload:
+    """The AgentPerf-shaped default trace (`stackpin trace gen` defaults, 200 sessions, seed 0)."""
+    from stackpin.bench.tracegen import generate
+
+    return workload_of(generate(200, 0))
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    batch: int  # running sequences per decode engine
+    agents: int  # batch x decode engines
+    agent_tps: float
+    output_tps_per_gpu: float
+    k: int  # speculative tokens verified per step
+
+
+def curve(stack: SimStack, workload: Workload | None = None, params: dict[str, Any] | None = None) -> list[CurvePoint]:
+    """One point per batch size 1..max-num-seqs."""
+    workload = workload or default_workload()
+    params = params or load_params()
+    decode_pool = stack.decode
+    dec = StepModel.of(stack, decode_pool, params)
+    points = []
+    prefill_capacity = math.inf  # prompt tokens/s the prefill pool can take (disaggregated)
+    if not stack.colocated:
+        pre_pool = stack.pool("prefill")
+        pre = StepModel.of(stack, pre_pool, params)
+        chunk = pre_pool.max_batched_tokens
+        prefill_capacity = pre_pool.engines * chunk / pre.step_time(0, 0, int(workload.context), chunk)
+    for b in range(1, decode_pool.max_num_seqs + 1):
+        kv = int(b * workload.context)
+        k = dec.best_k(b, kv)
+        a = accepted_tokens(dec.alpha, k)
+        step = dec.step_time(b, k, kv)
+        if stack.colocated and b > 1:
+            # Turns end at b*a/output per step; each adds its uncached prompt in budget-sized chunks.
+            budget = max(decode_pool.max_batched_tokens - b * (1 + k), 1)
+            chunks = max(1, math.ceil(workload.prefill / budget))
+            extra = dec.step_time(b, k, kv, int(workload.prefill / chunks)) - step
+            step += (b * a / workload.output) * chunks * extra
+        agent_tps = a / step
+        total = decode_pool.engines * b * agent_tps
+        total = min(total, prefill_capacity * workload.output / workload.prefill)
+        agent_tps = total / (decode_pool.engines * b)
+        points.append(CurvePoint(b, b * decode_pool.engines, agent_tps, total / stack.gpus, k))
+    return points
+
+
+def single_agent_tps(stack: SimStack, params: dict[str, Any] | None = None) -> float:
+    """One agent alone: its tokens per second while it generates (its prefill is its TTFT)."""
+    params = params or load_params()
+    dec = StepModel.of(stack, stack.decode, params)
+    kv = int(default_workload().context)
+    k = dec.best_k(1, kv)
+    return accepted_tokens(dec.alpha, k) / dec.step_time(1, k, kv)
+
+
+def throughput_at(points: list[CurvePoint], agent_tps: float) -> float:
+    """Throughput per GPU at the highest concurrency where each agent still gets `agent_tps`,
+    interpolated between the two batch sizes around the crossing; 0 when even one agent is slower."""
+    best = 0.0
+    for lo, hi in zip(points, points[1:], strict=False):
+        if lo.agent_tps >= agent_tps > hi.agent_tps:
+            frac = (lo.agent_tps - agent_tps) / (lo.agent_tps - hi.agent_tps)
+            best = max(best, lo.output_tps_per_gpu + frac * (hi.output_tps_per_gpu - lo.output_tps_per_gpu))
+    best = max([best] + [p.output_tps_per_gpu for p in points if p.agent_tps >= agent_tps])
+    return best
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    published: float
+    simulated: float
+    tolerance: float  # relative
+
+    @property
+    def within(self) -> bool:
+        return abs(self.simulated - self.published) <= self.tolerance * self.published
+
+
+@cache
+def _stack(name: str) -> SimStack:
+    return load_stack(REPO / "lockfiles" / f"{name}.lock.yaml")
+
+
+def figures(params: dict[str, Any] | None = None) -> list[Figure]:
+    """The published figures (calibration.yaml) next to what the step model gives for the shipped locks."""
+    import yaml
+
+    spec = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
+    out = []
+    cache_curves: dict[str, list[CurvePoint]] = {}
+
+    def value(term: dict[str, Any]) -> float:
+        stack = _stack(term["stack"])
+        if term["metric"] == "single_agent_tps":
+            return single_agent_tps(stack, params)
+        if term["stack"] not in cache_curves:
+            cache_curves[term["stack"]] = curve(stack, params=params)
+        return throughput_at(cache_curves[term["stack"]], float(term["agent_tps"]))
+
+    for item in spec["figures"]:
+        simulated = value(item["of"])
+        if "per" in item:
+            base = value(item["per"])
+            simulated = simulated / base if base else 0.0
+        out.append(Figure(item["name"], float(item["published"]), round(simulated, 3), float(spec["tolerance"])))
+    return out

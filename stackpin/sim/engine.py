@@ -1,0 +1,246 @@
+"""Continuous batching in virtual time: engines, their prefix caches, the router and KV transfer.
+
+Each engine (one data-parallel rank of a replica) runs vLLM's scheduling shape: up to max-num-seqs
+running sequences; each step decodes every running sequence (1 + k speculative tokens verified,
+the expected accepted tokens given) and spends what is left of the batched-token budget on chunked
+prefill of admitted sequences. On a disaggregated stack prefill engines only prefill, then the KV
+travels to the decode engine the router chose (time from the fabric's bandwidth) and the sequence
+joins that engine's batch. Each engine keeps a virtual clock advanced by the step model and sleeps
+until wall time catches up with virtual time / speed, so timing holds on average even where the
+event loop cannot sleep for less than a millisecond.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from stackpin.sim.roofline import StepModel, accepted_tokens
+from stackpin.sim.stack import SimPool, SimStack
+
+BLOCK = 512  # words a prefix-cache block holds (the trace's hash_ids blocks)
+
+# emit(tokens, finished): the engine gives a sequence `tokens` new tokens; `finished` on the last.
+Emit = Callable[[int, bool], None]
+
+
+def block_keys(words: Sequence[str]) -> list[int]:
+    """Keys of the prompt's full 512-word blocks, each chained to the ones before it (as vLLM hashes
+    blocks with their prefix): the same key means the same prefix up to and including that block."""
+    keys: list[int] = []
+    previous = 0
+    for start in range(0, len(words) - BLOCK + 1, BLOCK):
+        previous = hash((previous, tuple(words[start:start + BLOCK])))
+        keys.append(previous)
+    return keys
+
+
+class PrefixCache:
+    """LRU of block keys, as many as the engine's KV memory holds."""
+
+    def __init__(self, capacity_blocks: int) -> None:
+        self.capacity = max(capacity_blocks, 1)
+        self.blocks: OrderedDict[int, None] = OrderedDict()
+
+    def match(self, keys: Sequence[int]) -> int:
+        """Leading blocks of `keys` the cache holds."""
+        n = 0
+        for key in keys:
+            if key not in self.blocks:
+                break
+            n += 1
+        return n
+
+    def touch(self, keys: Sequence[int]) -> None:
+        blocks = self.blocks
+        for key in keys:
+            if key in blocks:
+                blocks.move_to_end(key)
+            else:
+                blocks[key] = None
+        while len(blocks) > self.capacity:
+            blocks.popitem(last=False)
+
+
+@dataclass(eq=False)
+class Seq:
+    """One request inside the simulator."""
+
+    prompt: int
+    keys: list[int]
+    max_tokens: int
+    emit: Emit
+    cached: int = 0
+    to_prefill: int = 0
+    generated: int = 0
+    credit: float = 0.0
+    cancelled: bool = False
+    decode_engine: Engine | None = field(default=None, repr=False)
+
+
+class Clock:
+    """Virtual seconds = wall seconds since start x speed."""
+
+    def __init__(self, speed: float) -> None:
+        self.speed = speed
+        self.start = asyncio.get_running_loop().time()
+
+    def now(self) -> float:
+        return (asyncio.get_running_loop().time() - self.start) * self.speed
+
+    async def until(self, virtual: float) -> None:
+        delay = self.start + virtual / self.speed - asyncio.get_running_loop().time()
+        await asyncio.sleep(delay if delay > 0 else 0)
+
+
+class Engine:
+    """One scheduler: a colocated worker, a prefill engine or a decode engine."""
+
+    def __init__(self, stack: SimStack, pool: SimPool, clock: Clock, role: str,
+                 on_prefilled: Callable[[Seq], None] | None = None) -> None:
+        self.model = StepModel.of(stack, pool)
+        self.alpha = self.model.alpha
+        self.pool = pool
+        self.role = role
+        self.clock = clock
+        self.cache = PrefixCache(pool.kv_tokens // BLOCK)
+        self.waiting: deque[Seq] = deque()
+        self.running: list[Seq] = []
+        self.vtime = 0.0
+        self.wake = asyncio.Event()
+        self.on_prefilled = on_prefilled
+
+    @property
+    def load(self) -> int:
+        return len(self.running) + len(self.waiting)
+
+    def submit(self, seq: Seq) -> None:
+        self.waiting.append(seq)
+        self.wake.set()
+
+    async def run(self) -> None:
+        while True:
+            if not self.running and not self.waiting:
+                self.wake.clear()
+                await self.wake.wait()
+                self.vtime = max(self.vtime, self.clock.now())
+            await self.step()
+
+    async def step(self) -> None:
+        pool = self.pool
+        self.running = [s for s in self.running if not s.cancelled]
+        while self.waiting and self.waiting[0].cancelled:
+            self.waiting.popleft()
+        decoders = [s for s in self.running if s.to_prefill == 0] if self.role != "prefill" else []
+        context = sum(s.prompt + s.generated for s in decoders)
+        k = self.model.best_k(len(decoders), context) if decoders else 0
+        budget = pool.max_batched_tokens - len(decoders) * (1 + k)
+        chunks: list[tuple[Seq, int]] = []
+        for seq in self.running:
+            if seq.to_prefill and budget > 0:
+                take = min(seq.to_prefill, budget)
+                chunks.append((seq, take))
+                budget -= take
+        held = context + sum(s.prompt for s in self.running if s.to_prefill)
+        while self.waiting and budget > 0 and len(self.running) < pool.max_num_seqs:
+            seq = self.waiting[0]
+            if self.running and held + seq.prompt > pool.kv_tokens:
+                break  # no KV memory for it yet: it waits, as vLLM's scheduler makes it
+            self.waiting.popleft()
+            self.running.append(seq)
+            held += seq.prompt
+            if seq.to_prefill:
+                take = min(seq.to_prefill, budget)
+                chunks.append((seq, take))
+                budget -= take
+        prefill = sum(take for _, take in chunks)
+        if not decoders and not prefill:
+            # Only sequences that arrived decoded-ready (their KV just came from a prefill engine) were
+            # admitted: they decode from the next step, at this same virtual instant.
+            await asyncio.sleep(0)
+            return
+        self.vtime += self.model.step_time(len(decoders), k, context, prefill)
+        await self.clock.until(self.vtime)
+        a = accepted_tokens(self.alpha, k)
+        done: list[Seq] = []
+        for seq in decoders:
+            if seq.cancelled:
+                continue
+            seq.credit += a
+            n = min(int(seq.credit), seq.max_tokens - seq.generated)
+            seq.credit -= n
+            if n:
+                seq.generated += n
+                finished = seq.generated >= seq.max_tokens
+                seq.emit(n, finished)
+                if finished:
+                    done.append(seq)
+        for seq, take in chunks:
+            seq.to_prefill -= take
+            if seq.to_prefill == 0 and not seq.cancelled:
+                self.cache.touch(seq.keys)
+                seq.generated = 1  # prefill samples the first token
+                finished = seq.max_tokens == 1
+                seq.emit(1, finished)
+                if finished:
+                    done.append(seq)
+                elif self.role == "prefill":
+                    done.append(seq)
+                    if self.on_prefilled is not None:
+                        self.on_prefilled(seq)
+        if done:
+            gone = set(done)
+            self.running = [s for s in self.running if s not in gone]
+
+
+class Simulator:
+    """The engines of a stack and the router in front of them (Dynamo's KV-aware router)."""
+
+    def __init__(self, stack: SimStack, speed: float) -> None:
+        self.stack = stack
+        self.clock = Clock(speed)
+        self.decoders = [Engine(stack, stack.decode, self.clock, "decode" if not stack.colocated else "worker")
+                         for _ in range(stack.decode.engines)]
+        self.prefillers: list[Engine] = []
+        if not stack.colocated:
+            pool = stack.pool("prefill")
+            self.prefillers = [Engine(stack, pool, self.clock, "prefill", self._transfer) for _ in range(pool.engines)]
+        self.transfer_model = StepModel.of(stack, stack.decode)
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def start(self) -> None:
+        self.tasks = [asyncio.ensure_future(e.run()) for e in [*self.decoders, *self.prefillers]]
+
+    async def stop(self) -> None:
+        for task in self.tasks:
+            task.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+
+    def submit(self, words: Sequence[str], max_tokens: int, emit: Emit) -> Seq:
+        """Route a request; returns its sequence (set `cancelled` to drop it)."""
+        keys = block_keys(words)
+        # As vLLM: a hit may cover at most all but the last prompt token (the step that samples the
+        # first answer token must compute one), at block granularity.
+        usable = keys[: max(len(words) - 1, 0) // BLOCK]
+        engine = max(self.decoders, key=lambda e: (e.cache.match(usable), -e.load))
+        cached = engine.cache.match(usable) * BLOCK
+        prompt = max(len(words), 1)
+        seq = Seq(prompt=prompt, keys=keys, max_tokens=max_tokens, emit=emit, cached=cached,
+                  to_prefill=prompt - cached, decode_engine=engine)
+        if engine.cache.blocks:
+            engine.cache.touch(keys[: cached // BLOCK])
+        if self.prefillers:
+            min(self.prefillers, key=lambda e: e.load).submit(seq)
+        else:
+            engine.submit(seq)
+        return seq
+
+    def _transfer(self, seq: Seq) -> None:
+        """A prefilled sequence's KV travels to its decode engine, then it joins that batch."""
+        engine = seq.decode_engine
+        assert engine is not None
+        engine.cache.touch(seq.keys)
+        delay = self.transfer_model.kv_transfer_time(seq.prompt - seq.cached) / self.clock.speed
+        asyncio.get_running_loop().call_later(delay, engine.submit, seq)

@@ -1,0 +1,172 @@
+"""The roofline step-time model: how long one engine step of a locked stack takes.
+
+A step runs `decode` sequences, each verifying 1 + k tokens (k speculative), plus `prefill` new
+prompt tokens (chunked prefill, colocated stacks). Its time is a fixed cost that depends on whether a
+CUDA graph covers the step, plus the kernels' time: the larger of compute (2 x active parameters per
+token, prefill-bound) and memory traffic (the weights the step's tokens route to, plus every running
+sequence's KV, decode-bound), each divided by the efficiency of the kernels and autotuning the stack
+chose. Parameters: roofline.yaml; hardware from the catalog.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from stackpin.sim.stack import SimPool, SimStack
+
+PARAMS_FILE = Path(__file__).with_name("roofline.yaml")
+GIB = 1024**3
+
+
+@cache
+def load_params(path: Path = PARAMS_FILE) -> dict[str, Any]:
+    import yaml
+
+    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return data
+
+
+def _lookup(table: dict[str, float], key: str) -> float:
+    return float(table[key] if key in table else table["default"])
+
+
+def acceptance_rate(pool: SimPool, fitted: dict[str, Any]) -> float:
+    """Per-draft-token acceptance of the pool's speculative settings."""
+    if not pool.spec_method:
+        return 0.0
+    alpha = _lookup(fitted["acceptance"], pool.spec_method)
+    alpha += float(fitted["rejection_bonus"].get(pool.rejection, 0.0))
+    if pool.draft_sample == "probabilistic":
+        alpha += float(fitted["probabilistic_bonus"])
+    return min(alpha, 0.99)
+
+
+def accepted_tokens(alpha: float, k: int) -> float:
+    """Expected tokens a step gives a sequence: accepted drafts plus the bonus token."""
+    if k == 0 or alpha <= 0:
+        return 1.0
+    return (1 - alpha ** (k + 1)) / (1 - alpha)
+
+
+@dataclass(frozen=True)
+class _Rates:
+    """A model's parameters resolved for one stack and pool: what step_time reads every step."""
+
+    graph_s: float
+    piecewise_s: float
+    eager_s: float
+    weights_bw: float  # bytes/s one GPU reads weights at (bandwidth x efficiency x MoE kernel factor)
+    kv_bw: float  # bytes/s one GPU reads KV at (x attention kernel factor)
+    always_gib: float  # always-active weights one GPU reads per step
+    experts_gib: float  # routed experts one GPU holds
+    picked: float  # share of experts one token picks
+    compute_flops: float  # FLOP/s one engine's GPUs reach, all together
+    comm_s_per_token: float
+    autotune: float
+    draft_s: float
+    seq_s: float
+
+
+@dataclass(frozen=True)
+class StepModel:
+    """Step times for one pool of one stack (an engine: one data-parallel rank of a replica)."""
+
+    stack: SimStack
+    pool: SimPool
+    params: dict[str, Any]
+    alpha: float = field(init=False)
+    rates: _Rates = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        # Resolved once: the server calls step_time several times an engine step.
+        f = self.params["fitted"]
+        stack, model, pool = self.stack, self.stack.model, self.pool
+        routing = self.params["experts"]
+        experts_gib = model.checkpoint_gib * model.routed_expert_share
+        picked = float(routing["top_k"]) / float(routing["routed"])
+        # The decode active parameters less the routed experts one token picks are read every step.
+        always_gib = max(model.active_params_b.decode * model.checkpoint_gib / model.params_b - experts_gib * picked, 0)
+        bw = stack.gpu.hbm_tbps * 1e12 * float(f["bw_efficiency"])
+        fabric = stack.gpu.scaleup_gbps * 1e9
+        object.__setattr__(self, "alpha", acceptance_rate(pool, f))
+        object.__setattr__(self, "rates", _Rates(
+            graph_s=float(f["graph_step_s"]), piecewise_s=float(f["piecewise_step_s"]),
+            eager_s=float(f["eager_step_s"]), weights_bw=bw * _lookup(f["moe"], stack.moe),
+            kv_bw=bw * _lookup(f["attention"], stack.attention), always_gib=always_gib / pool.model_parallel,
+            experts_gib=experts_gib / pool.expert_shards, picked=picked,
+            compute_flops=self._flops_per_gpu() * float(f["mfu"]) * pool.gpus_per_engine,
+            # Expert-parallel dispatch/combine and tensor-parallel reductions move every token's hidden
+            # states over the scale-up fabric each layer.
+            comm_s_per_token=float(f["comm_bytes_per_token"]) / fabric if pool.gpus_per_engine > 1 else 0.0,
+            autotune=_lookup(f["autotune"], stack.autotune), draft_s=float(f["draft_token_s"]),
+            seq_s=float(f["seq_step_s"])))
+
+    @classmethod
+    def of(cls, stack: SimStack, pool: SimPool, params: dict[str, Any] | None = None) -> StepModel:
+        return cls(stack, pool, params or load_params())
+
+    @property
+    def fitted(self) -> dict[str, Any]:
+        fitted: dict[str, Any] = self.params["fitted"]
+        return fitted
+
+    def _flops_per_gpu(self) -> float:
+        """Peak dense FLOP/s in the precision the dense weights are served in (FP8 for fp8-fp4)."""
+        table = self.params["compute_tflops"][self.stack.gpu_key]
+        weights = self.stack.precision
+        served = "fp8" if "fp8" in weights else ("fp4" if "fp4" in weights else "bf16")
+        fallback = [p for p in ("bf16", "fp8", "fp4") if p in table][0]  # a GPU without it: its widest
+        return float(table.get(served, table[fallback])) * 1e12
+
+    def weights_read_gib(self, tokens: int) -> float:
+        """Weight GiB one GPU reads in a step of `tokens` tokens: the always-active weights, plus every
+        routed expert at least one token picks: 1 - (1 - top_k / experts)^tokens of them, for
+        independent routing."""
+        r = self.rates
+        return r.always_gib + r.experts_gib * (1 - (1 - r.picked) ** tokens)
+
+    def step_time(self, decode: int, k: int, kv_tokens: int, prefill: int = 0) -> float:
+        """Seconds for one step: `decode` sequences verifying 1 + k tokens each over `kv_tokens` of
+        context in all, plus `prefill` new prompt tokens."""
+        r = self.rates
+        stack, model = self.stack, self.stack.model
+        tokens = decode * (1 + k) + prefill
+        if tokens == 0:
+            return 0.0
+        sizes = stack.capture_sizes
+        if prefill == 0 and stack.full_decode_graphs and sizes and tokens <= sizes[-1]:
+            overhead = r.graph_s
+            tokens = sizes[bisect.bisect_left(sizes, tokens)]  # padded to the captured size
+        elif stack.piecewise_graphs and sizes:
+            overhead = r.piecewise_s
+        else:
+            overhead = r.eager_s
+        weights_s = self.weights_read_gib(tokens) * GIB / r.weights_bw
+        # MLA keeps one latent KV head replicated on every TP rank: each GPU reads its engine's whole KV.
+        kv_s = (kv_tokens + prefill) * model.kv_bytes_per_token / r.kv_bw
+        active = model.active_params_b.prefill if prefill else model.active_params_b.decode
+        compute_s = 2e9 * active * tokens / r.compute_flops
+        kernels = (max(compute_s, weights_s + kv_s) + tokens * r.comm_s_per_token) / r.autotune
+        draft = k * r.draft_s if decode else 0.0
+        # Per running sequence: scheduling, sampling and rejection sampling, on the host, unchanged by
+        # a faster GPU.
+        return overhead + kernels + draft + decode * r.seq_s
+
+    def best_k(self, decode: int, kv_tokens: int, prefill: int = 0) -> int:
+        """Speculative tokens a step verifies: the configured k, or with adaptive verification the k
+        that gives the most tokens per second at this batch."""
+        k = self.pool.spec_k
+        if not self.pool.adaptive or k == 0 or decode == 0:
+            return k
+        return max(range(1, k + 1), key=lambda j: accepted_tokens(self.alpha, j) / self.step_time(
+            decode, j, kv_tokens, prefill))
+
+    def kv_transfer_time(self, tokens: int) -> float:
+        """Prefill -> decode KV transfer of `tokens` over the scale-up fabric (disaggregated stacks)."""
+        f = self.fitted
+        bw = self.stack.gpu.scaleup_gbps * 1e9 * float(f["kv_transfer_efficiency"])
+        return float(f["kv_transfer_latency_s"]) + tokens * self.stack.model.kv_bytes_per_token / bw

@@ -1,0 +1,128 @@
+"""What the simulator reads from a lock: the stack's shape and the settings its timing depends on."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stackpin.catalog import Gpu, ModelFacts, load_catalog
+from stackpin.errors import StackpinError
+from stackpin.lock.lockfile import StackLock, read_lock
+from stackpin.profile.model import StackProfile
+from stackpin.profile.sizing import pool_memory
+from stackpin.profile.topology import PoolTopology, Role, topology_of
+
+
+@dataclass(frozen=True)
+class SimPool:
+    """One pool's replicas as the scheduler sees them."""
+
+    role: Role
+    replicas: int
+    engines: int  # schedulers: replicas x data-parallel ranks (vLLM schedules each DP rank on its own)
+    gpus_per_engine: int  # TP x PP
+    weights_gib_per_gpu: float
+    model_parallel: int  # GPUs the dense weights split over (TP x PP)
+    expert_shards: int  # GPUs the routed experts split over
+    max_num_seqs: int  # per engine, as vLLM applies it
+    max_batched_tokens: int
+    kv_tokens: int  # KV cache capacity of one engine, in tokens (MLA: every TP rank holds whole tokens)
+    spec_method: str | None
+    spec_k: int
+    rejection: str
+    draft_sample: str
+    adaptive: bool
+
+
+@dataclass(frozen=True)
+class SimStack:
+    name: str
+    digest: str
+    model_id: str
+    model: ModelFacts
+    precision: str  # weights as served (fp8-fp4, ...)
+    platform: str
+    gpu_key: str
+    gpu: Gpu
+    colocated: bool
+    pools: tuple[SimPool, ...]
+    graph_mode: str
+    capture_sizes: tuple[int, ...]  # sorted; empty when CUDA graphs are off
+    full_decode_graphs: bool
+    piecewise_graphs: bool
+    attention: str
+    moe: str
+    autotune: str
+    gpus: int  # every GPU the stack occupies
+
+    def pool(self, role: Role) -> SimPool:
+        for p in self.pools:
+            if p.role == role:
+                return p
+        raise KeyError(role)
+
+    @property
+    def decode(self) -> SimPool:
+        return self.pool("worker" if self.colocated else "decode")
+
+
+def _pool(profile: StackProfile, topo: PoolTopology, model: ModelFacts, gpu: Gpu) -> SimPool:
+    catalog = load_catalog()
+    defaults = catalog.engine.memory_dependent_defaults
+    spec = profile.speculative_for(topo.spec)
+    memory = pool_memory(profile, topo, model, catalog)
+    return SimPool(
+        role=topo.role, replicas=topo.replicas, engines=topo.replicas * topo.data_parallel,
+        gpus_per_engine=topo.tensor_parallel * topo.pipeline_parallel, weights_gib_per_gpu=memory.weights_gib,
+        model_parallel=topo.model_parallel, expert_shards=topo.expert_shards,
+        max_num_seqs=topo.spec.max_num_seqs or defaults.max_num_seqs_for(gpu.hbm_gib) or 256,
+        max_batched_tokens=topo.spec.max_num_batched_tokens or defaults.max_num_batched_tokens_for(gpu.hbm_gib) or 8192,
+        kv_tokens=memory.kv_tokens,
+        spec_method=spec.method, spec_k=spec.k, rejection=spec.rejection_sample_method or "standard",
+        draft_sample=spec.draft_sample_method or "greedy", adaptive=bool(spec.adaptive_verification),
+    )
+
+
+def sim_stack(lock: StackLock) -> SimStack:
+    """The simulator's view of a lock; a stack it cannot simulate is one line saying why."""
+    return profile_stack(lock.stack_profile, lock.metadata.name, lock.stack_digest)
+
+
+def profile_stack(profile: StackProfile, name: str, digest: str = "") -> SimStack:
+    """The simulator's view of a profile (a what-if not locked yet: `stackpin plan`)."""
+    from stackpin.profile.sizing import max_capture_size
+
+    catalog = load_catalog()
+    spec = profile.spec
+    found = catalog.model_for(spec.model.id)
+    if found is None:
+        raise StackpinError(f"{name}: model {spec.model.id} is not in the catalog; cannot simulate it")
+    model = found[1]
+    gpu_key = catalog.platforms[spec.target.platform].gpu
+    gpu = catalog.gpus[gpu_key]
+    topo = topology_of(profile, catalog)
+    if topo.missing:
+        raise StackpinError(f"{name}: placement {topo.mode.value} has no {topo.missing[0]} pool")
+    pools = tuple(_pool(profile, p, model, gpu) for p in topo.pools)
+    graphs = spec.cuda_graphs
+    mode = str(graphs.mode)
+    if mode == "NONE":
+        sizes: tuple[int, ...] = ()
+    elif graphs.capture_sizes is not None:
+        sizes = tuple(sorted(set(graphs.capture_sizes)))
+    else:
+        top = max_capture_size(profile, topo.by_role[topo.decode_role], catalog)
+        sizes = tuple(catalog.engine.default_capture_sizes.up_to(top))
+    return SimStack(
+        name=name, digest=digest, model_id=spec.model.id, model=model,
+        precision=str(spec.model.weights), platform=spec.target.platform, gpu_key=gpu_key, gpu=gpu,
+        colocated=topo.mode.value == "colocated", pools=pools, graph_mode=mode, capture_sizes=sizes,
+        full_decode_graphs=mode in catalog.engine.full_decode_modes,
+        piecewise_graphs=mode in catalog.engine.piecewise_modes,
+        attention=spec.kernels.attention or "auto", moe=spec.kernels.moe or "auto",
+        autotune=str(spec.autotune.mode.value), gpus=topo.gpus,
+    )
+
+
+def load_stack(path: Path) -> SimStack:
+    return sim_stack(read_lock(path))
