@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.helpers import ROOT
-from tests.kube import Kube, garbage_collector, lockfile
+from tests.kube import Kube, attestation, garbage_collector, lockfile
 
 CD_SUBJECT = "computedomain.resource.nvidia.com/dsv41-flash-compute-domain"
 DGD_SUBJECT = "dynamographdeployment.nvidia.com/dsv41-flash"
@@ -31,6 +31,11 @@ def actions(data: dict) -> list[tuple[str, str]]:
     return [(o["object"], o["action"]) for o in data["objects"]]
 
 
+def the(data: dict, subject: str) -> dict:
+    [found] = [o for o in data["objects"] if o["object"] == subject]
+    return found
+
+
 # --- diff DEPLOYMENT@live B ------------------------------------------------------------------------
 
 
@@ -39,13 +44,14 @@ def test_diff_live_against_what_is_applied_is_no_change_and_writes_nothing(kube:
     before = kube.everything()
     code, data = live_diff(kube, lockfile("gb300-disagg-wide-ep"))
     assert code == 0
-    assert actions(data) == [(CD_SUBJECT, "unchanged"), (DGD_SUBJECT, "unchanged")]
+    assert actions(data) == [(attestation("gb300-disagg-wide-ep"), "unchanged"), (CD_SUBJECT, "unchanged"),
+                             (DGD_SUBJECT, "unchanged")]
     assert all(o["diff"] == "" and o["conflicts"] == [] for o in data["objects"])
     assert data["changed"] is False and data["stackDiff"]["equal"] is True
     assert data["live"]["stack"] == "gb300-disagg-wide-ep" and data["live"]["appliedBy"] == "admin"
     text = kube.stackpin("diff", LIVE, lockfile("gb300-disagg-wide-ep"))
     assert text.exit_code == 0, text.output
-    assert "objects 0 configured, 0 created, 0 recreated, 0 pruned, 2 unchanged (server dry run)" in text.stdout
+    assert "objects 0 configured, 0 created, 0 recreated, 0 pruned, 3 unchanged (server dry run)" in text.stdout
     assert text.stdout.splitlines()[-1].endswith("no changes: applying it changes nothing")
     assert kube.everything() == before  # dry runs only
 
@@ -56,8 +62,10 @@ def test_diff_live_shows_a_restart_class_change_as_the_server_would_make_it(kube
     code, data = live_diff(kube, lockfile("vera-rubin-tuned"))
     assert code == 1 and data["changed"] is True
     assert data["stackDiff"]["impact"] == "restart" and "worker" in data["stackDiff"]["restarts"]
-    [obj] = data["objects"]
-    assert (obj["object"], obj["action"]) == (DGD_SUBJECT, "configured")
+    # The runtime-attestation ConfigMap is named by what it holds: another GPU, another ConfigMap.
+    assert actions(data) == [(attestation("vera-rubin-tuned"), "created"), (DGD_SUBJECT, "configured"),
+                             (attestation("gb300-tuned"), "pruned")]
+    obj = the(data, DGD_SUBJECT)
     diff = obj["diff"].splitlines()
     assert diff[:2] == [f"--- live/{DGD_SUBJECT}", f"+++ dry-run/{DGD_SUBJECT}"]
     assert any(line.startswith("-") and "NVIDIA-GB300" in line for line in diff[2:])
@@ -73,9 +81,10 @@ def test_diff_live_shows_the_prune_and_the_recreate_of_a_switch_to_colocated(kub
     assert kube.apply("gb300-disagg-wide-ep").exit_code == 0
     code, data = live_diff(kube, lockfile("gb300-tuned"))
     assert code == 1
-    assert actions(data) == [(DGD_SUBJECT, "recreated"), (CD_SUBJECT, "pruned")]
+    assert actions(data) == [(attestation("gb300-tuned"), "created"), (DGD_SUBJECT, "recreated"),
+                             (attestation("gb300-disagg-wide-ep"), "pruned"), (CD_SUBJECT, "pruned")]
     assert data["stackDiff"]["impact"] == "recreate"
-    recreated, pruned = data["objects"]
+    recreated, pruned = the(data, DGD_SUBJECT), the(data, CD_SUBJECT)
     assert "components frontend, prefill, decode -> frontend, worker" in recreated["note"]
     assert recreated["diff"].splitlines()[:2] == [f"--- live/{DGD_SUBJECT}", f"+++ rendered/{DGD_SUBJECT}"]
     lines = pruned["diff"].splitlines()
@@ -91,8 +100,9 @@ def test_diff_live_shows_a_new_computedomain_created(kube: Kube) -> None:
     assert kube.apply("gb300-launch").exit_code == 0
     code, data = live_diff(kube, lockfile("gb300-disagg-wide-ep"))
     assert code == 1
-    assert actions(data) == [(CD_SUBJECT, "created"), (DGD_SUBJECT, "recreated")]
-    lines = data["objects"][0]["diff"].splitlines()
+    assert actions(data) == [(attestation("gb300-disagg-wide-ep"), "created"), (CD_SUBJECT, "created"),
+                             (DGD_SUBJECT, "recreated"), (attestation("gb300-launch"), "pruned")]
+    lines = the(data, CD_SUBJECT)["diff"].splitlines()
     assert lines[:2] == ["--- /dev/null", f"+++ dry-run/{CD_SUBJECT}"]
     assert "+kind: ComputeDomain" in lines and f"+  namespace: {kube.namespace}" in lines
     assert kube.compute_domain() is None
@@ -104,7 +114,7 @@ def test_diff_live_names_conflicts_apply_would_stop_on(kube: Kube) -> None:
     kube.kubectl("patch", "dgd", "dsv41-flash", "--type=json", "-p", patch, "--field-manager=sre-oncall")
     code, data = live_diff(kube, lockfile("gb300-tuned"))
     assert code == 1  # applying with --force-conflicts would take the replicas back
-    [obj] = data["objects"]
+    obj = the(data, DGD_SUBJECT)
     assert obj["conflicts"] == [{"manager": "sre-oncall", "field": '.spec.components[name="worker"].replicas'}]
     assert "-  - name: worker" not in obj["diff"] and "+    replicas: 18" in obj["diff"]
 
@@ -167,7 +177,8 @@ def test_rollback_apply_refuses_a_recreate_writing_nothing_then_records_and_appl
     assert data["history"]["revision"] == 4 and data["history"]["recorded"] is True
     assert data["history"]["action"] == {"kind": "rollback", "revision": 2}
     assert data["apply"]["revision"] == 4 and data["apply"]["stack"] == "gb300-tuned"
-    assert data["apply"]["objects"] == [{"object": DGD_SUBJECT, "action": "recreated"}]
+    assert actions(data["apply"]) == [(attestation("gb300-tuned"), "created"), (DGD_SUBJECT, "recreated"),
+                                      (attestation("gb300-launch"), "pruned")]
     assert (history / "dynamo" / GB300 / "000004.yaml").is_file()
     dgd = kube.dgd()
     assert dgd is not None and dgd["metadata"]["annotations"]["stackpin.dev/revision"] == "4"
