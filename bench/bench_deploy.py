@@ -5,7 +5,10 @@ loopback). Whole-process wall time, medians; both tools are the installed comman
 Rows (stack gb300-disagg-wide-ep: a DynamoGraphDeployment and its ComputeDomain):
   1. first apply into a namespace without the objects (they are deleted between repeats, untimed);
   2. re-apply with nothing changed;
-  3. status of the live stack vs `kubectl get` of the same two objects as YAML.
+  3. status of the live stack vs `kubectl get` of the same three objects as YAML;
+  4. what applying the same stack again would change, nothing: `stackpin diff DEPLOYMENT@live LOCK` vs
+     `kubectl diff --server-side -k` (both a server-side dry run per object and a YAML diff; stackpin
+     also reads the record and compares the stacks).
 stackpin does more per run than kubectl (the lock is rendered and validated, CRDs and namespace
 checked, every write dry-run first, members listed for pruning, the record kept); the request counts
 printed say how much.
@@ -31,8 +34,11 @@ from devkit.envtest import Envtest, EnvtestUnavailable, find_tool, start_envtest
 
 STACK = "gb300-disagg-wide-ep"
 NAMESPACE = "dynamo"  # the namespace the rendered files name, so `kubectl apply -k` needs no override
+# The rendered runtime-attestation ConfigMap (named by its content), as render wrote it.
+ATTESTATION = next((ROOT / "manifests" / STACK).glob("configmap-*.yaml")).stem.removeprefix("configmap-")
 OBJECTS = ("/apis/nvidia.com/v1beta1/namespaces/dynamo/dynamographdeployments/dsv41-flash",
            "/apis/resource.nvidia.com/v1beta1/namespaces/dynamo/computedomains/dsv41-flash-compute-domain",
+           f"/api/v1/namespaces/dynamo/configmaps/{ATTESTATION}",
            "/api/v1/namespaces/dynamo/configmaps/stackpin-dsv41-flash")
 
 
@@ -75,35 +81,40 @@ def main() -> None:
             env = {**os.environ, "KUBECONFIG": str(server.kubeconfig), "KUBECACHEDIR": str(Path(tmp) / "kube-cache")}
             tools = {
                 "stackpin": ([stackpin, "apply", f"lockfiles/{STACK}.lock.yaml"],
-                             [stackpin, "status", "dsv41-flash", "-n", NAMESPACE]),
+                             [stackpin, "status", "dsv41-flash", "-n", NAMESPACE],
+                             [stackpin, "diff", "dsv41-flash@live", f"lockfiles/{STACK}.lock.yaml"]),
                 "kubectl": ([kubectl, "apply", "--server-side", "-k", f"manifests/{STACK}"],
                             [kubectl, "get", "-n", NAMESPACE, "-o", "yaml", "dynamographdeployment/dsv41-flash",
-                             "computedomain/dsv41-flash-compute-domain"]),
+                             "computedomain/dsv41-flash-compute-domain", f"configmap/{ATTESTATION}"],
+                            [kubectl, "diff", "--server-side", "-k", f"manifests/{STACK}"]),
             }
             first: dict[str, list[float]] = {t: [] for t in tools}
             again: dict[str, list[float]] = {t: [] for t in tools}
             status: dict[str, list[float]] = {t: [] for t in tools}
-            for apply, _ in tools.values():  # warm the page cache and kubectl's discovery cache
+            diff: dict[str, list[float]] = {t: [] for t in tools}
+            for apply, _, _ in tools.values():  # warm the page cache and kubectl's discovery cache
                 _reset(server)
                 _timed(apply, env)
             for _ in range(repeats):
-                for tool, (apply, get) in tools.items():
+                for tool, (apply, get, live) in tools.items():
                     _reset(server)
                     first[tool].append(_timed(apply, env))
                     again[tool].append(_timed(apply, env))
                     status[tool].append(_timed(get, env))
+                    diff[tool].append(_timed(live, env))  # exit 0: no change (both tools)
             requests = {}
-            for tool, (apply, get) in tools.items():
+            for tool, (apply, get, live) in tools.items():
                 _reset(server)
                 requests[tool] = (_count_requests(server, apply, env), _count_requests(server, apply, env),
-                                  _count_requests(server, get, env))
+                                  _count_requests(server, get, env), _count_requests(server, live, env))
     except EnvtestUnavailable as exc:
         print(f"skipped: no Kubernetes API server to measure against: {exc}")
         return
 
-    print(f"medians of {repeats}, whole process, same kube-apiserver on loopback; stack {STACK} (2 objects)")
+    print(f"medians of {repeats}, whole process, same kube-apiserver on loopback; stack {STACK} (3 objects)")
     print(f"{'case':<34} {'stackpin':>9} {'kubectl':>9}  ratio  resource requests (stackpin / kubectl)")
-    rows = (("first apply", first, 0), ("re-apply, nothing changed", again, 1), ("status vs get -o yaml", status, 2))
+    rows = (("first apply", first, 0), ("re-apply, nothing changed", again, 1), ("status vs get -o yaml", status, 2),
+            ("diff @live vs diff --server-side", diff, 3))
     for label, times, index in rows:
         ours, theirs = statistics.median(times["stackpin"]), statistics.median(times["kubectl"])
         print(f"{label:<34} {ours * 1000:>7.0f}ms {theirs * 1000:>7.0f}ms  {ours / theirs:4.1f}x  "

@@ -103,6 +103,7 @@ def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, 
             """),
         "vllm/config/compilation.py": textwrap.dedent("""\
             import enum
+            from dataclasses import field
 
             from pydantic import Field
 
@@ -126,6 +127,7 @@ def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, 
                 cudagraph_mode: CUDAGraphMode | None = None
                 cudagraph_capture_sizes: list[int] | None = None
                 pass_config: PassConfig = Field(default_factory=PassConfig)
+                compilation_time: float = field(default=0.0, init=False)
             """),
         "vllm/config/kernel.py": textwrap.dedent("""\
             from typing import Literal

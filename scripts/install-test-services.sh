@@ -2,11 +2,13 @@
 # Installs the real services the test suite runs (idempotent; does nothing when all are present):
 #   docker-registry  CNCF distribution 2.8, started by tests/registry.py on loopback
 #   openssl          signs the JWTs of the test token service (tests/registry.py)
+#   chromium         loads `stackpin report`'s page headless (tests/test_bench_report.py)
 set -euo pipefail
 
 missing=()
 [ -x /usr/bin/docker-registry ] || command -v docker-registry >/dev/null 2>&1 || missing+=(docker-registry)
 command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 sudo=""

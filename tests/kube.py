@@ -63,6 +63,16 @@ def lockfile(stack: str) -> str:
     return str(LOCKS / f"{stack}.lock.yaml")
 
 
+def attestation(stack: str) -> str:
+    """`configmap/<name>` of the runtime-attestation ConfigMap a shipped stack renders (named by what it
+    holds, so two stacks with the same engines, cache and GPU share it); apply applies it first."""
+    from stackpin.lock.lockfile import read_lock
+    from stackpin.render.build import build_objects
+
+    [cm] = [o for o in build_objects(read_lock(Path(lockfile(stack)))) if o["kind"] == "ConfigMap"]
+    return f"configmap/{cm['metadata']['name']}"
+
+
 @dataclass
 class Kube:
     """One test's namespace on the shared server, and ways to act on it."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,8 @@ from stackpin.deploy.applyset import (
     TOOLING_ANNOTATION,
     applyset_id,
 )
-from tests.kube import LOCKS, Kube, garbage_collector, lockfile, ready_status
+from stackpin.lock.lockfile import read_lock
+from tests.kube import LOCKS, Kube, attestation, garbage_collector, lockfile, ready_status
 
 CD_SUBJECT = "computedomain.resource.nvidia.com/dsv41-flash-compute-domain"
 DGD_SUBJECT = "dynamographdeployment.nvidia.com/dsv41-flash"
@@ -28,6 +30,11 @@ DGD_SUBJECT = "dynamographdeployment.nvidia.com/dsv41-flash"
 
 def managers(obj: dict) -> dict[str, str]:
     return {m["manager"]: m["operation"] for m in obj["metadata"]["managedFields"]}
+
+
+def engines(lines: list[str]) -> list[str]:
+    """Output lines of the engine objects, without the attestation ConfigMaps' (applied first, pruned last)."""
+    return [line for line in lines if not line.startswith("configmap/")]
 
 
 def record(kube: Kube) -> list[dict]:
@@ -39,15 +46,16 @@ def record(kube: Kube) -> list[dict]:
 def test_first_apply_creates_members_of_an_applyset_and_records_who_applied_what(kube: Kube) -> None:
     result = kube.apply("gb300-disagg-wide-ep")
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[:2] == [f"{CD_SUBJECT} created", f"{DGD_SUBJECT} created"]
+    cm = attestation("gb300-disagg-wide-ep")
+    assert result.stdout.splitlines()[:3] == [f"{cm} created", f"{CD_SUBJECT} created", f"{DGD_SUBJECT} created"]
     parent = kube.parent()
     assert parent is not None
     set_id = applyset_id("stackpin-dsv41-flash", kube.namespace)
     assert parent["metadata"]["labels"][ID_LABEL] == set_id
     assert parent["metadata"]["annotations"] == {
         TOOLING_ANNOTATION: TOOLING, NAMESPACES_ANNOTATION: "",
-        GROUP_KINDS_ANNOTATION: "ComputeDomain.resource.nvidia.com,DynamoGraphDeployment.nvidia.com"}
-    lock_digest = "sha256:a885cb9f370343f1aed1fdc3b43ac4a989b90bacc41b1f3f4b2a602e707f3676"
+        GROUP_KINDS_ANNOTATION: "ComputeDomain.resource.nvidia.com,ConfigMap,DynamoGraphDeployment.nvidia.com"}
+    lock_digest = read_lock(Path(lockfile("gb300-disagg-wide-ep"))).stack_digest
     for obj in (kube.dgd(), kube.compute_domain()):
         assert obj is not None
         assert obj["metadata"]["labels"][PART_OF_LABEL] == set_id
@@ -58,7 +66,7 @@ def test_first_apply_creates_members_of_an_applyset_and_records_who_applied_what
     [entry] = record(kube)
     assert entry["stack"] == "gb300-disagg-wide-ep" and entry["stackDigest"] == lock_digest
     assert entry["appliedBy"] == "admin" and entry["appliedAt"].endswith("Z") and "revision" not in entry
-    assert entry["objects"] == [CD_SUBJECT, DGD_SUBJECT]
+    assert entry["objects"] == [cm, CD_SUBJECT, DGD_SUBJECT]
     assert entry["lock"]["stackDigest"] == lock_digest
 
 
@@ -68,7 +76,8 @@ def test_re_apply_changes_nothing_not_even_a_resource_version(kube: Kube) -> Non
     again = kube.apply("gb300-tuned", "-o", "json")
     assert again.exit_code == 0, again.output
     data = json.loads(again.stdout)
-    assert data["objects"] == [{"object": DGD_SUBJECT, "action": "unchanged"}]
+    assert data["objects"] == [{"object": attestation("gb300-tuned"), "action": "unchanged"},
+                               {"object": DGD_SUBJECT, "action": "unchanged"}]
     assert data["recorded"] is False
     assert kube.everything() == before
     assert len(record(kube)) == 1
@@ -79,7 +88,10 @@ def test_a_restart_class_change_is_applied_in_place(kube: Kube) -> None:
     uid = kube.dgd()["metadata"]["uid"]  # type: ignore[index]
     result = kube.apply("vera-rubin-tuned")
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[0] == f"{DGD_SUBJECT} configured"
+    lines = result.stdout.splitlines()
+    # Rubin's attestation expects another GPU: a new ConfigMap first, the GB300 one pruned after.
+    assert lines[:2] == [f"{attestation('vera-rubin-tuned')} created", f"{DGD_SUBJECT} configured"]
+    assert f"{attestation('gb300-tuned')} pruned" in lines
     dgd = kube.dgd()
     assert dgd is not None and dgd["metadata"]["uid"] == uid  # updated, not recreated
     selector = dgd["spec"]["components"][1]["podTemplate"]["spec"]["nodeSelector"]
@@ -104,7 +116,7 @@ def test_a_recreate_class_change_is_refused_then_done_computedomain_first(kube: 
     with garbage_collector(kube) as events:
         allowed = kube.apply("gb300-disagg-wide-ep", "--allow-recreate")
     assert allowed.exit_code == 0, allowed.output
-    assert allowed.stdout.splitlines()[:2] == [f"{CD_SUBJECT} created", f"{DGD_SUBJECT} recreated"]
+    assert engines(allowed.stdout.splitlines())[:2] == [f"{CD_SUBJECT} created", f"{DGD_SUBJECT} recreated"]
     dgd = kube.dgd()
     assert dgd is not None and dgd["metadata"]["uid"] != old_uid
     assert [(t, k) for _, t, k, _ in sorted(events) if t != "MODIFIED"] == [
@@ -119,22 +131,23 @@ def test_switching_to_colocated_recreates_and_prunes_the_computedomain_after_its
     before = kube.everything()
     dry = kube.apply("gb300-tuned", "--allow-recreate", "--dry-run")
     assert dry.exit_code == 0, dry.output
-    assert dry.stdout.splitlines()[:2] == [f"{DGD_SUBJECT} recreated (server dry run)",
-                                           f"{CD_SUBJECT} pruned (server dry run)"]
+    assert engines(dry.stdout.splitlines())[:2] == [f"{DGD_SUBJECT} recreated (server dry run)",
+                                                    f"{CD_SUBJECT} pruned (server dry run)"]
     assert dry.stderr.splitlines() == [f"warning: {DGD_SUBJECT}: the new object cannot be dry-run while the old one "
                                        "exists; only its deletion was"]
     assert kube.everything() == before
     with garbage_collector(kube) as events:
         result = kube.apply("gb300-tuned", "--allow-recreate")
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[:2] == [f"{DGD_SUBJECT} recreated", f"{CD_SUBJECT} pruned"]
+    assert engines(result.stdout.splitlines())[:2] == [f"{DGD_SUBJECT} recreated", f"{CD_SUBJECT} pruned"]
     assert kube.compute_domain() is None
     assert [c["name"] for c in kube.dgd()["spec"]["components"]] == ["frontend", "worker"]  # type: ignore[index]
     # The old DynamoGraphDeployment is gone before its ComputeDomain is deleted.
     assert [(t, k) for _, t, k, _ in sorted(events) if t != "MODIFIED"] == [
         ("DELETED", "DynamoGraphDeployment"), ("ADDED", "DynamoGraphDeployment"), ("DELETED", "ComputeDomain")]
     parent = kube.parent()
-    assert parent["metadata"]["annotations"][GROUP_KINDS_ANNOTATION] == "DynamoGraphDeployment.nvidia.com"  # type: ignore[index]
+    assert parent["metadata"]["annotations"][GROUP_KINDS_ANNOTATION] == (  # type: ignore[index]
+        "ConfigMap,DynamoGraphDeployment.nvidia.com")
 
 
 def test_a_conflict_names_the_other_manager_and_its_fields_and_only_force_takes_them(kube: Kube) -> None:
@@ -176,17 +189,19 @@ def test_a_user_rbac_forbids_gets_one_line_and_nothing_is_written(kube: Kube) ->
     assert [w.split(" (forbidden)")[0] for w in warnings] == [
         "warning: cannot read CRD dynamographdeployments.nvidia.com",
         "warning: cannot read CRD computedomains.resource.nvidia.com"]
-    assert line.startswith(f"error: {CD_SUBJECT}: ")
-    assert 'User "deployer" cannot patch resource "computedomains"' in line
+    assert line.startswith(f"error: {attestation('gb300-disagg-wide-ep')}: ")  # the first object applied
+    assert 'User "deployer" cannot patch resource "configmaps"' in line
     assert kube.everything() == {}
 
 
 def test_dry_run_asks_the_server_and_writes_nothing(kube: Kube) -> None:
+    short = read_lock(Path(lockfile("gb300-disagg-wide-ep"))).short_digest
     result = kube.apply("gb300-disagg-wide-ep", "--dry-run")
     assert result.exit_code == 0, result.output
     assert result.stdout.splitlines() == [
-        f"{CD_SUBJECT} created (server dry run)", f"{DGD_SUBJECT} created (server dry run)",
-        f"dry run: gb300-disagg-wide-ep (a885cb9f3703) would apply to {kube.namespace}/dsv41-flash; nothing changed"]
+        f"{attestation('gb300-disagg-wide-ep')} created (server dry run)", f"{CD_SUBJECT} created (server dry run)",
+        f"{DGD_SUBJECT} created (server dry run)",
+        f"dry run: gb300-disagg-wide-ep ({short}) would apply to {kube.namespace}/dsv41-flash; nothing changed"]
     assert kube.everything() == {}
     broken = kube.stackpin("apply", lockfile("gb300-tuned"), "--dry-run", "-n", "no-such-namespace", namespace=False)
     assert broken.exit_code == 2
@@ -208,7 +223,7 @@ def test_wait_times_out_naming_what_is_not_ready_then_succeeds_once_the_operator
     result = kube.apply("gb300-tuned", "--wait", "--timeout", "2")
     assert result.exit_code == 1
     assert 2 <= time.monotonic() - started < 30
-    assert result.stdout.splitlines()[0] == f"{DGD_SUBJECT} created"  # applied first, then waited
+    assert engines(result.stdout.splitlines())[0] == f"{DGD_SUBJECT} created"  # applied first, then waited
     [line] = result.stderr.splitlines()
     assert line == (f"error: timed out after 2s waiting for {DGD_SUBJECT} in namespace {kube.namespace}: not ready: "
                     "state not reported; frontend -/1 ready; worker -/18 ready")
@@ -255,7 +270,7 @@ def test_an_object_still_being_deleted_is_awaited_then_created_anew(kube: Kube) 
     finally:
         release.join()
     assert result.exit_code == 0, result.output
-    assert result.stdout.splitlines()[0] == f"{DGD_SUBJECT} created"
+    assert engines(result.stdout.splitlines())[0] == f"{DGD_SUBJECT} created"
     new = kube.dgd()
     assert new is not None and new["metadata"]["uid"] != old["metadata"]["uid"]
     assert not new["metadata"].get("deletionTimestamp")

@@ -15,7 +15,7 @@ from devkit.envtest import Envtest
 from stackpin.deploy.apply import ApplyOptions, apply_stack
 from stackpin.deploy.kube import Unreachable, connect
 from stackpin.deploy.source import resolve_source
-from tests.kube import LOCKS, Kube, garbage_collector, lockfile
+from tests.kube import LOCKS, Kube, attestation, garbage_collector, lockfile
 
 CD_SUBJECT = "computedomain.resource.nvidia.com/dsv41-flash-compute-domain"
 DGD_SUBJECT = "dynamographdeployment.nvidia.com/dsv41-flash"
@@ -75,24 +75,30 @@ def test_killed_between_the_computedomain_and_its_deployment(kube: Kube) -> None
     kube.env.start_apiserver()
     again = kube.apply("gb300-disagg-wide-ep")
     assert again.exit_code == 0, again.output
-    assert again.stdout.splitlines()[:2] == [f"{CD_SUBJECT} unchanged", f"{DGD_SUBJECT} created"]
+    assert again.stdout.splitlines()[:3] == [f"{attestation('gb300-disagg-wide-ep')} unchanged",
+                                             f"{CD_SUBJECT} unchanged", f"{DGD_SUBJECT} created"]
     found, strays = members_and_strays(kube)
     assert sorted(found) == [CD_SUBJECT, DGD_SUBJECT] and strays == []
 
 
 @pytest.mark.usefixtures("server_back")
 def test_killed_before_the_prune_of_a_switch_to_colocated(kube: Kube) -> None:
-    """The new DynamoGraphDeployment is in, the old ComputeDomain not yet pruned: the parent still lists
-    ComputeDomains (the superset written first), so the re-run finds and prunes it."""
+    """The new DynamoGraphDeployment is in, the old ComputeDomain (and attestation ConfigMap) not yet
+    pruned: the parent still lists their kinds (the superset written first), so the re-run finds and
+    prunes them."""
     assert kube.apply("gb300-disagg-wide-ep").exit_code == 0
     with garbage_collector(kube):
         error = apply_killed_after(kube, "gb300-tuned", f"{DGD_SUBJECT} recreated", allow_recreate=True)
-    assert error.lines() == [f"lost the API server {kube.env.url} during DELETE of {CD_SUBJECT}: connection refused"
+    # The first prune is the old stack's attestation ConfigMap (no pod of the recreated deployment names it).
+    old_cm = attestation("gb300-disagg-wide-ep")
+    assert error.lines() == [f"lost the API server {kube.env.url} during DELETE of {old_cm}: connection refused"
                              " (hint: run it again once the server answers: the apply converges)"]
     kube.env.start_apiserver()
     again = kube.apply("gb300-tuned")  # no recreate left to do: the live DGD is already colocated
     assert again.exit_code == 0, again.output
-    assert again.stdout.splitlines()[:2] == [f"{DGD_SUBJECT} unchanged", f"{CD_SUBJECT} pruned"]
+    lines = again.stdout.splitlines()
+    assert lines[:2] == [f"{attestation('gb300-tuned')} unchanged", f"{DGD_SUBJECT} unchanged"]
+    assert sorted(lines[2:4]) == sorted([f"{CD_SUBJECT} pruned", f"{old_cm} pruned"])
     found, strays = members_and_strays(kube)
     assert list(found) == [DGD_SUBJECT] and strays == []
     record = json.loads(kube.parent()["data"]["revisions.json"])  # type: ignore[index]

@@ -10,10 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.kube import LOCKS, Kube, lockfile, ready_status
+from stackpin.lock.lockfile import read_lock
+from tests.kube import LOCKS, Kube, attestation, lockfile, ready_status
 
 DGD_SUBJECT = "dynamographdeployment.nvidia.com/dsv41-flash"
-TUNED_DIGEST = "sha256:5b94e20ac2f10fc316d75d40d0a0c078a068cfb007e4ccf99bf57cf520eff47c"
+TUNED_DIGEST = read_lock(Path(lockfile("gb300-tuned"))).stack_digest
 
 
 def status(kube: Kube, *args: str, **kwargs: object) -> tuple[int, dict]:
@@ -31,7 +32,8 @@ def test_status_in_sync_shows_digest_record_lock_and_readiness(kube: Kube) -> No
                             "stackDigest": TUNED_DIGEST, "matches": True}
     assert data["lastApplied"]["appliedBy"] == "admin" and data["revisions"] == 1
     assert data["drift"] == [] and data["problems"] == [] and data["inSync"] is True
-    assert data["objects"] == [{"object": DGD_SUBJECT, "stackDigest": TUNED_DIGEST, "revision": None}]
+    assert data["objects"] == [{"object": attestation("gb300-tuned"), "stackDigest": TUNED_DIGEST, "revision": None},
+                               {"object": DGD_SUBJECT, "stackDigest": TUNED_DIGEST, "revision": None}]
     assert data["readiness"]["ready"] is False
     assert data["readiness"]["components"][1] == {"name": "worker", "desired": 18, "ready": 17}
     text = kube.stackpin("status", "dsv41-flash", "--lockdir", str(LOCKS))

@@ -79,20 +79,22 @@ def test_manifests_adds_a_per_object_diff_and_lists_added_objects() -> None:
     result = invoke("diff", str(TUNED), str(LOCKDIR / "gb300-disagg-wide-ep.lock.yaml"), "--manifests")
     assert result.exit_code == 0, result.output
     out = result.stdout
-    assert "manifests 1 changed, 1 added, 0 removed, 0 unchanged" in out
+    # Each stack's attestation ConfigMap is named by what its workers check: one goes, the other comes.
+    assert "manifests 1 changed, 2 added, 1 removed, 0 unchanged" in out
     assert "added ComputeDomain/dsv41-flash-compute-domain" in out
+    assert "added ConfigMap/dsv41-flash-attestation-" in out and "removed ConfigMap/dsv41-flash-attestation-" in out
     assert "--- a/DynamoGraphDeployment/dsv41-flash" in out and "+++ b/DynamoGraphDeployment/dsv41-flash" in out
     assert "-    type: worker" in out and "+    type: decode" in out
     back = invoke("diff", str(LOCKDIR / "gb300-disagg-wide-ep.lock.yaml"), str(TUNED), "--manifests", "-o", "json")
     objects = json.loads(back.stdout)["manifests"]["objects"]
-    assert [(o["kind"], o["status"]) for o in objects] == [("ComputeDomain", "removed"),
-                                                           ("DynamoGraphDeployment", "changed")]
+    assert [(o["kind"], o["status"]) for o in objects] == [("ComputeDomain", "removed"), ("ConfigMap", "removed"),
+                                                           ("ConfigMap", "added"), ("DynamoGraphDeployment", "changed")]
 
 
 def test_manifests_of_a_profile_renders_its_lock() -> None:
     diff = diff_sources(str(PROFILES_DIR / "gb300-tuned.yaml"), str(TUNED), manifests=True, lockdir=LOCKDIR)
     assert diff.equal and diff.manifests is not None
-    assert diff.manifests.objects == () and diff.manifests.unchanged == 1
+    assert diff.manifests.objects == () and diff.manifests.unchanged == 2  # the DGD and the attestation ConfigMap
 
 
 # --- --exit-code ----------------------------------------------------------------------------------

@@ -120,7 +120,11 @@ def test_types_defaults_and_choices_follow_the_config_fields(vllm: VllmRelease) 
 def test_config_classes_of_json_options(vllm: VllmRelease) -> None:
     compilation = vllm.config_classes["CompilationConfig"]
     assert compilation.module == "vllm/config/compilation.py"
-    assert set(compilation.fields) == {"mode", "cudagraph_mode", "cudagraph_capture_sizes", "pass_config"}
+    assert set(compilation.fields) == {"mode", "cudagraph_mode", "cudagraph_capture_sizes", "pass_config",
+                                       "compilation_time"}
+    # field(init=False): recorded, but not a key a JSON value may hold
+    assert compilation.keys == ("mode", "cudagraph_mode", "cudagraph_capture_sizes", "pass_config")
+    assert not compilation.fields["compilation_time"].init and compilation.fields["mode"].init
     assert compilation.fields["cudagraph_capture_sizes"].type == "list"
     assert compilation.fields["pass_config"].config_class == "PassConfig"
     assert vllm.config_classes["PassConfig"].fields["fuse_norm_quant"].default is False

@@ -23,6 +23,7 @@ from stackpin.history.model import ActionKind, DeploymentKey, revision_text
 from stackpin.history.record import promote, rollback
 from stackpin.history.store import HistoryStore
 from stackpin.lock.lockfile import StackLock, read_lock, sha256
+from stackpin.render.build import build_objects
 from stackpin.render.output import render_stack
 from tests.helpers import PROFILES_DIR, ROOT
 
@@ -76,7 +77,8 @@ def test_promote_twice_and_roll_back_records_three_revisions(tmp_path: Path) -> 
     launch = read_lock(LAUNCH)
     assert first.stdout.splitlines() == [
         f"recorded {path}  revision 1 of dynamo/dsv41-flash@gb300-nvl72: promote gb300-launch {launch.stack_digest}",
-        f"rendered {tmp_path / 'deployments' / 'dynamo' / 'dsv41-flash@gb300-nvl72'}/  (2 files)"]
+        # The DynamoGraphDeployment, its attestation ConfigMap and the kustomization.
+        f"rendered {tmp_path / 'deployments' / 'dynamo' / 'dsv41-flash@gb300-nvl72'}/  (3 files)"]
     assert invoke(tmp_path, "promote", str(TUNED), "-m", "Tuned stack").exit_code == 0
     back = invoke(tmp_path, "rollback", "dsv41-flash", "-o", "json")
     assert back.exit_code == 0, back.output
@@ -128,7 +130,7 @@ def test_same_inputs_give_the_same_bytes(tmp_path: Path) -> None:
     three_revisions(tmp_path / "a")
     three_revisions(tmp_path / "b")
     assert files(tmp_path / "a") == files(tmp_path / "b")
-    assert len(files(tmp_path / "a")) == 5
+    assert len(files(tmp_path / "a")) == 6  # 3 revisions; the DGD, attestation ConfigMap and kustomization
 
 
 def test_a_rollback_can_be_rolled_back_and_never_rewrites_history(tmp_path: Path) -> None:
@@ -383,7 +385,7 @@ def test_check_reports_a_hand_edited_deployment_and_render_restores_it(tmp_path:
     data = json.loads(invoke(tmp_path, "history", "--check", "-o", "json").stdout)
     assert data["current"] is False and data["checks"][0]["drift"] == [{"path": str(dgd), "status": "drifted"}]
     fixed = invoke(tmp_path, "history", "--render")
-    assert fixed.exit_code == 0 and fixed.stdout == f"rendered {directory}/  (2 files, revision 3)\n"
+    assert fixed.exit_code == 0 and fixed.stdout == f"rendered {directory}/  (3 files, revision 3)\n"
     assert invoke(tmp_path, "history", "--check").exit_code == 0
     assert len(HistoryStore(tmp_path / "history").numbers(GB300)) == 3  # no revision recorded
 
@@ -395,7 +397,10 @@ def test_rolling_back_to_a_stack_without_a_compute_domain_removes_it(tmp_path: P
     directory = tmp_path / "deployments" / "dynamo" / "dsv41-flash@gb300-nvl72"
     assert (directory / "computedomain-dsv41-flash-compute-domain.yaml").is_file()
     assert invoke(tmp_path, "rollback", "dsv41-flash").exit_code == 0
-    assert sorted(p.name for p in directory.iterdir()) == ["dynamographdeployment-dsv41-flash.yaml",
+    # The tuned stack's attestation ConfigMap; wide EP's went with its ComputeDomain.
+    [tuned] = [o["metadata"]["name"] for o in build_objects(read_lock(TUNED)) if o["kind"] == "ConfigMap"]
+    assert sorted(p.name for p in directory.iterdir()) == [f"configmap-{tuned}.yaml",
+                                                          "dynamographdeployment-dsv41-flash.yaml",
                                                           "kustomization.yaml"]
     assert invoke(tmp_path, "history", "--check").exit_code == 0
 

@@ -181,3 +181,36 @@ def test_render_does_not_import_jsonschema(tmp_path: Path) -> None:
                 if line.startswith("import time:") and "|" in line}
     assert "stackpin.validate.quickcheck" in imported
     assert not {name for name in imported if name.split(".")[0] in ("jsonschema", "referencing")}
+
+
+# Core kinds (the attestation ConfigMap): quickcheck reads the schema with Kubernetes' definitions
+# inlined; its verdict must be jsonschema's on the schema as bundled, $refs and draft 2020-12 included.
+CORE_OBJECTS = [doc for file in sorted((ROOT / "manifests").rglob("configmap-*.yaml"))
+                for doc in yaml.safe_load_all(file.read_text(encoding="utf-8")) if doc]
+
+
+def _core_agrees(instance: Any) -> bool | None:
+    validator = manifests._validator("v1", "ConfigMap")
+    assert validator is not None
+    expected = validator._jsonschema().is_valid(instance)
+    try:
+        got = is_valid(instance, validator.quick)
+    except Unsure:
+        return None
+    assert got == expected, f"quickcheck says {got}, jsonschema {expected}: {instance!r}"
+    return got
+
+
+def test_rendered_configmaps_are_a_plain_yes() -> None:
+    assert CORE_OBJECTS and all(_core_agrees(obj) is True for obj in CORE_OBJECTS)
+
+
+@settings(derandomize=True, database=None, deadline=None, max_examples=int(300 * float(
+    os.environ.get("STACKPIN_FUZZ_SCALE", "1"))), suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_mutated_configmaps_agree_with_jsonschema(data: st.DataObject) -> None:
+    obj = data.draw(st.sampled_from(CORE_OBJECTS))
+    path = data.draw(st.sampled_from(_paths(obj)))
+    how = data.draw(st.sampled_from(["replace", "replace", "delete", "add-key", "append", "empty"]))
+    value = data.draw(st.sampled_from(SCALARS))
+    _core_agrees(_mutate(obj, path, how, value))

@@ -12,6 +12,7 @@ import pytest
 from stackpin.profile.tuning import parse_ranks_summary
 from stackpin.validate import Finding, all_rules, run_rules
 from stackpin.validate.check import check_profiles
+from stackpin.validate.upgrade import upgrade_findings
 from tests.helpers import NULL, SHIPPED, apply, base_doc, dump, line_of, load_doc
 
 W = "spec.placement.pools.worker"
@@ -36,6 +37,7 @@ class Case(NamedTuple):
     base: str = "gb300-tuned"
     label: str = ""
     cache: str | None = None  # the pinned cache's ranks annotation, as a lock records it (rules that read it)
+    upgrade: str | None = None  # `validate --upgrade-to vllm==X`: the findings of the upgrade, for both variants
 
 
 CASES = [
@@ -197,6 +199,7 @@ CASES = [
          {"spec.versions.runtimeImage": "localhost:5000/vllm-runtime:1.6.1"}, label="registry-port"),
     Case("SP183", "warning", "spec.model.revision", {"spec.model.revision": "v4.1"}, {"spec.model.revision": "0" * 40}),
     Case("SP184", "warning", "spec", {"spec.modelStore": None}, {"spec.modelStore": {"pvc": "model-cache"}}),
+    Case("SP185", "warning", "spec.attestation", {"spec.attestation": False}, {"spec.attestation": True}),
     Case("SP193", "error", f"{W}.maxNumBatchedTokens", {f"{W}.maxNumBatchedTokens": 63},
          {f"{W}.maxNumBatchedTokens": 64, "spec.cudaGraphs.captureSizes": [6, 12, 24, 48],
           "spec.cudaGraphs.maxCaptureSize": 48}),
@@ -219,6 +222,55 @@ CASES = [
         "replicas": 4, "tensorParallel": 4, "expertParallel": True, "maxNumSeqs": 64,
         "maxNumBatchedTokens": 16384}}, base="gb300-disagg-wide-ep", cache="a1a1a1a1a1a1:dp0 rank0-3 (4 files)",
          label="per-rank"),
+    # engineArgs / dynamoArgs
+    Case("SP221", "error", f"{W}.engineArgs.--max-logprob", {f"{W}.engineArgs": {"--max-logprob": 20}},
+         {f"{W}.engineArgs": {"--max-logprobs": 20}}),
+    # A Dynamo option passed as a vLLM one (the hint says where it belongs).
+    Case("SP221", "error", f"{W}.dynamoArgs.--max-logprobs", {f"{W}.dynamoArgs": {"--max-logprobs": 20}},
+         {f"{W}.dynamoArgs": {"--router-track-active-blocks": True}}, label="wrong-half"),
+    Case("SP222", "error", f"{W}.engineArgs.--mamba-cache-mode", {f"{W}.engineArgs": {"--mamba-cache-mode": "fancy"}},
+         {f"{W}.engineArgs": {"--mamba-cache-mode": "align"}}),
+    Case("SP223", "error", f"{W}.engineArgs.--enable-log-requests",
+         {f"{W}.engineArgs": {"--enable-log-requests": False}},
+         {f"{W}.engineArgs": {"--no-enable-log-requests": True}}),
+    Case("SP223", "error", f"{W}.engineArgs.--max-logprobs", {f"{W}.engineArgs": {"--max-logprobs": True}},
+         {f"{W}.engineArgs": {"--max-logprobs": 0}}, label="value-flag"),
+    Case("SP224", "error", f"{W}.engineArgs.--attention-config",
+         {f"{W}.engineArgs": {"--attention-config": {"bogus": 1}}},
+         {f"{W}.engineArgs": {"--attention-config": {"flash_attn_version": 3}}}),
+    Case("SP224", "error", f"{W}.engineArgs.--reasoning-config",  # a field(init=False) the class sets itself
+         {f"{W}.engineArgs": {"--reasoning-config": {"_enabled": True}}},
+         {f"{W}.engineArgs": {"--reasoning-config": {}}}, label="init-false"),
+    Case("SP224", "error", f"{W}.engineArgs.--structured-outputs-config",
+         {f"{W}.engineArgs": {"--structured-outputs-config": "xgrammar"}},
+         {f"{W}.engineArgs": {"--structured-outputs-config": '{"backend": "xgrammar"}'}}, label="not-an-object"),
+    Case("SP225", "error", f"{W}.engineArgs.--tensor-parallel-size",
+         {f"{W}.engineArgs": {"--tensor-parallel-size": 8}}, {f"{W}.engineArgs": {"--max-logprobs": 8}}),
+    # A switch set the way its boolean field renders it repeats it (warning); the other way fights it.
+    Case("SP225", "warning", f"{W}.engineArgs.--no-enable-prefix-caching",
+         {"spec.kvCache.prefixCaching": False, f"{W}.engineArgs": {"--no-enable-prefix-caching": True}},
+         {"spec.kvCache.prefixCaching": False, f"{W}.engineArgs": {"--enable-log-requests": True}}, label="agrees"),
+    Case("SP225", "error", f"{W}.engineArgs.--no-enable-prefix-caching",
+         {f"{W}.engineArgs": {"--no-enable-prefix-caching": True}},
+         {f"{W}.engineArgs": {"--no-enable-log-requests": True}}, label="contradicts"),
+    Case("SP225", "error", f"{W}.engineArgs.--kernel-config", {f"{W}.engineArgs": {"--kernel-config": {
+        "moe_backend": "cutlass"}}}, {f"{W}.engineArgs": {"--kernel-config": {"enable_jit_warmup": False}}},
+         label="json-key"),
+    Case("SP225", "error", f"{W}.dynamoArgs.--disaggregation-mode",
+         {f"{W}.dynamoArgs": {"--disaggregation-mode": "agg"}},
+         {f"{W}.dynamoArgs": {"--router-track-active-blocks": True}}, label="dynamo"),
+    Case("SP226", "warning", f"{W}.dynamoArgs.--router-queue-policy",
+         {f"{W}.dynamoArgs": {"--router-queue-policy": "fcfs"}},
+         {f"{W}.dynamoArgs": {"--router-track-active-blocks": True}}),
+    # validate --upgrade-to: no Dynamo ships vLLM 0.33.0 (quiet when the profile is on it already) ...
+    Case("SP241", "error", "spec.versions.dynamo", {}, VLLM_033, upgrade="0.33.0"),
+    # ... and 0.31.0 ships in Dynamo 1.6.1, whose pins the hint lists (quiet from a profile already on it).
+    Case("SP241", "warning", "spec.versions.dynamo", PINS_1_5, {}, upgrade="0.31.0", label="ships"),
+    # vLLM 0.31.0 picks --dcp-comm-backend itself; 0.28.0 defaulted to ag_rs.
+    Case("SP242", "warning", "spec.versions.vllm", PINS_1_5,
+         {**PINS_1_5, f"{W}.engineArgs": {"--dcp-comm-backend": "ag_rs", "--cp-kv-cache-interleave-size": 1}},
+         upgrade="0.31.0"),  # every default 0.31.0 changes, passed: nothing is left to the default
+    Case("SP243", "error", "spec.autotune.cache", {}, {"spec.autotune": {"mode": "off"}}, upgrade="0.33.0"),
     # kernels
     Case("SP211", "error", "spec.kernels.attention", {"spec.kernels.attention": "FLASHINFER_MLA_SPARSE"},
          {"spec.kernels.attention": "FLASHINFER_MLA_SPARSE_DSV41"}),
@@ -247,6 +299,8 @@ def _findings(tmp_path: Path, case: Case, mutations: dict[str, Any]) -> tuple[li
     doc = apply(base_doc(case.base), mutations)
     loaded = load_doc(tmp_path, doc)
     cache = parse_ranks_summary(case.cache) if case.cache is not None else None
+    if case.upgrade is not None:
+        return upgrade_findings(loaded, case.upgrade), loaded.path, dump(doc)
     return run_rules(loaded, autotune_cache=cache), loaded.path, dump(doc)
 
 
@@ -262,8 +316,8 @@ def test_default_severities_match_registry() -> None:
     """A row that expects the rule's own severity documents it; overrides are the labelled rows."""
     severities = {r.code: str(r.severity) for r in all_rules()}
     for case in CASES:
-        if case.code in ("SP121", "SP141", "SP142") and case.severity == "warning":
-            continue  # severity lowered per hit (NVL72 / declared emulation)
+        if case.code in ("SP121", "SP141", "SP142", "SP225", "SP241") and case.severity == "warning":
+            continue  # lowered per hit (NVL72 / declared emulation / a switch that agrees / a Dynamo ships it)
         assert severities[case.code] == case.severity, _id(case)
 
 

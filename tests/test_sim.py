@@ -112,9 +112,12 @@ def _small(stack: SimStack, **changes: object) -> SimStack:
 def test_requests_beyond_max_num_seqs_wait_in_the_queue() -> None:
     stack = _small(load_stack(TUNED), max_num_seqs=2)
     results: list[dict] = [{}] * 4
+    ready = threading.Barrier(4)
     with serve_in_thread(stack, speed=4) as sim:
         def one(i: int) -> None:
-            results[i] = _stream(sim.url, _words(1, tag=f"q{i}"), 1200)
+            with httpx.Client(timeout=30) as client:
+                ready.wait()  # all four send together, clients already made
+                results[i] = _stream(sim.url, _words(1, tag=f"q{i}"), 1200, client)
 
         threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
         for t in threads:
@@ -124,8 +127,10 @@ def test_requests_beyond_max_num_seqs_wait_in_the_queue() -> None:
     ttfts = sorted(r["ttft"] for r in results)
     fastest_answer = min(r["elapsed"] for r in results)
     # Two run at once; the other two get their first token only after a running one finished.
-    assert ttfts[1] < fastest_answer / 4
-    assert ttfts[2] > fastest_answer * 0.8 and all(r["tokens"] == 1200 for r in results)
+    seen = f"ttfts {[round(t, 3) for t in ttfts]}, fastest answer {fastest_answer:.3f} s"
+    assert ttfts[1] < fastest_answer / 3, seen
+    assert ttfts[2] > fastest_answer * 0.6, seen
+    assert all(r["tokens"] == 1200 for r in results)
 
 
 def test_speculative_decoding_raises_single_agent_speed() -> None:
@@ -201,6 +206,9 @@ def test_cli_serves_and_refuses_aiconfigurator() -> None:
                 time.sleep(0.1)
         assert info["stack"] == "gb300-launch" and info["speed"] == 10
         assert _stream(f"http://127.0.0.1:{port}", "a b c", 20)["tokens"] == 20
+        taken = subprocess.run([*cli, "sim", "serve", str(LAUNCH), "--port", str(port)], capture_output=True,
+                               text=True, check=False, timeout=60)
+        assert taken.returncode == 2 and taken.stderr.startswith("error: cannot listen on 127.0.0.1:")
     finally:
         stop(proc)
 
@@ -234,3 +242,75 @@ def test_a_batch_of_agents_decodes_at_the_step_models_speed() -> None:
     expected = accepted_tokens(model.alpha, k) / model.step_time(8, k, context)
     measured = sorted(_decode_tps(r) / speed for r in results)[4]  # the median agent
     assert measured == pytest.approx(expected, rel=0.15)
+
+
+def test_a_generated_session_replayed_turn_by_turn_hits_the_prefix_cache() -> None:
+    """Trace -> prompt words -> simulator: every turn finds the previous turn's full blocks cached."""
+    from stackpin.bench.tracegen import generate
+    from stackpin.bench.traceio import prompt_lengths, prompt_text
+
+    turns = generate(2, 11)
+    lengths = prompt_lengths(turns)
+    with serve_in_thread(TUNED, speed=500) as sim, httpx.Client(timeout=60) as client:
+        previous = None
+        for turn, length in zip(turns, lengths, strict=True):
+            text = prompt_text(turn.hash_ids, length)
+            assert len(text.split()) == length
+            usage = _stream(sim.url, text, min(turn.output_length, 8), client)["usage"]
+            assert usage["prompt_tokens"] == length
+            if previous is not None and previous[0].session_id == turn.session_id:
+                assert usage["prompt_tokens_details"]["cached_tokens"] == previous[1] // 512 * 512
+            elif previous is not None:  # a new session: only the shared system prompt block is reused
+                assert usage["prompt_tokens_details"]["cached_tokens"] == 512
+            previous = (turn, length)
+
+
+def test_a_client_that_leaves_mid_stream_frees_its_slot() -> None:
+    """The sequence is cancelled: a one-slot engine serves the next request at once."""
+    stack = _small(load_stack(TUNED), max_num_seqs=1)
+    with serve_in_thread(stack, speed=5) as sim:
+        with httpx.Client(timeout=30) as client, client.stream("POST", f"{sim.url}/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": "a b"}], "max_tokens": 100_000, "stream": True}) as r:
+            next(r.iter_lines())  # one event, then hang up on a 100,000-token answer
+        result = _stream(sim.url, "c d", 5)
+    assert result["done"] and result["ttft"] < 1.0
+
+
+def test_malformed_http_is_a_400_and_the_server_goes_on() -> None:
+    import socket
+
+    with serve_in_thread(TUNED, speed=50) as sim:
+        port = int(sim.url.rsplit(":", 1)[1])
+        for raw in (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: abc\r\n\r\n", b"NONSENSE\r\n\r\n"):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+                sock.sendall(raw)
+                assert sock.recv(200).startswith(b"HTTP/1.1 400 ")
+        assert _stream(sim.url, "a", 3)["done"]
+
+
+def test_kv_memory_bounds_the_prefix_cache_and_admission() -> None:
+    """An engine whose KV holds 5 blocks: a second prompt evicts the first; two prompts that do not fit
+    together run one after the other."""
+    stack = _small(load_stack(TUNED), kv_tokens=5 * 512)
+    with serve_in_thread(stack, speed=20) as sim, httpx.Client(timeout=30) as client:
+        a, b = _words(4, tag="a", extra=1), _words(4, tag="b", extra=1)
+        _stream(sim.url, a, 2, client)
+        assert _stream(sim.url, a, 2, client)["usage"]["prompt_tokens_details"]["cached_tokens"] == 4 * 512
+        _stream(sim.url, b, 2, client)  # 4 new blocks: a's are the least recently used, evicted
+        assert _stream(sim.url, a, 2, client)["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+        results: list[dict] = [{}, {}]
+        ready = threading.Barrier(2)
+
+        def one(i: int, text: str) -> None:
+            with httpx.Client(timeout=30) as own:
+                ready.wait()
+                results[i] = _stream(sim.url, text, 300, own)
+
+        threads = [threading.Thread(target=one, args=(i, t)) for i, t in enumerate((_words(3, tag="c"),
+                                                                                    _words(3, tag="d")))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    first, second = sorted(results, key=lambda r: r["ttft"])
+    assert second["ttft"] > 0.6 * first["elapsed"]  # it waited for the first to finish and free its KV

@@ -25,3 +25,40 @@ def test_more_agents_mean_slower_agents_and_more_throughput() -> None:
     assert points[-1].output_tps_per_gpu > 5 * points[0].output_tps_per_gpu
     assert throughput_at(points, 10_000) == 0.0  # no agent is that fast
     assert throughput_at(points, 1.0) == max(p.output_tps_per_gpu for p in points)
+
+
+def test_a_profile_not_yet_locked_gives_the_same_curve_as_its_lock() -> None:
+    """plan asks what-ifs of profiles; the curve must not depend on whether the stack was locked."""
+    from stackpin.profile.loader import load_profile
+    from stackpin.sim.stack import profile_stack
+
+    loaded = load_profile(ROOT / "profiles" / "deepseek-v4.1-flash" / "gb300-tuned.yaml")
+    locked = curve(load_stack(ROOT / "lockfiles" / "gb300-tuned.lock.yaml"))
+    assert curve(profile_stack(loaded.profile, "gb300-tuned")) == locked
+
+
+def test_a_longer_context_workload_slows_agents() -> None:
+    from stackpin.bench.tracegen import default_shape, generate
+    from stackpin.sim.curve import default_workload, workload_of
+
+    long = workload_of(generate(100, 0, default_shape().with_overrides({"turn_input.median": "4000"})))
+    assert long.context > 1.5 * default_workload().context
+    stack = load_stack(ROOT / "lockfiles" / "gb300-tuned.lock.yaml")
+    assert curve(stack, long)[-1].agent_tps < curve(stack)[-1].agent_tps
+
+
+def test_cli_figures_and_curve() -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import main
+
+    figures_out = CliRunner().invoke(main, ["sim", "figures", "-o", "json"])
+    assert figures_out.exit_code == 0 and all(row["within"] for row in json.loads(figures_out.stdout))
+    lock = str(ROOT / "lockfiles" / "gb300-launch.lock.yaml")
+    result = CliRunner().invoke(main, ["sim", "curve", lock, "--at", "80", "-o", "json"])
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert len(data["points"]) == 64 and data["points"][-1]["agents"] == 64 * 14  # 14 decode replicas
+    assert data["at"]["80"] == round(throughput_at(curve(load_stack(Path(lock))), 80), 1)

@@ -202,9 +202,11 @@ def shape_computations(source: str) -> list[str]:
     return found
 
 
-# Modules that may: the topology itself, the catalog (a rack's size is GPUs per node x nodes), and
-# args.py, which writes the TP size into the engine argv.
-ALLOWED = {TOPOLOGY, PACKAGE / "catalog" / "__init__.py", PACKAGE / "render" / "args.py"}
+# Modules that may: the topology itself, the catalog (a rack's size is GPUs per node x nodes),
+# args.py, which writes the TP size into the engine argv, and profile/engine_args.py, which names that
+# flag as one stackpin renders (so that engineArgs cannot set it).
+ALLOWED = {TOPOLOGY, PACKAGE / "catalog" / "__init__.py", PACKAGE / "render" / "args.py",
+           PACKAGE / "profile" / "engine_args.py"}
 
 
 def test_no_module_outside_topology_computes_the_shape() -> None:

@@ -88,11 +88,15 @@ def _normalize(member: tarfile.TarInfo, kind: bytes, mode: int) -> None:
 
 
 def cache_annotations(info: CacheInfo) -> dict[str, str]:
+    from stackpin.lock.canonical import canonical_json
+
     return {
         f"{ANNOTATION_PREFIX}flashinfer": ",".join(info.flashinfer_versions),
         f"{ANNOTATION_PREFIX}device": ",".join(info.values("gpu")) or "unknown",
         f"{ANNOTATION_PREFIX}arch": ",".join(info.arch_lists),
         f"{ANNOTATION_PREFIX}ranks": info.ranks_summary(),
+        # Every file's sha256: a lock records it, and each worker's attestation checks the mounted files.
+        f"{ANNOTATION_PREFIX}files": canonical_json({f.path: f.sha256 for f in info.files}).decode("utf-8"),
         TITLE_ANNOTATION: TITLE,
     }
 

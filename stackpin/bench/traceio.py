@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stackpin.bench.trace import TraceTurn
+from stackpin.bench.trace import BLOCK_TOKENS, TraceTurn
 from stackpin.errors import InputError, Location, Problem, StackpinError
 
 _KNOWN = {"session_id", "input_length", "output_length", "delay", "hash_ids", "timestamp"}
@@ -113,3 +113,20 @@ def trace_digest(path: Path) -> str:
     import hashlib
 
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def prompt_text(hash_ids: tuple[int, ...] | list[int], length: int) -> str:
+    """A prompt of `length` words whose 512-word blocks are named by `hash_ids`: block `h` at word `i`
+    is `b<h>_<i>`. The same ids give the same words, so a session's prompt repeats the previous turn's
+    full blocks byte for byte and a server's prefix cache sees the reuse the trace records; one word
+    is one token to the simulator (stackpin sim). Without ids, words are numbered from one block."""
+    ids = list(hash_ids) or [0]
+    words: list[str] = []
+    for position, block in enumerate(ids):
+        count = min(BLOCK_TOKENS, length - position * BLOCK_TOKENS)
+        if count <= 0:
+            break
+        words += [f"b{block}_{i}" for i in range(count)]
+    # A trace whose ids cover fewer tokens than its length: the rest repeats the last block's name.
+    words += [f"b{ids[-1]}_{i}" for i in range(len(words), length)]
+    return " ".join(words)

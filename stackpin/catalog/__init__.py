@@ -44,6 +44,9 @@ class Platform(_Fact):
     multinode_nvlink: bool
     node_labels: dict[str, str]
     source: str
+    # Whole-rack (or whole-node) power draw in kW, for capacity plans; None where no public figure holds.
+    power_kw: float | None = None
+    power_source: str = ""
 
     @property
     def total_gpus(self) -> int:
@@ -103,6 +106,7 @@ class Versions(_Fact):
     dynamo: dict[str, DynamoPin]
     vllm: dict[str, VllmPin]
     removed_env: dict[str, RemovedEnv]
+    distributions: dict[Literal["dynamo", "vllm", "flashinfer", "nixl"], str]
     source: str
 
 
@@ -240,6 +244,13 @@ def _read(name: str) -> Any:
 
 
 PIN_SECTIONS = ("dynamo", "vllm", "removed_env")
+
+
+def versions_skeleton() -> dict[str, Any]:
+    """The bundled versions.yaml with empty pin sections: the facts a site's pins are laid over
+    (`distributions`), to check a site file on its own."""
+    bundled: dict[str, Any] = _read("versions.yaml")
+    return {**bundled, **{section: {} for section in PIN_SECTIONS}, "source": ""}
 
 
 def merged_versions(bundled: dict[str, Any], sites: tuple[Path, ...]) -> dict[str, Any]:

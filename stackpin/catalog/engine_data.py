@@ -67,11 +67,17 @@ class ConfigField(_Data):
     default: JsonValue = None
     default_expr: str | None = None
     config_class: str | None = None  # a nested config dataclass
+    init: bool = True  # False: `field(init=False)`, set by the class itself; no JSON value may hold it
 
 
 class ConfigClass(_Data):
     module: str
     fields: dict[str, ConfigField]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The keys a JSON value may hold: the constructor's fields (vLLM's config classes forbid others)."""
+        return tuple(name for name, field in self.fields.items() if field.init)
 
 
 class EnvVar(_Data):

@@ -133,7 +133,7 @@ class FlagCatalog(BaseModel):
         option = use.option
         if use.json_key:
             fields = self.config_class(use.flag)
-            if fields is not None and use.json_key[0] not in fields.fields:
+            if fields is not None and use.json_key[0] not in fields.keys:
                 return [f"{written}: {option.config_class} has no field {use.json_key[0]!r}"]
             return []
         if use.negative or option.type == "bool":
@@ -152,7 +152,7 @@ class FlagCatalog(BaseModel):
             later = "" if option.choices_enforced_by_argparse else " (argparse passes it, the engine checks later)"
             return [f"{written} {value} is not one of {self.name}'s choices{later}: {', '.join(option.choices)}"]
         if isinstance(value, dict) and (fields := self.config_class(use.flag)) is not None:
-            unknown = sorted(set(value) - set(fields.fields))
+            unknown = sorted(set(value) - set(fields.keys))
             if unknown:
                 return [f"{written}: {option.config_class} has no field {', '.join(map(repr, unknown))}"]
         return []

@@ -3,17 +3,26 @@
 `STACKPIN_CATALOG_PATH` names directories (separated as PATH is: `:` on POSIX) that hold
 `engines/<engine>-<version>.json` and optionally `versions.yaml`, as `stackpin engines add --catalog DIR`
 writes them. A site can so carry releases newer than its stackpin; the first directory that has a
-release's file wins, the bundled catalog is searched last.
+release's file wins, the bundled catalog is searched last. A profile may name directories too
+(`spec.catalogPath`): while one stack is checked, locked or rendered (`profile_catalogs`), they are
+searched first.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from importlib import resources
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from stackpin.errors import StackpinError
+
 ENV = "STACKPIN_CATALOG_PATH"
+# The catalog directories of the stack being worked on (spec.catalogPath), set by profile_catalogs.
+_PROFILE_DIRS: ContextVar[tuple[Path, ...]] = ContextVar("stackpin_profile_catalogs", default=())
 
 
 def bundled() -> Traversable:
@@ -21,9 +30,31 @@ def bundled() -> Traversable:
 
 
 def site_dirs() -> tuple[Path, ...]:
-    """The directories STACKPIN_CATALOG_PATH names, in order (empty entries skipped)."""
+    """The site catalog directories, in search order: the current stack's `spec.catalogPath`, then the
+    ones STACKPIN_CATALOG_PATH names (empty entries skipped)."""
     value = os.environ.get(ENV, "")
-    return tuple(Path(part) for part in value.split(os.pathsep) if part)
+    return (*_PROFILE_DIRS.get(), *(Path(part) for part in value.split(os.pathsep) if part))
+
+
+@contextmanager
+def profile_catalogs(dirs: Sequence[str], where: str = "") -> Iterator[None]:
+    """Search a profile's `spec.catalogPath` directories first while the block runs. Relative ones are
+    taken from the working directory, as STACKPIN_CATALOG_PATH's are (stackpin runs from the repository
+    root, where a lock records its profile); one that is not a directory is bad input: the stack would
+    otherwise be checked against other catalogs than its author meant. `where` (file:line:col, a lock)
+    starts the error line."""
+    paths = tuple(Path(d) for d in dirs)
+    missing = [str(p) for p in paths if not p.is_dir()]
+    if missing:
+        prefix = f"{where}: " if where else ""
+        where_from = " (relative to the working directory)" if any(not Path(m).is_absolute() for m in missing) else ""
+        raise StackpinError(f"{prefix}spec.catalogPath: {', '.join(missing)}: not a directory{where_from}",
+                            "a catalog directory as `stackpin engines add --catalog DIR` writes one")
+    token = _PROFILE_DIRS.set(paths)
+    try:
+        yield
+    finally:
+        _PROFILE_DIRS.reset(token)
 
 
 def search_path() -> tuple[Path | Traversable, ...]:

@@ -17,13 +17,13 @@ if TYPE_CHECKING:
     from stackpin.deploy.status import StatusReport
 
 
-def _progress(message: str) -> None:
+def progress(message: str) -> None:
     """Progress lines on stderr, only when a person is watching."""
     if sys.stderr.isatty():
         click.echo(f"  {message}", err=True)
 
 
-def _warn(message: str) -> None:
+def warn(message: str) -> None:
     click.echo(f"warning: {message}", err=True)
 
 
@@ -67,15 +67,15 @@ def apply(source: str, lockdir: str, history_dir: str, dry_run: bool, force_conf
     limit = timeout if timeout is not None else default_timeout_s(stack)
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
                            allow_recreate=allow_recreate, create_namespace=create_namespace, timeout_s=limit)
-    result = apply_stack(cluster, stack, options, progress=_progress, warn=_warn)
+    result = apply_stack(cluster, stack, options, progress=progress, warn=warn)
     if output == "text":
-        _print_applied(result)
+        print_applied(result)
     if not wait or result.dry_run:
         if output != "text":
             emit(result.as_dict(), output)
         return
     try:
-        result = wait_applied(cluster, result, limit, progress=_progress)
+        result = wait_applied(cluster, result, limit, progress=progress)
     except WaitTimeout as exc:
         if output != "text":  # the apply happened: say so, with the last state seen
             emit(replace(result, readiness=exc.state).as_dict(), output)
@@ -87,7 +87,7 @@ def apply(source: str, lockdir: str, history_dir: str, dry_run: bool, force_conf
         emit(result.as_dict(), output)
 
 
-def _print_applied(result: ApplyResult) -> None:
+def print_applied(result: ApplyResult) -> None:
     suffix = " (server dry run)" if result.dry_run else ""
     for outcome in result.outcomes:
         click.echo(f"{outcome}{suffix}")

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.common import OUTPUT, cluster_options, emit, user_errors
 from stackpin.cli.history import HISTORY
 
 INPUTS = "A and B are each a profile, a lockfile, a stack name (its lockfile in --lockdir), DEPLOYMENT@REV or " \
@@ -19,7 +19,12 @@ LOCKDIR = click.option("--lockdir", default="lockfiles", show_default=True, type
 (none, restart of named pools, or recreate) and what each invalidates.
 
 {INPUTS} Profiles are compared after extends: is merged; two locks also compare their pins.
-Exit 0 (with --exit-code: 0 equal, 1 different), 2 bad input.""")
+Exit 0 (with --exit-code: 0 equal, 1 different), 2 bad input.
+
+A may be DEPLOYMENT@live: what `stackpin apply B` would change in the cluster (B as apply takes it:
+a lockfile, a profile with a current lock, DEPLOYMENT[@REV]): the live stack from the in-cluster
+record against B, then each object live against a server-side dry run of B, as kubectl diff; the
+cluster options apply. Exit 0 no change, 1 changes, 2 an error.""")
 @click.argument("a", metavar="A")
 @click.argument("b", metavar="B")
 @click.option("--manifests", is_flag=True,
@@ -27,10 +32,22 @@ Exit 0 (with --exit-code: 0 equal, 1 different), 2 bad input.""")
 @click.option("--exit-code", is_flag=True, help="Exit 1 when the stacks differ, 0 when they are equal (as git diff).")
 @LOCKDIR
 @HISTORY
+@cluster_options
 @OUTPUT
 @user_errors
-def diff(a: str, b: str, manifests: bool, exit_code: bool, lockdir: str, history_dir: str, output: str) -> None:
+def diff(a: str, b: str, manifests: bool, exit_code: bool, lockdir: str, history_dir: str, kubeconfig: str | None,
+         context: str | None, namespace: str | None, output: str) -> None:
     from pathlib import Path
+
+    from stackpin.cli.livediff import is_live, run_live_diff
+
+    if is_live(a):
+        if manifests:
+            raise click.UsageError("DEPLOYMENT@live always shows each object's diff; --manifests is for two stacks")
+        run_live_diff(a, b, lockdir, history_dir, kubeconfig, context, namespace, output)
+        return
+    if kubeconfig or context or namespace:
+        raise click.UsageError("--kubeconfig, --context and --namespace only with A = DEPLOYMENT@live")
 
     from stackpin.diff.run import diff_sources
     from stackpin.history.store import HistoryStore

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.common import OUTPUT, cluster_options, emit, user_errors
 
 if TYPE_CHECKING:
     from stackpin.history.deployed import DeploymentCheck
@@ -108,11 +108,26 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
               help="With --if-regressed: the smallest relative change that counts as a regression.")
 @HISTORY
 @DEPLOYMENTS
+@click.option("--apply", "apply_it", is_flag=True,
+              help="Then apply the new revision to the cluster, with apply's rules. The revision is recorded only "
+                   "if the apply succeeds (a failed apply leaves the history as it was).")
+@click.option("--dry-run", is_flag=True, help="With --apply: a server-side dry run; nothing is recorded or changed.")
+@click.option("--force-conflicts", is_flag=True, help="With --apply: take fields another field manager owns.")
+@click.option("--allow-recreate", is_flag=True,
+              help="With --apply: delete and recreate a DynamoGraphDeployment whose change cannot be made in place.")
+@click.option("--wait", is_flag=True, help="With --apply: then wait until the DynamoGraphDeployment is ready.")
+@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+              help="With --apply: limit for --wait and for a recreated object to be gone "
+                   "(default: the stack's start-up budget).")
+@cluster_options
 @OUTPUT
 @user_errors
 def rollback(deployment: str, to: int | None, message: str | None, if_regressed: bool, threshold_text: str,
-             history_dir: str, deployments_dir: str, output: str) -> None:
-    """Record a new revision of DEPLOYMENT whose stack is revision N's, and render it.
+             history_dir: str, deployments_dir: str, apply_it: bool, dry_run: bool, force_conflicts: bool,
+             allow_recreate: bool, wait: bool, timeout: float | None, kubeconfig: str | None, context: str | None,
+             namespace: str | None, output: str) -> None:
+    """Record a new revision of DEPLOYMENT whose stack is revision N's, and render it; with --apply,
+    apply it to the cluster too (the cluster options and the apply flags only mean something then).
 
     History is never rewritten: the rollback is the next revision, and can itself be rolled back.
     DEPLOYMENT is NAME, NAME@PLATFORM or NAMESPACE/NAME@PLATFORM (`stackpin history` lists them).
@@ -121,6 +136,12 @@ def rollback(deployment: str, to: int | None, message: str | None, if_regressed:
 
     store = _store(history_dir)
     key = store.resolve(deployment)
+    cluster_flags = {"--dry-run": dry_run, "--force-conflicts": force_conflicts, "--allow-recreate": allow_recreate,
+                     "--wait": wait, "--timeout": timeout is not None, "--kubeconfig": kubeconfig is not None,
+                     "--context": context is not None, "--namespace": namespace is not None}
+    if not apply_it and (given := [name for name, on in cluster_flags.items() if on]):
+        raise click.UsageError(f"{', '.join(given)} only with --apply")
+    comparison = None
     if if_regressed:
         if to is not None:
             raise click.UsageError("--if-regressed rolls back to the previous revision; it takes no --to")
@@ -130,13 +151,75 @@ def rollback(deployment: str, to: int | None, message: str | None, if_regressed:
                 emit({"deployment": str(key), "comparison": comparison, "rolledBack": False}, output)
             return
         message = message or f"Roll back to revision {to}: revision {to + 1} regressed against it"
-        if output != "text":
-            recorded = roll_back(store, key, Path(deployments_dir), to=to, message=message)
+    if not apply_it:
+        recorded = roll_back(store, key, Path(deployments_dir), to=to, message=message)
+        if comparison is not None and output != "text":
             emit({"deployment": str(key), "comparison": comparison, "rolledBack": True,
                   "file": str(recorded.path), **_revision_data(recorded.revision)}, output)
             return
-    recorded = roll_back(store, key, Path(deployments_dir), to=to, message=message)
-    _print_recorded(recorded, output)
+        _print_recorded(recorded, output)
+        return
+    _rollback_apply(store, key, Path(deployments_dir), to, message, dry_run, force_conflicts, allow_recreate, wait,
+                    timeout, kubeconfig, context, namespace, output,
+                    extra={"comparison": comparison, "rolledBack": True} if comparison is not None else None)
+
+
+def _rollback_apply(store: HistoryStore, key: DeploymentKey, deployments: Path, to: int | None, message: str | None,
+                    dry_run: bool, force_conflicts: bool, allow_recreate: bool, wait: bool, timeout: float | None,
+                    kubeconfig: str | None, context: str | None, namespace: str | None, output: str,
+                    extra: dict[str, Any] | None = None) -> None:
+    from dataclasses import replace
+
+    from stackpin.cli.deploy import print_applied, progress, warn
+    from stackpin.deploy.apply import ApplyOptions, wait_applied
+    from stackpin.deploy.kube import connect
+    from stackpin.deploy.rollback import rollback_apply
+    from stackpin.deploy.wait import WaitTimeout
+
+    cluster = connect(kubeconfig, context)
+    options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
+                           allow_recreate=allow_recreate, timeout_s=timeout)
+    done = rollback_apply(cluster, store, key, deployments, options, to=to, message=message, progress=progress,
+                          warn=warn)
+    revision, result = done.revision, done.applied
+
+    def data() -> dict[str, Any]:
+        recorded = done.recorded
+        return {"deployment": str(key), "history": {**_revision_data(revision), "recorded": recorded is not None,
+                                                    "file": str(recorded.path) if recorded else None},
+                "apply": result.as_dict(), **(extra or {})}
+
+    if output == "text":
+        if done.recorded is not None:
+            _print_recorded(done.recorded, output)
+        print_applied(result)
+        if done.recorded is None:
+            click.echo(f"dry run: revision {revision.revision} of {key} (roll back to revision "
+                       f"{revision.action.revision}) would be recorded; nothing written")
+    if not wait or result.dry_run:
+        if output != "text":
+            emit(data(), output)
+        return
+    try:
+        limit = timeout if timeout is not None else _startup_budget(revision)
+        result = wait_applied(cluster, result, limit, progress=progress)
+    except WaitTimeout as exc:
+        if output != "text":
+            result = replace(result, readiness=exc.state)
+            emit(data(), output)
+        raise
+    if output == "text":
+        assert result.readiness is not None
+        click.echo(f"ready: {result.readiness.summary()}")
+    else:
+        emit(data(), output)
+
+
+def _startup_budget(revision: Revision) -> float:
+    from stackpin.deploy.apply import default_timeout_s
+    from stackpin.deploy.source import StackSource
+
+    return default_timeout_s(StackSource(revision.lock, origin=str(revision.deployment), revision=revision.revision))
 
 
 def _regressed(store: HistoryStore, key: DeploymentKey, threshold_text: str,
@@ -176,19 +259,32 @@ def _regressed(store: HistoryStore, key: DeploymentKey, threshold_text: str,
               "its newest revision (every deployment, or DEPLOYMENT's); write nothing.")
 @click.option("--render", "rerender", is_flag=True, help="Render each deployment directory (or DEPLOYMENT's) from "
               "its newest revision again; records no revision.")
+@click.option("--cluster", "in_cluster", is_flag=True,
+              help="The revisions applied to the cluster instead, from its in-cluster record (any machine, no "
+                   "local history needed), the live one marked. DEPLOYMENT is then the deployment's name "
+                   "(metadata.deployment) and -n its namespace.")
 @HISTORY
 @DEPLOYMENTS
+@cluster_options
 @OUTPUT
 @user_errors
-def history(deployment: str | None, check: bool, rerender: bool, history_dir: str, deployments_dir: str,
+def history(deployment: str | None, check: bool, rerender: bool, in_cluster: bool, history_dir: str,
+            deployments_dir: str, kubeconfig: str | None, context: str | None, namespace: str | None,
             output: str) -> None:
     """List DEPLOYMENT's revisions (every revision verified against its digest), or the deployments
-    with a history when no DEPLOYMENT is given.
+    with a history when no DEPLOYMENT is given; with --cluster, the revisions applied to the cluster.
 
     DEPLOYMENT is NAME, NAME@PLATFORM or NAMESPACE/NAME@PLATFORM; a name two racks share is ambiguous.
     """
     if check and rerender:
         raise click.UsageError("--check and --render exclude each other")
+    if in_cluster:
+        if check or rerender or not deployment:
+            raise click.UsageError("--cluster takes a DEPLOYMENT, without --check or --render")
+        _cluster_history(deployment, kubeconfig, context, namespace, output)
+        return
+    if kubeconfig or context or namespace:
+        raise click.UsageError("--kubeconfig, --context and --namespace only with --cluster")
     store = _store(history_dir)
     keys = [store.resolve(deployment)] if deployment else store.keys()
     if check:
@@ -266,6 +362,34 @@ def _print_deployments(store: HistoryStore, summaries: list[DeploymentSummary], 
     _table(["DEPLOYMENT", "REVISIONS", "STACK", "CREATED", "MESSAGE"],
            [[str(s.key), str(s.newest.revision), s.newest.short_digest, s.newest.created, _cell(s.newest.message)]
             for s in summaries])
+
+
+def _cluster_history(deployment: str, kubeconfig: str | None, context: str | None, namespace: str | None,
+                     output: str) -> None:
+    from stackpin.deploy.clusterhistory import cluster_history
+    from stackpin.deploy.kube import connect
+    from stackpin.errors import StackpinError
+    from stackpin.profile.k8s_names import DNS_LABEL
+    from stackpin.profile.model import Metadata
+
+    if not re.fullmatch(DNS_LABEL, deployment):
+        raise StackpinError(f"{deployment!r}: --cluster takes the deployment's name (metadata.deployment, e.g. "
+                            "dsv41-flash), not a history key", "name the namespace with -n")
+    cluster = connect(kubeconfig, context)
+    ns = namespace or cluster.context_namespace or str(Metadata.model_fields["namespace"].default)
+    found = cluster_history(cluster, deployment, ns)
+    if output != "text":
+        emit(found.as_dict(), output)
+        return
+    click.echo(f"deployment {found.namespace}/{found.deployment}: {len(found.entries)} applied revision(s) in "
+               f"{found.record}")
+    rows = []
+    for i, e in enumerate(found.entries):
+        rows.append(["*" if i == found.live else "", str(e.revision) if e.revision is not None else "-",
+                     e.stack, e.stack_digest.removeprefix("sha256:")[:12], e.applied_at, _cell(e.applied_by)])
+    _table(["LIVE", "REVISION", "STACK", "DIGEST", "APPLIED", "BY"], rows)
+    for problem in found.problems:
+        click.echo(f"problem: {problem}")
 
 
 def _check(store: HistoryStore, keys: list[DeploymentKey], deployments: Path, output: str) -> None:

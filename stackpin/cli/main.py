@@ -11,7 +11,10 @@ from stackpin.cli.diff import diff, show
 from stackpin.cli.engines import engines
 from stackpin.cli.history import history, promote, rollback
 from stackpin.cli.lock import lock
+from stackpin.cli.plan import plan
+from stackpin.cli.plot import plot
 from stackpin.cli.render import render
+from stackpin.cli.reportpage import report
 from stackpin.cli.sim import sim
 from stackpin.cli.trace import trace
 from stackpin.cli.validate import rules, schema, validate
@@ -29,3 +32,8 @@ for _command in (validate, lock, render, diff, show, promote, history, rollback,
     main.add_command(_command)
 main.add_command(trace)
 main.add_command(sim)
+main.add_command(plan)
+main.add_command(report)
+bench.add_command(plot)
+# `stackpin plot`: the same command, hidden, for scripts written before it joined the bench group.
+main.add_command(click.Command("plot", params=plot.params, callback=plot.callback, help=plot.help, hidden=True))

@@ -74,8 +74,11 @@ def table_lines(rows: list[tuple[list[str], str | None]], style: Callable[..., s
 
 def print_reports(result: CheckResult) -> None:
     for report in result.reports:
-        if report.findings:
-            click.echo(click.style(report.file, bold=True) + f" ({report.name})")
+        if report.findings or report.upgrade:
+            upgrade = f": upgrade {report.upgrade}" if report.upgrade else ""
+            click.echo(click.style(report.file, bold=True) + f" ({report.name}){upgrade}")
+        if report.upgrade and not report.findings:
+            click.echo("  nothing in this profile breaks or changes meaning")
         for finding in report.findings:
             click.echo("  " + click.style(str(finding), fg=_COLOR[finding.severity]))
     if not result.reports:

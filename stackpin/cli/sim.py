@@ -36,10 +36,13 @@ def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault:
 
     check_model(step_model)
     faults = FaultSpec.parse(fault)
-    click.echo(f"stackpin sim: {lock} on http://{host}:{port} (simulated, {step_model}, speed {speed})",
-               file=sys.stderr)
+
+    def announce(bound: int) -> None:
+        click.echo(f"stackpin sim: {lock} on http://{host}:{bound} (simulated, {step_model}, speed {speed})",
+                   file=sys.stderr)
+
     try:
-        run(Path(lock), host, port, speed, faults, step_model)
+        run(Path(lock), host, port, speed, faults, step_model, announce)
     except KeyboardInterrupt:
         pass
 
@@ -61,3 +64,36 @@ def figures(output: str) -> None:
     for f in rows:
         click.echo(f"{f.name:{width}}  {f.published:>9g}  {f.simulated:>9g}  "
                    f"{'yes' if f.within else 'no'} (±{f.tolerance:.0%})")
+
+
+@sim.command(help="""LOCK's steady-state curve from the step model: for 1..max-num-seqs running sequences
+per engine, each agent's tok/s and the stack's output tok/s per GPU, on the default AgentPerf-shaped
+workload or on --trace FILE's. --at TPS adds the throughput per GPU at that per-agent speed.""")
+@click.argument("lock", type=click.Path(dir_okay=False, exists=True))
+@click.option("--trace", "trace_file", type=click.Path(dir_okay=False, exists=True), help="Workload from this trace.")
+@click.option("--at", "at_tps", type=float, multiple=True, help="Per-agent tok/s to read the curve at (repeatable).")
+@OUTPUT
+@user_errors
+def curve(lock: str, trace_file: str | None, at_tps: tuple[float, ...], output: str) -> None:
+    from stackpin.bench.traceio import read_trace
+    from stackpin.sim.curve import curve as compute
+    from stackpin.sim.curve import single_agent_tps, throughput_at, workload_of
+    from stackpin.sim.stack import load_stack
+
+    stack = load_stack(Path(lock))
+    workload = workload_of(read_trace(Path(trace_file))) if trace_file else None
+    points = compute(stack, workload)
+    single = round(single_agent_tps(stack), 1)
+    rows = [{"batch": p.batch, "agents": p.agents, "agent_tps": round(p.agent_tps, 1),
+             "output_tps_per_gpu": round(p.output_tps_per_gpu, 1), "speculative_k": p.k} for p in points]
+    at = {f"{tps:g}": round(throughput_at(points, tps), 1) for tps in at_tps}
+    if output != "text":
+        emit({"stack": stack.name, "gpus": stack.gpus, "single_agent_tps": single, "points": rows, "at": at}, output)
+        return
+    click.echo(f"{stack.name}: {stack.gpus} GPUs, single agent {single} tok/s (simulated)")
+    click.echo(f"{'batch':>5}  {'agents':>6}  {'agent tok/s':>11}  {'tok/s per GPU':>13}  k")
+    for row in rows:
+        click.echo(f"{row['batch']:>5}  {row['agents']:>6}  {row['agent_tps']:>11}  {row['output_tps_per_gpu']:>13}  "
+                   f"{row['speculative_k']}")
+    for tps, value in at.items():
+        click.echo(f"at {tps} tok/s per agent: {value} tok/s per GPU")

@@ -15,26 +15,41 @@ from stackpin.cli.common import OUTPUT, emit, fail, user_errors
 @click.option("--manifests", is_flag=True,
               help="PATHS are rendered Kubernetes manifests (files or directories): check them against the "
                    "bundled CRDs and Kubernetes schemas.")
+@click.option("--upgrade-to", metavar="vllm==X",
+              help="Report what in each profile breaks or changes meaning under vLLM X (removed flags, env vars "
+                   "and backends, changed defaults it relies on, an autotune cache X will not read, the Dynamo "
+                   "release that ships X) instead of validating it as pinned.")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="error", show_default=True,
               help="Lowest severity that makes the command exit 1.")
 @OUTPUT
 @user_errors
-def validate(paths: tuple[str, ...], manifests: bool, fail_on: str, output: str) -> None:
+def validate(paths: tuple[str, ...], manifests: bool, upgrade_to: str | None, fail_on: str, output: str) -> None:
     """Check profiles (files or directories) against the hardware, the model and the pinned engines;
-    with --manifests, check rendered manifests instead.
+    with --upgrade-to vllm==X, report what moving them to vLLM X breaks or changes; with --manifests,
+    check rendered manifests instead.
 
     Exit 0 when no finding reaches --fail-on, 1 when one does, 2 on unreadable or malformed input.
     """
     if not paths:
         raise click.UsageError("give at least one profile or directory (or --manifests DIR|FILE...)")
     if manifests:
+        if upgrade_to:
+            raise click.UsageError("--upgrade-to checks profiles, not --manifests")
         _validate_manifests(paths, output)
         return
     profiles = paths
     from stackpin.validate import Severity
     from stackpin.validate.check import check_profiles, expand_profile_args
 
-    result = check_profiles(expand_profile_args(profiles))
+    target = None
+    if upgrade_to is not None:
+        from stackpin.validate.upgrade import parse_target
+
+        try:
+            target = parse_target(upgrade_to)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--upgrade-to") from None
+    result = check_profiles(expand_profile_args(profiles), upgrade_to=target)
     if output == "text":
         from stackpin.cli.report import print_reports
 

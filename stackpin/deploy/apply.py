@@ -100,7 +100,7 @@ class ApplyResult:
 
 
 @dataclass(frozen=True)
-class _Member:
+class Member:
     key: ObjectKey
     res: ApiResource
     live: dict[str, Any]
@@ -126,9 +126,9 @@ def _resource_of(cluster: Cluster, pre: Preflight, group_kind: str) -> ApiResour
 
 
 def _members(cluster: Cluster, pre: Preflight, parent: Parent, stack: StackObjects,
-             notes: _Notes) -> dict[ObjectKey, _Member]:
+             notes: Notes) -> dict[ObjectKey, Member]:
     """Live objects labelled as members, in every kind the parent or the stack lists."""
-    found: dict[ObjectKey, _Member] = {}
+    found: dict[ObjectKey, Member] = {}
     if not parent.exists:
         return found
     for group_kind in sorted(parent.group_kinds | stack.group_kinds):
@@ -139,7 +139,7 @@ def _members(cluster: Cluster, pre: Preflight, parent: Parent, stack: StackObjec
         for namespace in sorted({parent.namespace, *parent.namespaces}):
             for obj in cluster.list(res, namespace, member_selector(parent)):
                 key = key_of(obj)
-                found[key] = _Member(key, res, obj)
+                found[key] = Member(key, res, obj)
     return found
 
 
@@ -156,7 +156,7 @@ def _now() -> str:
 
 
 @dataclass
-class _Notes:
+class Notes:
     """Notes kept for the result and passed on as they come (an error later must not swallow them)."""
 
     warn: Progress
@@ -168,7 +168,7 @@ class _Notes:
 
 
 @dataclass(frozen=True)
-class _Plan:
+class Plan:
     """What the read phase found: everything the check and write phases act on."""
 
     stack: StackObjects
@@ -177,7 +177,7 @@ class _Plan:
     res_of: dict[ObjectKey, ApiResource]
     live: dict[ObjectKey, dict[str, Any] | None]  # each desired object as it is now (None: absent)
     recreate: dict[ObjectKey, list[str]]  # objects that need delete and create, with the reasons
-    prune: tuple[_Member, ...]  # members the stack no longer has, a DynamoGraphDeployment first
+    prune: tuple[Member, ...]  # members the stack no longer has, a DynamoGraphDeployment first
     namespace_missing: bool
 
     @property
@@ -185,37 +185,64 @@ class _Plan:
         return [key_of(o) for o in self.desired]
 
 
-def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
-                progress: Progress = _quiet, warn: Progress = _quiet) -> ApplyResult:
-    """Apply `source` (see the module docstring). `progress` hears each step, `warn` each note on what
-    could not be checked or done, as it happens."""
-    notes = _Notes(warn)
-    plan = _read(cluster, source, options, notes)
-    lock = source.lock
-    dgd = next(k for k in plan.keys if k.kind == DGD_KIND)
-    serving = (plan.res_of[dgd], dgd.name)
+@dataclass(frozen=True)
+class CheckedApply:
+    """What the read and check phases found (nothing written yet, bar a namespace asked for):
+    `write_checked` carries it out. Lets a caller do its own step between the check and the write
+    (`stackpin rollback --apply` records the history revision there)."""
 
-    def result(dry_run: bool, recorded: bool, actions: dict[ObjectKey, str]) -> ApplyResult:
+    source: StackSource
+    options: ApplyOptions
+    plan: Plan
+    predicted: dict[ObjectKey, str]
+    notes: Notes
+    namespace_pending: bool = False  # a dry run for a namespace that does not exist yet
+
+    def result(self, dry_run: bool, recorded: bool, actions: dict[ObjectKey, str]) -> ApplyResult:
+        plan, lock = self.plan, self.source.lock
+        dgd = next(k for k in plan.keys if k.kind == DGD_KIND)
         outcomes = [Outcome(k.subject, actions.get(k, "created")) for k in plan.keys]
         outcomes += [Outcome(m.key.subject, "pruned") for m in plan.prune]
         return ApplyResult(plan.stack.deployment, plan.stack.namespace, lock.metadata.name, lock.stack_digest,
-                           source.revision, dry_run, plan.parent.subject, recorded, tuple(outcomes),
-                           tuple(notes.items), serving)
+                           self.source.revision, dry_run, plan.parent.subject, recorded, tuple(outcomes),
+                           tuple(self.notes.items), (plan.res_of[dgd], dgd.name))
 
+    def dry_result(self) -> ApplyResult:
+        return self.result(True, False, {} if self.namespace_pending else self.predicted)
+
+
+def check_apply(cluster: Cluster, source: StackSource, options: ApplyOptions, progress: Progress = _quiet,
+                warn: Progress = _quiet) -> CheckedApply:
+    """Steps 1 and 2 (see the module docstring): raises what would stop the apply, writes nothing
+    (except the namespace, with `create_namespace` and no dry run)."""
+    notes = Notes(warn)
+    plan = read_plan(cluster, source, options, notes)
     if plan.namespace_missing:
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": plan.stack.namespace}}
         cluster.apply(NAMESPACES, namespace, dry_run=options.dry_run)
         if options.dry_run:
             notes.add(f"namespace {plan.stack.namespace} would be created; its objects could not be dry-run "
                       "before it exists")
-            return result(True, False, {})
+            return CheckedApply(source, options, plan, {}, notes, namespace_pending=True)
         progress(f"namespace/{plan.stack.namespace} created")
-    predicted = _dry_run(cluster, plan, options, notes)
-    if options.dry_run:
-        return result(True, False, predicted)
+    return CheckedApply(source, options, plan, _dry_run(cluster, plan, options, notes), notes)
+
+
+def write_checked(cluster: Cluster, checked: CheckedApply, progress: Progress = _quiet) -> ApplyResult:
+    """Step 3: the writes (a dry run returns what the check predicted)."""
+    if checked.options.dry_run:
+        return checked.dry_result()
+    source, options = checked.source, checked.options
     timeout_s = options.timeout_s if options.timeout_s is not None else default_timeout_s(source)
-    actions, recorded = _write(cluster, plan, source, options, timeout_s, progress)
-    return result(False, recorded, actions)
+    actions, recorded = _write(cluster, checked.plan, source, options, timeout_s, progress)
+    return checked.result(False, recorded, actions)
+
+
+def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
+                progress: Progress = _quiet, warn: Progress = _quiet) -> ApplyResult:
+    """Apply `source` (see the module docstring). `progress` hears each step, `warn` each note on what
+    could not be checked or done, as it happens."""
+    return write_checked(cluster, check_apply(cluster, source, options, progress, warn), progress)
 
 
 def wait_applied(cluster: Cluster, result: ApplyResult, timeout_s: float, progress: Progress = _quiet) -> ApplyResult:
@@ -225,7 +252,7 @@ def wait_applied(cluster: Cluster, result: ApplyResult, timeout_s: float, progre
     return replace(result, readiness=wait_ready(cluster, res, result.namespace, name, timeout_s, progress))
 
 
-def _read(cluster: Cluster, source: StackSource, options: ApplyOptions, notes: _Notes) -> _Plan:
+def read_plan(cluster: Cluster, source: StackSource, options: ApplyOptions, notes: Notes) -> Plan:
     """1. Read: render, preflight, the parent and its members, what to recreate and what to prune."""
     stack = stack_objects(source.lock, options.namespace)
     ns = stack.namespace
@@ -250,10 +277,10 @@ def _read(cluster: Cluster, source: StackSource, options: ApplyOptions, notes: _
             f"{key.subject} in namespace {ns} needs delete and recreate ({'; '.join(reasons)}): its pods go down; "
             "re-run with --allow-recreate to do it" for key, reasons in sorted(recreate.items())))
     prune = tuple(sorted((m for k, m in members.items() if k not in live), key=lambda m: (-apply_rank(m.key), m.key)))
-    return _Plan(stack, parent, desired, res_of, live, recreate, prune, pre.namespace_missing)
+    return Plan(stack, parent, desired, res_of, live, recreate, prune, pre.namespace_missing)
 
 
-def _dry_run(cluster: Cluster, plan: _Plan, options: ApplyOptions, notes: _Notes) -> dict[ObjectKey, str]:
+def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions, notes: Notes) -> dict[ObjectKey, str]:
     """2. Check: every write as a server-side dry run; all conflicts are reported together. Returns
     the predicted action per object."""
     predicted: dict[ObjectKey, str] = {}
@@ -293,7 +320,7 @@ def _dry_run(cluster: Cluster, plan: _Plan, options: ApplyOptions, notes: _Notes
     return predicted
 
 
-def _write(cluster: Cluster, plan: _Plan, source: StackSource, options: ApplyOptions, timeout_s: float,
+def _write(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOptions, timeout_s: float,
            progress: Progress) -> tuple[dict[ObjectKey, str], bool]:
     """3. Write, in the order the module docstring gives. Returns the action per object and whether a
     record entry was added."""

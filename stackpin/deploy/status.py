@@ -50,6 +50,7 @@ class StatusReport:
     drift: tuple[DriftedField, ...]
     readiness: Readiness | None
     problems: tuple[str, ...]
+    entries: tuple[AppliedRevision, ...] = ()  # the whole record, oldest first (history --cluster)
 
     @property
     def in_sync(self) -> bool:
@@ -130,4 +131,4 @@ def deployment_status(cluster: Cluster, deployment: str, namespace: str, *, lock
         deployment=deployment, namespace=namespace, record=parent.subject, stack=stack, stack_digest=digest,
         revision=revision, last_applied=latest, revisions=len(parent.record), objects=objects,
         lock=_lock_check(lock, stack, lockdir, digest), drift=drift,
-        readiness=readiness(dgd) if dgd else None, problems=tuple(problems))
+        readiness=readiness(dgd) if dgd else None, problems=tuple(problems), entries=parent.record)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from stackpin.catalog import Catalog
 from stackpin.catalog.flags import vllm_catalog
+from stackpin.catalog.search import profile_catalogs
 from stackpin.diff.model import GroupId, Impact, Invalidated, Invalidation
 from stackpin.lock.lockfile import StackLock
 from stackpin.profile.model import AutotuneMode, Placement, StackProfile
@@ -79,6 +80,8 @@ _GROUPS: tuple[tuple[Path, GroupId], ...] = (
     (("spec", "cudaGraphs"), GroupId.cuda_graphs),
     (("spec", "speculative"), GroupId.speculative),
     (("spec", "placement", "pools", "*", "speculative"), GroupId.speculative),
+    (("spec", "placement", "pools", "*", "engineArgs"), GroupId.kernels),  # engine settings, as kvCache
+    (("spec", "placement", "pools", "*", "dynamoArgs"), GroupId.kernels),
     (("spec", "placement"), GroupId.placement),
     (("spec", "fallbacks", "precisionEmulation"), GroupId.model),
     (("spec", "fallbacks", "cpuOffloadGib"), GroupId.placement),  # where weights live
@@ -87,6 +90,8 @@ _GROUPS: tuple[tuple[Path, GroupId], ...] = (
     (("spec", "modelStore"), GroupId.model),
     (("spec", "service"), GroupId.service),
     (("spec", "mirrors"), GroupId.pins),
+    (("spec", "attestation"), GroupId.pins),  # whether each worker checks its pins before it starts
+    (("spec", "catalogPath"), GroupId.pins),  # where this stack's engine catalogs and pins are read
     (("resolved",), GroupId.pins),
 )
 
@@ -147,7 +152,7 @@ def rollout(path: Path, a: Side, b: Side, catalog: Catalog) -> Rollout:
             return Impact.recreate, set(), "names another DynamoGraphDeployment; the running one is not updated"
         return _none("object metadata only; pods do not change")
     if path[0] == "resolved":
-        return _pin_rollout(path, pools, everything)
+        return _pin_rollout(path, pools, everything, _attested(a, b))
     if head == ("spec", "versions"):
         return _version_rollout(rest[0] if rest else "", a, b, pools, everything, catalog)
     if head in (("spec", "kernels"), ("spec", "cudaGraphs")):
@@ -187,10 +192,14 @@ def rollout(path: Path, a: Side, b: Side, catalog: Catalog) -> Rollout:
         return _none("not rendered: the target validate sizes the stack for")
     if head == ("spec", "mirrors"):
         return _none("where lock resolves images; the digests decide what runs")
+    if head == ("spec", "catalogPath"):
+        return _none("where stackpin reads engine catalogs and pins; the pinned releases decide what runs")
+    if head == ("spec", "attestation"):
+        return _restart(pools, "each worker's attestation init container")
     return _restart(everything, "no rollout rule for this field: assumed to change every pod")
 
 
-def _pin_rollout(path: Path, pools: set[str], everything: set[str]) -> Rollout:
+def _pin_rollout(path: Path, pools: set[str], everything: set[str], attested: bool) -> Rollout:
     section, leaf = path[1:2], path[-1]
     whole = len(path) <= 3  # an image, the model or the cache added or removed as a whole
     if section == ("images",):
@@ -198,7 +207,9 @@ def _pin_rollout(path: Path, pools: set[str], everything: set[str]) -> Rollout:
     if section == ("model",):
         return _restart(pools) if leaf in ("revision", "id") else _none("the commit decides what runs")
     if section == ("autotuneCache",):
-        return _restart(pools) if len(path) == 2 or leaf == "digest" else _none("the digest decides what runs")
+        if len(path) == 2 or leaf == "digest" or (leaf == "files" and attested):
+            return _restart(pools)  # a worker's attestation checks each file's digest
+        return _none("the digest decides what runs")
     return _restart(everything, "no rollout rule for this pin: assumed to change every pod")
 
 
@@ -213,11 +224,25 @@ def _version_rollout(field: str, a: Side, b: Side, pools: set[str], everything: 
             return _restart(everything, f"DynamoGraphDeployment {crd_a.crd} -> {crd_b.crd}")
     if field == "vllm":
         # Render spells "autotune off" as the pinned vLLM accepts it: a new release may change the argv.
-        flags_a = autotune_flags(a.profile, vllm_catalog(va.vllm))
-        flags_b = autotune_flags(b.profile, vllm_catalog(vb.vllm))
+        flags_a, flags_b = (_autotune_flags(side) for side in (a, b))
         if flags_a != flags_b:
             return _restart(pools, "the pinned vLLM turns autotuning off with another flag")
+    if _attested(a, b):
+        return _restart(pools, "each worker's attestation expects the new version")
     return _none(IMAGE_CARRIES)
+
+
+def _autotune_flags(side: Side) -> list[tuple[str, str | None]]:
+    """How render turns autotuning off for this side, from its own catalogs (spec.catalogPath first)."""
+    profile = side.profile
+    with profile_catalogs(profile.spec.catalog_path):
+        return autotune_flags(profile, vllm_catalog(profile.spec.versions.vllm))
+
+
+def _attested(a: Side, b: Side) -> bool:
+    """Whether workers attest their pins (render/attestation.py) on either side: then what they expect
+    (engine versions, cache file digests) is in their pod templates, through the ConfigMap's name."""
+    return a.profile.spec.attestation or b.profile.spec.attestation
 
 
 def _connector(side: Side) -> str:

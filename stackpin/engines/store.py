@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from stackpin.catalog import PIN_SECTIONS, Versions, merged_versions
+from stackpin.catalog import Versions, merged_versions, versions_skeleton
 from stackpin.catalog.engine_data import CATALOG_FORMAT, DynamoRelease, FlashinferRelease, VllmRelease
 from stackpin.catalog.search import engine_file_name
 from stackpin.catalog.version import parse_version
@@ -81,7 +81,7 @@ def set_pin(text: str, section: str, version: str, fields: dict[str, str]) -> st
 def _check_versions(path: Path, text: str) -> None:
     """The edited file must still be a versions.yaml the catalog reads."""
     data = yaml.safe_load(text) or {}
-    base: dict[str, Any] = {section: {} for section in PIN_SECTIONS} | {"source": ""}
+    base = versions_skeleton()
     try:
         Versions.model_validate(merged_versions({**base, **data}, ()))
     except ValueError as exc:

@@ -22,6 +22,12 @@ def _split(value: Any) -> tuple[Any, str | None]:
     return (None, value.expr) if isinstance(value, Unknown) else (value, None)
 
 
+def _init(value: ast.expr | None) -> bool:
+    """False for `field(..., init=False)` (dataclasses' or pydantic's): not a constructor argument."""
+    return not (isinstance(value, ast.Call) and call_name(value) in ("field", "Field") and any(
+        kw.arg == "init" and isinstance(kw.value, ast.Constant) and kw.value.value is False for kw in value.keywords))
+
+
 def config_classes(tree: SourceTree, roots: dict[str, str]) -> dict[str, ConfigClass]:
     """The fields of each config class a JSON option fills, and of the config classes those hold."""
     out: dict[str, ConfigClass] = {}
@@ -36,7 +42,7 @@ def config_classes(tree: SourceTree, roots: dict[str, str]) -> dict[str, ConfigC
             default, expr = _split(tree.value(decl.module, decl.value)) if decl.value is not None else (None, None)
             fields[field_name] = ConfigField(annotation=ast.unparse(decl.annotation), type=info.type,
                                              choices=info.choices, default=default, default_expr=expr,
-                                             config_class=info.config_class)
+                                             config_class=info.config_class, init=_init(decl.value))
             if info.config_class and info.config_module and info.config_class not in out:
                 todo.append((info.config_class, info.config_module))
         module_path = tree.path_of(module) or module

@@ -30,6 +30,8 @@ MAX_MESSAGE = 4000
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 # Decides, holding the lock and given the newest revision, what the next one is.
 _Choose = Callable[[Revision | None], tuple[StackLock, Action, str, RenderedStack]]
+# A caller's step bound to recording a revision, run holding the lock (see `rollback`).
+Hook = Callable[[Revision], None]
 
 
 @dataclass(frozen=True)
@@ -69,24 +71,50 @@ def promote(lock: StackLock, message: str, store: HistoryStore, deployments: Pat
 
 
 def rollback(store: HistoryStore, key: DeploymentKey, deployments: Path, *, to: int | None = None,
-             message: str | None = None, env: Mapping[str, str] | None = None) -> Recorded:
+             message: str | None = None, env: Mapping[str, str] | None = None,
+             check: Hook | None = None, then: Hook | None = None) -> Recorded:
     """A new revision whose stack is revision `to`'s (default: the one before the newest). History is
-    never rewritten: rolling back is a revision like any other, and can itself be rolled back."""
+    never rewritten: rolling back is a revision like any other, and can itself be rolled back.
+
+    `check(revision)` runs holding the lock once the new revision is known, before anything is written:
+    raising writes nothing. `then(revision)` runs holding the lock after the revision and the deployment
+    directory are written: raising takes both back (the file removed, the directory rendered from the
+    revision before) and re-raises, so the revision exists only if `then` completed (`stackpin rollback
+    --apply` applies the revision to a cluster there)."""
     text = checked_message(message) if message is not None else None
 
     def choose(newest: Revision | None) -> tuple[StackLock, Action, str, RenderedStack]:
-        if newest is None:
-            raise StackpinError(f"deployment {key} has no revisions")
-        if to is None and newest.revision == 1:
-            raise StackpinError(f"deployment {key} has one revision; there is none before it to roll back to")
-        target = to if to is not None else newest.revision - 1
-        if target == newest.revision:
-            raise StackpinError(f"revision {target} is the newest revision of {key} already; nothing to roll back")
+        target = rollback_target(key, newest, to)
         source = store.read(key, target)  # a number out of range is the store's one-line error
         return (source.lock, Action(kind=ActionKind.rollback, revision=target),
                 text or f"Roll back to revision {target}", render_stack(source.lock))
 
-    return _record(store, key, deployments, choose, env)
+    return _record(store, key, deployments, choose, env, check, then)
+
+
+def rollback_target(key: DeploymentKey, newest: Revision | None, to: int | None) -> int:
+    """The revision a rollback restores (default: the one before the newest); one-line errors."""
+    if newest is None:
+        raise StackpinError(f"deployment {key} has no revisions")
+    if to is None and newest.revision == 1:
+        raise StackpinError(f"deployment {key} has one revision; there is none before it to roll back to")
+    target = to if to is not None else newest.revision - 1
+    if target == newest.revision:
+        raise StackpinError(f"revision {target} is the newest revision of {key} already; nothing to roll back")
+    return target
+
+
+def planned_rollback(store: HistoryStore, key: DeploymentKey, *, to: int | None = None, message: str | None = None,
+                     env: Mapping[str, str] | None = None) -> Revision:
+    """The revision `rollback` would record now, without writing (a dry run's revision number)."""
+    text = checked_message(message) if message is not None else None
+    environ = os.environ if env is None else env
+    newest = store.newest(key)
+    target = rollback_target(key, newest, to)
+    assert newest is not None
+    return new_revision(key, newest.revision + 1, store.read(key, target).lock, created=created_at(environ),
+                        author=author_of(store.root, environ), message=text or f"Roll back to revision {target}",
+                        action=Action(kind=ActionKind.rollback, revision=target), previous=newest)
 
 
 def rerender(store: HistoryStore, key: DeploymentKey, deployments: Path) -> Recorded:
@@ -102,7 +130,7 @@ def rerender(store: HistoryStore, key: DeploymentKey, deployments: Path) -> Reco
 
 
 def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: _Choose,
-            env: Mapping[str, str] | None) -> Recorded:
+            env: Mapping[str, str] | None, check: Hook | None = None, then: Hook | None = None) -> Recorded:
     environ = os.environ if env is None else env
     author, created = author_of(store.root, environ), created_at(environ)
     with store.writing(key):
@@ -111,6 +139,8 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
         number = newest.revision + 1 if newest is not None else 1
         revision = new_revision(key, number, lock, created=created, author=author, message=message,
                                 action=action, previous=newest)
+        if check is not None:
+            check(revision)
         stack = deployment_files(revision, rendered)
         path = store.path(key, number)
         try:
@@ -123,5 +153,23 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
         except StackpinError:  # nothing was switched (write_files puts back what was there): take it back
             path.unlink(missing_ok=True)
             raise
+        if then is not None:
+            try:
+                then(revision)
+            except BaseException as exc:
+                try:
+                    _take_back(path, deployments, key, newest)
+                except (StackpinError, OSError) as undo:
+                    why = exc.lines()[0] if isinstance(exc, StackpinError) else type(exc).__name__
+                    raise StackpinError(f"{path}: revision {number} was recorded, then what it was recorded for "
+                                        f"failed ({why}), and taking it back failed too ({undo})",
+                                        f"remove {path} and run stackpin history --render") from exc
+                raise
     return Recorded(revision, path, deployment_dir(deployments, key), tuple(stack.files))
 
+
+def _take_back(path: Path, deployments: Path, key: DeploymentKey, previous: Revision | None) -> None:
+    """Undo a recorded revision: its file removed, the deployment directory back to `previous`."""
+    path.unlink(missing_ok=True)
+    if previous is not None:
+        write_deployment(deployments, deployment_files(previous), key)

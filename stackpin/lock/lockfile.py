@@ -36,6 +36,7 @@ AUTOTUNE_ANNOTATIONS = {
     "flashinfer": "dev.stackpin.autotune.flashinfer",
     "device": "dev.stackpin.autotune.device",
     "ranks": "dev.stackpin.autotune.ranks",
+    "files": "dev.stackpin.autotune.files",  # path -> sha256 (caches packed before it was added lack it)
 }
 
 
@@ -80,6 +81,24 @@ class LockedArtifact(_Model):
         none or not in the form `stackpin autotune pack` writes (then nothing can be compared)."""
         ranks = self.annotations.get("ranks")
         return parse_ranks_summary(ranks) if ranks is not None else None
+
+    def file_digests(self) -> dict[str, str] | None:
+        """Path (under flashinfer_autotune_cache/) -> sha256 hex of every file, as `stackpin autotune
+        pack` records them; None when the cache records none or not in that form."""
+        import json
+        import re
+
+        text = self.annotations.get("files")
+        try:
+            files = json.loads(text) if text is not None else None
+        except ValueError:
+            return None
+        if not isinstance(files, dict):
+            return None
+        if not all(isinstance(k, str) and isinstance(v, str) and re.fullmatch(r"[0-9a-f]{64}", v)
+                   for k, v in files.items()):
+            return None
+        return files
 
 
 class LockedEngines(_Model):

@@ -14,6 +14,7 @@ from pydantic.alias_generators import to_camel
 
 from stackpin.catalog import load_catalog
 from stackpin.errors import clip
+from stackpin.profile.engine_args import EngineArgValue, option_problem, value_problem, value_type_problem
 from stackpin.profile.identifiers import env_name_problem, image_ref_problem, model_id_problem, revision_problem
 from stackpin.profile.k8s_names import (
     DNS_LABEL_MAX,
@@ -225,7 +226,35 @@ class Pool(_Model):
     max_num_batched_tokens: PositiveInt | None = None
     gpu_memory_utilization: Annotated[Number, Field(gt=0, le=1)] = 0.9
     speculative: Speculative | None = Field(None, description="Overrides spec.speculative for this pool.")
+    engine_args: dict[str, EngineArgValue] = Field(
+        default_factory=dict, description="vLLM flags stackpin does not model (`--max-logprobs: 20`, `--x: true` "
+        "for a switch, a mapping for a JSON config), checked against the pinned vLLM and rendered after the "
+        "modelled flags.")
+    dynamo_args: dict[str, EngineArgValue] = Field(
+        default_factory=dict, description="Flags of Dynamo's `dynamo.vllm` worker, likewise checked against the "
+        "pinned Dynamo.")
     # GPUs per replica, nodes, pods and parallel sizes are derived in topology.py, nowhere else.
+
+
+    @field_validator("engine_args", "dynamo_args", mode="before")
+    @classmethod
+    def _flag_types(cls, args: Any) -> Any:
+        if isinstance(args, dict):
+            problems = [f"{str(name)[:80]}: {p}" for name, value in args.items() if (p := value_type_problem(value))]
+            if problems:
+                raise ValueError("; ".join(problems))
+        return args
+
+    @field_validator("engine_args", "dynamo_args")
+    @classmethod
+    def _flags(cls, args: dict[str, EngineArgValue]) -> dict[str, EngineArgValue]:
+        problems = [p for name in args if (p := option_problem(name))]
+        problems += [f"{name}: {p}" for name, value in args.items() if (p := value_problem(value))]
+        problems += [f"{name}: the value holds a NUL byte" for name, value in args.items()
+                     if isinstance(value, str) and "\0" in value]
+        if problems:
+            raise ValueError("; ".join(problems))
+        return args
 
 
 class Pools(_Model):
@@ -281,6 +310,26 @@ class Spec(_Model):
     service: Service
     mirrors: dict[str, str] = Field(
         default_factory=dict, description="Registry -> mirror (host[:port][/prefix]) used to resolve images.")
+    attestation: bool = Field(
+        True, description="Each worker checks, before its engine starts, that the runtime image's vLLM, "
+        "FlashInfer, Dynamo and NIXL, the mounted autotune cache and the GPU are the locked ones; false turns "
+        "the check off (SP185 warns).")
+    catalog_path: list[str] = Field(
+        default_factory=list, description="Site catalog directories (as `stackpin engines add --catalog DIR` "
+        "writes them) searched first for this stack's engine releases and version pins, before "
+        "STACKPIN_CATALOG_PATH's and the bundled catalog; relative to the working directory, as "
+        "STACKPIN_CATALOG_PATH's entries are.")
+
+    @field_validator("catalog_path")
+    @classmethod
+    def _catalog_dirs(cls, dirs: list[str]) -> list[str]:
+        problems = [f"{clip(d)!r}: {why}" for d in dirs for why in (
+            "is empty" if not d.strip() else None, "holds a NUL byte" if "\0" in d else None) if why]
+        if len(set(dirs)) != len(dirs):
+            problems.append("names a directory twice")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return dirs
 
 
 class StackProfile(_Model):

@@ -15,6 +15,7 @@ from stackpin.catalog.flags import FlagCatalog
 from stackpin.catalog.flags import dynamo_catalog as dynamo_catalog
 from stackpin.catalog.flags import vllm_catalog as vllm_catalog
 from stackpin.lock.canonical import canonical_json
+from stackpin.profile.engine_args import EngineArgValue, scalar_text
 from stackpin.profile.model import AutotuneMode, Placement, Pool, RouterMode, Speculative, StackProfile
 from stackpin.profile.topology import Role as WorkerRole
 
@@ -123,7 +124,8 @@ def kv_events_enabled(profile: StackProfile) -> bool:
 
 def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_revision: str,
                  vllm: FlagCatalog | None = None) -> list[Flag]:
-    """The flags of `python3 -m dynamo.vllm` for one pool, in a fixed order."""
+    """The flags of `python3 -m dynamo.vllm` for one pool, in a fixed order: the modelled ones, then
+    the pool's engineArgs and dynamoArgs (each sorted by option)."""
     spec = profile.spec
     flags: list[Flag] = [("--model", spec.model.id), ("--revision", model_revision)]
     if spec.model.tokenizer_mode != "auto":
@@ -165,7 +167,15 @@ def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_r
     if kv_events_enabled(profile):
         flags.append(("--kv-events-config", json_arg(KV_EVENTS)))
     flags.append(("--disaggregation-mode", _DISAGGREGATION_MODE[role]))
-    return flags
+    # What the profile passes through comes last, in a fixed order: vLLM's flags, then Dynamo's.
+    return flags + passed_flags(pool.engine_args) + passed_flags(pool.dynamo_args)
+
+
+def passed_flags(args: dict[str, EngineArgValue]) -> list[Flag]:
+    """A pool's engineArgs or dynamoArgs as flags, sorted by option: `true` a bare switch, a mapping
+    canonical JSON, anything else its text (validation refuses `false` and other misfits first)."""
+    return [(option, json_arg(value) if isinstance(value, dict) else scalar_text(value))
+            for option, value in sorted(args.items())]
 
 
 def engine_args(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_revision: str,

@@ -16,15 +16,18 @@ import math
 from typing import Any
 
 from stackpin.catalog import Catalog, load_catalog
+from stackpin.catalog.search import profile_catalogs
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
 from stackpin.profile.model import AutotuneMode, StackProfile
 from stackpin.profile.sizing import capture_size_count
 from stackpin.profile.topology import topology_of
 from stackpin.render import args as argmod
+from stackpin.render import attestation as attest
 from stackpin.render.plan import ComponentPlan, Probe, StackPlan
 from stackpin.render.pod import ARCH_KEY, AUTOTUNE_MOUNT, GPU_RESOURCE, Pod, assemble_pod
 from stackpin.validate.autotune import cache_shape_problems
+from stackpin.validate.engineargs import flag_problems
 from stackpin.validate.graphs import empty_capture_list
 from stackpin.validate.placement import speculative_mismatch
 
@@ -73,7 +76,13 @@ def short_digest(lock: StackLock) -> str:
 # --- plan ------------------------------------------------------------------------------------------
 
 def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
-    catalog = catalog or load_catalog()
+    """The stack's render plan, its flags checked against the catalogs its profile names first
+    (spec.catalogPath), as validation checked them."""
+    with profile_catalogs(lock.stack_profile.spec.catalog_path, f"{lock.metadata.name} (lock)"):
+        return _plan_stack(lock, catalog or load_catalog())
+
+
+def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     profile = lock.stack_profile
     spec = profile.spec
     pin = catalog.versions.dynamo.get(spec.versions.dynamo)
@@ -134,6 +143,8 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
     for pool in topology.pools:
         role = pool.role
         flags = argmod.engine_flags(profile, role, pool.spec, model_revision=lock.resolved.model.revision, vllm=vllm)
+        # SP221-SP225 refuse these passed-through flags; a lock made around validation must not render either.
+        problems += flag_problems(profile, role, pool.spec, vllm)
         if worker_catalogs:
             problems += [f"{role}: {p}" for p in argmod.check_flags(flags, worker_catalogs)]
         components.append(ComponentPlan(
@@ -182,7 +193,7 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
         image=image, cpu_arch=platform.cpu_arch,
         labels=tuple(sorted({**profile.metadata.labels, **labels}.items())),
         annotations=tuple(sorted(annotations.items())), components=tuple(components), compute_domain=domain,
-        tolerate_arch=platform.cpu_arch == "arm64",
+        tolerate_arch=platform.cpu_arch == "arm64", attestation=attest.attestation_for(lock, catalog),
     )
 
 
@@ -206,6 +217,9 @@ def _serving_pod(plan: StackPlan, comp: ComponentPlan, gpu_resource: str) -> Pod
     pod.container.update(readinessProbe=comp.readiness.as_dict(), livenessProbe=comp.liveness.as_dict())
     if comp.startup:
         pod.container["startupProbe"] = comp.startup.as_dict()
+    if plan.attestation is not None and comp.shape is not None:  # every worker, before its engine starts
+        pod.fields["initContainers"] = [attest.init_container(plan.image, pod.container, comp)]
+        pod.fields["volumes"] = [*pod.fields.get("volumes", []), attest.volume(plan.attestation)]
     return pod
 
 
@@ -268,4 +282,7 @@ def build_objects(lock: StackLock, catalog: Catalog | None = None) -> list[dict[
     objects = [dynamo_graph_deployment(plan)]
     if plan.compute_domain:
         objects.append(compute_domain(plan))
+    if plan.attestation is not None:
+        meta = _metadata(plan, plan.attestation.config_map)
+        objects.append(attest.config_map(plan.attestation, meta))
     return objects

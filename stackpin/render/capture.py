@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from stackpin.catalog import Catalog, load_catalog
+from stackpin.catalog.search import profile_catalogs
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.build import RenderError, compute_domain, plan_stack
 from stackpin.render.plan import ComponentPlan, StackPlan
@@ -118,7 +119,8 @@ def _job(plan: StackPlan, comp: ComponentPlan, pvc: str) -> list[dict[str, Any]]
 def capture_objects(lock: StackLock, catalog: Catalog | None = None, storage: str = "20Gi") -> list[dict[str, Any]]:
     """PVC, Jobs (one per worker pool), and what multi-node pools need (headless Service,
     ComputeDomain), all from the stack's own render plan."""
-    catalog = catalog or load_catalog()
+    with profile_catalogs(lock.stack_profile.spec.catalog_path):
+        catalog = catalog or load_catalog()
     plan = plan_stack(_tune_lock(lock), catalog)
     if plan.compute_domain:
         # Its own ComputeDomain: deleting the capture objects must never take the serving stack's.

@@ -6,10 +6,13 @@ build.py fills it from a lock and lays it out per CRD version; capture.py reuses
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stackpin.profile.model import ModelStore
 from stackpin.profile.topology import PoolTopology
+
+if TYPE_CHECKING:
+    from stackpin.render.attestation import Attestation
 
 
 @dataclass(frozen=True)
@@ -66,3 +69,4 @@ class StackPlan:
     components: tuple[ComponentPlan, ...]
     compute_domain: str | None
     tolerate_arch: bool
+    attestation: Attestation | None = None  # None: the profile turns it off

@@ -17,6 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from stackpin.bench.trace import TraceTurn
 from stackpin.sim.roofline import StepModel, accepted_tokens, load_params
 from stackpin.sim.stack import SimStack, load_stack
 
@@ -34,18 +35,24 @@ class Workload:
     output: float
 
 
-@cache
-def default_workload() -> Workload:
-    """The AgentPerf-shaped default trace (`stackpin trace gen` defaults, 200 sessions, seed 0)."""
-    from stackpin.bench.tracegen import generate
+def workload_of(turns: list[TraceTurn]) -> Workload:
+    """A trace's mean context while decoding, uncached prompt tokens (what an unbounded prefix cache
+    would miss) and output tokens per turn."""
     from stackpin.bench.traceio import prompt_lengths
     from stackpin.bench.tracestats import reuse_ratio
 
-    turns = generate(200, 0)
     lengths = prompt_lengths(turns)
     output = sum(t.output_length for t in turns) / len(turns)
     mean_isl = sum(lengths) / len(lengths)
     return Workload(context=mean_isl + output / 2, prefill=mean_isl * (1 - reuse_ratio(turns)), output=output)
+
+
+@cache
+def default_workload() -> Workload:
+    """The AgentPerf-shaped default trace (`stackpin trace gen` defaults, 200 sessions, seed 0)."""
+    from stackpin.bench.tracegen import generate
+
+    return workload_of(generate(200, 0))
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,6 @@ class Engine:
         self.vtime = 0.0
         self.wake = asyncio.Event()
         self.on_prefilled = on_prefilled
-        self.steps = 0
 
     @property
     def load(self) -> int:
@@ -158,11 +157,11 @@ class Engine:
                 budget -= take
         prefill = sum(take for _, take in chunks)
         if not decoders and not prefill:
-            if self.running or self.waiting:  # nothing schedulable this instant; let time pass
-                await asyncio.sleep(0.001)
+            # Only sequences that arrived decoded-ready (their KV just came from a prefill engine) were
+            # admitted: they decode from the next step, at this same virtual instant.
+            await asyncio.sleep(0)
             return
         self.vtime += self.model.step_time(len(decoders), k, context, prefill)
-        self.steps += 1
         await self.clock.until(self.vtime)
         a = accepted_tokens(self.alpha, k)
         done: list[Seq] = []

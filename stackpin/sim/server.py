@@ -12,7 +12,7 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,7 +74,12 @@ class SimServer:
                 name, _, value = line.partition(":")
                 headers[name.strip().lower()] = value.strip()
         keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
-        length = int(headers.get("content-length", "0") or 0)
+        length_text = headers.get("content-length", "0") or "0"
+        if not length_text.isdigit():
+            error = {"message": "Content-Length: not a length", "type": "invalid_request_error"}
+            _respond(writer, 400, {"error": error}, False)
+            return False
+        length = int(length_text)
         body = await reader.readexactly(length) if length else b""
         path = target.split("?", 1)[0]
         if method == "GET" and path == "/stackpin/sim":
@@ -202,8 +207,8 @@ class Stream:
             if finished:
                 self.done.set()
             return
-        if self.stalled or self.dropped:
-            return
+        if self.stalled or self.dropped or self.writer.transport.is_closing():
+            return  # the client left: the handler sees EOF and cancels the sequence
         if self.events == self.after and self.fault in ("stall", "drop", "malformed"):
             if self.fault == "stall":
                 self.stalled = True  # nothing more is written; the client gives up and closes
@@ -243,7 +248,9 @@ async def _serve(server: SimServer, host: str, port: int, started: threading.Eve
                  bound: list[int] | None = None, stop: asyncio.Event | None = None) -> None:
     server.sim = Simulator(server.stack, server.speed)
     server.sim.start()
-    tcp = await asyncio.start_server(server.handle, host, port, limit=2**24)
+    # A bench opens hundreds of agents' connections at once: a deep accept queue, and prompts of
+    # 131K words in one read buffer.
+    tcp = await asyncio.start_server(server.handle, host, port, limit=2**24, backlog=4096)
     if bound is not None:
         bound.append(tcp.sockets[0].getsockname()[1])
     if started is not None:
@@ -259,13 +266,28 @@ async def _serve(server: SimServer, host: str, port: int, started: threading.Eve
 
 
 def serve(lock: Path, host: str = "127.0.0.1", port: int = 8000, speed: float = 1.0,
-          faults: FaultSpec | None = None, model: str = "roofline") -> None:
-    """Serve until interrupted (the CLI)."""
+          faults: FaultSpec | None = None, model: str = "roofline",
+          announce: Callable[[int], None] | None = None) -> None:
+    """Serve until interrupted (the CLI); `announce` is told the port once it listens (--port 0)."""
     check_model(model)
     if speed <= 0:
         raise StackpinError(f"--speed {speed}: must be above 0")
     server = SimServer(load_stack(lock), speed, faults or FaultSpec(), model)
-    asyncio.run(_serve(server, host, port))
+    started = threading.Event()
+    bound: list[int] = []
+
+    async def main() -> None:
+        task = asyncio.ensure_future(_serve(server, host, port, started, bound))
+        while not started.is_set() and not task.done():
+            await asyncio.sleep(0.01)
+        if bound and announce is not None:
+            announce(bound[0])
+        await task
+
+    try:
+        asyncio.run(main())
+    except OSError as exc:  # the port is taken, or the host is not this machine's
+        raise StackpinError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 @dataclass

@@ -85,20 +85,24 @@ def _pool(profile: StackProfile, topo: PoolTopology, model: ModelFacts, gpu: Gpu
 
 def sim_stack(lock: StackLock) -> SimStack:
     """The simulator's view of a lock; a stack it cannot simulate is one line saying why."""
+    return profile_stack(lock.stack_profile, lock.metadata.name, lock.stack_digest)
+
+
+def profile_stack(profile: StackProfile, name: str, digest: str = "") -> SimStack:
+    """The simulator's view of a profile (a what-if not locked yet: `stackpin plan`)."""
     from stackpin.profile.sizing import max_capture_size
 
     catalog = load_catalog()
-    profile = lock.stack_profile
     spec = profile.spec
     found = catalog.model_for(spec.model.id)
     if found is None:
-        raise StackpinError(f"{lock.metadata.name}: model {spec.model.id} is not in the catalog; cannot simulate it")
+        raise StackpinError(f"{name}: model {spec.model.id} is not in the catalog; cannot simulate it")
     model = found[1]
     gpu_key = catalog.platforms[spec.target.platform].gpu
     gpu = catalog.gpus[gpu_key]
     topo = topology_of(profile, catalog)
     if topo.missing:
-        raise StackpinError(f"{lock.metadata.name}: placement {topo.mode.value} has no {topo.missing[0]} pool")
+        raise StackpinError(f"{name}: placement {topo.mode.value} has no {topo.missing[0]} pool")
     pools = tuple(_pool(profile, p, model, gpu) for p in topo.pools)
     graphs = spec.cuda_graphs
     mode = str(graphs.mode)
@@ -110,7 +114,7 @@ def sim_stack(lock: StackLock) -> SimStack:
         top = max_capture_size(profile, topo.by_role[topo.decode_role], catalog)
         sizes = tuple(catalog.engine.default_capture_sizes.up_to(top))
     return SimStack(
-        name=lock.metadata.name, digest=lock.stack_digest, model_id=spec.model.id, model=model,
+        name=name, digest=digest, model_id=spec.model.id, model=model,
         precision=str(spec.model.weights), platform=spec.target.platform, gpu_key=gpu_key, gpu=gpu,
         colocated=topo.mode.value == "colocated", pools=pools, graph_mode=mode, capture_sizes=sizes,
         full_decode_graphs=mode in catalog.engine.full_decode_modes,

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 
 from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform, load_catalog
 from stackpin.catalog.flags import FlagCatalog, vllm_catalog
+from stackpin.catalog.search import profile_catalogs
 from stackpin.profile.loader import LoadedProfile
 from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import PoolTopology, Role, Topology, topology_of
@@ -68,6 +69,9 @@ class Context:
     # The pinned autotune cache's config directories, once its contents are known (a lock records
     # them); None before (`stackpin validate` of a profile), and the rules that need them stay silent.
     autotune_cache: tuple[ConfigDirectory, ...] | None = None
+    # During `validate --upgrade-to`: the profile as written; `profile` is then the one moved to the
+    # target release (stackpin.validate.upgrade). None otherwise, and the upgrade rules stay silent.
+    upgrade_from: StackProfile | None = None
 
 
 Check = Callable[[Context], Iterable[Hit]]
@@ -98,6 +102,7 @@ def _load_rules() -> None:
     # Importing the family modules registers their rules.
     from stackpin.validate import (  # noqa: F401
         autotune,
+        engineargs,
         graphs,
         kernels,
         memory,
@@ -106,18 +111,21 @@ def _load_rules() -> None:
         precision,
         provenance,
         speculative,
+        upgrade,
         versions,
     )
 
 
 def context_for(profile: StackProfile, catalog: Catalog | None = None, *,
-                autotune_cache: Sequence[ConfigDirectory] | None = None) -> Context:
+                autotune_cache: Sequence[ConfigDirectory] | None = None,
+                upgrade_from: StackProfile | None = None) -> Context:
     catalog = catalog or load_catalog()
     platform = catalog.platforms[profile.spec.target.platform]
     found = catalog.model_for(profile.spec.model.id)
     return Context(profile, catalog, platform, catalog.gpus[platform.gpu],
                    found[0] if found else None, found[1] if found else None, vllm_catalog(profile.spec.versions.vllm),
-                   topology_of(profile, catalog), None if autotune_cache is None else tuple(autotune_cache))
+                   topology_of(profile, catalog), None if autotune_cache is None else tuple(autotune_cache),
+                   upgrade_from)
 
 
 def _dotted(path: FieldPath) -> str:
@@ -128,18 +136,23 @@ def _dotted(path: FieldPath) -> str:
 
 
 def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None, *,
-              autotune_cache: Sequence[ConfigDirectory] | None = None) -> list[Finding]:
+              autotune_cache: Sequence[ConfigDirectory] | None = None,
+              upgrade_from: StackProfile | None = None) -> list[Finding]:
     """All findings for one loaded profile, errors first, then by position in the file.
-    `autotune_cache`: the pinned cache's config directories where they are known (lock, render)."""
+    `autotune_cache`: the pinned cache's config directories where they are known (lock, render);
+    `upgrade_from`: the profile as written, when `loaded` is it moved to another release."""
     _load_rules()
-    ctx = context_for(loaded.profile, catalog, autotune_cache=autotune_cache)
     keyed = []
-    for r in RULES.values():
-        for hit in r.check(ctx):
-            loc = loaded.locate(hit.path)
-            finding = Finding(code=r.code, severity=hit.severity or r.severity, path=_dotted(hit.path),
-                              message=hit.message, hint=hit.hint, location=str(loc))
-            keyed.append(((_ORDER[finding.severity], loc.file, loc.line, loc.col, r.code, finding.path), finding))
+    # The profile's own catalog directories (spec.catalogPath) are searched first by every rule.
+    with profile_catalogs(loaded.profile.spec.catalog_path, str(loaded.locate(("spec", "catalogPath")))):
+        ctx = context_for(loaded.profile, catalog, autotune_cache=autotune_cache, upgrade_from=upgrade_from)
+        for r in RULES.values():
+            for hit in r.check(ctx):
+                loc = loaded.locate(hit.path)
+                finding = Finding(code=r.code, severity=hit.severity or r.severity, path=_dotted(hit.path),
+                                  message=hit.message, hint=hit.hint, location=str(loc))
+                keyed.append(((_ORDER[finding.severity], loc.file, loc.line, loc.col, r.code, finding.path),
+                              finding))
     return [finding for _, finding in sorted(keyed, key=lambda kv: kv[0])]
 
 

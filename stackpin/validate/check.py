@@ -20,6 +20,7 @@ class ProfileReport(BaseModel):
     name: str
     summary: StackSummary
     findings: tuple[Finding, ...]
+    upgrade: str | None = None  # "vllm 0.31.0 -> 0.33.0" when the findings are an upgrade's
 
     def count(self, severity: Severity) -> int:
         return sum(1 for f in self.findings if f.severity == severity)
@@ -50,8 +51,11 @@ def duplicate_names(loaded: Sequence[LoadedProfile]) -> None:
         raise InputError(problems)
 
 
-def check_profiles(paths: Iterable[str | Path]) -> CheckResult:
-    """Validate every profile; bad input in one file does not hide findings in the others."""
+def check_profiles(paths: Iterable[str | Path], upgrade_to: str | None = None) -> CheckResult:
+    """Validate every profile; bad input in one file does not hide findings in the others. With
+    `upgrade_to` (a vLLM version), the findings are what moving each profile to it breaks or changes."""
+    from stackpin.validate.upgrade import upgrade_findings
+
     reports, errors, loaded_all = [], [], []
     for path in paths:
         try:
@@ -60,8 +64,13 @@ def check_profiles(paths: Iterable[str | Path]) -> CheckResult:
             errors.extend(exc.lines())
             continue
         loaded_all.append(loaded)
+        if upgrade_to is None:
+            findings, upgrade = run_rules(loaded), None
+        else:
+            findings = upgrade_findings(loaded, upgrade_to)
+            upgrade = f"vllm {loaded.profile.spec.versions.vllm} -> {upgrade_to}"
         reports.append(ProfileReport(file=str(path), name=loaded.profile.name, summary=summarize(loaded.profile),
-                                     findings=tuple(run_rules(loaded))))
+                                     findings=tuple(findings), upgrade=upgrade))
     try:
         duplicate_names(loaded_all)
     except InputError as exc:

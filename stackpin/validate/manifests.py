@@ -188,12 +188,14 @@ class _SchemaValidator:
         self.schema = schema
         self._core = core  # $refs into Kubernetes' shared definitions; the schema names its draft
         self._full: Validator | None = None
+        # What quickcheck reads: a core schema with its $refs inlined (quickcheck answers none).
+        self.quick = inline_core_refs(schema, _core_definitions()) if core else schema
 
     def iter_errors(self, instance: Any) -> Iterator[ValidationError]:
         from stackpin.validate.quickcheck import Unsure, is_valid
 
         try:
-            if is_valid(instance, self.schema):
+            if is_valid(instance, self.quick):
                 return iter(())
         except Unsure:
             pass
@@ -242,6 +244,35 @@ def _core_registry() -> Any:
 
     definitions = json.loads((_core_schema_dir() / "_definitions.json").read_text())
     return Registry().with_resource(definitions["$id"], Resource.from_contents(definitions))
+
+
+@functools.cache
+def _core_definitions() -> dict[str, Any]:
+    defs: dict[str, Any] = json.loads((_core_schema_dir() / "_definitions.json").read_text())["$defs"]
+    return defs
+
+
+_DEF_REFS = ("/api/_definitions.json#/$defs/", "#/$defs/")
+
+
+def inline_core_refs(node: Any, defs: dict[str, Any], seen: frozenset[str] = frozenset()) -> Any:
+    """A core schema as quickcheck can read it: each $ref into Kubernetes' definitions replaced by the
+    definition, put in an allOf beside the $ref's siblings (draft 2020-12 applies both), and the
+    `x-kubernetes-*` annotations dropped (jsonschema ignores unknown keywords). A definition that
+    refers to itself keeps its $ref, where quickcheck says it is unsure and jsonschema answers."""
+    if isinstance(node, list):
+        return [inline_core_refs(v, defs, seen) for v in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: inline_core_refs(v, defs, seen) for k, v in node.items() if k != "$ref" and not k.startswith("x-")}
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        name = next((ref.removeprefix(p) for p in _DEF_REFS if ref.startswith(p)), None)
+        if name is None or name in seen or name not in defs:
+            out["$ref"] = ref
+        else:
+            out["allOf"] = [inline_core_refs(defs[name], defs, seen | {name}), *out.get("allOf", [])]
+    return out
 
 
 def _core_schema(api_version: str, kind: str) -> dict[str, Any] | None:

@@ -74,3 +74,11 @@ def no_model_store(ctx: Context) -> Iterator[Hit]:
         yield Hit(("spec",), f"spec.modelStore is unset: every worker pod downloads the checkpoint{size} from the "
                   "Hub at each start, inside its start-up budget", "pre-stage the pinned revision on a PVC and set "
                   "spec.modelStore.pvc")
+
+
+@rule("SP185", Severity.warning, "runtime attestation turned off")
+def attestation_off(ctx: Context) -> Iterator[Hit]:
+    if not ctx.profile.spec.attestation:
+        yield Hit(("spec", "attestation"), "workers start without checking that the runtime image's engines, the "
+                  "mounted autotune cache and the GPU are the locked ones; a mismatch shows only as a slower or "
+                  "failing engine", "remove spec.attestation: false")

@@ -91,7 +91,8 @@ def no_flag_catalog(ctx: Context) -> Iterator[Hit]:
         vllm = ctx.profile.spec.versions.vllm
         yield Hit(_V + ("vllm",), f"stackpin has no flag catalog for vLLM {vllm}: "
                   "backends, speculative methods, env vars and engine flags go unchecked",
-                  f"add it to a catalog on STACKPIN_CATALOG_PATH: stackpin engines add vllm=={vllm}")
+                  "add it to a catalog on STACKPIN_CATALOG_PATH or spec.catalogPath: "
+                  f"stackpin engines add vllm=={vllm}")
 
 
 @rule("SP172", Severity.warning, "env var that stackpin sets itself")

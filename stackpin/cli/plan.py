@@ -1,0 +1,132 @@
+"""`stackpin plan`: capacity for N agents under a service target, from bench results (stackpin.plan)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from stackpin.cli.common import OUTPUT, emit, user_errors
+
+if TYPE_CHECKING:
+    from stackpin.plan.capacity import Plan, Scenario
+
+
+@click.command("plan")
+@click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False), metavar="RESULT.json...")
+@click.option("--agents", "agents", type=int, required=True, metavar="N", help="Concurrent agents to serve.")
+@click.option("--slo", "slo_text", required=True, metavar="tps=N,ttft=Ns[,percentile=p90]",
+              help="Per-agent output speed every agent holds and the TTFT limit (at percentile, default p90).")
+@click.option("--mature", "mature", multiple=True, type=click.Path(dir_okay=False), metavar="B.json",
+              help="A result of the mature stack on the same platform as one RESULT (repeatable).")
+@click.option("--gain", type=float, metavar="X", help="Mature scenario as a stated gain in throughput per GPU at "
+              "the same per-agent speed (e.g. 1.3), for results without --mature.")
+@click.option("--chart", type=click.Path(dir_okay=False), metavar="PLAN.png",
+              help="Write a chart of racks needed against the per-agent speed target.")
+@click.option("--turn-tokens", type=float, metavar="N", help="Output tokens of a typical turn (default: the median "
+              "request in the results' request logs).")
+@click.option("--trajectory-tokens", type=float, metavar="N", help="Output tokens of a typical trajectory (default: "
+              "the median session in the request logs).")
+@click.option("--force", is_flag=True, help="Plan results side by side even when their controls (trace, model, "
+              "precision, SLO) differ; the answer lists what differs.")
+@OUTPUT
+@user_errors
+def plan(results: tuple[str, ...], agents: int, slo_text: str, mature: tuple[str, ...], gain: float | None,
+         chart: str | None, turn_tokens: float | None, trajectory_tokens: float | None, force: bool,
+         output: str) -> None:
+    """Size a fleet from measured curves: per stack, agents per GPU meeting the SLO (interpolated on the
+    curve, never extrapolated past it), GPUs, whole racks, rack power and agents per MW, and how long
+    an agent waits for a turn and a trajectory; with --mature or --gain the mature-stack scenario and
+    its difference in racks. Exit 2 when the results' controls differ (unless --force)."""
+    from stackpin.bench.result import read_result
+    from stackpin.errors import StackpinError
+    from stackpin.plan.capacity import make_plan
+    from stackpin.plan.slo import parse_slo
+
+    if mature and gain is not None:
+        raise StackpinError("--mature and --gain exclude each other")
+    slo = parse_slo(slo_text)
+    loaded = [(Path(p), read_result(Path(p))) for p in results]
+    matured = [(Path(p), read_result(Path(p))) for p in mature]
+    answer = make_plan(loaded, agents, slo, mature=matured, gain=gain, force=force, turn_tokens=turn_tokens,
+                       trajectory_tokens=trajectory_tokens)
+    if chart:
+        from stackpin.plan.chart import plan_chart
+        from stackpin.yamlio import write_files
+
+        labels = [f"{s.stack} ({s.platform})" for s in answer.stacks]
+        write_files({Path(chart): plan_chart([r for _, r in loaded], labels, agents, slo)})
+    if output != "text":
+        emit({**answer.dump(), "chart": chart}, output)
+        return
+    _print(answer)
+    if chart:
+        click.echo(f"wrote {chart}", err=True)
+
+
+def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _wait(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+
+
+def _cells(s: Scenario) -> list[str]:
+    op, cap = s.operating, s.capacity
+    bound = {"within": "", "at-least": ">= ", "unmet": ""}[op.bound.value]
+    most = {"within": "", "at-least": "<= ", "unmet": ""}[op.bound.value]
+    unmet = op.bound.value == "unmet"
+    power = "unknown" if cap.rack_power_kw is None else f"{cap.rack_power_kw:g}"
+    return ["unmet" if unmet else f"{bound}{op.agents_per_gpu:.2f}", "-" if unmet else f"{op.tps_per_gpu:,.0f}",
+            "-" if unmet else f"{op.speed:.0f}", "-" if cap.gpus is None else f"{most}{cap.gpus:,}",
+            "-" if cap.racks is None else f"{most}{cap.racks:,}" + (" nodes" if cap.rack_kind == "node" else ""), power,
+            "-" if cap.power_kw is None else f"{most}{cap.power_kw / 1000:,.2f}",
+            "-" if cap.agents_per_mw is None else f"{bound}{cap.agents_per_mw:,.0f}",
+            _wait(s.waits.turn_s), _wait(s.waits.trajectory_s)]
+
+
+def _delta(delta: int, current: Scenario, mature: Scenario) -> str:
+    """Racks of the mature scenario minus the current one's; a bound where either side's racks are."""
+    low, high = current.operating.bound.value == "at-least", mature.operating.bound.value == "at-least"
+    if low and high:
+        return "?"  # both are upper bounds on racks: their difference is unknown
+    return ("<= " if high else ">= " if low else "") + f"{delta:+,}"
+
+
+def _print(answer: Plan) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from stackpin.plan.slo import slo_text
+
+    console = Console(highlight=False)
+    if not console.is_terminal:  # a pipe or a file gets the whole table, not one squeezed to 80 columns
+        console = Console(highlight=False, width=220)
+    console.print(f"plan for {answer.agents:,} agents at {escape(slo_text(answer.slo))}")
+    table = Table(box=None, pad_edge=False)
+    for name in ("stack", "platform", "scenario", "agents/GPU", "tok/s/GPU", "tok/s/agent", "GPUs", "racks",
+                 "kW/rack", "MW", "agents/MW", "turn wait", "trajectory wait", "racks vs current"):
+        table.add_column(name, justify="left" if name in ("stack", "platform", "scenario") else "right")
+    for s in answer.stacks:
+        name = s.stack + (f" (simulated: {s.simulated})" if s.simulated else "")
+        table.add_row(escape(name), s.platform, "current", *_cells(s.current), "")
+        if s.mature:
+            delta = "-" if s.rack_delta is None else _delta(s.rack_delta, s.current, s.mature)
+            table.add_row("", "", escape(f"mature: {s.mature.source}"), *_cells(s.mature), delta)
+    console.print(table)
+    console.print(f"waits: output tokens / per-agent speed; typical turn {_num(answer.workload.turn_tokens)} "
+                  f"tokens, trajectory {_num(answer.workload.trajectory_tokens)} tokens "
+                  f"({escape(answer.workload.source)})")
+    for s in answer.stacks:
+        for label, sc in (("current", s.current), ("mature", s.mature)):
+            if sc is not None:
+                console.print(f"{escape(s.stack)} {label}: {escape(sc.operating.note)}")
+    for line in answer.forced:
+        console.print(f"[yellow]warning:[/] compared despite differing controls: {escape(line)}")
+    for note in answer.notes:
+        console.print(f"note: {escape(note)}")

@@ -1,0 +1,47 @@
+"""`stackpin report DEPLOYMENT --out report.html`: the deployment's page (stackpin.report.page)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.history import HISTORY
+
+
+def _results(values: tuple[str, ...]) -> dict[int, list[Path]]:
+    from stackpin.errors import StackpinError
+
+    out: dict[int, list[Path]] = {}
+    for value in values:
+        rev, sep, file = value.partition("=")
+        if not sep or not rev.isdigit() or not file:
+            raise StackpinError(f"--result {value}: expected REV=FILE (e.g. 2=tuned.json)")
+        out.setdefault(int(rev), []).append(Path(file))
+    return out
+
+
+@click.command("report")
+@click.argument("deployment")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), metavar="REPORT.html", help="The page to write.")
+@click.option("--result", "result_files", multiple=True, metavar="REV=FILE",
+              help="A bench result of revision REV, besides those attached to it (repeatable).")
+@HISTORY
+@OUTPUT
+@user_errors
+def report(deployment: str, out: str, result_files: tuple[str, ...], history_dir: str, output: str) -> None:
+    """Write one self-contained HTML page for DEPLOYMENT: its revisions, the diff between consecutive
+    ones and the bench curves of their results (chart embedded; no external URL). Same inputs, same bytes."""
+    from stackpin.history.store import HistoryStore
+    from stackpin.report.page import build_report
+    from stackpin.yamlio import write_files
+
+    store = HistoryStore(Path(history_dir))
+    key = store.resolve(deployment)
+    page = build_report(store, key, _results(result_files))
+    write_files({Path(out): page.html})
+    if output == "text":
+        click.echo(f"wrote {out}  ({key}: {page.revisions} revision(s), {page.results} bench result(s))")
+    else:
+        emit({"out": out, "deployment": str(key), "revisions": page.revisions, "results": page.results}, output)

@@ -1,0 +1,47 @@
+"""`--chart`: racks needed for N agents against the per-agent speed target, one line per stack.
+
+Each line covers only the speeds where its curve is crossed between measured points; past the
+measured range nothing is drawn (the table says "at least" there).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from stackpin.bench.result import BenchResult, Slo
+from stackpin.plan.capacity import Workload, scenario
+from stackpin.plan.curve import Bound, curve_of
+from stackpin.plan.figure import PALETTE, new_figure, png_bytes
+
+STEPS = 60
+
+
+def speed_targets(results: Sequence[BenchResult], percentile: str) -> list[float]:
+    speeds = [p.speed for r in results for p in curve_of(r, percentile)]
+    if not speeds:
+        return []
+    low, high = min(speeds), max(speeds)
+    return [low + (high - low) * i / STEPS for i in range(STEPS + 1)]
+
+
+def plan_chart(results: Sequence[BenchResult], labels: Sequence[str], agents: int, slo: Slo) -> bytes:
+    figure = new_figure()
+    ax = figure.add_subplot()
+    workload = Workload(None, None, "")
+    targets = speed_targets(results, slo.percentile)
+    for i, (result, label) in enumerate(zip(results, labels, strict=True)):
+        xs, ys = [], []
+        for tps in targets:
+            s = scenario(result, Slo(tps=tps, ttft_s=slo.ttft_s, percentile=slo.percentile), agents, workload, "")
+            if s.operating.bound is Bound.within and s.capacity.racks is not None:
+                xs.append(tps)
+                ys.append(s.capacity.racks)
+        ax.step(xs, ys, where="post", label=label, color=PALETTE[i % len(PALETTE)], linewidth=2)
+    ax.axvline(slo.tps, color="black", linestyle="--", linewidth=1, label=f"target {slo.tps:g} tok/s per agent")
+    ax.set_xlabel("per-agent output speed target (tok/s)")
+    ax.set_ylabel(f"racks for {agents:,} agents")
+    ax.set_title(f"Racks needed for {agents:,} agents (TTFT {slo.percentile} <= {slo.ttft_s:g} s)")
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    return png_bytes(figure)

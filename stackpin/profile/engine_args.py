@@ -1,0 +1,111 @@
+"""Per-pool `engineArgs` / `dynamoArgs`: engine flags the profile does not model, passed through checked.
+
+A key is a long option as the engine spells it (`--max-logprobs`); a value is `true` for a switch, a
+string or a number for an option that takes one, or a mapping for a JSON-config option (rendered as
+canonical JSON). What the pinned release accepts is validation's (rules SP221-SP226, against
+`stackpin.catalog.flags`); here only the form is checked, where the profile is read.
+
+`MODELLED` is the other half of the contract: the options stackpin renders itself, each with the field
+that sets it. A profile that passes one of them through engineArgs would fight that field (argparse keeps
+the last value), so validation names the field to use instead; render's own argv is held to this table by
+tests/test_engine_args.py.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Annotated, Any
+
+from pydantic import Field, JsonValue, StrictBool, StrictInt
+
+# Strict: YAML `1` for a switch or `yes` for a number are mistakes, not conversions. Floats are finite.
+EngineArgValue = StrictBool | StrictInt | Annotated[float, Field(strict=True, allow_inf_nan=False)] | str | dict[
+    str, JsonValue]
+
+_OPTION = re.compile(r"--[a-z0-9]+(?:-[a-z0-9]+)*")
+POOL = "{pool}"  # stands for spec.placement.pools.<role> in MODELLED's field paths
+
+
+def option_problem(name: str) -> str | None:
+    """Why `name` cannot be an engineArgs / dynamoArgs key, or None."""
+    shown = repr(name[:80])
+    if not name.startswith("--"):
+        return f"{shown} is not a long option: write the option's --long-form"
+    if "=" in name or "." in name:
+        return f"{shown}: give the value as the key's value (a mapping for a JSON config), not inside the option name"
+    if "_" in name and _OPTION.fullmatch(name.replace("_", "-")):
+        return f"{shown}: options are spelled with dashes: {name.replace('_', '-')}"
+    if not _OPTION.fullmatch(name):
+        return f"{shown} is not an option name (--, then lowercase words of letters and digits joined by '-')"
+    return None
+
+
+def value_type_problem(value: Any) -> str | None:
+    """One message for a value of no accepted type (rather than one per member of the union)."""
+    if value is None:
+        return "has no value: write true for a switch, or the option's value"
+    if isinstance(value, list):
+        return ("is a list: give the option's value as one string, or a mapping for a JSON config "
+                "(list-valued options are not passed through)")
+    if not isinstance(value, bool | int | float | str | dict):
+        return f"is a {type(value).__name__}: write true, a string, a number or a mapping"
+    return None
+
+
+def value_problem(value: Any) -> str | None:
+    """A JSON-config value must survive canonical JSON exactly: no NaN or infinity anywhere inside."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return "holds a NaN or infinite number, which JSON cannot carry"
+    if isinstance(value, dict):
+        return next((p for p in map(value_problem, value.values()) if p), None)
+    if isinstance(value, list):
+        return next((p for p in map(value_problem, value) if p), None)
+    return None
+
+
+# Options stackpin renders from modelled fields (render/args.py engine_flags), -> the field to use.
+MODELLED_VLLM: dict[str, str] = {
+    "--model": "spec.model.id",
+    "--revision": "spec.model.revision",
+    "--tokenizer-mode": "spec.model.tokenizerMode",
+    "--tensor-parallel-size": f"{POOL}.tensorParallel",
+    "--pipeline-parallel-size": f"{POOL}.pipelineParallel",
+    "--data-parallel-size": f"{POOL}.dataParallel",
+    "--enable-expert-parallel": f"{POOL}.expertParallel",
+    "--max-model-len": "spec.model.maxModelLen",
+    "--max-num-seqs": f"{POOL}.maxNumSeqs",
+    "--max-num-batched-tokens": f"{POOL}.maxNumBatchedTokens",
+    "--gpu-memory-utilization": f"{POOL}.gpuMemoryUtilization",
+    "--cpu-offload-gb": "spec.fallbacks.cpuOffloadGib",
+    "--kv-cache-dtype": "spec.kvCache.dtype",
+    "--block-size": "spec.kvCache.blockSize",
+    "--enable-prefix-caching": "spec.kvCache.prefixCaching",
+    "--attention-backend": "spec.kernels.attention",
+    "--moe-backend": "spec.kernels.moe",
+    "--linear-backend": "spec.kernels.linear",
+    "--all2all-backend": "spec.kernels.all2all",
+    "--compilation-config": "spec.cudaGraphs",
+    "--speculative-config": "spec.speculative",
+    "--enable-flashinfer-autotune": "spec.autotune.mode",
+    "--kv-transfer-config": "spec.placement.kvConnector",
+    "--kv-events-config": "spec.kvCache.events",
+}
+MODELLED_DYNAMO: dict[str, str] = {"--disaggregation-mode": "spec.placement.mode"}
+# Boolean fields whose switch stackpin renders as `--x` when true and `--no-x` (or nothing: vLLM's
+# default is off) when false: the same switch passed through agrees or contradicts, and SP225 says which.
+MODELLED_SWITCHES = frozenset({"--enable-prefix-caching", "--enable-expert-parallel"})
+# Keys of a JSON-config option that stackpin sets through another flag: --kernel-config's
+# enable_flashinfer_autotune is what autotune "off" renders when the release lacks the switch.
+MODELLED_KEYS: dict[str, dict[str, str]] = {
+    "--kernel-config": {"enable_flashinfer_autotune": "spec.autotune.mode", "moe_backend": "spec.kernels.moe",
+                        "linear_backend": "spec.kernels.linear"},
+}
+
+
+def scalar_text(value: Any) -> str | None:
+    """The argv text of a string or number value (shortest round-trip form for a float); None for a
+    switch's `true`/`false` and for a mapping (JSON, rendered canonically by render/args.py)."""
+    if isinstance(value, bool | dict):
+        return None
+    return repr(value) if isinstance(value, float) else str(value)

@@ -1,0 +1,145 @@
+"""stackpin runtime attestation: is this pod about to run the stack its lock pins?
+
+Shipped by `stackpin render` in each stack's attestation ConfigMap and run by every worker's init
+container with the runtime image's own Python, before the engine starts. stackpin never imports it: it
+uses the standard library only, so that it runs in any image.
+
+    python3 attest.py EXPECTED_JSON
+
+EXPECTED_JSON (rendered from the lock) names the deployment, the versions of the engine packages,
+the autotune cache directory with the sha256 of every file in it (when the lock records them), and
+the GPU model of the rack. Checked: the installed distributions (importlib.metadata of this Python),
+every file of the mounted cache, and the GPU names `nvidia-smi` reports (when it is on PATH).
+
+Exit 0 with one line `attested sha256:<digest of EXPECTED_JSON> (<deployment>): ...` (the digest
+`stackpin render` records on the ConfigMap, beside the stack digest); exit 1 with one line
+`attestation failed ...`
+that names every difference (also written to the container's termination log, so `kubectl describe
+pod` shows it); exit 2 when EXPECTED_JSON cannot be read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib import metadata
+from typing import Any
+
+TERMINATION_LOG = "/dev/termination-log"
+NVIDIA_SMI_TIMEOUT_S = 60
+
+
+def installed(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def check_packages(packages: dict[str, str]) -> tuple[list[str], list[str]]:
+    """(differences, what matched) for distribution -> locked version."""
+    diffs, ok = [], []
+    for dist, want in sorted(packages.items()):
+        have = installed(dist)
+        if have is None:
+            diffs.append(f"{dist} is not installed (the lock pins {want})")
+        elif have != want:
+            diffs.append(f"{dist} {have} is installed, the lock pins {want}")
+        else:
+            ok.append(f"{dist} {have}")
+    return diffs, ok
+
+
+def sha256_file(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def check_cache(cache: dict[str, Any] | None) -> tuple[list[str], str]:
+    """(differences, summary) of the mounted autotune cache against the lock's per-file digests."""
+    if cache is None:
+        return [], "no autotune cache"
+    root = cache["dir"]
+    files: dict[str, str] | None = cache.get("files")
+    if not os.path.isdir(root):
+        return [f"autotune cache {root} is not mounted"], ""
+    if files is None:
+        # An older lock records only the cache image's digest, which the container runtime checked when
+        # it pulled the image volume; there is nothing per file to compare here.
+        return [], "autotune cache mounted (the lock records no per-file digests)"
+    found = {}
+    for top, dirs, names in os.walk(root):
+        dirs.sort()
+        for name in names:
+            full = os.path.join(top, name)
+            found[os.path.relpath(full, root).replace(os.sep, "/")] = full
+    diffs = [f"autotune cache file {rel} is missing" for rel in sorted(set(files) - set(found))]
+    diffs += [f"autotune cache file {rel} differs from the locked digest" for rel in sorted(set(files) & set(found))
+              if sha256_file(found[rel]) != files[rel]]
+    diffs += [f"autotune cache file {rel} is not in the lock" for rel in sorted(set(found) - set(files))]
+    return diffs, f"autotune cache {len(files)} file(s)"
+
+
+def check_gpu(want: str | None) -> tuple[list[str], str]:
+    """(differences, summary) of the GPUs nvidia-smi reports against the rack's GPU model."""
+    smi = shutil.which("nvidia-smi")
+    if want is None or smi is None:
+        return [], "GPU not checked (no nvidia-smi)" if want else "GPU not checked"
+    try:
+        run = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=NVIDIA_SMI_TIMEOUT_S, check=False)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return [f"nvidia-smi could not run ({exc})"], ""
+    if run.returncode != 0:
+        why = (run.stderr or run.stdout).strip().splitlines()
+        return [f"nvidia-smi failed (exit {run.returncode}{': ' + why[0] if why else ''})"], ""
+    names = [line.strip() for line in run.stdout.splitlines() if line.strip()]
+    if not names:
+        return ["nvidia-smi reports no GPU"], ""
+    other = sorted(set(names) - {want})
+    if other:
+        return [f"GPU {', '.join(other)} is not the rack's {want}"], ""
+    return [], f"GPU {len(names)}x {want}"
+
+
+def attest(expected: dict[str, Any], digest: str) -> tuple[bool, str]:
+    """(passed, the one line to print); `digest` is the expectation file's sha256."""
+    diffs, ok = check_packages(expected["packages"])
+    for found, summary in (check_cache(expected.get("autotuneCache")), check_gpu(expected.get("gpu"))):
+        diffs += found
+        if summary:
+            ok.append(summary)
+    stack = f"sha256:{digest} ({expected['deployment']})"
+    if diffs:
+        return False, f"attestation failed for {stack}: " + "; ".join(diffs)
+    return True, f"attested {stack}: " + ", ".join(ok)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: attest.py EXPECTED_JSON", file=sys.stderr)
+        return 2
+    try:
+        with open(argv[1], "rb") as fh:
+            raw = fh.read()
+        passed, line = attest(json.loads(raw.decode("utf-8")), hashlib.sha256(raw).hexdigest())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        print(f"attestation failed: {argv[1]} is not a readable expectation ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        return 2
+    print(line, file=sys.stdout if passed else sys.stderr, flush=True)
+    if not passed and os.access(TERMINATION_LOG, os.W_OK):
+        with open(TERMINATION_LOG, "w", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

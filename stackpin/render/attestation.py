@@ -1,0 +1,100 @@
+"""Runtime attestation: the ConfigMap and init container that make every worker check, before its
+engine starts, that the pod runs the stack its lock pins (docs/render.md#runtime-attestation).
+
+The check itself is `attest_runtime.py` beside this module: a stdlib-only script stackpin never imports,
+shipped verbatim in the ConfigMap with the expectation rendered from the lock (`expected.json`). The init
+container runs it with the runtime image's own Python and the engine container's volume mounts, so it
+sees the distributions, the autotune cache and the GPUs the engine would. The ConfigMap is immutable
+and named by the digest of what it holds (the script and the expectation), not by the stack digest: a
+change the workers do not see (a label, the replica count, the service target) leaves their pod
+templates alone, and a rollout never changes what an older revision's pods attest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from stackpin.catalog import Catalog
+from stackpin.lock.lockfile import StackLock
+from stackpin.render.plan import ComponentPlan
+from stackpin.render.pod import AUTOTUNE_MOUNT, GPU_RESOURCE
+
+SCRIPT = "attest_runtime.py"
+VOLUME = "stackpin-attestation"
+MOUNT = "/opt/stackpin/attestation"
+CONTAINER = "attest"
+CACHE_DIR = f"{AUTOTUNE_MOUNT}/flashinfer_autotune_cache"  # where the packed cache's files land
+# Python, hashing and nvidia-smi: a tenth of a core and a little memory (GPUs: see init_container).
+RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+
+
+@dataclass(frozen=True)
+class Attestation:
+    config_map: str  # the ConfigMap's name
+    expected: str  # expected.json
+    digest: str  # sha256 of expected.json: what a passing worker prints as attested
+
+
+def script_text() -> str:
+    return resources.files(__package__).joinpath(SCRIPT).read_text(encoding="utf-8")
+
+
+def expectation(lock: StackLock, catalog: Catalog) -> dict[str, Any]:
+    """What a worker of this stack must find: the lock's engine versions under their distribution names,
+    the autotune cache's files and digests (None where the lock records no per-file digests: then only
+    the image digest, which the runtime checks when it pulls the volume, stands for them), the GPU model."""
+    profile = lock.stack_profile
+    engines = profile.spec.versions  # what the lock's resolved.engines repeat
+    names = catalog.versions.distributions
+    cache = lock.resolved.autotune_cache
+    return {
+        "deployment": profile.metadata.deployment,
+        "packages": {names["vllm"]: engines.vllm, names["flashinfer"]: engines.flashinfer,
+                     names["dynamo"]: engines.dynamo, names["nixl"]: engines.nixl},
+        "autotuneCache": None if cache is None else {"dir": CACHE_DIR, "image": cache.pinned,
+                                                     "files": cache.file_digests()},
+        "gpu": catalog.gpu_of(profile.spec.target.platform).device_name,
+    }
+
+
+def attestation_for(lock: StackLock, catalog: Catalog) -> Attestation | None:
+    """None when the profile turns attestation off (SP185 warns)."""
+    if not lock.stack_profile.spec.attestation:
+        return None
+    expected = json.dumps(expectation(lock, catalog), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    digest = hashlib.sha256(expected.encode("utf-8")).hexdigest()
+    # The name covers the script too: a stackpin that ships another check gets another ConfigMap.
+    named = hashlib.sha256(script_text().encode("utf-8") + b"\0" + expected.encode("utf-8")).hexdigest()
+    return Attestation(f"{lock.stack_profile.metadata.deployment}-attestation-{named[:12]}", expected,
+                       f"sha256:{digest}")
+
+
+DIGEST_ANNOTATION = "stackpin.dev/attestation-digest"  # the digest a passing worker prints
+
+
+def config_map(attestation: Attestation, metadata: dict[str, Any]) -> dict[str, Any]:
+    annotations = {**metadata.get("annotations", {}), DIGEST_ANNOTATION: attestation.digest}
+    return {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {**metadata, "name": attestation.config_map, "annotations": annotations},
+            "immutable": True, "data": {"attest.py": script_text(), "expected.json": attestation.expected}}
+
+
+def volume(attestation: Attestation) -> dict[str, Any]:
+    return {"name": VOLUME, "configMap": {"name": attestation.config_map}}
+
+
+def init_container(image: str, engine: dict[str, Any], comp: ComponentPlan) -> dict[str, Any]:
+    """The check, with the engine container's image and mounts. It holds the pod's GPUs too, so that
+    nvidia-smi sees them: the kubelet hands an init container's devices on to the app containers, and a
+    pod's request is the larger of the two, so this costs no GPU."""
+    resources_: dict[str, Any] = {k: dict(v) for k, v in RESOURCES.items()}
+    if comp.gpus_per_pod:
+        for part in ("requests", "limits"):
+            resources_[part][GPU_RESOURCE] = str(comp.gpus_per_pod)
+    mounts = [*engine.get("volumeMounts", []), {"name": VOLUME, "mountPath": MOUNT, "readOnly": True}]
+    return {"name": CONTAINER, "image": image, "command": ["python3", f"{MOUNT}/attest.py", f"{MOUNT}/expected.json"],
+            "volumeMounts": mounts, "resources": resources_}

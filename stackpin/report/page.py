@@ -1,0 +1,126 @@
+"""`stackpin report`: one self-contained HTML page of a deployment: its revisions, the semantic diff
+between consecutive ones (stackpin.diff's StackDiff, as its JSON output holds it) and the bench curves
+of the results attached to them (the chart embedded as a base64 PNG; no external URL, no script).
+
+Same history and results, same bytes: nothing on the page depends on when it was made.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stackpin.bench.result import BenchResult, read_result
+from stackpin.diff.run import diff_locks
+from stackpin.errors import StackpinError
+from stackpin.history.model import DeploymentKey, Revision
+from stackpin.history.store import HistoryStore
+from stackpin.plan.curve import Bound, curve_of, operating_point
+from stackpin.plan.slo import slo_text
+from stackpin.report.attachments import attached_results
+from stackpin.report.curves import curve_chart, result_label, slo_speed
+
+
+@dataclass(frozen=True)
+class Report:
+    html: str
+    revisions: int
+    results: int
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "(unset)"
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+
+
+def _revision_row(revision: Revision, change: str | None) -> dict[str, Any]:
+    action = (f"promote {revision.stack}" if revision.action.kind == "promote"
+              else f"{revision.action} ({revision.stack})")
+    return {"number": revision.revision, "digest": revision.short_digest, "created": revision.created,
+            "author": revision.author, "action": action, "message": revision.message.strip(),
+            "change": change if change is not None else ("(first revision)" if revision.revision == 1 else "-")}
+
+
+def _diff_section(previous: Revision, revision: Revision) -> dict[str, Any]:
+    data = diff_locks(previous.lock, revision.lock).dump()
+    groups = [{"id": g["id"], "title": g["title"], "impact": g["impact"], "restarts": g["restarts"],
+               "recreate": g["recreateReasons"],
+               "changes": [{"path": c["path"], "old": _value(c["old"]) if c["kind"] != "added" else "(unset)",
+                            "new": _value(c["new"]) if c["kind"] != "removed" else "(unset)",
+                            "note": c.get("note")} for c in g["changes"]],
+               "invalidates": [f"{i['what']}: {i['detail']}" for i in g["invalidates"]]}
+              for g in data["groups"]]
+    return {"a": previous.revision, "b": revision.revision, "summary": data["oneLine"], "impact": data["impact"],
+            "restarts": data["restarts"], "groups": groups}
+
+
+def _result_row(number: int, path: Path, result: BenchResult) -> dict[str, Any]:
+    slo = result.controls.slo
+    row: dict[str, Any] = {"revision": number, "file": path.name, "stack": result.stack.name,
+                           "platform": result.stack.platform, "gpus": result.stack.gpus,
+                           "simulated": result.simulation.model if result.simulation else "",
+                           "slo": slo_text(slo) if slo else "-", "points": len(result.points),
+                           "single": "-", "max_agents": "-", "per_gpu": "-", "bound": ""}
+    curve = curve_of(result, slo.percentile if slo else "p90")
+    single = [p.speed for p in curve if p.agents == 1]
+    row["single"] = f"{single[0]:.0f}" if single else "-"
+    if slo and curve:
+        op = operating_point(curve, slo, result.stack.gpus)
+        if op.bound is not Bound.unmet:
+            prefix = ">= " if op.bound is Bound.at_least else ""
+            agents = f"{op.agents:.0f}" if op.agents == int(op.agents) else f"{op.agents:.1f}"
+            row.update(max_agents=f"{prefix}{agents}", per_gpu=f"{prefix}{op.tps_per_gpu:,.0f}")
+        row["bound"] = op.note
+    if result.client.saturated:
+        row["bound"] += ("; " if row["bound"] else "") + "the client was saturated: throughput is a floor"
+    if result.interrupted:
+        row["bound"] += ("; " if row["bound"] else "") + "the run was interrupted"
+    return row
+
+
+def _results(store: HistoryStore, key: DeploymentKey, revisions: Sequence[Revision],
+             extra: Mapping[int, Sequence[Path]]) -> list[tuple[int, Path, BenchResult]]:
+    numbers = [r.revision for r in revisions]
+    unknown = sorted(set(extra) - set(numbers))
+    if unknown:
+        raise StackpinError(f"--result {unknown[0]}=...: {key} has no revision {unknown[0]} (it has 1-{len(numbers)})")
+    by_number = {r.revision: r for r in revisions}
+    out = []
+    for number, paths in attached_results(store, key, numbers, extra).items():
+        for path in paths:
+            result = read_result(path)
+            want = by_number[number].stack_digest
+            if result.stack.digest != want:
+                raise StackpinError(f"{path}: measured stack {result.stack.digest}, but revision {number} of {key} "
+                                    f"is {want}", "a result belongs to the revision whose stack it measured")
+            out.append((number, path, result))
+    return out
+
+
+def build_report(store: HistoryStore, key: DeploymentKey, extra: Mapping[int, Sequence[Path]] = {}) -> Report:
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    revisions = store.revisions(key)
+    rows = [_revision_row(r, diff_locks(p.lock, r.lock).one_line() if p else None)
+            for p, r in zip([None, *revisions], revisions, strict=False)]
+    diffs = [_diff_section(p, r) for p, r in zip(revisions, revisions[1:], strict=False)]
+    results = _results(store, key, revisions, extra)
+    chart = None
+    if results:
+        slo_tps = slo_speed([r for _, _, r in results])
+        png = curve_chart([(f"rev {n}: {result_label(r)}", r) for n, _, r in results], slo_tps,
+                          title=f"{key}: bench curves")
+        chart = base64.b64encode(png).decode("ascii")
+    env = Environment(loader=PackageLoader("stackpin.report", "templates"), autoescape=select_autoescape(["j2"]),
+                      undefined=StrictUndefined, keep_trailing_newline=True)
+    html = env.get_template("report.html.j2").render(
+        deployment=str(key), revisions=rows, diffs=diffs, chart=chart,
+        results=[_result_row(n, p, r) for n, p, r in results],
+        simulated=sorted({line for _, _, r in results if r.simulation
+                          for line in (r.simulation.substitutions or (f"Step-time model: {r.simulation.model}",))}))
+    return Report(html, len(revisions), len(results))

@@ -1,0 +1,175 @@
+"""`stackpin validate --upgrade-to vllm==X`: what in a profile breaks or changes meaning under another
+vLLM release, as findings against the profile.
+
+The profile is moved to the target (vLLM X, the FlashInfer X pins, and the newest Dynamo release that
+ships X with its NIXL) and every rule runs again, with the catalogs of the target; a finding the moved
+profile has and the profile as written does not is something the upgrade breaks (a removed flag, env
+var, backend or speculative method; an engineArgs flag or key the release dropped). Rules SP241-SP243
+compare the two releases directly: the Dynamo release that ships X, defaults X changes that the profile
+relies on, and a pinned autotune cache X will not read. They are silent outside an upgrade.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from stackpin.catalog import Catalog, DynamoPin, load_catalog
+from stackpin.catalog.engine_data import EngineOption
+from stackpin.catalog.flags import FlagCatalog, vllm_catalog
+from stackpin.catalog.search import profile_catalogs
+from stackpin.catalog.version import parse_version
+from stackpin.profile.engine_args import MODELLED_VLLM
+from stackpin.profile.loader import LoadedProfile
+from stackpin.profile.model import AutotuneMode, Pool, StackProfile
+from stackpin.validate import Context, Finding, Hit, Severity, pools, rule, run_rules
+from stackpin.validate.engineargs import field_path, renders
+
+_V = ("spec", "versions")
+# The moved profile's own pins disagree with its runtime image and with each other only because the move
+# rewrote them; SP241 says what to set instead, so these are not reported again.
+BOOKKEEPING = frozenset({"SP161", "SP162", "SP163", "SP164", "SP165"})
+_TARGET = re.compile(r"vllm==([0-9]+\.[0-9]+\.[0-9]+(?:[.-]?(?:post|rc|dev)[0-9]+)?)")
+
+
+def parse_target(text: str) -> str:
+    """The vLLM version of `vllm==X`; ValueError for anything else."""
+    found = _TARGET.fullmatch(text.strip())
+    if found is None:
+        raise ValueError(f"{text!r}: give the target as vllm==X.Y.Z")
+    return found.group(1)
+
+
+def dynamo_for(vllm: str, catalog: Catalog) -> tuple[str, DynamoPin] | None:
+    """The newest Dynamo release the catalog knows that ships this vLLM."""
+    found = [(parse_version(v), v, pin) for v, pin in catalog.versions.dynamo.items() if pin.vllm == vllm]
+    return (max(found)[1], max(found)[2]) if found else None
+
+
+def moved(profile: StackProfile, vllm: str, catalog: Catalog) -> StackProfile:
+    versions = profile.spec.versions
+    change: dict[str, Any] = {"vllm": vllm}
+    if (pin := catalog.versions.vllm.get(vllm)) is not None:
+        change["flashinfer"] = pin.flashinfer
+    if (dynamo := dynamo_for(vllm, catalog)) is not None:
+        change.update(dynamo=dynamo[0], nixl=dynamo[1].nixl)
+    spec = profile.spec.model_copy(update={"versions": versions.model_copy(update=change)})
+    return profile.model_copy(update={"spec": spec})
+
+
+def upgrade_findings(loaded: LoadedProfile, vllm: str, catalog: Catalog | None = None) -> list[Finding]:
+    """Findings of the profile moved to vLLM `vllm` that the profile as written does not have."""
+    with profile_catalogs(loaded.profile.spec.catalog_path):  # the pins of its own catalogs, too
+        catalog = catalog or load_catalog()
+        before = {(f.code, f.path) for f in run_rules(loaded, catalog)}
+        target = LoadedProfile(moved(loaded.profile, vllm, catalog), loaded.path, loaded.sources,
+                               loaded.positions, loaded.document)
+        after = run_rules(target, catalog, upgrade_from=loaded.profile)
+    return [f for f in after if (f.code, f.path) not in before and f.code not in BOOKKEEPING]
+
+
+def _upgrade(ctx: Context) -> tuple[StackProfile, str, str] | None:
+    """(the profile as written, its vLLM, the target vLLM) during an upgrade check, else None."""
+    if ctx.upgrade_from is None:
+        return None
+    old, new = ctx.upgrade_from.spec.versions.vllm, ctx.profile.spec.versions.vllm
+    return (ctx.upgrade_from, old, new) if old != new else None
+
+
+@rule("SP241", Severity.error, "no Dynamo release, or another one, ships the upgraded vLLM")
+def dynamo_release(ctx: Context) -> Iterator[Hit]:
+    if (up := _upgrade(ctx)) is None:
+        return
+    written, _, vllm = up
+    found = dynamo_for(vllm, ctx.catalog)
+    old = written.spec.versions.dynamo
+    if found is None:
+        ships = ", ".join(f"Dynamo {d}: vLLM {p.vllm}" for d, p in ctx.catalog.versions.dynamo.items())
+        yield Hit(_V + ("dynamo",), f"no Dynamo release stackpin knows ships vLLM {vllm}: Dynamo {old}'s runtime "
+                  f"image runs vLLM {written.spec.versions.vllm}, so no runtime image to pin runs {vllm}",
+                  f"known: {ships} (catalog/versions.yaml)")
+    elif found[0] != old:
+        dynamo, pin = found
+        flashinfer = ctx.profile.spec.versions.flashinfer
+        yield Hit(_V + ("dynamo",), f"vLLM {vllm} ships in Dynamo {dynamo}, not in Dynamo {old}: the runtime "
+                  "image and every pin change with it",
+                  f"set versions.dynamo: {dynamo}, vllm: {vllm}, flashinfer: {flashinfer}, nixl: {pin.nixl} and "
+                  f"runtimeImage to Dynamo {dynamo}'s vLLM runtime", Severity.warning)
+
+
+def _default(option: EngineOption) -> str:
+    """An option's literal default as the catalog records it (None: the engine decides when it starts)."""
+    return repr(option.default)
+
+
+def _keep(flag: str, was: EngineOption, old: str, catalog: FlagCatalog) -> str:
+    """How to keep an old default."""
+    value = was.default
+    if value is None:
+        return f"vLLM {old} decided it when the engine started; pass {flag} in engineArgs to choose the value yourself"
+    if isinstance(value, bool) and catalog.option(flag) is not None:
+        off = catalog.negative(flag)
+        if value is False and off is None:
+            return f"vLLM {old} left {flag} off; nothing turns it off in engineArgs, check the release notes"
+        entry = f"{flag}: true" if value else f"{off}: true"
+    else:
+        entry = f"{flag}: {json.dumps(value) if isinstance(value, dict | list) else value}"
+    return f"to keep the old behaviour, pass {entry} in engineArgs"
+
+
+def _passed(catalog: FlagCatalog, flag: str, pool: Pool) -> bool:
+    return any(catalog.canonical(f) == flag for f in pool.engine_args)
+
+
+@rule("SP242", Severity.warning, "default the upgraded vLLM changes that the profile relies on")
+def changed_default(ctx: Context) -> Iterator[Hit]:
+    if (up := _upgrade(ctx)) is None or ctx.vllm is None:
+        return
+    _, old_version, vllm = up
+    old = vllm_catalog(old_version)
+    if old is None:
+        return
+    active = [(role, pool.spec) for role, _, pool in pools(ctx)]
+    for flag in sorted(set(old.flags) & set(ctx.vllm.flags)):
+        was, now = old.flags[flag], ctx.vllm.flags[flag]
+        if was.default == now.default or was.default_expr or now.default_expr:
+            continue  # a default computed when the engine starts cannot be compared from the source
+        if set(now.all_strings) <= set(now.deprecated):
+            continue  # the whole option is on its way out; SP226 speaks for any use of it
+        if flag in MODELLED_VLLM:  # relied on where render writes nothing for the field
+            unset = [role for role, pool in active if renders(flag, ctx.profile, pool, ctx.vllm) is None]
+            if not unset:
+                continue
+            path = tuple(field_path(MODELLED_VLLM[flag], unset[0]).split("."))
+        elif all(_passed(ctx.vllm, flag, pool) for _, pool in active):
+            continue  # every pool passes it
+        else:
+            path = _V + ("vllm",)
+        decides = ", which leaves it to the engine at start" if now.default is None else ""
+        yield Hit(path, f"vLLM {vllm} changes the default of {flag} from {_default(was)} (vLLM {old_version}) to "
+                  f"{_default(now)}{decides}; the profile leaves it to the default",
+                  _keep(flag, was, old_version, ctx.vllm))
+
+
+@rule("SP243", Severity.error, "pinned autotune cache the upgraded release will not read")
+def cache_unread(ctx: Context) -> Iterator[Hit]:
+    if (up := _upgrade(ctx)) is None:
+        return
+    written, old_vllm, vllm = up
+    autotune = written.spec.autotune
+    if autotune.mode != AutotuneMode.replay or not autotune.cache:
+        return
+    old_fi, new_fi = written.spec.versions.flashinfer, ctx.profile.spec.versions.flashinfer
+    hint = "capture a cache on the upgraded stack (stackpin autotune capture-job) and pin it"
+    if old_fi != new_fi:
+        yield Hit(("spec", "autotune", "cache"), f"the cache was captured with FlashInfer {old_fi}; vLLM {vllm} "
+                  f"runs FlashInfer {new_fi}, which reads only its own version's directory: the engine "
+                  "would tune again at start or run untuned", hint)
+    files = ctx.catalog.engine.autotune_files
+    if files.per_rank(old_vllm) != files.per_rank(vllm):
+        now, then = ("one file per rank", "the one shared file") if files.per_rank(vllm) else (
+            "the one shared file", "one file per rank")
+        yield Hit(("spec", "autotune", "cache"), f"vLLM {vllm} reads {now} of FlashInfer's autotune configs; the "
+                  f"cache holds {then}, as vLLM {old_vllm} writes it", hint)
