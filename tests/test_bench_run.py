@@ -173,6 +173,8 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
         while server.requests_seen < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
         os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+        time.sleep(0.2)
+        os.killpg(proc.pid, signal.SIGINT)  # and again, impatiently
         stdout, stderr = proc.communicate(timeout=30)
     assert proc.returncode == 0, stderr
     result = read_result(out)

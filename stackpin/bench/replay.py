@@ -126,7 +126,10 @@ async def _share(options: RunOptions, model: str, agent_ids: list[int], agents: 
                  start_at: float, counters: Any, slot: int) -> ShareResult:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    loop.add_signal_handler(signal.SIGINT, stop.set)
+    def wake() -> None:
+        loop.call_soon_threadsafe(stop.set)
+
+    _on_sigint.append(wake)
     if _early_stop:
         stop.set()
     records: list[Record] = []
@@ -150,11 +153,20 @@ async def _share(options: RunOptions, model: str, agent_ids: list[int], agents: 
 
 
 _early_stop: list[bool] = []
+_on_sigint: list[Callable[[], None]] = []
+
+
+def _sigint(*_: object) -> None:
+    _early_stop.append(True)
+    for hook in _on_sigint:
+        hook()
 
 
 def _worker(pipe: Pipe, *args: Any) -> None:
-    # Until the event loop takes SIGINT over, note it here: the share then stops at once.
-    signal.signal(signal.SIGINT, lambda *_: _early_stop.append(True))
+    # A Python-level handler for the worker's whole life, not the loop's add_signal_handler: asyncio
+    # puts the default (KeyboardInterrupt) back when the loop closes, and a second Ctrl-C arriving
+    # then would lose the share's requests.
+    signal.signal(signal.SIGINT, _sigint)
     try:
         result = asyncio.run(_share(*args))
         pipe.send(result)

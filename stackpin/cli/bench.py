@@ -139,6 +139,7 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
     """
     import os
     import secrets
+    import signal
 
     from stackpin.bench.binding import parse_agents, parse_seconds, parse_slo
     from stackpin.bench.replay import RunOptions, run_bench
@@ -160,7 +161,12 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
         else secrets.token_hex(3))
     with _progress() as progress:
         result = run_bench(options, source, progress)
-    _write_result(result, out)
+    # What was measured is written whole: a second Ctrl-C now would only lose it.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _write_result(result, out)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     _print_result(result, out, output)
 
 
