@@ -280,7 +280,8 @@ def probe(endpoint: str, timeout_s: float = 10.0) -> tuple[Simulation | None, st
     if isinstance(sim, dict) and sim.get("simulated") is True:
         simulation = Simulation(model=str(sim.get("model", "")),
                                 substitutions=tuple(str(s) for s in sim.get("substitutions") or ()),
-                                speed=float(sim.get("speed") or 1.0))
+                                speed=float(sim.get("speed") or 1.0),
+                                gpus=int(sim["gpus"]) if isinstance(sim.get("gpus"), int) else None)
         digest = str(sim["stack_digest"]) if sim.get("stack_digest") else None
     models = get("/v1/models")
     model = None
@@ -298,6 +299,8 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
         raise StackpinError(f"--endpoint {options.endpoint} simulates stack {simulated_digest}, but the lock "
                             f"{source.origin} is {source.lock.stack_digest}: bench the simulator of this lock")
     stack = stack_ref(source)
+    if simulation and simulation.gpus and simulation.gpus != stack.gpus:
+        stack = stack.model_copy(update={"gpus": simulation.gpus})  # a share of the stack was served
     controls = make_controls(source.lock, options.trace.digest, options.agents, options.slo)
     run = _Run(options, options.model or served or source.lock.resolved.model.id,
                simulation.speed if simulation else 1.0, stack.gpus)

@@ -79,6 +79,8 @@ class Simulation(_Model):
     substitutions: tuple[str, ...] = ()
     speed: float = Field(1.0, gt=0, description="The simulator's time scale; the result's times are scaled back "
                          "by it (they are the simulated stack's).")
+    gpus: int | None = Field(None, description="GPUs the simulator served (a share of the stack's, --share); "
+                             "stack.gpus then counts these.")
 
 
 class Request(_Model):

@@ -26,8 +26,11 @@ tests, e.g. error=0.1,stall=0.05,drop=0.05,malformed=0.05,after=8,seed=1.""")
               help="Step-time model: roofline (aiconfigurator is not built in this version).")
 @click.option("--speed", type=float, default=1.0, show_default=True)
 @click.option("--fault", default="", help="Fault rates and options, key=value[,key=value...].")
+@click.option("--share", type=click.IntRange(1), default=1, show_default=True,
+              help="Serve 1/N of the stack: each pool keeps 1/N of its replicas (N must divide them), so a "
+                   "bench needs N times fewer agents for the same per-GPU curve.")
 @user_errors
-def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault: str) -> None:
+def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault: str, share: int) -> None:
     import sys
 
     from stackpin.sim.faults import FaultSpec
@@ -42,7 +45,7 @@ def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault:
                    file=sys.stderr)
 
     try:
-        run(Path(lock), host, port, speed, faults, step_model, announce)
+        run(Path(lock), host, port, speed, faults, step_model, announce, share)
     except KeyboardInterrupt:
         pass
 

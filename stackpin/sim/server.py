@@ -21,7 +21,7 @@ from typing import Any
 from stackpin.errors import StackpinError
 from stackpin.sim.engine import Simulator
 from stackpin.sim.faults import FaultSpec
-from stackpin.sim.stack import SimStack, load_stack
+from stackpin.sim.stack import SimStack, load_stack, share_of
 
 MODELS = ("roofline", "aiconfigurator")
 
@@ -42,11 +42,16 @@ class SimServer:
     model: str = "roofline"
     requests_seen: int = 0
     sim: Simulator | None = None
+    stack_gpus: int = 0  # the whole stack's GPUs when only a share of it is served
 
     def info(self) -> dict[str, Any]:
-        return {"simulated": True, "model": self.model, "substitutions": [], "stack_digest": self.stack.digest,
-                "stack": self.stack.name, "platform": self.stack.platform, "gpus": self.stack.gpus,
-                "speed": self.speed}
+        substitutions = []
+        if self.stack_gpus and self.stack_gpus != self.stack.gpus:
+            substitutions.append(f"serves {self.stack.gpus} of the stack's {self.stack_gpus} GPUs (every pool's "
+                                 f"replicas in proportion); per-GPU figures are per served GPU")
+        return {"simulated": True, "model": self.model, "substitutions": substitutions,
+                "stack_digest": self.stack.digest, "stack": self.stack.name, "platform": self.stack.platform,
+                "gpus": self.stack.gpus, "stack_gpus": self.stack_gpus or self.stack.gpus, "speed": self.speed}
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         carry = bytearray()  # bytes of the next request read while watching for a disconnect
@@ -267,12 +272,13 @@ async def _serve(server: SimServer, host: str, port: int, started: threading.Eve
 
 def serve(lock: Path, host: str = "127.0.0.1", port: int = 8000, speed: float = 1.0,
           faults: FaultSpec | None = None, model: str = "roofline",
-          announce: Callable[[int], None] | None = None) -> None:
+          announce: Callable[[int], None] | None = None, share: int = 1) -> None:
     """Serve until interrupted (the CLI); `announce` is told the port once it listens (--port 0)."""
     check_model(model)
     if speed <= 0:
         raise StackpinError(f"--speed {speed}: must be above 0")
-    server = SimServer(load_stack(lock), speed, faults or FaultSpec(), model)
+    whole = load_stack(lock)
+    server = SimServer(share_of(whole, share), speed, faults or FaultSpec(), model, stack_gpus=whole.gpus)
     started = threading.Event()
     bound: list[int] = []
 
@@ -302,11 +308,12 @@ class Handle:
 
 @contextmanager
 def serve_in_thread(lock: Path | SimStack, port: int = 0, speed: float = 1.0, faults: FaultSpec | None = None,
-                    host: str = "127.0.0.1", model: str = "roofline") -> Iterator[Handle]:
-    """Run the server on its own event loop in a thread (tests); stops it on exit. `lock` is a lockfile,
-    or a SimStack (a test's what-if variant of one)."""
+                    host: str = "127.0.0.1", model: str = "roofline", share: int = 1) -> Iterator[Handle]:
+    """Run the server on its own event loop in a thread (tests, the demo); stops it on exit. `lock` is a
+    lockfile, or a SimStack (a test's what-if variant of one)."""
     check_model(model)
-    server = SimServer(lock if isinstance(lock, SimStack) else load_stack(lock), speed, faults or FaultSpec(), model)
+    whole = lock if isinstance(lock, SimStack) else load_stack(lock)
+    server = SimServer(share_of(whole, share), speed, faults or FaultSpec(), model, stack_gpus=whole.gpus)
     started = threading.Event()
     bound: list[int] = []
     loop = asyncio.new_event_loop()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from stackpin.catalog import Gpu, ModelFacts, load_catalog
@@ -122,6 +122,20 @@ def profile_stack(profile: StackProfile, name: str, digest: str = "") -> SimStac
         attention=spec.kernels.attention or "auto", moe=spec.kernels.moe or "auto",
         autotune=str(spec.autotune.mode.value), gpus=topo.gpus,
     )
+
+
+def share_of(stack: SimStack, share: int) -> SimStack:
+    """1/`share` of the stack: every pool keeps that part of its replicas (so a disaggregated stack keeps
+    its prefill:decode ratio). Replicas are independent behind the router, so per-GPU and per-agent
+    figures hold for the whole stack while a bench drives `share` times fewer agents."""
+    if share == 1:
+        return stack
+    uneven = [f"{p.role} has {p.replicas}" for p in stack.pools if share < 1 or p.replicas % share]
+    if uneven:
+        raise StackpinError(f"--share {share}: must divide every pool's replicas ({', '.join(uneven)}) in "
+                            f"{stack.name}")
+    pools = tuple(replace(p, replicas=p.replicas // share, engines=p.engines // share) for p in stack.pools)
+    return replace(stack, pools=pools, gpus=stack.gpus // share)
 
 
 def load_stack(path: Path) -> SimStack:
