@@ -8,6 +8,15 @@ clients run the same single-turn trace at two sizes, and the cost per million to
 difference between the two runs over the difference in tokens: the marginal cost of streaming,
 without either tool's start-up. Aim: ours under half of aiperf's.
 
+Multi-turn: a trace from `stackpin trace gen` (32 sessions of 4 turns, 256-token answers, zero
+delays) through both clients against the same server, once each: aiperf must accept it (its
+`hash_ids` name each turn's new tokens, as aiperf reads them) and both must send the same accumulated
+prompts, so the server-counted prompt tokens per request (ISL mean) of both are compared with the
+trace's own `prompt_lengths` (previous prompt + answer + new tokens), and so is each request's: "same
+as trace" counts the requests whose prompt tokens equal their (session, turn)'s prompt length. (aiperf
+stops at its request count and may start a session over before the last one's last turn: its ISL
+mean is then over a slightly different set of turns.)
+
 Timestamp error: a server that paces tokens 5 ms apart; the client's ITL median and p99 minus 5 ms
 (an upper bound: the server's own timer jitter is in it), and the client's event-loop lag p99.
 
@@ -30,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "lockfiles" / "gb300-tuned.lock.yaml"
@@ -39,6 +49,10 @@ AGENTS = 16
 OUTPUT = 256
 SIZES = (192, 576)  # sessions (a multiple of AGENTS) (one turn each): the small run and the large run
 PACE_MS = 5.0
+MULTI_SESSIONS = 32  # stackpin trace gen: small contexts and fixed answers, so the run stays short
+MULTI_PARAMS = ("first_input.median=600", "first_input.min=100", "first_input.max=3000", "turn_input.median=200",
+                "turn_input.max=2000", "turns.min=4", "turns.max=4", f"output.median={OUTPUT}", "output.sigma=0",
+                "delay_ms.max=0")
 AIM = 0.5
 
 
@@ -58,8 +72,7 @@ def start_server(itl_ms: float = 0.0) -> tuple[subprocess.Popen[str], str]:
 
 
 def write_trace(path: Path, sessions: int, output: int = OUTPUT) -> Path:
-    # input_length equal to the whole prompt and within its one hash block: the same prompt under
-    # either reading of Mooncake's input_length (the new tokens, or the whole prompt as aiperf reads it)
+    # One turn a session: the new tokens are the whole prompt, one (partial) hash block of them.
     path.write_text("".join(json.dumps({"session_id": f"s{i}", "input_length": 100, "output_length": output,
                                         "hash_ids": [i]}) + "\n" for i in range(sessions)))
     return path
@@ -126,6 +139,15 @@ def word_tokenizer(home: Path) -> str:
 
 
 def theirs(exe: Path, url: str, trace: Path, sessions: int, work: Path) -> tuple[float, float, int]:
+    wall, cpu, data = aiperf_run(exe, url, trace, sessions, work)
+    count = data["request_count"]["avg"] if "request_count" in data else sessions
+    osl = data["output_sequence_length"]["avg"]
+    return wall, cpu, int(round(count * osl))
+
+
+def aiperf_run(exe: Path, url: str, trace: Path, sessions: int, work: Path,
+               extra: tuple[str, ...] = ()) -> tuple[float, float, dict[str, Any]]:
+    """One `aiperf profile` of `trace` (`sessions` requests): wall s, CPU s, its profile_export_aiperf.json."""
     home = ROOT / ".bench" / "aiperf-hf"
     tokenizer = word_tokenizer(home)
     out = work / f"aiperf-{sessions}-{time.monotonic_ns()}"
@@ -134,12 +156,11 @@ def theirs(exe: Path, url: str, trace: Path, sessions: int, work: Path) -> tuple
            "--input-file", str(trace), "--custom-dataset-type", "mooncake_trace", "--tokenizer", tokenizer,
            "--concurrency", str(AGENTS), "--request-count", str(sessions), "--use-server-token-count",
            "--use-legacy-max-tokens", "--extra-inputs", "ignore_eos:true", "--output-artifact-dir", str(out),
-           "--ui-type", "none"]
+           "--ui-type", "none", *extra]
     wall, cpu, _ = timed(cmd, env=env, cwd=work)
-    data = json.loads((out / "profile_export_aiperf.json").read_text())
-    count = data["request_count"]["avg"] if "request_count" in data else sessions
-    osl = data["output_sequence_length"]["avg"]
-    return wall, cpu, int(round(count * osl))
+    data: dict[str, Any] = json.loads((out / "profile_export_aiperf.json").read_text())
+    data["_dir"] = out  # its per-request records (profile_export.jsonl) are next to it
+    return wall, cpu, data
 
 
 def marginal(small: tuple[float, int], large: tuple[float, int]) -> float:
@@ -195,12 +216,65 @@ def main() -> None:
                       f"{'met' if ratio < AIM else 'NOT met'}")
             else:
                 print("note: no aiperf comparison in this run")
+        multi_turn(url)
     finally:
         server.terminate()
         server.wait()
     timestamp_error(repeats)
     print(f"(host: {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}; max RSS of this script "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024} MB)")
+
+
+def multi_turn(url: str) -> None:
+    """A generated multi-turn trace through both clients: accepted by aiperf, the same prompts sent."""
+    from stackpin.bench.traceio import prompt_lengths, read_trace
+
+    with tempfile.TemporaryDirectory(prefix="bench-client-") as tmp:
+        work = Path(tmp)
+        trace = work / "multi.jsonl"
+        params = [arg for p in MULTI_PARAMS for arg in ("--param", p)]
+        subprocess.run([sys.executable, "-m", "stackpin", "trace", "gen", "--sessions", str(MULTI_SESSIONS), "--seed",
+                        "0", *params, "--out", str(trace)], cwd=ROOT, check=True, capture_output=True)
+        turns = read_trace(trace)
+        lengths = prompt_lengths(turns)
+        expected: dict[tuple[str, int], int] = {}  # (session, turn index) -> the prompt's tokens
+        seen: dict[str, int] = {}
+        for turn, length in zip(turns, lengths, strict=True):
+            seen[turn.session_id] = seen.get(turn.session_id, -1) + 1
+            expected[(turn.session_id, seen[turn.session_id])] = length
+        print(f"multi-turn: `stackpin trace gen --sessions {MULTI_SESSIONS} --seed 0 --param "
+              f"{' --param '.join(MULTI_PARAMS)}`\n  ({len(lengths)} requests, "
+              f"4 turns a session, {OUTPUT}-token answers, zero delays), {AGENTS} agents, one run each; "
+              f"the trace's ISL mean (prompt_lengths) {statistics.mean(lengths):.1f}")
+        print(f"{'client':10} {'requests':>8} {'ISL mean':>9} {'same as trace':>13} {'tokens':>8} {'wall s':>7} "
+              f"{'cpu s':>7}")
+        wall, cpu, result = ours(url, trace, work / "r.json")
+        points = result["points"]
+        assert isinstance(points, list)
+        log = [r for p in points for r in p["request_log"]]
+        ok = [r for r in log if not r["error"]]
+        same = sum(expected.get((r["session"], r["turn"])) == r["prompt_tokens"] for r in ok)
+        print(f"{'stackpin':10} {len(ok):>8} {statistics.mean(r['prompt_tokens'] for r in ok):>9.1f} {same:>13} "
+              f"{tokens_of(result):>8} {wall:>7.2f} {cpu:>7.2f}" + (f"  ({len(log) - len(ok)} errors)" if
+                                                                    len(ok) < len(log) else ""))
+        exe = install_aiperf()
+        if exe is None:
+            print("note: no aiperf in this run")
+            return
+        try:
+            # In trace order, each session once (aiperf's default samples sessions with replacement).
+            wall, cpu, data = aiperf_run(exe, url, trace, len(lengths), work,
+                                         ("--dataset-sampling-strategy", "sequential"))
+        except (RuntimeError, OSError, KeyError, ValueError, subprocess.SubprocessError) as exc:
+            print(f"aiperf     refused or failed the multi-turn trace: {str(exc)[:300]}")
+            return
+        count = data["request_count"]["avg"]
+        osl = data["output_sequence_length"]["avg"]
+        records = [json.loads(line) for line in (data["_dir"] / "profile_export.jsonl").read_text().splitlines()]
+        same = sum(expected.get((m["conversation_id"], m["turn_index"])) == r["metrics"].get(
+            "input_sequence_length", {}).get("value") for r in records for m in [r["metadata"]])
+        print(f"{'aiperf':10} {count:>8.0f} {data['input_sequence_length']['avg']:>9.1f} {same:>13} "
+              f"{count * osl:>8.0f} {wall:>7.2f} {cpu:>7.2f}")
 
 
 def timestamp_error(repeats: int) -> None:

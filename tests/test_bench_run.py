@@ -24,18 +24,18 @@ LOCK = ROOT / "lockfiles" / "gb300-tuned.lock.yaml"
 
 def write_trace(path: Path, sessions: int, turns: int, output: int = 8, first: int = 600, then: int = 100,
                 delay: int = 0) -> Path:
-    """Sessions whose context grows: each turn's hash_ids cover the whole prompt (previous turns,
-    previous answers and the new tokens) in 512-token blocks."""
+    """Sessions whose context grows: each turn adds `new` tokens whose own 512-token blocks its hash_ids
+    name (AIPerf's multi-turn reading); the client sends previous turns and answers before them."""
     lines = []
     for s in range(sessions):
-        context = 0
+        next_id = s * 1000
         for t in range(turns):
             new = first if t == 0 else then
-            blocks = -(-(context + new) // 512)
+            blocks = -(-new // 512)
             lines.append(json.dumps({"session_id": f"s{s}", "input_length": new, "output_length": output,
                                      "delay": 0 if t == 0 else delay,
-                                     "hash_ids": [s * 1000 + b for b in range(blocks)]}))
-            context += new + output
+                                     "hash_ids": list(range(next_id, next_id + blocks))}))
+            next_id += blocks
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -245,19 +245,26 @@ def test_a_batch_of_agents_decodes_at_the_step_models_speed() -> None:
 
 
 def test_a_generated_session_replayed_turn_by_turn_hits_the_prefix_cache() -> None:
-    """Trace -> prompt words -> simulator: every turn finds the previous turn's full blocks cached."""
+    """Trace -> the client's accumulated prompt -> simulator: every turn finds the previous turn's
+    full blocks cached, and a new session the shared system prompt's block."""
+    from stackpin.bench.sessions import Context
     from stackpin.bench.tracegen import generate
-    from stackpin.bench.traceio import prompt_lengths, prompt_text
+    from stackpin.bench.traceio import prompt_lengths
 
     turns = generate(2, 11)
     lengths = prompt_lengths(turns)
     with serve_in_thread(TUNED, speed=500) as sim, httpx.Client(timeout=60) as client:
         previous = None
+        context = Context()
         for turn, length in zip(turns, lengths, strict=True):
-            text = prompt_text(turn.hash_ids, length)
+            if previous is not None and previous[0].session_id != turn.session_id:
+                context = Context(session=turn.session_id)
+            text = " ".join(m["content"] for m in context.next_messages(turn))
             assert len(text.split()) == length
             usage = _stream(sim.url, text, min(turn.output_length, 8), client)["usage"]
             assert usage["prompt_tokens"] == length
+            # The trace's answer length, as the client would have it back (the simulator answers "t").
+            context.add_answer("t " * turn.output_length)
             if previous is not None and previous[0].session_id == turn.session_id:
                 assert usage["prompt_tokens_details"]["cached_tokens"] == previous[1] // 512 * 512
             elif previous is not None:  # a new session: only the shared system prompt block is reused

@@ -1,11 +1,11 @@
 """A trace as the replay client uses it: sessions of turns, and the grown prompt of each turn.
 
-The prompt of a turn is words built from the trace's `hash_ids` (one word one token, 512 words a
-block: `b<hash_id>_<i>`), so a simulator counts prompt tokens without a tokenizer and its prefix
-cache keys on the same blocks the trace names. The context a session sends grows turn by turn: the
-previous turns' user words and the previous answers' text exactly as they came back, then the new
-turn's `input_length` words. The bytes of a session's prefix are therefore identical from one turn
-to the next, as an agent's are.
+The context a session sends grows turn by turn, as AIPerf's multi-turn replay grows it: the previous
+turns' user words and the previous answers' text exactly as they came back, then the new turn's
+`input_length` words. Those new words are built from the turn's own `hash_ids` (one word one token,
+512 words a block: `b<hash_id>_<i>`, see traceio.prompt_text), so a simulator counts prompt tokens
+without a tokenizer, a block id shared across sessions is the same bytes, and the bytes of a
+session's prefix are identical from one turn to the next, as an agent's are.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from stackpin.bench.trace import BLOCK_TOKENS, TraceTurn
+from stackpin.bench.trace import TraceTurn
 
 
 @dataclass(frozen=True)
@@ -58,21 +58,14 @@ class Context:
     messages: list[dict[str, str]] = field(default_factory=list)
     tokens: int = 0  # words sent so far (user words + answers' words as the server counts them)
 
-    def words(self, turn: TraceTurn, start: int, count: int) -> str:
-        ids = turn.hash_ids
-        out = []
-        for position in range(start, start + count):
-            block, offset = divmod(position, BLOCK_TOKENS)
-            # A trace without hash_ids (or too few) still gets stable words, distinct per session.
-            name = ids[block] if block < len(ids) else f"{''.join(self.session.split())}.{block}"
-            out.append(f"{self.salt}b{name}_{offset}")
-        return " ".join(out)
-
     def next_messages(self, turn: TraceTurn) -> list[dict[str, str]]:
         """The messages to send for `turn`: the context so far plus the turn's new words."""
+        from stackpin.bench.traceio import prompt_text
+
         count = max(1, turn.input_length)
-        text = self.words(turn, self.tokens, count)
-        self.messages.append({"role": "user", "content": text})
+        # Blocks the ids leave unnamed are fresh: named by session and turn, so no other turn has them.
+        unnamed = f"{''.join(self.session.split())}.{len(self.messages) // 2}"
+        self.messages.append({"role": "user", "content": prompt_text(turn.hash_ids, count, self.salt, unnamed)})
         self.tokens += count
         return self.messages
 

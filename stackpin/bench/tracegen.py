@@ -2,10 +2,12 @@
 
 Each session starts from a shared system prefix plus a task, then grows every turn by the previous
 answer and the new tool output (`input_length` is that delta; the whole prompt is the previous prompt
-plus the previous answer plus the delta). `hash_ids` name the prompt's 512-token blocks: a block keeps
-its id for as long as the prompt keeps it, so a reader sees the reuse. Only `random.Random(seed)` is
-used, values are rounded to integers, and turns are written in generation order, so the same seed and
-parameters give the same bytes on any machine.
+plus the previous answer plus the delta, accumulated by the client as AIPerf does). `hash_ids` name the
+delta's own 512-token blocks, ceil(input_length / 512) of them, the last one partial: every block of
+new content gets a new id, and the shared system prefix (whole blocks at the start of every session's
+first turn) keeps ids 0.. in every session, so cross-session reuse shows as repeated ids. Only
+`random.Random(seed)` is used, values are rounded to integers, and turns are written in generation
+order, so the same seed and parameters give the same bytes on any machine.
 """
 
 from __future__ import annotations
@@ -109,7 +111,6 @@ def generate(sessions: int, seed: int, shape: TraceShape | None = None) -> list[
     for s in range(sessions):
         sid = f"s{s:0{width}d}"
         n_turns = shape.turns.draw(rng)
-        ids: list[int] = list(range(shared))  # the session prompt's full blocks, in order
         context = 0  # whole-prompt tokens so far (previous prompt + previous answer)
         for t in range(n_turns):
             new = shape.first_input.draw(rng) + shared * block if t == 0 else shape.turn_input.draw(rng)
@@ -118,16 +119,11 @@ def generate(sessions: int, seed: int, shape: TraceShape | None = None) -> list[
             if context + new > shape.max_context:
                 break
             context += new
-            full, partial = divmod(context, block)
-            while len(ids) < full:
-                ids.append(next_id)
-                next_id += 1
-            prompt_ids = ids[:full]
-            if partial:
-                prompt_ids = [*prompt_ids, next_id]  # the tail block changes next turn: its own id
-                next_id += 1
+            prefix = list(range(shared)) if t == 0 else []  # the system prompt: the same ids in every session
+            fresh = -(-new // block) - len(prefix)  # the rest of the delta is new content, last block partial
             turns.append(TraceTurn(session_id=sid, input_length=new, output_length=output, delay=delay,
-                                   hash_ids=tuple(prompt_ids)))
+                                   hash_ids=(*prefix, *range(next_id, next_id + fresh))))
+            next_id += fresh
             context += output  # the answer joins the context the next turn sends
     return turns
 

@@ -2,8 +2,12 @@
 
 Two shapes are read. Single-turn Mooncake traces (`timestamp`, `input_length` = the whole prompt,
 `hash_ids`) become one-turn sessions named after their line. Multi-turn AIPerf traces (`session_id`,
-`delay`, `input_length`) keep their sessions; a session's turns must be consecutive, as AIPerf and
-stackpin replay them. Entries that carry prompt text instead of lengths (`text_input`, `messages`)
+`delay`, `input_length` = the turn's new tokens, `hash_ids` = the blocks of those new tokens) keep
+their sessions; a session's turns must be consecutive, as AIPerf and stackpin replay them. `hash_ids`
+are held to the rules AIPerf 0.13's prompt synthesis enforces (aiperf/dataset/generator/prompt.py,
+`_build_token_sequence`): at most ceil(input_length / 512) ids (the last may be a partial block; fewer
+ids name a prefix and the rest is fresh content), a positive input_length when there are ids, and one
+size per id across the file. Entries that carry prompt text instead of lengths (`text_input`, `messages`)
 cannot be replayed by length and are refused with the line that has them.
 """
 
@@ -44,6 +48,7 @@ def read_trace(path: Path) -> list[TraceTurn]:
     except (OSError, UnicodeDecodeError) as exc:
         raise StackpinError(f"{path}: cannot read: {exc}") from None
     turns: list[TraceTurn] = []
+    sizes: dict[int, tuple[int, int]] = {}  # hash id -> (block size, line it was first given at)
     closed: set[str] = set()
     current: str | None = None
     for number, raw in enumerate(text.splitlines(), start=1):
@@ -62,6 +67,7 @@ def read_trace(path: Path) -> list[TraceTurn]:
         if unknown:
             raise _problem(path, number, unknown[0], "unknown field")
         turns.append(_turn(path, number, entry))
+        _check_blocks(path, number, turns[-1], sizes)
         sid = turns[-1].session_id
         if sid != current:
             if sid in closed:
@@ -92,6 +98,32 @@ def _turn(path: Path, line: int, entry: dict[str, Any]) -> TraceTurn:
                      output_length=output_length or 1, delay=delay, hash_ids=tuple(hash_ids), timestamp=timestamp)
 
 
+def block_sizes(input_length: int, hash_ids: tuple[int, ...] | list[int]) -> list[int]:
+    """Tokens each id of a turn names, as AIPerf lays them out: whole blocks, except that when the ids
+    overshoot input_length the last one holds the remainder (it may be outside 1..512: an error)."""
+    count = len(hash_ids)
+    if count * BLOCK_TOKENS <= input_length:  # exact tile, or a named prefix and a fresh tail
+        return [BLOCK_TOKENS] * count
+    return [BLOCK_TOKENS] * (count - 1) + [input_length - (count - 1) * BLOCK_TOKENS]
+
+
+def _check_blocks(path: Path, line: int, turn: TraceTurn, sizes: dict[int, tuple[int, int]]) -> None:
+    if not turn.hash_ids:
+        return
+    if turn.input_length <= 0:
+        raise _problem(path, line, "input_length", "must be > 0 when hash_ids are given")
+    most = -(-turn.input_length // BLOCK_TOKENS)
+    if len(turn.hash_ids) > most:
+        raise _problem(path, line, "hash_ids", f"{len(turn.hash_ids)} ids for input_length {turn.input_length}: "
+                       f"at most ceil({turn.input_length}/{BLOCK_TOKENS}) = {most} (hash_ids name this turn's "
+                       "new tokens, not the whole prompt)")
+    for block, size in zip(turn.hash_ids, block_sizes(turn.input_length, turn.hash_ids), strict=True):
+        first = sizes.setdefault(block, (size, line))
+        if first[0] != size:
+            raise _problem(path, line, "hash_ids", f"id {block} names {size} tokens here but {first[0]} at line "
+                           f"{first[1]}: an id names one block of one size")
+
+
 def prompt_lengths(turns: list[TraceTurn]) -> list[int]:
     """Whole-prompt tokens of each turn: a session's first turn sends its input; each later turn sends
     the previous prompt, the previous answer and its own input (the context grows)."""
@@ -115,18 +147,16 @@ def trace_digest(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def prompt_text(hash_ids: tuple[int, ...] | list[int], length: int) -> str:
-    """A prompt of `length` words whose 512-word blocks are named by `hash_ids`: block `h` at word `i`
-    is `b<h>_<i>`. The same ids give the same words, so a session's prompt repeats the previous turn's
-    full blocks byte for byte and a server's prefix cache sees the reuse the trace records; one word
-    is one token to the simulator (stackpin sim). Without ids, words are numbered from one block."""
-    ids = list(hash_ids) or [0]
+def prompt_text(hash_ids: tuple[int, ...] | list[int], length: int, salt: str = "", unnamed: str = "") -> str:
+    """The `length` new words of a turn whose 512-word blocks are named by `hash_ids`: block `h` at word
+    `i` is `<salt>b<h>_<i>`, so the same id gives the same words wherever it appears (a shared system
+    prompt is the same bytes in every session) and a server's prefix cache sees the reuse the trace
+    records; one word is one token to the simulator (stackpin sim). Blocks the ids leave unnamed (a
+    trace without ids, or ids naming only a prefix) are fresh content, `<salt>b<unnamed>.<block>_<i>`:
+    give each turn its own `unnamed` so they stay fresh."""
     words: list[str] = []
-    for position, block in enumerate(ids):
-        count = min(BLOCK_TOKENS, length - position * BLOCK_TOKENS)
-        if count <= 0:
-            break
-        words += [f"b{block}_{i}" for i in range(count)]
-    # A trace whose ids cover fewer tokens than its length: the rest repeats the last block's name.
-    words += [f"b{ids[-1]}_{i}" for i in range(len(words), length)]
+    for position in range(length):
+        block, offset = divmod(position, BLOCK_TOKENS)
+        name = hash_ids[block] if block < len(hash_ids) else f"{unnamed}.{block}"
+        words.append(f"{salt}b{name}_{offset}")
     return " ".join(words)

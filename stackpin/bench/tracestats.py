@@ -26,7 +26,7 @@ class TraceStats:
     osl: Summary
     turns: Summary  # turns per session
     delay_ms: Summary
-    reuse_ratio: float  # prompt tokens in blocks seen earlier in the trace / all prompt tokens
+    reuse_ratio: float  # prompt tokens a prefix cache already holds / all prompt tokens (see reuse_ratio)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -48,17 +48,27 @@ def summarize(values: list[int]) -> Summary:
                    p95=round(_percentile(ordered, 0.95), 1), max=ordered[-1])
 
 
+REUSE_MEANING = ("prompt tokens a prefix cache of 512-token blocks already holds (the session's previous prompt, "
+                 "plus new blocks whose hash id was sent before) / all prompt tokens")
+
+
 def reuse_ratio(turns: list[TraceTurn]) -> float:
-    """What an unbounded prefix cache would hit: full blocks whose id an earlier request already sent."""
+    """What an unbounded prefix cache that keeps prompts would hit, in whole 512-token blocks: of each
+    turn's accumulated prompt, the session's previous prompt (sent before, and this prompt's prefix),
+    plus the turn's own full blocks whose id an earlier request already sent (a shared system prompt).
+    Answers are not counted: the simulator, like a cache filled only by prefills, holds prompts."""
     seen: set[int] = set()
     reused = total = 0
+    previous: tuple[TraceTurn, int] | None = None
     for turn, length in zip(turns, prompt_lengths(turns), strict=True):
+        history = previous[1] if previous is not None and previous[0].session_id == turn.session_id else 0
         total += length
-        full = min(len(turn.hash_ids), length // BLOCK_TOKENS)
-        for block in turn.hash_ids[:full]:
-            if block in seen:
-                reused += BLOCK_TOKENS
+        hits = history // BLOCK_TOKENS * BLOCK_TOKENS
+        full = min(len(turn.hash_ids), turn.input_length // BLOCK_TOKENS)
+        hits += BLOCK_TOKENS * sum(1 for block in turn.hash_ids[:full] if block in seen)
+        reused += min(hits, length)
         seen.update(turn.hash_ids)
+        previous = (turn, length)
     return round(reused / total, 4) if total else 0.0
 
 

@@ -60,11 +60,11 @@ def gen(sessions: int, seed: int, params: tuple[str, ...], out: str, output: str
 @user_errors
 def stats(file: str, output: str) -> None:
     from stackpin.bench.traceio import read_trace
-    from stackpin.bench.tracestats import trace_stats
+    from stackpin.bench.tracestats import REUSE_MEANING, trace_stats
 
     result = trace_stats(read_trace(Path(file)))
     if output != "text":
-        emit(result.as_dict(), output)
+        emit({**result.as_dict(), "reuse_ratio_meaning": REUSE_MEANING}, output)
         return
     click.echo(f"{file}: {result.sessions} sessions, {result.requests} requests, "
                f"reuse ratio {result.reuse_ratio:.1%}")
@@ -72,11 +72,14 @@ def stats(file: str, output: str) -> None:
     for name, s in (("ISL", result.isl), ("new", result.new_tokens), ("OSL", result.osl),
                     ("turns", result.turns), ("delay ms", result.delay_ms)):
         click.echo(f"{name:10}  {s.mean:>9.1f}  {s.median:>9.1f}  {s.p95:>9.1f}  {s.max:>9}")
+    click.echo(f"ISL: the accumulated prompt (previous prompt + answer + new); reuse ratio: {REUSE_MEANING}")
 
 
 @trace.command(name="import", help="""Read an AIPerf/Mooncake trace (single-turn lines with timestamp, or
-multi-turn lines with session_id and delay) and write it in stackpin's form: sorted keys, one turn a
-line. A bad line is one error naming file:line: field (exit 2); nothing is written then.""")
+multi-turn lines with session_id and delay, input_length and hash_ids naming the turn's new tokens)
+and write it in stackpin's form: sorted keys, one turn a line. hash_ids follow AIPerf's rules: at most
+ceil(input_length/512) ids, one size per id. A bad line is one error naming file:line: field (exit 2);
+nothing is written then.""")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--out", required=True, type=click.Path(dir_okay=False))
 @OUTPUT
