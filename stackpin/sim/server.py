@@ -21,17 +21,10 @@ from typing import Any
 from stackpin.errors import StackpinError
 from stackpin.sim.engine import Simulator
 from stackpin.sim.faults import FaultSpec
+from stackpin.sim.models import MODELS, check_model, substitutions
 from stackpin.sim.stack import SimStack, load_stack
 
-MODELS = ("roofline", "aiconfigurator")
-
-
-def check_model(name: str) -> None:
-    if name == "aiconfigurator":
-        raise StackpinError("--model aiconfigurator: this build has no aiconfigurator step model "
-                            "(stackpin/sim/README.md); use --model roofline")
-    if name not in MODELS:
-        raise StackpinError(f"--model {name}: expected one of {', '.join(MODELS)}")
+__all__ = ["MODELS", "check_model", "serve", "serve_in_thread"]
 
 
 @dataclass
@@ -42,9 +35,13 @@ class SimServer:
     model: str = "roofline"
     requests_seen: int = 0
     sim: Simulator | None = None
+    substitutions: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.substitutions = substitutions(self.model, self.stack)
 
     def info(self) -> dict[str, Any]:
-        return {"simulated": True, "model": self.model, "substitutions": [], "stack_digest": self.stack.digest,
+        return {"simulated": True, "model": self.model, "substitutions": self.substitutions, "stack_digest": self.stack.digest,
                 "stack": self.stack.name, "platform": self.stack.platform, "gpus": self.stack.gpus,
                 "speed": self.speed}
 
@@ -246,7 +243,7 @@ class Stream:
 
 async def _serve(server: SimServer, host: str, port: int, started: threading.Event | None = None,
                  bound: list[int] | None = None, stop: asyncio.Event | None = None) -> None:
-    server.sim = Simulator(server.stack, server.speed)
+    server.sim = Simulator(server.stack, server.speed, server.model)
     server.sim.start()
     # A bench opens hundreds of agents' connections at once: a deep accept queue, and prompts of
     # 131K words in one read buffer.
@@ -272,7 +269,9 @@ def serve(lock: Path, host: str = "127.0.0.1", port: int = 8000, speed: float = 
     check_model(model)
     if speed <= 0:
         raise StackpinError(f"--speed {speed}: must be above 0")
-    server = SimServer(load_stack(lock), speed, faults or FaultSpec(), model)
+    stack = load_stack(lock)
+    check_model(model, stack)
+    server = SimServer(stack, speed, faults or FaultSpec(), model)
     started = threading.Event()
     bound: list[int] = []
 
@@ -306,7 +305,9 @@ def serve_in_thread(lock: Path | SimStack, port: int = 0, speed: float = 1.0, fa
     """Run the server on its own event loop in a thread (tests); stops it on exit. `lock` is a lockfile,
     or a SimStack (a test's what-if variant of one)."""
     check_model(model)
-    server = SimServer(lock if isinstance(lock, SimStack) else load_stack(lock), speed, faults or FaultSpec(), model)
+    stack = lock if isinstance(lock, SimStack) else load_stack(lock)
+    check_model(model, stack)
+    server = SimServer(stack, speed, faults or FaultSpec(), model)
     started = threading.Event()
     bound: list[int] = []
     loop = asyncio.new_event_loop()
