@@ -124,7 +124,7 @@ def substitutions(stack: SimStack) -> list[str]:
     system = m["systems"][stack.gpu_key]
     pool = stack.decode
     quant = _quant(system, model["use"], backend["name"], tuple(_parallel(pool).items()))
-    out = [f"model: {model['use']} stands for {stack.model_id} ({model['why']})",
+    out = [f"model: {model['use']}{_size(model['use'])} stands for {stack.model_id}{_size(stack.model_id)}: {model['why']}",
            f"engine: {backend['why']}",
            f"system: aiconfigurator {m['version']} system {system} for {stack.platform}",
            (f"precision: dense GEMMs {quant['gemm']}, routed experts {quant['moe']}, KV cache {quant['kvcache']} "
@@ -138,6 +138,18 @@ def substitutions(stack: SimStack) -> list[str]:
     if not stack.colocated:
         out.append("prefill -> decode KV transfer: stackpin's roofline model (stackpin/sim/roofline.yaml)")
     return out
+
+
+def _size(model_id: str) -> str:
+    """' (N B total, P/D B active prefill/decode, K B KV per token)' from the catalog, or ''."""
+    from stackpin.catalog import load_catalog
+
+    for facts in load_catalog().models.values():
+        if model_id in facts.hf_ids:
+            active = facts.active_params_b
+            return (f" ({facts.params_b:g}B total, {active.prefill:g}B/{active.decode:g}B active in prefill/decode, "
+                    f"{facts.kv_bytes_per_token:,} B KV per token)")
+    return ""
 
 
 @dataclass(frozen=True)
