@@ -103,9 +103,8 @@ def curve(lock: str, trace_file: str | None, at_tps: tuple[float, ...], step_mod
     from stackpin.bench.traceio import read_trace
     from stackpin.sim.curve import curve as compute
     from stackpin.sim.curve import single_agent_tps, throughput_at, workload_of
-    from stackpin.sim.stack import load_stack
-
     from stackpin.sim.models import check_model, substitutions
+    from stackpin.sim.stack import load_stack
 
     check_model(step_model)
     stack = load_stack(Path(lock))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import importlib.metadata
+import math
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -63,13 +64,15 @@ def refusal(stack: SimStack) -> str | None:
         return (f"{m['package']} is not installed: it is the optional `sim` extra "
                 f"(pip install 'stackpin[sim]', which pins {m['package']}=={m['version']})")
     if have != m["version"]:
-        return f"{m['package']} {have} is installed; this build maps stacks onto {m['version']} (stackpin/sim/aiconfigurator.yaml)"
+        return (f"{m['package']} {have} is installed; this build maps stacks onto {m['version']} "
+                "(stackpin/sim/aiconfigurator.yaml)")
     if stack.gpu_key in m["refused_systems"]:
         return f"{stack.name}: {m['refused_systems'][stack.gpu_key]}"
+    where = "stackpin/sim/aiconfigurator.yaml"
     if stack.gpu_key not in m["systems"]:
-        return f"{stack.name}: GPU {stack.gpu_key} has no aiconfigurator system in stackpin/sim/aiconfigurator.yaml"
+        return f"{stack.name}: GPU {stack.gpu_key} has no aiconfigurator system in {where}"
     if stack.model_id not in m["models"]:
-        return f"{stack.name}: model {stack.model_id} has no aiconfigurator stand-in in stackpin/sim/aiconfigurator.yaml"
+        return f"{stack.name}: model {stack.model_id} has no aiconfigurator stand-in in {where}"
     system, model = m["systems"][stack.gpu_key], m["models"][stack.model_id]["use"]
     backend = m["backend"]
     status = _support(system, model, backend["name"], str(backend["version"]))
@@ -106,12 +109,15 @@ def _handle(system: str, model: str, backend: str, version: str, parallel: tuple
                             f"({backend} {version}, {dict(parallel)}): {str(exc).splitlines()[0]}") from None
 
 
-def _quant(system: str, model: str, backend: str, parallel: tuple[tuple[str, int], ...]) -> dict[str, str]:
+def _quant(model: str, backend: str, parallel: tuple[tuple[str, int], ...]) -> dict[str, str]:
     """The precisions aiconfigurator infers for the model's checkpoint."""
     from aiconfigurator_core.sdk.config_builders import build_model_config
     from aiconfigurator_core.sdk.models import get_model
 
-    config = get_model(model, build_model_config(pp_size=1, **dict(parallel)), backend).config
+    p = dict(parallel)
+    built = build_model_config(tp_size=p["tp_size"], pp_size=1, attention_dp_size=p["attention_dp_size"],
+                               moe_tp_size=p["moe_tp_size"], moe_ep_size=p["moe_ep_size"])
+    config = get_model(model, built, backend).config
     return {name: getattr(config, f"{name}_quant_mode").name for name in ("gemm", "moe", "kvcache")}
 
 
@@ -123,8 +129,9 @@ def substitutions(stack: SimStack) -> list[str]:
     backend = m["backend"]
     system = m["systems"][stack.gpu_key]
     pool = stack.decode
-    quant = _quant(system, model["use"], backend["name"], tuple(_parallel(pool).items()))
-    out = [f"model: {model['use']}{_size(model['use'])} stands for {stack.model_id}{_size(stack.model_id)}: {model['why']}",
+    quant = _quant(model["use"], backend["name"], tuple(_parallel(pool).items()))
+    out = [f"model: {model['use']}{_size(model['use'])} stands for {stack.model_id}{_size(stack.model_id)}: "
+           f"{model['why']}",
            f"engine: {backend['why']}",
            f"system: aiconfigurator {m['version']} system {system} for {stack.platform}",
            (f"precision: dense GEMMs {quant['gemm']}, routed experts {quant['moe']}, KV cache {quant['kvcache']} "
@@ -177,19 +184,27 @@ class AicStepModel:
 
     def step_time(self, decode: int, k: int, kv_tokens: int, prefill: int = 0) -> float:
         """Seconds for one step: `decode` sequences verifying 1 + k tokens each over `kv_tokens` of context
-        in all, plus `prefill` new prompt tokens (with no decoders, the chunk attends to `kv_tokens`)."""
+        in all, plus `prefill` new prompt tokens. With no decoders the chunk attends to `kv_tokens` of
+        earlier context (a prefill engine's chunk after the cached prefix); beside decoders it is a prompt
+        of its own (the engine does not pass the chunk's earlier context)."""
         if decode == 0 and prefill == 0:
             return 0.0
         handle = _handle(*self.key, k if decode else 0)
+        context = max(kv_tokens // decode, 1) if decode else 0
         if prefill == 0:
-            # aiconfigurator's decode step: gen_tokens sequences at context isl + osl // 2 + 1.
-            ms = handle.decode_step_latency(decode, max(kv_tokens // decode, 1), 2)
-        elif decode == 0:
-            # A prefill chunk of `prefill` tokens after `kv_tokens` of cached or earlier-chunk context.
-            ms = handle.mixed_step_latency(prefill, 0, kv_tokens + prefill, 2, kv_tokens)
-        else:
-            # Chunked prefill beside decoders: the chunk is its own prompt to aiconfigurator.
-            ms = handle.mixed_step_latency(prefill, decode, max(prefill, kv_tokens // decode), 2, 0)
+            # aiconfigurator's decode step: gen_tokens sequences (x (nextn + 1) query tokens) at context
+            # isl + osl // 2 + 1.
+            return float(handle.decode_step_latency(decode, context, 2)) / 1000.0
+        prefix = kv_tokens if decode == 0 else 0
+        isl = prefix + prefill
+        # mixed_step_breakdown: (total, non-attention ops over all the step's tokens, context attention of
+        # an isl-token prompt with `prefix` cached divided by its ceil(isl / ctx_tokens) chunks, decode
+        # attention at context isl). This step's chunk is one whole chunk of attention, and the decoders
+        # attend over their own context, not the chunk's.
+        _, shared, chunk_attention, _ = handle.mixed_step_breakdown(prefill, decode, isl, 2, prefix)
+        ms = shared + chunk_attention * math.ceil(isl / prefill)
+        if decode:
+            ms += sum(op[1] for op in handle.decode_step_per_op(decode, context, 2) if op[0] == "generation_attention")
         return float(ms) / 1000.0
 
     def best_k(self, decode: int, kv_tokens: int, prefill: int = 0) -> int:

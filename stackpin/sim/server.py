@@ -41,7 +41,8 @@ class SimServer:
         self.substitutions = substitutions(self.model, self.stack)
 
     def info(self) -> dict[str, Any]:
-        return {"simulated": True, "model": self.model, "substitutions": self.substitutions, "stack_digest": self.stack.digest,
+        return {"simulated": True, "model": self.model, "substitutions": self.substitutions,
+                "stack_digest": self.stack.digest,
                 "stack": self.stack.name, "platform": self.stack.platform, "gpus": self.stack.gpus,
                 "speed": self.speed}
 
