@@ -127,3 +127,31 @@ def test_figures_show_aiconfigurator_next_to_roofline_and_published() -> None:
     assert "no Vera Rubin system data" in rubin["refused"]
     text = _run("sim", "figures").stdout
     assert "aiconfigurator" in text.splitlines()[0] and "refused [1]" in text
+
+
+@needs_extra
+def test_plan_shows_aiconfigurators_estimate_for_the_same_stack_and_slo(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import main as cli
+    from stackpin.sim.stack import load_stack
+    from tests import benchdata
+
+    paths = []
+    for make, lock in ((benchdata.tuned, TUNED), (benchdata.rubin, RUBIN)):
+        path = tmp_path / f"{lock.stem}.json"
+        benchdata.write(make(load_stack(lock).digest), path)
+        paths.append(str(path))
+    runner = CliRunner()
+    data = json.loads(runner.invoke(cli, ["plan", "--agents", "10000", "--slo", "tps=80,ttft=10s", *paths,
+                                          "-o", "json"]).stdout)
+    tuned, rubin = data["stacks"]
+    aic = tuned["aiconfigurator"]
+    # Its curve ends at max-num-seqs (64 a decode engine) still above 80 tok/s: a lower bound, as a measured one.
+    assert aic["bound"] in ("within", "at-least") and aic["agents_per_gpu"] > 0 and aic["racks"] >= 1
+    # Racks for 10,000 agents follow its agents per GPU (whole stacks of 72 GPUs, one stack a rack).
+    assert aic["racks"] >= 10000 / (aic["agents_per_gpu"] * 72)
+    assert "TTFT not modelled" in aic["reason"]
+    assert rubin["aiconfigurator"]["bound"] is None and "no Vera Rubin" in rubin["aiconfigurator"]["reason"]
+    text = runner.invoke(cli, ["plan", "--agents", "10000", "--slo", "tps=80,ttft=10s", *paths]).stdout
+    assert "aiconfigurator" in text.splitlines()[1] and "refused [2]" in text and "aiconfigurator [2]:" in text
