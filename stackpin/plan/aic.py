@@ -63,7 +63,8 @@ def aic_column(result: BenchResult, slo: Slo, agents: int) -> AicColumn:
     why = refusal(stack)
     if why is not None:
         return AicColumn(None, None, None, None, None, why)
-    points = [CurvePoint(p.agents, p.agent_tps, 0.0, p.output_tps_per_gpu) for p in curve(stack, model="aiconfigurator")]
+    simulated = curve(stack, model="aiconfigurator")
+    points = [CurvePoint(p.agents, p.agent_tps, 0.0, p.output_tps_per_gpu) for p in simulated]
     op = operating_point(points, slo.model_copy(update={"ttft_s": float("inf")}), stack.gpus)
     cap = _capacity(op, agents, result)
     return AicColumn(op.agents_per_gpu or None, op.tps_per_gpu or None, cap.gpus, cap.racks, op.bound.value,
