@@ -34,7 +34,7 @@ class AicColumn:
 def available() -> bool:
     from stackpin.sim.aic import installed_version, mapping
 
-    return installed_version() == mapping()["version"]
+    return installed_version() == str(mapping()["version"])
 
 
 def _lock_stack(digest: str) -> SimStack | None:
