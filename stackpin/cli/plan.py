@@ -99,7 +99,7 @@ def _delta(delta: int, current: Scenario, mature: Scenario) -> str:
 
 
 def _aic_cell(column: AicColumn | None, reasons: list[str]) -> str:
-    """'0.52 agents/GPU, 3 racks [1]' or 'refused [2]', the reason numbered below the table."""
+    """'0.52/GPU, 3 racks [1]' or 'refused [2]', the reason numbered below the table."""
     if column is None:
         return "-"
     if column.reason not in reasons:
@@ -122,7 +122,7 @@ def _print(answer: Plan) -> None:
 
     console = Console(highlight=False)
     if not console.is_terminal:  # a pipe or a file gets the whole table, not one squeezed to 80 columns
-        console = Console(highlight=False, width=220)
+        console = Console(highlight=False, width=260)
     console.print(f"plan for {answer.agents:,} agents at {escape(slo_text(answer.slo))}")
     table = Table(box=None, pad_edge=False)
     aic = [s.aiconfigurator for s in answer.stacks if s.aiconfigurator is not None]
@@ -137,7 +137,8 @@ def _print(answer: Plan) -> None:
         table.add_row(escape(name), s.platform, "current", *_cells(s.current), "", *extra)
         if s.mature:
             delta = "-" if s.rack_delta is None else _delta(s.rack_delta, s.current, s.mature)
-            table.add_row("", "", escape(f"mature: {s.mature.source}"), *_cells(s.mature), delta, *[""] * len(extra))
+            later = [_aic_cell(s.mature_aiconfigurator, reasons)] if aic else []
+            table.add_row("", "", escape(f"mature: {s.mature.source}"), *_cells(s.mature), delta, *later)
     console.print(table)
     for n, reason in enumerate(reasons, 1):
         console.print(f"aiconfigurator [{n}]: {escape(reason)}")

@@ -62,6 +62,7 @@ class StackPlan:
     mature: Scenario | None = None
     rack_delta: int | None = None  # mature racks - current racks
     aiconfigurator: AicColumn | None = None  # the `sim` extra's static estimate; None where it is not installed
+    mature_aiconfigurator: AicColumn | None = None  # the same for a --mature result's stack
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,8 @@ def make_plan(results: Sequence[tuple[Path, BenchResult]], agents: int, slo: Slo
                  if later and later.capacity.racks is not None and current.capacity.racks is not None else None)
         stacks.append(StackPlan(str(path), res.stack.name, res.stack.digest, res.stack.platform, res.stack.gpus,
                                 res.simulation.model if res.simulation else None, current, later, delta,
-                                aic_column(res, slo, agents) if with_aic else None))
+                                aic_column(res, slo, agents) if with_aic else None,
+                                aic_column(paired[i][1], slo, agents) if with_aic and i in paired else None))
     notes = [] if with_aic else ["aiconfigurator's static estimate is not shown: the `sim` extra "
                                  "(aiconfigurator-core) is not installed"]
     for model in sorted({s.simulated for s in stacks if s.simulated}):
