@@ -177,6 +177,10 @@ class AicStepModel:
         object.__setattr__(self, "key", (m["systems"][self.stack.gpu_key], m["models"][self.stack.model_id]["use"],
                                          m["backend"]["name"], str(m["backend"]["version"]),
                                          tuple(_parallel(self.pool).items())))
+        # Compile every k's engine and load the perf tables now (about a second), not inside the server's
+        # first step, where it would stall the first request's stream.
+        for k in range(self.pool.spec_k + 1):
+            _handle(*self.key, k).decode_step_latency(1, 1, 2)
 
     @classmethod
     def of(cls, stack: SimStack, pool: SimPool, params: dict[str, Any] | None = None) -> AicStepModel:
