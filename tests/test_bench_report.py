@@ -71,9 +71,11 @@ def test_plot_writes_the_same_png_for_the_same_results(tmp_path: Path) -> None:
     assert b"tIME" not in data and b"matplotlib version" not in data
 
 
-def test_plot_is_hidden_at_the_top_level_until_the_bench_group_takes_it() -> None:
+def test_plot_is_in_the_bench_group_and_hidden_at_the_top_level() -> None:
     assert "plot" not in invoke("--help").stdout
     assert "throughput per GPU against per-agent output speed" in invoke("plot", "--help").stdout
+    assert "throughput per GPU against per-agent output speed" in invoke("bench", "plot", "--help").stdout
+    assert "plot" in invoke("bench", "--help").stdout
 
 
 def test_report_is_one_self_contained_deterministic_page(tmp_path: Path) -> None:

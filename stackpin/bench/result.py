@@ -67,6 +67,9 @@ class ClientInfo(_Model):
     cpu_seconds: NonNegativeFloat
     saturated: bool = Field(description="True when the client could not keep up; the numbers are then a floor.")
     note: str = ""
+    busy_fraction: float | None = Field(None, description="Largest CPU time / wall time of one client process.")
+    loop_lag_p99_s: float | None = Field(None, description="p99 event-loop lag: how late the client's timestamps "
+                                         "can be.")
 
 
 class Simulation(_Model):
@@ -74,6 +77,8 @@ class Simulation(_Model):
 
     model: str = Field(description="Step-time model: roofline or aiconfigurator.")
     substitutions: tuple[str, ...] = ()
+    speed: float = Field(1.0, gt=0, description="The simulator's time scale; the result's times are scaled back "
+                         "by it (they are the simulated stack's).")
 
 
 class Request(_Model):
@@ -119,6 +124,13 @@ class Score(_Model):
     output_tps_per_gpu_at_slo: float | None = None
 
 
+class Shard(_Model):
+    """One pod's part of a run: agents whose number modulo `count` is `index`."""
+
+    index: NonNegativeInt
+    count: PositiveInt
+
+
 class BenchResult(_Model):
     kind: Literal["BenchResult"] = "BenchResult"
     version: Literal[1] = 1
@@ -133,6 +145,8 @@ class BenchResult(_Model):
     simulation: Simulation | None = None
     points: tuple[Point, ...]
     score: Score | None = None
+    shard: Shard | None = Field(None, description="Set when one pod of `stackpin bench job` wrote it; "
+                                "`stackpin bench merge` combines the shards.")
 
 
 def controls_fingerprint(controls: Controls) -> str:
@@ -161,3 +175,10 @@ def read_result(path: Path) -> BenchResult:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
         raise InputError([Problem(Location(str(path)), where, first["msg"])]) from None
+
+
+def result_json(result: BenchResult) -> str:
+    """The file's text: sorted keys, 2-space indent, trailing newline."""
+    import json
+
+    return json.dumps(result.model_dump(mode="json"), sort_keys=True, indent=2) + "\n"

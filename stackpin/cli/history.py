@@ -102,6 +102,10 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
 @click.option("--to", "to", type=int, metavar="N", help="The revision whose stack to restore (default: the one "
               "before the newest).")
 @click.option("-m", "--message", help=MESSAGE_HELP + "  [default: Roll back to revision N]")
+@click.option("--if-regressed", is_flag=True, help="Only if the newest revision's attached bench result regresses "
+              "against the previous revision's (`stackpin bench attach`); prints the comparison.")
+@click.option("--threshold", "threshold_text", default="5%", show_default=True,
+              help="With --if-regressed: the smallest relative change that counts as a regression.")
 @HISTORY
 @DEPLOYMENTS
 @click.option("--apply", "apply_it", is_flag=True,
@@ -118,10 +122,10 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
 @cluster_options
 @OUTPUT
 @user_errors
-def rollback(deployment: str, to: int | None, message: str | None, history_dir: str, deployments_dir: str,
-             apply_it: bool, dry_run: bool, force_conflicts: bool, allow_recreate: bool, wait: bool,
-             timeout: float | None, kubeconfig: str | None, context: str | None, namespace: str | None,
-             output: str) -> None:
+def rollback(deployment: str, to: int | None, message: str | None, if_regressed: bool, threshold_text: str,
+             history_dir: str, deployments_dir: str, apply_it: bool, dry_run: bool, force_conflicts: bool,
+             allow_recreate: bool, wait: bool, timeout: float | None, kubeconfig: str | None, context: str | None,
+             namespace: str | None, output: str) -> None:
     """Record a new revision of DEPLOYMENT whose stack is revision N's, and render it; with --apply,
     apply it to the cluster too (the cluster options and the apply flags only mean something then).
 
@@ -135,18 +139,35 @@ def rollback(deployment: str, to: int | None, message: str | None, history_dir: 
     cluster_flags = {"--dry-run": dry_run, "--force-conflicts": force_conflicts, "--allow-recreate": allow_recreate,
                      "--wait": wait, "--timeout": timeout is not None, "--kubeconfig": kubeconfig is not None,
                      "--context": context is not None, "--namespace": namespace is not None}
+    if not apply_it and (given := [name for name, on in cluster_flags.items() if on]):
+        raise click.UsageError(f"{', '.join(given)} only with --apply")
+    comparison = None
+    if if_regressed:
+        if to is not None:
+            raise click.UsageError("--if-regressed rolls back to the previous revision; it takes no --to")
+        to, comparison = _regressed(store, key, threshold_text, output)
+        if to is None:
+            if output != "text":
+                emit({"deployment": str(key), "comparison": comparison, "rolledBack": False}, output)
+            return
+        message = message or f"Roll back to revision {to}: revision {to + 1} regressed against it"
     if not apply_it:
-        if given := [name for name, on in cluster_flags.items() if on]:
-            raise click.UsageError(f"{', '.join(given)} only with --apply")
-        _print_recorded(roll_back(store, key, Path(deployments_dir), to=to, message=message), output)
+        recorded = roll_back(store, key, Path(deployments_dir), to=to, message=message)
+        if comparison is not None and output != "text":
+            emit({"deployment": str(key), "comparison": comparison, "rolledBack": True,
+                  "file": str(recorded.path), **_revision_data(recorded.revision)}, output)
+            return
+        _print_recorded(recorded, output)
         return
     _rollback_apply(store, key, Path(deployments_dir), to, message, dry_run, force_conflicts, allow_recreate, wait,
-                    timeout, kubeconfig, context, namespace, output)
+                    timeout, kubeconfig, context, namespace, output,
+                    extra={"comparison": comparison, "rolledBack": True} if comparison is not None else None)
 
 
 def _rollback_apply(store: HistoryStore, key: DeploymentKey, deployments: Path, to: int | None, message: str | None,
                     dry_run: bool, force_conflicts: bool, allow_recreate: bool, wait: bool, timeout: float | None,
-                    kubeconfig: str | None, context: str | None, namespace: str | None, output: str) -> None:
+                    kubeconfig: str | None, context: str | None, namespace: str | None, output: str,
+                    extra: dict[str, Any] | None = None) -> None:
     from dataclasses import replace
 
     from stackpin.cli.deploy import print_applied, progress, warn
@@ -166,7 +187,7 @@ def _rollback_apply(store: HistoryStore, key: DeploymentKey, deployments: Path, 
         recorded = done.recorded
         return {"deployment": str(key), "history": {**_revision_data(revision), "recorded": recorded is not None,
                                                     "file": str(recorded.path) if recorded else None},
-                "apply": result.as_dict()}
+                "apply": result.as_dict(), **(extra or {})}
 
     if output == "text":
         if done.recorded is not None:
@@ -199,6 +220,37 @@ def _startup_budget(revision: Revision) -> float:
     from stackpin.deploy.source import StackSource
 
     return default_timeout_s(StackSource(revision.lock, origin=str(revision.deployment), revision=revision.revision))
+
+
+def _regressed(store: HistoryStore, key: DeploymentKey, threshold_text: str,
+               output: str) -> tuple[int | None, dict[str, Any] | None]:
+    """The revision to roll back to when the newest revision's bench result regresses against the
+    previous one's (None, after saying why, when it does not or cannot be told), and the comparison."""
+    from stackpin.bench.compare import compare
+    from stackpin.bench.result import read_result
+    from stackpin.cli.bench import _threshold, comparison_data, print_comparison
+    from stackpin.history.attachments import attachment_path
+
+    newest = store.newest(key)
+    if newest is None or newest.revision < 2:
+        click.echo(f"no rollback: {key} has no revision before its newest to compare with", err=True)
+        return None, None
+    previous = newest.revision - 1
+    paths = {n: attachment_path(store, key, n, "bench") for n in (previous, newest.revision)}
+    missing = [n for n, p in paths.items() if not p.is_file()]
+    if missing:
+        click.echo(f"no rollback: revision {' and '.join(map(str, missing))} of {key} has no bench result "
+                   "(stackpin bench attach DEPLOYMENT@REV RESULT.json)", err=True)
+        return None, None
+    comparison = compare([read_result(paths[previous])], [read_result(paths[newest.revision])],
+                         threshold=_threshold(threshold_text))
+    if output == "text":
+        click.echo(f"revision {previous} (A) vs revision {newest.revision} (B) of {key}:")
+        print_comparison(comparison, output)
+    if not comparison.regressed:
+        click.echo(f"no rollback: revision {newest.revision} does not regress against revision {previous}", err=True)
+        return None, comparison_data(comparison)
+    return previous, comparison_data(comparison)
 
 
 @click.command("history")
@@ -257,11 +309,33 @@ def history(deployment: str | None, check: bool, rerender: bool, in_cluster: boo
         _print_deployments(store, list_deployments(store), output)
 
 
+def _bench_headlines(store: HistoryStore, key: DeploymentKey, entries: list[HistoryEntry]) -> dict[int, Any]:
+    """Revision -> (one-line headline, data) of its attached bench result (`stackpin bench attach`);
+    history keeps attachments opaque, the bench stage reads them."""
+    from stackpin.bench.headline import headline, headline_data
+    from stackpin.bench.result import read_result
+    from stackpin.errors import StackpinError
+    from stackpin.history.attachments import attachment_path
+
+    out: dict[int, Any] = {}
+    for e in entries:
+        path = attachment_path(store, key, e.revision.revision, "bench")
+        if path.is_file():
+            try:
+                result = read_result(path)
+                out[e.revision.revision] = (headline(result), {"file": str(path), **headline_data(result)})
+            except StackpinError as exc:
+                out[e.revision.revision] = (f"unreadable: {exc.lines()[0]}", {"file": str(path), "error": True})
+    return out
+
+
 def _print_history(store: HistoryStore, key: DeploymentKey, entries: list[HistoryEntry], output: str) -> None:
+    bench = _bench_headlines(store, key, entries)
     if output != "text":
         emit({"deployment": str(key), "directory": str(store.directory(key)),
               "revisions": [{**_revision_data(e.revision), "file": str(store.path(key, e.revision.revision)),
-                             "change": e.change} for e in entries]}, output)
+                             "change": e.change, "bench": bench.get(e.revision.revision, (None, None))[1]}
+                            for e in entries]}, output)
         return
     click.echo(f"deployment {key}: {len(entries)} revision(s) in {store.directory(key)}/")
     rows = []
@@ -270,8 +344,9 @@ def _print_history(store: HistoryStore, key: DeploymentKey, entries: list[Histor
         action = f"promote {r.stack}" if r.action.kind == "promote" else f"{r.action} ({r.stack})"
         change = e.change if e.change is not None else ("(first revision)" if r.revision == 1 else "-")
         rows.append([str(r.revision), r.short_digest, r.created, _cell(r.author), _cell(action), _cell(r.message),
-                     _cell(change)])
-    _table(["REVISION", "STACK", "CREATED", "AUTHOR", "ACTION", "MESSAGE", "CHANGE"], rows)
+                     _cell(change), *([_cell(bench[r.revision][0]) if r.revision in bench else "-"] if bench else [])])
+    _table(["REVISION", "STACK", "CREATED", "AUTHOR", "ACTION", "MESSAGE", "CHANGE", *(["BENCH"] if bench else [])],
+           rows)
 
 
 def _print_deployments(store: HistoryStore, summaries: list[DeploymentSummary], output: str) -> None:

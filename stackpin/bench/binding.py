@@ -1,0 +1,75 @@
+"""What binds a result to a stack: the lock's stack digest and GPU count, and the controls (model
+build, precision, engine versions, trace digest, agent counts, SLO) with their fingerprint."""
+
+from __future__ import annotations
+
+import re
+
+from stackpin.bench.result import Controls, Slo, StackRef
+from stackpin.deploy.source import StackSource
+from stackpin.errors import StackpinError
+from stackpin.lock.lockfile import StackLock
+
+
+def stack_ref(source: StackSource) -> StackRef:
+    from stackpin.profile.topology import topology_of
+
+    lock = source.lock
+    profile = lock.stack_profile
+    deployment = source.origin.rpartition("@")[0] if source.revision is not None else None
+    return StackRef(digest=lock.stack_digest, name=lock.metadata.name, deployment=deployment,
+                    revision=source.revision, platform=str(profile.spec.target.platform),
+                    gpus=topology_of(profile).gpus)
+
+
+def controls(lock: StackLock, trace_digest: str, agents: tuple[int, ...], slo: Slo | None) -> Controls:
+    resolved = lock.resolved
+    engines = {"ai-dynamo": resolved.engines.dynamo, "vllm": resolved.engines.vllm,
+               "flashinfer-python": resolved.engines.flashinfer, "nixl": resolved.engines.nixl}
+    return Controls(model=f"{resolved.model.id}@{resolved.model.revision}",
+                    precision=str(lock.stack_profile.spec.model.weights), engines=engines,
+                    trace_digest=trace_digest, agents=tuple(sorted(set(agents))), slo=slo)
+
+
+_DURATION = re.compile(r"^([0-9]*\.?[0-9]+)(ms|s|m)?$")
+
+
+def parse_seconds(text: str, what: str) -> float:
+    """`10`, `10s`, `500ms`, `2m` -> seconds."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise StackpinError(f"{what} {text!r}: give seconds, e.g. 10s, 500ms or 2m")
+    return float(match[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[match[2]]
+
+
+def parse_slo(text: str) -> Slo:
+    """`tps=80,ttft=10s[,percentile=p90]` -> Slo."""
+    fields: dict[str, str] = {}
+    for part in text.split(","):
+        key, sep, value = part.partition("=")
+        if not sep or key.strip() not in ("tps", "ttft", "percentile"):
+            raise StackpinError(f"--slo {text!r}: write tps=TOKENS_PER_S,ttft=SECONDS[,percentile=p50|p90|p99]")
+        fields[key.strip()] = value.strip()
+    if "tps" not in fields or "ttft" not in fields:
+        raise StackpinError(f"--slo {text!r}: both tps= and ttft= are needed")
+    try:
+        tps = float(fields["tps"])
+    except ValueError:
+        raise StackpinError(f"--slo tps={fields['tps']!r}: not a number") from None
+    percentile = fields.get("percentile", "p90")
+    if percentile not in ("p50", "p90", "p99") or tps <= 0:
+        raise StackpinError(f"--slo {text!r}: tps must be > 0 and percentile one of p50, p90, p99")
+    ttft = parse_seconds(fields["ttft"], "--slo ttft")
+    if ttft <= 0:
+        raise StackpinError(f"--slo {text!r}: ttft must be > 0")
+    return Slo(tps=tps, ttft_s=ttft, percentile=percentile)  # type: ignore[arg-type]
+
+
+def parse_agents(text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise StackpinError(f"--agents {text!r}: give agent counts separated by commas, e.g. 1,8,32") from None
+    if not counts or counts[0] < 1:
+        raise StackpinError(f"--agents {text!r}: agent counts are positive integers")
+    return counts

@@ -1,0 +1,39 @@
+"""A result's headline in one line, for `stackpin history` (and anything else that lists results)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stackpin.bench.result import BenchResult
+
+
+def headline_data(result: BenchResult) -> dict[str, Any]:
+    single = next((p for p in result.points if p.agents == 1 and p.agent_tps.count), None)
+    best = max(result.points, key=lambda p: p.output_tps_per_gpu, default=None)
+    return {
+        "fingerprint": result.fingerprint,
+        "simulated": result.simulation is not None,
+        "interrupted": result.interrupted,
+        "singleAgentTps": (result.score.single_agent_tps if result.score else
+                           single.agent_tps.mean if single else None),
+        "maxAgentsUnderSlo": result.score.max_agents if result.score else None,
+        "outputTpsPerGpuAtSlo": result.score.output_tps_per_gpu_at_slo if result.score else None,
+        "peakOutputTpsPerGpu": best.output_tps_per_gpu if best else None,
+    }
+
+
+def headline(result: BenchResult) -> str:
+    data = headline_data(result)
+    parts = []
+    if data["singleAgentTps"] is not None:
+        parts.append(f"1 agent {data['singleAgentTps']:.0f} tok/s")
+    if data["maxAgentsUnderSlo"] is not None:
+        slo = result.controls.slo
+        at = f"{slo.tps:g} tok/s" if slo else "SLO"
+        parts.append(f"{data['maxAgentsUnderSlo']} agents at {at}")
+        if data["outputTpsPerGpuAtSlo"] is not None:
+            parts.append(f"{data['outputTpsPerGpuAtSlo']:.1f} tok/s/GPU")
+    elif data["peakOutputTpsPerGpu"] is not None:
+        parts.append(f"peak {data['peakOutputTpsPerGpu']:.1f} tok/s/GPU")
+    flags = [f for f, on in (("simulated", data["simulated"]), ("interrupted", data["interrupted"])) if on]
+    return ", ".join(parts) + (f" ({', '.join(flags)})" if flags else "")

@@ -1,0 +1,344 @@
+"""`stackpin bench run`: replay a trace against an endpoint at each agent count, then search the
+largest count that holds the SLO, and bind the result to the stack.
+
+Each point runs its agents in `workers` forked processes (agents dealt round robin), each with its
+own event loop; they start together at one monotonic instant (CLOCK_MONOTONIC is one clock for the
+whole host) and send back their requests when done. Each process watches its own event-loop lag and
+CPU busy fraction: a client that cannot keep up says so in the result instead of passing its own
+limit off as the server's. Ctrl-C (SIGINT) stops every process: requests in flight are dropped, what
+finished is kept, and the result is marked interrupted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import signal
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from multiprocessing.connection import Connection as Pipe
+from typing import Any
+
+from stackpin.bench.binding import controls as make_controls
+from stackpin.bench.binding import stack_ref
+from stackpin.bench.result import BenchResult, ClientInfo, Point, Request, Shard, Simulation, Slo, controls_fingerprint
+from stackpin.bench.sessions import Context, Trace, agent_sessions, default_sessions_per_agent
+from stackpin.bench.stats import build_point, next_search, score
+from stackpin.bench.stream import Connection, Endpoint
+from stackpin.deploy.source import StackSource
+from stackpin.errors import StackpinError
+
+BUSY_SATURATED = 0.9  # a client process busier than this is the bottleneck, or close to it
+LAG_SATURATED_S = 0.01  # event-loop lag past this makes TTFT and ITL timestamps too late to trust
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    endpoint: str
+    trace: Trace
+    agents: tuple[int, ...]
+    slo: Slo | None = None
+    model: str | None = None
+    workers: int = 1
+    duration_s: float | None = None  # per point: no new turn starts after it
+    sessions: int | None = None  # per agent
+    delay_scale: float = 1.0
+    timeout_s: float = 300.0
+    headers: dict[str, str] = field(default_factory=dict)
+    pod_index: int = 0
+    pods: int = 1
+    cache_salt: str = ""  # put in every prompt word: a run does not hit the cache an earlier run filled
+
+
+# One finished request as a worker sends it back: agent, session, turn, start, first token, last
+# token, end, prompt, cached, output tokens, usage seen, error.
+Record = tuple[int, str, int, float, float | None, float | None, float, int, int, int, bool, str | None]
+
+
+@dataclass
+class ShareResult:
+    records: list[Record]
+    cpu_s: float
+    wall_s: float
+    finished: float
+    lags: list[float]
+
+
+@dataclass
+class Progress:
+    """What the terminal shows; `update(point agents, requests, errors, tokens)`."""
+
+    update: Callable[[int, int, int, int], None] = lambda *_: None
+
+
+# --- one worker process ----------------------------------------------------------------------------
+
+async def _agent(options: RunOptions, model: str, agent: int, agents: int, point: int, speed: float,
+                 deadline: float | None, stop: asyncio.Event, out: list[Record], counters: Any, slot: int) -> None:
+    connection = Connection(Endpoint.parse(options.endpoint), options.headers)
+    per_agent = options.sessions if options.sessions is not None else (
+        None if options.duration_s is not None else default_sessions_per_agent(options.trace, agents))
+    try:
+        for round_, session in agent_sessions(options.trace, agent, agents, per_agent):
+            # Another run, point or round replays a session with other words: it must not hit the
+            # cache an earlier replay filled (sessions still share the blocks they share in the trace).
+            context = Context(salt=f"{options.cache_salt}p{point}r{round_}-", session=session.id)
+            for number, turn in enumerate(session.turns):
+                wait = turn.delay / 1000 * options.delay_scale / speed
+                if wait > 0:
+                    try:
+                        await asyncio.wait_for(stop.wait(), wait)
+                    except TimeoutError:
+                        pass
+                if stop.is_set() or (deadline is not None and time.monotonic() >= deadline):
+                    return
+                body = {"model": model, "messages": context.next_messages(turn), "stream": True,
+                        "stream_options": {"include_usage": True}, "max_tokens": turn.output_length,
+                        "ignore_eos": True}
+                o = await connection.chat(body, options.timeout_s)
+                tokens = o.output_tokens if o.usage else o.events
+                out.append((agent, session.id, number, o.start, o.first_token, o.last_token, o.end or o.start,
+                            o.prompt_tokens, o.cached_tokens, tokens, o.usage, o.error))
+                counters[slot * 3] += 1
+                counters[slot * 3 + 1] += 1 if o.error else 0
+                counters[slot * 3 + 2] += tokens
+                if o.error and not o.usage:
+                    break  # the answer is lost: the session cannot go on, the agent takes its next one
+                context.add_answer(o.answer)
+    finally:
+        connection.close()
+
+
+async def _lag_monitor(lags: list[float]) -> None:
+    while True:
+        before = time.monotonic()
+        await asyncio.sleep(0.005)
+        lags.append(max(0.0, time.monotonic() - before - 0.005))
+
+
+async def _share(options: RunOptions, model: str, agent_ids: list[int], agents: int, point: int, speed: float,
+                 start_at: float, counters: Any, slot: int) -> ShareResult:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    def wake() -> None:
+        loop.call_soon_threadsafe(stop.set)
+
+    _on_sigint.append(wake)
+    if _early_stop:
+        stop.set()
+    records: list[Record] = []
+    lags: list[float] = []
+    await asyncio.sleep(max(0.0, start_at - time.monotonic()))
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    deadline = start_at + options.duration_s / speed if options.duration_s is not None else None
+    monitor = asyncio.create_task(_lag_monitor(lags))
+    agents_done = asyncio.gather(*(_agent(options, model, a, agents, point, speed, deadline, stop, records,
+                                          counters, slot) for a in agent_ids))
+    stopped: asyncio.Future[Any] = asyncio.create_task(stop.wait())
+    waiting: list[asyncio.Future[Any]] = [agents_done, stopped]
+    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+    if not agents_done.done():
+        agents_done.cancel()
+        await asyncio.gather(agents_done, return_exceptions=True)
+    stopped.cancel()
+    monitor.cancel()
+    finished = time.monotonic()
+    return ShareResult(records, time.process_time() - cpu0, finished - wall0, finished, lags)
+
+
+_early_stop: list[bool] = []
+_on_sigint: list[Callable[[], None]] = []
+
+
+def _sigint(*_: object) -> None:
+    _early_stop.append(True)
+    for hook in _on_sigint:
+        hook()
+
+
+def _worker(pipe: Pipe, *args: Any) -> None:
+    # A Python-level handler for the worker's whole life, not the loop's add_signal_handler: asyncio
+    # puts the default (KeyboardInterrupt) back when the loop closes, and a second Ctrl-C arriving
+    # then would lose the share's requests.
+    signal.signal(signal.SIGINT, _sigint)
+    try:
+        result = asyncio.run(_share(*args))
+        pipe.send(result)
+    except BaseException as exc:  # noqa: BLE001 - a worker's failure goes back to the parent, one line
+        pipe.send(f"{type(exc).__name__}: {exc}")
+    finally:
+        pipe.close()
+
+
+# --- the run -----------------------------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    options: RunOptions
+    model: str
+    speed: float
+    gpus: int
+    started: float = field(default_factory=time.monotonic)
+    interrupted: bool = False
+    children: list[int] = field(default_factory=list)
+    cpu_s: float = 0.0
+    busy: float = 0.0
+    lag_p99: float = 0.0
+    points_run: int = 0
+
+    def on_sigint(self, *_: object) -> None:
+        self.interrupted = True
+        for pid in self.children:  # a terminal's Ctrl-C reaches them too; `kill -INT` reaches only us
+            try:
+                os.kill(pid, signal.SIGINT)
+            except ProcessLookupError:
+                pass
+
+    def measure(self, agents: int, searched: bool, progress: Progress) -> Point | None:
+        options = self.options
+        mine = [a for a in range(agents) if a % options.pods == options.pod_index]
+        if not mine:
+            return None
+        shares = [mine[i::options.workers] for i in range(min(options.workers, len(mine)))]
+        context = multiprocessing.get_context("fork")
+        counters = context.Array("d", 3 * len(shares), lock=False)
+        start_at = time.monotonic() + 0.05 + 0.01 * len(shares)
+        processes, pipes = [], []
+        for slot, share in enumerate(shares):
+            parent, child = context.Pipe(duplex=False)
+            process = context.Process(target=_worker, args=(child, options, self.model, share, agents,
+                                                            self.points_run, self.speed, start_at, counters, slot),
+                                      daemon=True)
+            process.start()
+            child.close()
+            processes.append(process)
+            pipes.append(parent)
+            self.children.append(process.pid or 0)
+        results: list[ShareResult | str | None] = [None] * len(shares)
+        while any(r is None for r in results):
+            for i, pipe in enumerate(pipes):
+                if results[i] is None and pipe.poll(0.1 / len(pipes)):
+                    try:
+                        results[i] = pipe.recv()
+                    except EOFError:
+                        results[i] = "the worker process died"
+            progress.update(agents, *(int(sum(counters[k::3])) for k in range(3)))
+        for process in processes:
+            process.join()
+        self.children.clear()
+        self.points_run += 1
+        failed = [r for r in results if isinstance(r, str)]
+        if failed:
+            raise StackpinError(f"a client worker failed: {failed[0]}")
+        done = [r for r in results if isinstance(r, ShareResult)]
+        return self._point(agents, searched, start_at, done)
+
+    def _point(self, agents: int, searched: bool, start_at: float, shares: list[ShareResult]) -> Point:
+        speed = self.speed
+        requests = []
+        for agent, session, turn, start, first, last, end, prompt, cached, output, _, error in sorted(
+                (r for s in shares for r in s.records), key=lambda r: (r[3], r[0])):
+            itl = (last - first) / (output - 1) * speed if first is not None and last is not None and output > 1 \
+                else None
+            requests.append(Request(
+                agent=agent, session=session, turn=turn, start_s=round((start - self.started) * speed, 6),
+                ttft_s=round((first - start) * speed, 6) if first is not None else None,
+                end_s=round((end - self.started) * speed, 6), prompt_tokens=prompt, cached_tokens=cached,
+                output_tokens=output, itl_mean_s=itl, error=error))
+        duration = (max(s.finished for s in shares) - start_at) * speed
+        self.cpu_s += sum(s.cpu_s for s in shares)
+        self.busy = max([self.busy, *(s.cpu_s / s.wall_s for s in shares if s.wall_s > 0)])
+        lags = sorted(lag for s in shares for lag in s.lags)
+        if lags:
+            self.lag_p99 = max(self.lag_p99, lags[int(0.99 * (len(lags) - 1))])
+        return build_point(agents, duration, requests, self.gpus, self.options.slo, searched)
+
+
+def probe(endpoint: str, timeout_s: float = 10.0) -> tuple[Simulation | None, str | None, str | None]:
+    """Ask the endpoint whether it is `stackpin sim serve` (GET /stackpin/sim; 404 on a real one), and
+    which model it serves (GET /v1/models). Returns (simulation, simulated stack digest, model id)."""
+    base = f"{'https' if Endpoint.parse(endpoint).tls else 'http'}://" + endpoint.split("://", 1)[1].rstrip("/")
+    base = base.removesuffix("/v1")
+
+    def get(path: str) -> Any:
+        try:
+            with urllib.request.urlopen(base + path, timeout=timeout_s) as response:  # noqa: S310 - http(s) only
+                return json.loads(response.read())
+        except urllib.error.HTTPError:
+            return None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise StackpinError(f"--endpoint {endpoint}: cannot reach it: {getattr(exc, 'reason', exc)}") from None
+
+    sim = get("/stackpin/sim")
+    simulation, digest = None, None
+    if isinstance(sim, dict) and sim.get("simulated") is True:
+        simulation = Simulation(model=str(sim.get("model", "")),
+                                substitutions=tuple(str(s) for s in sim.get("substitutions") or ()),
+                                speed=float(sim.get("speed") or 1.0))
+        digest = str(sim["stack_digest"]) if sim.get("stack_digest") else None
+    models = get("/v1/models")
+    model = None
+    if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
+        model = str(models["data"][0].get("id"))
+    return simulation, digest, model
+
+
+def run_bench(options: RunOptions, source: StackSource, progress: Progress | None = None) -> BenchResult:
+    """Measure every asked agent count, then bisect for the SLO's largest count (a lone pod of a job
+    does not search: the pods could not agree; `bench merge` scores the swept points)."""
+    progress = progress or Progress()
+    simulation, simulated_digest, served = probe(options.endpoint)
+    if simulated_digest and simulated_digest != source.lock.stack_digest:
+        raise StackpinError(f"--endpoint {options.endpoint} simulates stack {simulated_digest}, but the lock "
+                            f"{source.origin} is {source.lock.stack_digest}: bench the simulator of this lock")
+    stack = stack_ref(source)
+    controls = make_controls(source.lock, options.trace.digest, options.agents, options.slo)
+    run = _Run(options, options.model or served or source.lock.resolved.model.id,
+               simulation.speed if simulation else 1.0, stack.gpus)
+    started = datetime.now(UTC)
+    points: list[Point] = []
+    previous = signal.signal(signal.SIGINT, run.on_sigint)
+    try:
+        wanted = list(options.agents)
+        if options.slo and 1 not in wanted:
+            wanted.insert(0, 1)  # the score's single-agent speed
+        for agents in wanted:
+            if run.interrupted:
+                break
+            point = run.measure(agents, searched=agents not in options.agents, progress=progress)
+            if point is not None:
+                points.append(point)
+        while options.slo and options.pods == 1 and not run.interrupted:
+            middle = next_search(points, options.slo)
+            if middle is None or any(p.agents == middle for p in points):
+                break
+            point = run.measure(middle, searched=True, progress=progress)
+            if point is not None:
+                points.append(point)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    points.sort(key=lambda p: p.agents)
+    saturated = run.busy >= BUSY_SATURATED or run.lag_p99 >= LAG_SATURATED_S
+    note = ""
+    if run.busy >= BUSY_SATURATED:
+        note = (f"client saturated: its busiest process used {run.busy:.0%} of a CPU; the numbers are a floor "
+                "(rerun with more --workers)")
+    elif saturated:
+        scaled = f" ({run.lag_p99 * run.speed * 1000:.0f} ms of simulated time)" if run.speed != 1 else ""
+        note = (f"client timestamps late: event-loop lag p99 {run.lag_p99 * 1000:.1f} ms{scaled} with the client "
+                f"at {run.busy:.0%} CPU (a busy host?); TTFT and ITL are that much less precise")
+    return BenchResult(
+        stack=stack, controls=controls, fingerprint=controls_fingerprint(controls), endpoint=options.endpoint,
+        started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), finished=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        interrupted=run.interrupted,
+        client=ClientInfo(workers=options.workers, cpu_seconds=round(run.cpu_s, 3), saturated=saturated, note=note,
+                          busy_fraction=round(run.busy, 3), loop_lag_p99_s=round(run.lag_p99, 6)),
+        simulation=simulation, points=tuple(points),
+        score=score(points, options.slo) if options.slo and options.pods == 1 and points else None,
+        shard=Shard(index=options.pod_index, count=options.pods) if options.pods > 1 else None)

@@ -1,0 +1,104 @@
+"""From requests to a result's numbers: distributions, one concurrency point, the SLO and the score.
+
+Definitions (the docs repeat them): TTFT is the first content event's time after the request was
+sent; a request's ITL is (last token - first token) / (output tokens - 1), as AIPerf defines it; an
+agent's tok/s is its output tokens over its time generating (TTFT excluded), over its requests that
+did not fail; throughput is every agent's output tokens over the point's wall time. A point holds
+the SLO when no request failed, every agent held `tps` and the TTFT percentile is within `ttft_s`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+
+from stackpin.bench.result import Dist, Point, Request, Score, Slo
+
+
+def percentile(ordered: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default); `ordered` sorted, not empty."""
+    position = (len(ordered) - 1) * q
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def dist(values: Iterable[float]) -> Dist:
+    ordered = sorted(values)
+    if not ordered:
+        return Dist(count=0, mean=0.0, p50=0.0, p90=0.0, p99=0.0, max=0.0)
+    return Dist(count=len(ordered), mean=sum(ordered) / len(ordered), p50=percentile(ordered, 0.5),
+                p90=percentile(ordered, 0.9), p99=percentile(ordered, 0.99), max=ordered[-1])
+
+
+def request_tps(request: Request) -> float | None:
+    """Output tokens per second while generating, for a request that did not fail."""
+    if request.error or request.ttft_s is None or request.end_s is None or request.output_tokens < 1:
+        return None
+    generating = request.end_s - request.start_s - request.ttft_s
+    return request.output_tokens / generating if generating > 0 else None
+
+
+def agent_rates(requests: Iterable[Request]) -> dict[int, float]:
+    """Agent -> output tok/s while generating, over its requests that did not fail."""
+    tokens: dict[int, int] = defaultdict(int)
+    seconds: dict[int, float] = defaultdict(float)
+    for r in requests:
+        if r.error or r.ttft_s is None or r.end_s is None or r.output_tokens < 1:
+            continue
+        tokens[r.agent] += r.output_tokens
+        seconds[r.agent] += r.end_s - r.start_s - r.ttft_s
+    return {a: tokens[a] / seconds[a] for a in sorted(tokens) if seconds[a] > 0}
+
+
+def build_point(agents: int, duration_s: float, requests: Sequence[Request], gpus: int, slo: Slo | None,
+                searched: bool = False) -> Point:
+    ok = [r for r in requests if not r.error]
+    rates = agent_rates(requests)
+    output = sum(r.output_tokens for r in requests)
+    prompt = sum(r.prompt_tokens for r in requests)
+    output_tps = output / duration_s if duration_s > 0 else 0.0
+    point = Point(
+        agents=agents, duration_s=duration_s, requests=len(requests), errors=len(requests) - len(ok),
+        ttft_s=dist(r.ttft_s for r in ok if r.ttft_s is not None),
+        itl_s=dist(r.itl_mean_s for r in ok if r.itl_mean_s is not None),
+        agent_tps=dist(rates.values()), agent_tps_samples=tuple(rates.values()),
+        output_tps=output_tps, output_tps_per_gpu=output_tps / gpus,
+        cache_hit_rate=sum(r.cached_tokens for r in requests) / prompt if prompt else None,
+        searched=searched, request_log=tuple(requests))
+    return point.model_copy(update={"slo_met": holds(point, slo)}) if slo else point
+
+
+def holds(point: Point, slo: Slo) -> bool:
+    if point.errors or not point.agent_tps_samples or point.ttft_s.count == 0:
+        return False
+    return min(point.agent_tps_samples) >= slo.tps and getattr(point.ttft_s, slo.percentile) <= slo.ttft_s
+
+
+def score(points: Sequence[Point], slo: Slo) -> Score:
+    """The largest agent count that held the SLO (below the smallest one that did not: the curve is
+    taken as monotone), single-agent speed, and throughput per GPU at the largest count."""
+    ordered = sorted(points, key=lambda p: p.agents)
+    best: Point | None = None
+    for point in ordered:
+        if not holds(point, slo):
+            break
+        best = point
+    single = next((p for p in ordered if p.agents == 1), None)
+    return Score(max_agents=best.agents if best else 0,
+                 single_agent_tps=single.agent_tps.mean if single and single.agent_tps.count else 0.0,
+                 output_tps_per_gpu_at_slo=best.output_tps_per_gpu if best else None)
+
+
+def next_search(points: Sequence[Point], slo: Slo) -> int | None:
+    """The agent count to measure next when bisecting between the largest count that held the SLO
+    and the smallest above it that did not; None when they are adjacent (the search is done)."""
+    ordered = sorted(points, key=lambda p: p.agents)
+    low = 0
+    for point in ordered:
+        if not holds(point, slo):
+            middle = (low + point.agents) // 2
+            return middle if middle > low and middle != point.agents else None
+        low = point.agents
+    return None

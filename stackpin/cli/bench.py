@@ -1,0 +1,389 @@
+"""`stackpin bench run|job|merge|compare|attach`: measure a stack, compare two, gate on regressions.
+
+Registered in stackpin/cli/main.py. The library (stackpin.bench) does the work; this module parses
+and prints. Heavy imports stay inside the commands.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.history import HISTORY
+
+if TYPE_CHECKING:
+    from stackpin.bench.compare import Comparison
+    from stackpin.bench.replay import Progress
+    from stackpin.bench.result import BenchResult
+
+LOCKDIR = click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
+                       help="Where a profile's lock is looked up when LOCK is a profile.")
+
+
+@click.group()
+def bench() -> None:
+    """Replay agent traces against a stack's endpoint, compare results, gate on regressions."""
+
+
+@contextmanager
+def _progress() -> Iterator[Progress]:
+    """A live line on stderr when it is a terminal; nothing otherwise."""
+    from stackpin.bench.replay import Progress
+
+    if not sys.stderr.isatty():
+        yield Progress()
+        return
+    from rich.console import Console
+    from rich.live import Live
+
+    with Live("", console=Console(stderr=True), refresh_per_second=4, transient=True) as live:
+        yield Progress(lambda agents, requests, errors, tokens: live.update(
+            f"{agents} agent(s): {requests} requests, {errors} errors, {tokens} output tokens"))
+
+
+def _write_result(result: BenchResult, out: str) -> None:
+    from stackpin.bench.result import result_json
+    from stackpin.yamlio import write_files
+
+    write_files({Path(out): result_json(result)})
+
+
+def _summary(result: BenchResult) -> dict[str, Any]:
+    return {"stack": result.stack.name, "digest": result.stack.digest, "fingerprint": result.fingerprint,
+            "interrupted": result.interrupted, "saturated": result.client.saturated,
+            "simulated": result.simulation is not None,
+            "points": [{"agents": p.agents, "searched": p.searched, "requests": p.requests, "errors": p.errors,
+                        "ttftP90S": p.ttft_s.p90, "itlP50S": p.itl_s.p50, "agentTpsMean": p.agent_tps.mean,
+                        "outputTps": p.output_tps, "outputTpsPerGpu": p.output_tps_per_gpu,
+                        "cacheHitRate": p.cache_hit_rate, "sloMet": p.slo_met} for p in result.points],
+            "score": result.score.model_dump(mode="json") if result.score else None}
+
+
+def _print_result(result: BenchResult, out: str | None, output: str) -> None:
+    if output != "text":
+        emit({**_summary(result), "out": out}, output)
+        return
+    sim = (f", simulated ({result.simulation.model}, speed {result.simulation.speed:g})"
+           if result.simulation else "")
+    click.echo(f"stack {result.stack.name} {result.stack.digest[:19]} on {result.stack.gpus} GPU(s){sim}")
+    header = ["AGENTS", "REQ", "ERR", "TTFT p50", "TTFT p90", "TTFT p99", "ITL p50", "TOK/S/AGENT", "TOK/S",
+              "TOK/S/GPU", "CACHE", "SLO"]
+    rows = []
+    for p in result.points:
+        rows.append([f"{p.agents}{'*' if p.searched else ''}", str(p.requests), str(p.errors),
+                     f"{p.ttft_s.p50:.3f}s", f"{p.ttft_s.p90:.3f}s", f"{p.ttft_s.p99:.3f}s",
+                     f"{p.itl_s.p50 * 1000:.2f}ms", f"{p.agent_tps.mean:.1f}", f"{p.output_tps:.1f}",
+                     f"{p.output_tps_per_gpu:.2f}", "-" if p.cache_hit_rate is None else f"{p.cache_hit_rate:.0%}",
+                     "-" if p.slo_met is None else ("met" if p.slo_met else "missed")])
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths,
+                                                                                               strict=True))))
+    if any(p.searched for p in result.points):
+        click.echo("* added by the SLO search")
+    if result.score:
+        s = result.score
+        at = f", {s.output_tps_per_gpu_at_slo:.2f} tok/s/GPU there" if s.output_tps_per_gpu_at_slo is not None else ""
+        click.echo(f"score: {s.max_agents} agent(s) under the SLO{at}; single agent {s.single_agent_tps:.1f} tok/s")
+    for line in ([result.client.note] if result.client.note else []) + (
+            ["interrupted: the result holds what was measured before Ctrl-C"] if result.interrupted else []):
+        click.echo(f"warning: {line}", err=True)
+    if out:
+        click.echo(f"wrote {out}", err=True)
+
+
+@bench.command("run")
+@click.option("--endpoint", required=True, metavar="URL", help="OpenAI-compatible server base URL (before /v1).")
+@click.option("--trace", "trace_file", required=True, type=click.Path(dir_okay=False), metavar="FILE",
+              help="Mooncake/AIPerf JSONL trace (`stackpin trace gen`).")
+@click.option("--lock", "lock_input", required=True, metavar="LOCK|DEPLOYMENT@REV",
+              help="The stack behind the endpoint: a lockfile, a profile, or a revision of a deployment's history.")
+@click.option("--agents", "agents_text", default="1,8,32", show_default=True, metavar="N,N,...",
+              help="Concurrent agent counts to measure.")
+@click.option("--slo", "slo_text", metavar="tps=T,ttft=S[,percentile=p90]",
+              help="Score: the largest agent count (searched by bisection) in which every agent holds T tok/s and "
+                   "the TTFT percentile is within S, with no failed request; and single-agent speed.")
+@click.option("--model", help="Model name to send (default: the endpoint's first in /v1/models, else the lock's).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Client processes; agents are dealt among them.")
+@click.option("--duration", "duration_text", metavar="SECONDS", help="Per agent count: start no turn after this.")
+@click.option("--sessions", type=click.IntRange(min=1), help="Sessions each agent replays (default: enough for the "
+              "agents to cover the trace once).")
+@click.option("--delay-scale", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Factor on the trace's tool delays; 0 sends each turn as soon as the last answer ends.")
+@click.option("--request-timeout", "timeout_text", default="300s", show_default=True, metavar="SECONDS",
+              help="A request not finished by then is recorded as stalled.")
+@click.option("--cache-salt", metavar="TEXT", help="Prefix of every prompt word, so that this run does not hit "
+              "the prefix cache an earlier run filled (default: random per run).")
+@click.option("--pod-index", type=click.IntRange(min=0), default=0, hidden=True)
+@click.option("--pods", type=click.IntRange(min=1), default=1, hidden=True)
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The result file (JSON).")
+@LOCKDIR
+@HISTORY
+@OUTPUT
+@user_errors
+def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_text: str | None,
+        model: str | None, workers: int, duration_text: str | None, sessions: int | None, delay_scale: float,
+        timeout_text: str, cache_salt: str | None, pod_index: int, pods: int, out: str, lockdir: str,
+        history_dir: str, output: str) -> None:
+    """Replay TRACE against ENDPOINT at each agent count and write one result bound to the stack.
+
+    Each agent replays sessions one after another, sending the grown context each turn and waiting the
+    trace's tool delay. Ctrl-C keeps what was measured (the result says it was interrupted).
+    """
+    import os
+    import secrets
+    import signal
+
+    from stackpin.bench.binding import parse_agents, parse_seconds, parse_slo
+    from stackpin.bench.replay import RunOptions, run_bench
+    from stackpin.bench.sessions import read_trace
+    from stackpin.deploy.source import resolve_source
+    from stackpin.errors import StackpinError
+
+    if pod_index >= pods:
+        raise StackpinError(f"--pod-index {pod_index} is not below --pods {pods}")
+    source = resolve_source(lock_input, Path(lockdir), Path(history_dir))
+    key = os.environ.get("STACKPIN_BENCH_API_KEY")
+    options = RunOptions(
+        endpoint=endpoint, trace=read_trace(Path(trace_file)), agents=parse_agents(agents_text),
+        slo=parse_slo(slo_text) if slo_text else None, model=model, workers=workers,
+        duration_s=parse_seconds(duration_text, "--duration") if duration_text else None, sessions=sessions,
+        delay_scale=delay_scale, timeout_s=parse_seconds(timeout_text, "--request-timeout"),
+        headers={"Authorization": f"Bearer {key}"} if key else {}, pod_index=pod_index, pods=pods,
+        cache_salt="".join(c for c in cache_salt if not c.isspace()) if cache_salt is not None
+        else secrets.token_hex(3))
+    with _progress() as progress:
+        result = run_bench(options, source, progress)
+    # What was measured is written whole: a second Ctrl-C now would only lose it.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        _write_result(result, out)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    _print_result(result, out, output)
+
+
+def _read(paths: tuple[str, ...]) -> list[BenchResult]:
+    from stackpin.bench.result import read_result
+
+    return [read_result(Path(p)) for p in paths]
+
+
+def _threshold(text: str) -> float:
+    from stackpin.errors import StackpinError
+
+    try:
+        value = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise StackpinError(f"--threshold {text!r}: give a fraction (0.05) or a percentage (5%)") from None
+    if not 0 <= value < 10:
+        raise StackpinError(f"--threshold {text!r}: out of range")
+    return value
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f}%"
+
+
+def _number(value: float, unit: str) -> str:
+    if unit == "agents":
+        return f"{value:g}"
+    return f"{value:.3f}" if unit == "s" else f"{value:.1f}"
+
+
+def comparison_data(comparison: Comparison) -> dict[str, Any]:
+    return {"a": list(comparison.a), "b": list(comparison.b), "runs": list(comparison.runs),
+            "agents": comparison.agents, "threshold": comparison.threshold, "forced": list(comparison.forced),
+            "verdict": comparison.verdict, "regressed": comparison.regressed,
+            "metrics": [{"name": m.name, "unit": m.unit, "higherIsBetter": m.higher_is_better, "a": m.a, "b": m.b,
+                         "change": m.change, "low": m.low, "high": m.high, "basis": m.basis, "verdict": m.verdict}
+                        for m in comparison.metrics]}
+
+
+def print_comparison(comparison: Comparison, output: str) -> None:
+    if output != "text":
+        emit(comparison_data(comparison), output)
+        return
+    a, b = comparison.runs
+    click.echo(f"A: {', '.join(sorted(set(comparison.a)))} ({a} run{'s' * (a != 1)})   "
+               f"B: {', '.join(sorted(set(comparison.b)))} ({b} run{'s' * (b != 1)})")
+    if comparison.forced:
+        click.echo(f"warning: compared with --force although {', '.join(comparison.forced)} differ(s)", err=True)
+    header = ["METRIC", "A", "B", "CHANGE", "95% CI", "FROM", "VERDICT"]
+    rows = [[m.name, _number(m.a, m.unit), _number(m.b, m.unit), _pct(m.change),
+             "-" if m.low is None else f"[{_pct(m.low)}, {_pct(m.high)}]", m.basis, m.verdict]
+            for m in comparison.metrics]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    click.echo(f"verdict: {comparison.verdict} (threshold {comparison.threshold:.0%})")
+
+
+@bench.command("compare")
+@click.argument("results", nargs=-1, metavar="[A.json B.json]")
+@click.option("--a", "more_a", multiple=True, metavar="FILE", help="A run of stack A (repeat for repeated runs).")
+@click.option("--b", "more_b", multiple=True, metavar="FILE", help="A run of stack B (repeat for repeated runs).")
+@click.option("--threshold", "threshold_text", default="5%", show_default=True,
+              help="Smallest relative change that counts as a regression or an improvement.")
+@click.option("--agents", type=click.IntRange(min=1), help="Agent count to compare TTFT at (default: the largest "
+              "every run measured).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
+@click.option("--resamples", type=click.IntRange(min=100), default=2000, show_default=True)
+@click.option("--force", is_flag=True, help="Compare even when trace, model build, precision or SLO differ.")
+@click.option("--exit-code", is_flag=True, help="Exit 1 when a headline regressed.")
+@OUTPUT
+@user_errors
+def compare(results: tuple[str, ...], more_a: tuple[str, ...], more_b: tuple[str, ...], threshold_text: str,
+            agents: int | None, seed: int, resamples: int, force: bool, exit_code: bool, output: str) -> None:
+    """Compare stack A's result(s) with stack B's: each headline (single-agent tok/s, max agents under
+    the SLO, tok/s per GPU at the SLO, TTFT p90 at a common agent count) with a 95% bootstrap interval
+    of the change and a verdict. Refused (exit 2) when the controls differ, unless --force.
+    """
+    from stackpin.bench.compare import compare as compare_results
+
+    if len(results) not in (0, 2):
+        raise click.UsageError("give A.json B.json, or --a FILE ... --b FILE ...")
+    paths_a = (results[0],) + more_a if results else more_a
+    paths_b = (results[1],) + more_b if results else more_b
+    if not paths_a or not paths_b:
+        raise click.UsageError("give A.json B.json, or --a FILE ... --b FILE ...")
+    comparison = compare_results(_read(paths_a), _read(paths_b), threshold=_threshold(threshold_text), seed=seed,
+                                 resamples=resamples, agents=agents, force=force)
+    print_comparison(comparison, output)
+    if exit_code and comparison.regressed:
+        sys.exit(1)
+
+
+@bench.command("attach")
+@click.argument("revision_arg", metavar="DEPLOYMENT@REV")
+@click.argument("result_file", metavar="RESULT.json", type=click.Path(dir_okay=False))
+@click.option("--replace", is_flag=True, help="Replace a different result already attached to the revision.")
+@HISTORY
+@OUTPUT
+@user_errors
+def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str, output: str) -> None:
+    """Attach a bench result to a revision of a deployment's history (DEPLOYMENT alone: its newest).
+
+    The result must have measured that revision's stack (its stack digest). `stackpin history` then
+    shows the headline and `stackpin rollback --if-regressed` compares the newest two revisions' results.
+    """
+    from stackpin.bench.headline import headline
+    from stackpin.bench.result import read_result
+    from stackpin.errors import StackpinError
+    from stackpin.history.attachments import attach as attach_record
+    from stackpin.history.store import HistoryStore
+
+    store = HistoryStore(Path(history_dir))
+    query, _, rev = revision_arg.rpartition("@")
+    if not (rev.isdigit() and query):
+        query, rev = revision_arg, ""
+    key = store.resolve(query)
+    revision = store.read(key, int(rev)) if rev else store.newest(key)
+    if revision is None:
+        raise StackpinError(f"{key} has no revisions in {history_dir}")
+    result = read_result(Path(result_file))
+    if result.stack.digest != revision.stack_digest:
+        raise StackpinError(f"{result_file} measured stack {result.stack.name} {result.stack.digest}, but revision "
+                            f"{revision.revision} of {key} is {revision.stack} {revision.stack_digest}")
+    if result.shard is not None:
+        raise StackpinError(f"{result_file} is one pod's part of a run (shard {result.shard.index} of "
+                            f"{result.shard.count}): stackpin bench merge the parts first")
+    text = Path(result_file).read_text(encoding="utf-8")
+    path, what = attach_record(store, key, revision.revision, "bench", text, replace=replace)
+    if output != "text":
+        emit({"deployment": str(key), "revision": revision.revision, "file": str(path), "action": what,
+              "headline": headline(result)}, output)
+        return
+    verb = {"created": "attached", "unchanged": "already attached", "replaced": "replaced"}[what]
+    click.echo(f"{verb} {path}  revision {revision.revision} of {key}: {headline(result)}")
+
+
+@bench.command("job")
+@click.option("--lock", "lock_input", required=True, metavar="LOCK|DEPLOYMENT@REV", help="The stack to bench.")
+@click.option("--endpoint", required=True, metavar="URL", help="The stack's frontend as the pods reach it, e.g. "
+              "http://NAME-frontend.NAMESPACE.svc:8000.")
+@click.option("--trace", "trace_file", required=True, type=click.Path(dir_okay=False), metavar="FILE")
+@click.option("--pods", type=click.IntRange(min=1), required=True, help="Client pods; pod i runs the agents whose "
+              "number modulo PODS is i.")
+@click.option("--image", required=True, help="An image with stackpin installed (the pods run `stackpin bench run`).")
+@click.option("--agents", "agents_text", default="1,8,32", show_default=True, metavar="N,N,...")
+@click.option("--slo", "slo_text", metavar="tps=T,ttft=S[,percentile=p90]")
+@click.option("--model")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Client processes a pod.")
+@click.option("--duration", "duration_text", metavar="SECONDS")
+@click.option("--sessions", type=click.IntRange(min=1))
+@click.option("--delay-scale", type=click.FloatRange(min=0), default=1.0, show_default=True)
+@click.option("--request-timeout", "timeout_text", default="300s", show_default=True, metavar="SECONDS")
+@click.option("--results-claim", metavar="PVC", help="An existing ReadWriteMany claim for the results (default: "
+              "one is rendered).")
+@click.option("-n", "--namespace", metavar="NAMESPACE", help="Namespace (default: the profile's metadata.namespace).")
+@click.option("--out", "output_file", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@LOCKDIR
+@HISTORY
+@OUTPUT
+@user_errors
+def job(lock_input: str, endpoint: str, trace_file: str, pods: int, image: str, agents_text: str,
+        slo_text: str | None, model: str | None, workers: int, duration_text: str | None, sessions: int | None,
+        delay_scale: float, timeout_text: str, results_claim: str | None, namespace: str | None,
+        output_file: str | None, lockdir: str, history_dir: str, output: str) -> None:
+    """Render an Indexed Job that runs the replay client in PODS pods next to the stack.
+
+    Each pod writes result-<index>.json to the results volume; `stackpin bench merge` combines them.
+    Validated against Kubernetes' schemas before anything is written.
+    """
+    import json
+
+    from stackpin.bench.binding import parse_agents, parse_seconds, parse_slo
+    from stackpin.bench.job import job_objects
+    from stackpin.bench.sessions import read_trace
+    from stackpin.deploy.source import resolve_source
+    from stackpin.errors import StackpinError
+    from stackpin.lock.lockfile import render_lock
+    from stackpin.validate.manifests import validate_objects
+    from stackpin.yamlio import dump_yaml_all, write_atomic
+
+    source = resolve_source(lock_input, Path(lockdir), Path(history_dir))
+    read_trace(Path(trace_file))  # a bad trace fails here, not in N pods
+    objects = job_objects(
+        source.lock, render_lock(source.lock), Path(trace_file).read_text(encoding="utf-8"), endpoint=endpoint,
+        pods=pods, agents=parse_agents(agents_text), image=image, slo=parse_slo(slo_text) if slo_text else None,
+        workers=workers, duration_s=parse_seconds(duration_text, "--duration") if duration_text else None,
+        sessions=sessions, delay_scale=delay_scale, timeout_s=parse_seconds(timeout_text, "--request-timeout"),
+        model=model, results_claim=results_claim, namespace=namespace)
+    errors = validate_objects([(f"bench-job#{i}", obj) for i, obj in enumerate(objects, 1)])
+    if errors:
+        raise StackpinError("\n".join(str(e) for e in errors))
+    if output == "json":
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=True) + "\n"
+    else:
+        text = (f"# stackpin bench job for {source.lock.metadata.name} ({source.lock.stack_digest}), {pods} pod(s)\n"
+                + dump_yaml_all(objects))
+    if output_file:
+        write_atomic(Path(output_file), text)
+        click.echo(f"wrote {output_file} ({len(objects)} objects)", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+@bench.command("merge")
+@click.argument("parts", nargs=-1, required=True, metavar="RESULT.json...")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The merged result.")
+@OUTPUT
+@user_errors
+def merge(parts: tuple[str, ...], out: str, output: str) -> None:
+    """Combine the pods' results of one `stackpin bench job` run into one result.
+
+    Refused (exit 2) when the parts are not one run's: other controls or stack, a shard missing or twice.
+    """
+    from stackpin.bench.merge import merge as merge_parts
+
+    result = merge_parts(_read(parts), parts)
+    _write_result(result, out)
+    _print_result(result, out, output)

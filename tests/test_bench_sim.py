@@ -1,0 +1,79 @@
+"""End to end: the replay client against the simulator (`stackpin sim serve`), on loopback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from stackpin.bench.result import read_result
+from stackpin.cli.main import main
+from stackpin.sim.curve import single_agent_tps
+from stackpin.sim.faults import FaultSpec
+from stackpin.sim.server import serve_in_thread
+from stackpin.sim.stack import load_stack
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCKS = {name: ROOT / "lockfiles" / f"{name}.lock.yaml" for name in ("gb300-launch", "gb300-tuned")}
+
+
+@pytest.fixture(scope="module")
+def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small AgentPerf-shaped trace from `stackpin trace gen` (short prompts and answers)."""
+    path = tmp_path_factory.mktemp("trace") / "agents.jsonl"
+    params = ["first_input.median=800", "turn_input.median=200", "output.median=30", "output.min=20", "output.max=120",
+              "turns.median=3", "turns.max=4"]
+    subprocess.run([sys.executable, "-m", "stackpin", "trace", "gen", "--sessions", "6", "--seed", "1",
+                    *[x for p in params for x in ("--param", p)], "--out", str(path)], cwd=ROOT, check=True,
+                   capture_output=True)
+    return path
+
+
+def bench(args: list[str]) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, ["bench", *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_the_client_measures_what_the_simulator_simulates(tmp_path: Path, trace: Path) -> None:
+    measured = {}
+    for name, lock in LOCKS.items():
+        with serve_in_thread(lock, speed=2.0) as sim:
+            code, _, err = bench(["run", "--endpoint", sim.url, "--trace", str(trace), "--lock", str(lock),
+                                  "--agents", "1", "--delay-scale", "0", "--out", str(tmp_path / f"{name}.json")])
+        assert code == 0, err
+        result = read_result(tmp_path / f"{name}.json")
+        assert result.simulation is not None and result.simulation.model == "roofline"
+        assert result.simulation.speed == 2.0
+        (point,) = result.points
+        assert point.errors == 0 and point.requests == 20
+        assert point.cache_hit_rate is not None and point.cache_hit_rate > 0.4  # the grown context is reused
+        measured[name] = point.agent_tps.mean
+        expected = single_agent_tps(load_stack(lock))
+        assert measured[name] == pytest.approx(expected, rel=0.2), (name, measured[name], expected)
+    assert measured["gb300-tuned"] / measured["gb300-launch"] > 1.2
+
+
+@pytest.mark.parametrize(("fault", "error"), [
+    (FaultSpec(error=1.0), "http 500: injected fault"),
+    (FaultSpec(stall=1.0, after=2), "stalled: no answer within 1s (after 2 token event(s))"),
+    (FaultSpec(drop=1.0, after=2), "dropped: connection closed mid-stream after 2 token event(s)"),
+    (FaultSpec(malformed=1.0, after=2), "bad SSE event: '{not json'"),
+])
+def test_simulated_faults_are_recorded_per_request(tmp_path: Path, trace: Path, fault: FaultSpec,
+                                                   error: str) -> None:
+    with serve_in_thread(LOCKS["gb300-tuned"], speed=20.0, faults=fault) as sim:
+        code, _, err = bench(["run", "--endpoint", sim.url, "--trace", str(trace), "--lock", str(LOCKS["gb300-tuned"]),
+                              "--agents", "2", "--delay-scale", "0", "--request-timeout", "1s",
+                              "--out", str(tmp_path / "r.json")])
+    assert code == 0, err
+    (point,) = read_result(tmp_path / "r.json").points
+    assert point.requests >= 6 and point.errors == point.requests
+    assert {r.error for r in point.request_log} == {error}
+    if fault.malformed:  # the stream went on: every session ran to its end
+        assert point.requests == 20 and all(r.output_tokens > 0 for r in point.request_log)
+    else:  # the answer was lost: each session stopped at its first turn
+        assert point.requests == 6
+    assert point.slo_met is None
