@@ -155,3 +155,29 @@ def test_plan_shows_aiconfigurators_estimate_for_the_same_stack_and_slo(tmp_path
     assert rubin["aiconfigurator"]["bound"] is None and "no Vera Rubin" in rubin["aiconfigurator"]["reason"]
     text = runner.invoke(cli, ["plan", "--agents", "10000", "--slo", "tps=80,ttft=10s", *paths]).stdout
     assert "aiconfigurator" in text.splitlines()[1] and "refused [2]" in text and "aiconfigurator [2]:" in text
+
+
+@needs_extra
+def test_a_bench_result_against_it_carries_every_substitution(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from stackpin.bench.result import read_result
+    from stackpin.cli.main import main as cli
+    from stackpin.sim.server import serve_in_thread
+
+    trace = tmp_path / "agents.jsonl"
+    params = ["first_input.median=800", "turn_input.median=200", "output.median=30", "output.min=20",
+              "output.max=60", "turns.median=2", "turns.max=2"]
+    subprocess.run([*CLI, "trace", "gen", "--sessions", "2", "--seed", "1",
+                    *[x for p in params for x in ("--param", p)], "--out", str(trace)], cwd=ROOT, check=True,
+                   capture_output=True)
+    out = tmp_path / "r.json"
+    with serve_in_thread(TUNED, speed=5.0, model="aiconfigurator") as sim:
+        stated = httpx.get(f"{sim.url}/stackpin/sim").json()["substitutions"]
+        run = CliRunner().invoke(cli, ["bench", "run", "--endpoint", sim.url, "--trace", str(trace), "--lock",
+                                       str(TUNED), "--agents", "1", "--delay-scale", "0", "--out", str(out)])
+    assert run.exit_code == 0, run.stderr
+    result = read_result(out)
+    assert result.simulation is not None and result.simulation.model == "aiconfigurator"
+    assert list(result.simulation.substitutions) == stated and len(stated) >= 6
+    assert result.points[0].errors == 0
