@@ -189,7 +189,9 @@ def test_fault_draws_are_deterministic_and_follow_the_rates() -> None:
 
 def test_cli_serves_and_refuses_aiconfigurator() -> None:
     cli = [sys.executable, "-m", "stackpin"]
-    refused = subprocess.run([*cli, "sim", "serve", str(TUNED), "--model", "aiconfigurator"],
+    # Refused with the `sim` extra (no Vera Rubin data) and without it (not installed).
+    rubin = ROOT / "lockfiles" / "vera-rubin-tuned.lock.yaml"
+    refused = subprocess.run([*cli, "sim", "serve", str(rubin), "--model", "aiconfigurator"],
                              capture_output=True, text=True, check=False)
     assert refused.returncode == 2 and refused.stderr.count("\n") == 1 and "aiconfigurator" in refused.stderr
     port = free_port()

@@ -10,6 +10,7 @@ import click
 from stackpin.cli.common import OUTPUT, emit, user_errors
 
 if TYPE_CHECKING:
+    from stackpin.plan.aic import AicColumn
     from stackpin.plan.capacity import Plan, Scenario
 
 
@@ -97,6 +98,21 @@ def _delta(delta: int, current: Scenario, mature: Scenario) -> str:
     return ("<= " if high else ">= " if low else "") + f"{delta:+,}"
 
 
+def _aic_cell(column: AicColumn | None, reasons: list[str]) -> str:
+    """'0.52/GPU, 3 racks [1]' or 'refused [2]', the reason numbered below the table."""
+    if column is None:
+        return "-"
+    if column.reason not in reasons:
+        reasons.append(column.reason)
+    mark = f"[{reasons.index(column.reason) + 1}]"
+    if column.bound is None:
+        return f"refused {mark}"
+    if column.agents_per_gpu is None or column.racks is None:
+        return f"unmet {mark}"
+    low, most = (">= ", "<= ") if column.bound == "at-least" else ("", "")
+    return f"{low}{column.agents_per_gpu:.2f}/GPU, {most}{column.racks:,} racks {mark}"
+
+
 def _print(answer: Plan) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -106,19 +122,26 @@ def _print(answer: Plan) -> None:
 
     console = Console(highlight=False)
     if not console.is_terminal:  # a pipe or a file gets the whole table, not one squeezed to 80 columns
-        console = Console(highlight=False, width=220)
+        console = Console(highlight=False, width=260)
     console.print(f"plan for {answer.agents:,} agents at {escape(slo_text(answer.slo))}")
     table = Table(box=None, pad_edge=False)
-    for name in ("stack", "platform", "scenario", "agents/GPU", "tok/s/GPU", "tok/s/agent", "GPUs", "racks",
-                 "kW/rack", "MW", "agents/MW", "turn wait", "trajectory wait", "racks vs current"):
+    aic = [s.aiconfigurator for s in answer.stacks if s.aiconfigurator is not None]
+    columns = ["stack", "platform", "scenario", "agents/GPU", "tok/s/GPU", "tok/s/agent", "GPUs", "racks",
+               "kW/rack", "MW", "agents/MW", "turn wait", "trajectory wait", "racks vs current"]
+    for name in columns + (["aiconfigurator"] if aic else []):
         table.add_column(name, justify="left" if name in ("stack", "platform", "scenario") else "right")
+    reasons: list[str] = []
     for s in answer.stacks:
         name = s.stack + (f" (simulated: {s.simulated})" if s.simulated else "")
-        table.add_row(escape(name), s.platform, "current", *_cells(s.current), "")
+        extra = [_aic_cell(s.aiconfigurator, reasons)] if aic else []
+        table.add_row(escape(name), s.platform, "current", *_cells(s.current), "", *extra)
         if s.mature:
             delta = "-" if s.rack_delta is None else _delta(s.rack_delta, s.current, s.mature)
-            table.add_row("", "", escape(f"mature: {s.mature.source}"), *_cells(s.mature), delta)
+            later = [_aic_cell(s.mature_aiconfigurator, reasons)] if aic else []
+            table.add_row("", "", escape(f"mature: {s.mature.source}"), *_cells(s.mature), delta, *later)
     console.print(table)
+    for n, reason in enumerate(reasons, 1):
+        console.print(f"aiconfigurator [{n}]: {escape(reason)}")
     console.print(f"waits: output tokens / per-agent speed; typical turn {_num(answer.workload.turn_tokens)} "
                   f"tokens, trajectory {_num(answer.workload.trajectory_tokens)} tokens "
                   f"({escape(answer.workload.source)})")

@@ -1,4 +1,4 @@
-"""`stackpin sim serve|figures`: the simulator (stackpin.sim)."""
+"""`stackpin sim serve|figures|curve`: the simulator (stackpin.sim)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,8 @@ tests, e.g. error=0.1,stall=0.05,drop=0.05,malformed=0.05,after=8,seed=1.""")
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)
 @click.option("--model", "step_model", default="roofline", show_default=True,
-              help="Step-time model: roofline (aiconfigurator is not built in this version).")
+              help="Step-time model: roofline, or aiconfigurator (the optional `sim` extra; it refuses a stack "
+                   "it cannot model and states what it stands in with).")
 @click.option("--speed", type=float, default=1.0, show_default=True)
 @click.option("--fault", default="", help="Fault rates and options, key=value[,key=value...].")
 @click.option("--share", type=click.IntRange(1), default=1, show_default=True,
@@ -51,22 +52,44 @@ def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault:
 
 
 @sim.command(help="""The published figures the simulator is calibrated to next to what its step model
-gives for the shipped locks (stackpin/sim/calibration.yaml), and whether each is within tolerance.""")
+gives for the shipped locks (stackpin/sim/calibration.yaml), and whether each is within tolerance.
+Where the `sim` extra is installed, a column shows what the aiconfigurator step model gives (not fitted
+to the figures), or why it cannot model the stack.""")
 @OUTPUT
 @user_errors
 def figures(output: str) -> None:
+    from stackpin.sim.aic import installed_version, mapping
     from stackpin.sim.curve import figures as compute
+    from stackpin.sim.curve import model_figures
 
     rows = compute()
+    aic = model_figures("aiconfigurator") if installed_version() == mapping()["version"] else None
     if output != "text":
-        emit([{"name": f.name, "published": f.published, "simulated": f.simulated, "tolerance": f.tolerance,
-               "within": f.within} for f in rows], output)
+        out = [{"name": f.name, "published": f.published, "simulated": f.simulated, "tolerance": f.tolerance,
+                "within": f.within} for f in rows]
+        if aic is not None:
+            for row, a in zip(out, aic, strict=True):
+                row["aiconfigurator"] = a.value if a.value is not None else {"refused": a.reason}
+        emit(out, output)
         return
     width = max(len(f.name) for f in rows)
-    click.echo(f"{'figure':{width}}  {'published':>9}  {'simulated':>9}  within")
-    for f in rows:
-        click.echo(f"{f.name:{width}}  {f.published:>9g}  {f.simulated:>9g}  "
-                   f"{'yes' if f.within else 'no'} (±{f.tolerance:.0%})")
+    head = f"{'figure':{width}}  {'published':>9}  {'simulated':>9}  within      "
+    click.echo(head + (f"{'aiconfigurator':>14}" if aic is not None else ""))
+    reasons: list[str] = []
+    for i, f in enumerate(rows):
+        line = (f"{f.name:{width}}  {f.published:>9g}  {f.simulated:>9g}  "
+                f"{'yes' if f.within else 'no'} (±{f.tolerance:.0%})")
+        if aic is not None:
+            a = aic[i]
+            if a.value is None and a.reason not in reasons:
+                reasons.append(a.reason)
+            cell = f"{a.value:g}" if a.value is not None else f"refused [{reasons.index(a.reason) + 1}]"
+            line = f"{line:{len(head)}}{cell:>14}"
+        click.echo(line)
+    for n, reason in enumerate(reasons, 1):
+        click.echo(f"[{n}] {reason}")
+    if aic is None:
+        click.echo("aiconfigurator column not shown: the `sim` extra (aiconfigurator-core) is not installed")
 
 
 @sim.command(help="""LOCK's steady-state curve from the step model: for 1..max-num-seqs running sequences
@@ -75,25 +98,34 @@ workload or on --trace FILE's. --at TPS adds the throughput per GPU at that per-
 @click.argument("lock", type=click.Path(dir_okay=False, exists=True))
 @click.option("--trace", "trace_file", type=click.Path(dir_okay=False, exists=True), help="Workload from this trace.")
 @click.option("--at", "at_tps", type=float, multiple=True, help="Per-agent tok/s to read the curve at (repeatable).")
+@click.option("--model", "step_model", default="roofline", show_default=True,
+              help="Step-time model: roofline or aiconfigurator (the `sim` extra).")
 @OUTPUT
 @user_errors
-def curve(lock: str, trace_file: str | None, at_tps: tuple[float, ...], output: str) -> None:
+def curve(lock: str, trace_file: str | None, at_tps: tuple[float, ...], step_model: str, output: str) -> None:
     from stackpin.bench.traceio import read_trace
     from stackpin.sim.curve import curve as compute
     from stackpin.sim.curve import single_agent_tps, throughput_at, workload_of
+    from stackpin.sim.models import check_model, substitutions
     from stackpin.sim.stack import load_stack
 
+    check_model(step_model)
     stack = load_stack(Path(lock))
+    check_model(step_model, stack)
     workload = workload_of(read_trace(Path(trace_file))) if trace_file else None
-    points = compute(stack, workload)
-    single = round(single_agent_tps(stack), 1)
+    points = compute(stack, workload, model=step_model)
+    single = round(single_agent_tps(stack, model=step_model), 1)
+    stated = substitutions(step_model, stack)
     rows = [{"batch": p.batch, "agents": p.agents, "agent_tps": round(p.agent_tps, 1),
              "output_tps_per_gpu": round(p.output_tps_per_gpu, 1), "speculative_k": p.k} for p in points]
     at = {f"{tps:g}": round(throughput_at(points, tps), 1) for tps in at_tps}
     if output != "text":
-        emit({"stack": stack.name, "gpus": stack.gpus, "single_agent_tps": single, "points": rows, "at": at}, output)
+        emit({"stack": stack.name, "gpus": stack.gpus, "model": step_model, "substitutions": stated,
+              "single_agent_tps": single, "points": rows, "at": at}, output)
         return
-    click.echo(f"{stack.name}: {stack.gpus} GPUs, single agent {single} tok/s (simulated)")
+    click.echo(f"{stack.name}: {stack.gpus} GPUs, single agent {single} tok/s (simulated, {step_model})")
+    for line in stated:
+        click.echo(f"  substitution: {line}")
     click.echo(f"{'batch':>5}  {'agents':>6}  {'agent tok/s':>11}  {'tok/s per GPU':>13}  k")
     for row in rows:
         click.echo(f"{row['batch']:>5}  {row['agents']:>6}  {row['agent_tps']:>11}  {row['output_tps_per_gpu']:>13}  "

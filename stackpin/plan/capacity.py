@@ -17,6 +17,7 @@ from typing import Any
 from stackpin.bench.result import BenchResult, Slo
 from stackpin.catalog import load_catalog
 from stackpin.errors import StackpinError
+from stackpin.plan.aic import AicColumn, aic_column, available
 from stackpin.plan.controls import differing_controls
 from stackpin.plan.curve import Bound, Operating, curve_of, operating_point
 
@@ -60,6 +61,8 @@ class StackPlan:
     current: Scenario
     mature: Scenario | None = None
     rack_delta: int | None = None  # mature racks - current racks
+    aiconfigurator: AicColumn | None = None  # the `sim` extra's static estimate; None where it is not installed
+    mature_aiconfigurator: AicColumn | None = None  # the same for a --mature result's stack
 
 
 @dataclass(frozen=True)
@@ -180,6 +183,7 @@ def make_plan(results: Sequence[tuple[Path, BenchResult]], agents: int, slo: Slo
     paired = _pair(mature, results)
     workload = workload_of([r for _, r in [*results, *mature]], turn_tokens, trajectory_tokens)
     stacks = []
+    with_aic = available()
     for i, (path, res) in enumerate(results):
         current = scenario(res, slo, agents, workload, str(path))
         later = None
@@ -190,8 +194,11 @@ def make_plan(results: Sequence[tuple[Path, BenchResult]], agents: int, slo: Slo
         delta = (later.capacity.racks - current.capacity.racks
                  if later and later.capacity.racks is not None and current.capacity.racks is not None else None)
         stacks.append(StackPlan(str(path), res.stack.name, res.stack.digest, res.stack.platform, res.stack.gpus,
-                                res.simulation.model if res.simulation else None, current, later, delta))
-    notes = ["aiconfigurator's static estimate is not shown: no aiconfigurator backend is built in this version"]
+                                res.simulation.model if res.simulation else None, current, later, delta,
+                                aic_column(res, slo, agents) if with_aic else None,
+                                aic_column(paired[i][1], slo, agents) if with_aic and i in paired else None))
+    notes = [] if with_aic else ["aiconfigurator's static estimate is not shown: the `sim` extra "
+                                 "(aiconfigurator-core) is not installed"]
     for model in sorted({s.simulated for s in stacks if s.simulated}):
         notes.append(f"results marked simulated ({model}): what-if figures, not measurements of hardware")
     notes += sorted({line for _, r in [*results, *mature] if r.simulation for line in r.simulation.substitutions})

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.bench.trace import TraceTurn
-from stackpin.sim.roofline import StepModel, accepted_tokens, load_params
+from stackpin.sim.models import step_model
+from stackpin.sim.roofline import accepted_tokens, load_params
 from stackpin.sim.stack import SimStack, load_stack
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,17 +65,18 @@ class CurvePoint:
     k: int  # speculative tokens verified per step
 
 
-def curve(stack: SimStack, workload: Workload | None = None, params: dict[str, Any] | None = None) -> list[CurvePoint]:
+def curve(stack: SimStack, workload: Workload | None = None, params: dict[str, Any] | None = None,
+          model: str = "roofline") -> list[CurvePoint]:
     """One point per batch size 1..max-num-seqs."""
     workload = workload or default_workload()
     params = params or load_params()
     decode_pool = stack.decode
-    dec = StepModel.of(stack, decode_pool, params)
+    dec = step_model(model, stack, decode_pool, params)
     points = []
     prefill_capacity = math.inf  # prompt tokens/s the prefill pool can take (disaggregated)
     if not stack.colocated:
         pre_pool = stack.pool("prefill")
-        pre = StepModel.of(stack, pre_pool, params)
+        pre = step_model(model, stack, pre_pool, params)
         chunk = pre_pool.max_batched_tokens
         prefill_capacity = pre_pool.engines * chunk / pre.step_time(0, 0, int(workload.context), chunk)
     for b in range(1, decode_pool.max_num_seqs + 1):
@@ -96,10 +98,10 @@ def curve(stack: SimStack, workload: Workload | None = None, params: dict[str, A
     return points
 
 
-def single_agent_tps(stack: SimStack, params: dict[str, Any] | None = None) -> float:
+def single_agent_tps(stack: SimStack, params: dict[str, Any] | None = None, model: str = "roofline") -> float:
     """One agent alone: its tokens per second while it generates (its prefill is its TTFT)."""
     params = params or load_params()
-    dec = StepModel.of(stack, stack.decode, params)
+    dec = step_model(model, stack, stack.decode, params)
     kv = int(default_workload().context)
     k = dec.best_k(1, kv)
     return accepted_tokens(dec.alpha, k) / dec.step_time(1, k, kv)
@@ -136,24 +138,61 @@ def _stack(name: str) -> SimStack:
 
 def figures(params: dict[str, Any] | None = None) -> list[Figure]:
     """The published figures (calibration.yaml) next to what the step model gives for the shipped locks."""
+    spec = _calibration()
+    return [Figure(item["name"], float(item["published"]), round(value, 3), float(spec["tolerance"]))
+            for item, value in zip(spec["figures"], _values("roofline", params), strict=True)]
+
+
+@dataclass(frozen=True)
+class ModelFigure:
+    """One calibration figure as another step model gives it, or why that model cannot."""
+
+    name: str
+    published: float
+    value: float | None
+    reason: str = ""
+
+
+def model_figures(model: str, params: dict[str, Any] | None = None) -> list[ModelFigure]:
+    """The calibration figures under `model` (not fitted to them): the value, or the refusal of a stack
+    the model cannot stand for."""
+    from stackpin.errors import StackpinError
+
+    spec = _calibration()
+    out = []
+    for item in spec["figures"]:
+        try:
+            value = _values(model, params, [item])[0]
+        except StackpinError as exc:
+            out.append(ModelFigure(item["name"], float(item["published"]), None, exc.message))
+            continue
+        out.append(ModelFigure(item["name"], float(item["published"]), round(value, 3)))
+    return out
+
+
+def _calibration() -> dict[str, Any]:
     import yaml
 
-    spec = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
-    out = []
+    spec: dict[str, Any] = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
+    return spec
+
+
+def _values(model: str, params: dict[str, Any] | None, items: list[dict[str, Any]] | None = None) -> list[float]:
     cache_curves: dict[str, list[CurvePoint]] = {}
 
     def value(term: dict[str, Any]) -> float:
         stack = _stack(term["stack"])
         if term["metric"] == "single_agent_tps":
-            return single_agent_tps(stack, params)
+            return single_agent_tps(stack, params, model)
         if term["stack"] not in cache_curves:
-            cache_curves[term["stack"]] = curve(stack, params=params)
+            cache_curves[term["stack"]] = curve(stack, params=params, model=model)
         return throughput_at(cache_curves[term["stack"]], float(term["agent_tps"]))
 
-    for item in spec["figures"]:
+    out = []
+    for item in items if items is not None else _calibration()["figures"]:
         simulated = value(item["of"])
         if "per" in item:
             base = value(item["per"])
             simulated = simulated / base if base else 0.0
-        out.append(Figure(item["name"], float(item["published"]), round(simulated, 3), float(spec["tolerance"])))
+        out.append(simulated)
     return out

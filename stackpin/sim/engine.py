@@ -17,6 +17,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from stackpin.sim.models import StepTimes, step_model
 from stackpin.sim.roofline import StepModel, accepted_tokens
 from stackpin.sim.stack import SimPool, SimStack
 
@@ -99,8 +100,8 @@ class Engine:
     """One scheduler: a colocated worker, a prefill engine or a decode engine."""
 
     def __init__(self, stack: SimStack, pool: SimPool, clock: Clock, role: str,
-                 on_prefilled: Callable[[Seq], None] | None = None) -> None:
-        self.model = StepModel.of(stack, pool)
+                 on_prefilled: Callable[[Seq], None] | None = None, model: StepTimes | None = None) -> None:
+        self.model: StepTimes = model or StepModel.of(stack, pool)
         self.alpha = self.model.alpha
         self.pool = pool
         self.role = role
@@ -198,16 +199,20 @@ class Engine:
 class Simulator:
     """The engines of a stack and the router in front of them (Dynamo's KV-aware router)."""
 
-    def __init__(self, stack: SimStack, speed: float) -> None:
+    def __init__(self, stack: SimStack, speed: float, model: str = "roofline") -> None:
         self.stack = stack
         self.clock = Clock(speed)
-        self.decoders = [Engine(stack, stack.decode, self.clock, "decode" if not stack.colocated else "worker")
-                         for _ in range(stack.decode.engines)]
+        # One step model per pool, shared by its engines (the aiconfigurator one holds compiled engines).
+        decode = step_model(model, stack, stack.decode)
+        self.decoders = [Engine(stack, stack.decode, self.clock, "decode" if not stack.colocated else "worker",
+                                model=decode) for _ in range(stack.decode.engines)]
         self.prefillers: list[Engine] = []
         if not stack.colocated:
             pool = stack.pool("prefill")
-            self.prefillers = [Engine(stack, pool, self.clock, "prefill", self._transfer) for _ in range(pool.engines)]
-        self.transfer_model = StepModel.of(stack, stack.decode)
+            prefill = step_model(model, stack, pool)
+            self.prefillers = [Engine(stack, pool, self.clock, "prefill", self._transfer, model=prefill)
+                               for _ in range(pool.engines)]
+        self.transfer_model: StepTimes = decode
         self.tasks: list[asyncio.Task[None]] = []
 
     def start(self) -> None:

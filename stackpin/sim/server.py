@@ -21,17 +21,10 @@ from typing import Any
 from stackpin.errors import StackpinError
 from stackpin.sim.engine import Simulator
 from stackpin.sim.faults import FaultSpec
+from stackpin.sim.models import MODELS, check_model, substitutions
 from stackpin.sim.stack import SimStack, load_stack, share_of
 
-MODELS = ("roofline", "aiconfigurator")
-
-
-def check_model(name: str) -> None:
-    if name == "aiconfigurator":
-        raise StackpinError("--model aiconfigurator: this build has no aiconfigurator step model "
-                            "(stackpin/sim/README.md); use --model roofline")
-    if name not in MODELS:
-        raise StackpinError(f"--model {name}: expected one of {', '.join(MODELS)}")
+__all__ = ["MODELS", "check_model", "serve", "serve_in_thread"]
 
 
 @dataclass
@@ -43,13 +36,16 @@ class SimServer:
     requests_seen: int = 0
     sim: Simulator | None = None
     stack_gpus: int = 0  # the whole stack's GPUs when only a share of it is served
+    substitutions: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.substitutions = substitutions(self.model, self.stack)
+        if self.stack_gpus and self.stack_gpus != self.stack.gpus:
+            self.substitutions.append(f"serves {self.stack.gpus} of the stack's {self.stack_gpus} GPUs (every "
+                                      f"pool's replicas in proportion); per-GPU figures are per served GPU")
 
     def info(self) -> dict[str, Any]:
-        substitutions = []
-        if self.stack_gpus and self.stack_gpus != self.stack.gpus:
-            substitutions.append(f"serves {self.stack.gpus} of the stack's {self.stack_gpus} GPUs (every pool's "
-                                 f"replicas in proportion); per-GPU figures are per served GPU")
-        return {"simulated": True, "model": self.model, "substitutions": substitutions,
+        return {"simulated": True, "model": self.model, "substitutions": self.substitutions,
                 "stack_digest": self.stack.digest, "stack": self.stack.name, "platform": self.stack.platform,
                 "gpus": self.stack.gpus, "stack_gpus": self.stack_gpus or self.stack.gpus, "speed": self.speed}
 
@@ -251,7 +247,7 @@ class Stream:
 
 async def _serve(server: SimServer, host: str, port: int, started: threading.Event | None = None,
                  bound: list[int] | None = None, stop: asyncio.Event | None = None) -> None:
-    server.sim = Simulator(server.stack, server.speed)
+    server.sim = Simulator(server.stack, server.speed, server.model)
     server.sim.start()
     # A bench opens hundreds of agents' connections at once: a deep accept queue, and prompts of
     # 131K words in one read buffer.
@@ -278,6 +274,7 @@ def serve(lock: Path, host: str = "127.0.0.1", port: int = 8000, speed: float = 
     if speed <= 0:
         raise StackpinError(f"--speed {speed}: must be above 0")
     whole = load_stack(lock)
+    check_model(model, whole)
     server = SimServer(share_of(whole, share), speed, faults or FaultSpec(), model, stack_gpus=whole.gpus)
     started = threading.Event()
     bound: list[int] = []
@@ -313,6 +310,7 @@ def serve_in_thread(lock: Path | SimStack, port: int = 0, speed: float = 1.0, fa
     lockfile, or a SimStack (a test's what-if variant of one)."""
     check_model(model)
     whole = lock if isinstance(lock, SimStack) else load_stack(lock)
+    check_model(model, whole)
     server = SimServer(share_of(whole, share), speed, faults or FaultSpec(), model, stack_gpus=whole.gpus)
     started = threading.Event()
     bound: list[int] = []

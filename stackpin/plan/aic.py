@@ -1,0 +1,72 @@
+"""The plan's aiconfigurator column: for the stack a result was measured on, what the simulator's
+`aiconfigurator` step model (the `sim` extra) says under the same target, or why it cannot say.
+
+The estimate is static: the steady-state curve (stackpin.sim.curve) on the default AgentPerf-shaped
+workload with aiconfigurator-core's step latencies, read at the target per-agent speed like a measured
+curve (plan/curve.py); TTFT is not modelled there, so only the speed target is checked. The stack comes
+from the lock whose digest the result carries, looked up in lockfiles/ (the working directory's, then
+the repository's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from stackpin.bench.result import BenchResult, Slo
+from stackpin.errors import StackpinError
+from stackpin.plan.curve import CurvePoint, operating_point
+from stackpin.sim.stack import SimStack
+
+REPO_LOCKS = Path(__file__).resolve().parents[2] / "lockfiles"
+
+
+@dataclass(frozen=True)
+class AicColumn:
+    agents_per_gpu: float | None  # None: refused or the target is unmet
+    tps_per_gpu: float | None
+    gpus: int | None
+    racks: int | None
+    bound: str | None  # within / at-least / unmet, as for a measured curve
+    reason: str  # why there is no estimate, or what it is
+
+
+def available() -> bool:
+    from stackpin.sim.aic import installed_version, mapping
+
+    return installed_version() == str(mapping()["version"])
+
+
+def _lock_stack(digest: str) -> SimStack | None:
+    from stackpin.sim.stack import load_stack
+
+    for folder in dict.fromkeys([Path.cwd() / "lockfiles", REPO_LOCKS]):
+        for path in sorted(folder.glob("*.lock.yaml")) if folder.is_dir() else []:
+            try:
+                stack = load_stack(path)
+            except StackpinError:
+                continue
+            if stack.digest == digest:
+                return stack
+    return None
+
+
+def aic_column(result: BenchResult, slo: Slo, agents: int) -> AicColumn:
+    from stackpin.plan.capacity import _capacity
+    from stackpin.sim.aic import refusal
+    from stackpin.sim.curve import curve
+
+    stack = _lock_stack(result.stack.digest)
+    if stack is None:
+        return AicColumn(None, None, None, None, None,
+                         f"no lock with digest {result.stack.digest} in lockfiles/ to model")
+    why = refusal(stack)
+    if why is not None:
+        return AicColumn(None, None, None, None, None, why)
+    simulated = curve(stack, model="aiconfigurator")
+    points = [CurvePoint(p.agents, p.agent_tps, 0.0, p.output_tps_per_gpu) for p in simulated]
+    op = operating_point(points, slo.model_copy(update={"ttft_s": float("inf")}), stack.gpus)
+    cap = _capacity(op, agents, result)
+    return AicColumn(op.agents_per_gpu or None, op.tps_per_gpu or None, cap.gpus, cap.racks, op.bound.value,
+                     "static: stackpin's steady-state curve with aiconfigurator's step latencies on the default "
+                     "AgentPerf-shaped workload; speed target only (TTFT not modelled)")
