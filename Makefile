@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACKPIN := $(BIN)/stackpin
 PROFILES := profiles
 
-.PHONY: setup demo demo-history test bench lint schema docs crds clean
+.PHONY: setup demo demo-history demo-bench test bench lint schema docs crds clean
 
 $(BIN)/stackpin: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,7 @@ demo: setup
 	$(STACKPIN) render --lockdir lockfiles --output-dir manifests
 	$(STACKPIN) validate --manifests manifests
 	$(MAKE) --no-print-directory demo-history
+	$(MAKE) --no-print-directory demo-bench
 
 # The GB300 deployment's history: launch and tuned stacks promoted as revisions 1 and 2, then rolled
 # back to 1 (revision 3). History is never rewritten in use; the demo alone recreates this one
@@ -45,6 +46,13 @@ demo-history: setup
 		-m "Roll back to the launch stack while the tuned one is investigated"
 	$(STACKPIN) history $(DEMO_DEPLOYMENT)
 	$(STACKPIN) history --check
+
+# Measure: a small agent trace replayed against the simulated launch, tuned and Vera Rubin stacks
+# (stackpin sim serve: a test bed, not hardware), then compare, plot, the HTML report and a capacity
+# plan for 10,000 agents. Results, charts and the report go to .demo/bench/ (ignored: they are
+# measurements, not sources). A few minutes on two cores.
+demo-bench: setup
+	$(BIN)/python -m stackpin.demo.bench .demo/bench
 
 # One worker per core (pytest-xdist): each worker starts its own registry and API server on free ports.
 test: setup

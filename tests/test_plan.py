@@ -224,7 +224,7 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     for args, expected in [
         (["--agents", "10", "--slo", "tps=80,ttft=10s", str(broken)], f"error: {broken}: stack: Field required"),
         (["--agents", "0", "--slo", "tps=80,ttft=10s", write(tmp_path, "a", benchdata.launch())], "must be positive"),
-        (["--agents", "10", "--slo", "tps=80", str(broken)], "needs both tps= and ttft="),
+        (["--agents", "10", "--slo", "tps=80", str(broken)], "both tps= and ttft= are needed"),
     ]:
         result = invoke("plan", *args)
         assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.output

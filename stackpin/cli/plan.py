@@ -57,7 +57,8 @@ def plan(results: tuple[str, ...], agents: int, slo_text: str, mature: tuple[str
         from stackpin.yamlio import write_files
 
         labels = [f"{s.stack} ({s.platform})" for s in answer.stacks]
-        write_files({Path(chart): plan_chart([r for _, r in loaded], labels, agents, slo)})
+        labels += [f"{r.stack.name} ({r.stack.platform}, mature)" for _, r in matured]
+        write_files({Path(chart): plan_chart([r for _, r in loaded + matured], labels, agents, slo)})
     if output != "text":
         emit({**answer.dump(), "chart": chart}, output)
         return
