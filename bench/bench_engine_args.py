@@ -12,11 +12,8 @@ Run from the repository root: `python bench/bench_engine_args.py [RUNS]` (defaul
 
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +28,10 @@ from stackpin.render.build import build_objects
 from stackpin.validate import run_rules
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from devkit.timing import median_call_ms  # noqa: E402
+
 ENTRIES = 50
 AIM_MS = 10.0
 
@@ -71,16 +72,6 @@ def lock_with_flags(lock: StackLock, flags_profile: Path) -> StackLock:
     return StackLock.model_validate(data)
 
 
-def median_ms(call: Callable[[], object], runs: int) -> float:
-    call()
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
-
-
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 30
     profiles = sorted((ROOT / "profiles" / "deepseek-v4.1-flash").glob("*.yaml"))
@@ -94,12 +85,12 @@ def main() -> None:
             findings = run_rules(load_profile(flagged))
             passed = [f for f in findings if f.code.startswith("SP22")]
             assert not passed, [str(f) for f in passed]
-            plain = median_ms(lambda p=profile: run_rules(load_profile(p)), runs)
-            extra = median_ms(lambda p=flagged: run_rules(load_profile(p)), runs)
+            plain = median_call_ms(lambda p=profile: run_rules(load_profile(p)), runs)
+            extra = median_call_ms(lambda p=flagged: run_rules(load_profile(p)), runs)
             lock = read_lock(ROOT / "lockfiles" / f"{profile.stem}.lock.yaml")
             flagged_lock = lock_with_flags(lock, flagged)
-            render_plain = median_ms(lambda lk=lock: build_objects(lk), runs)
-            render_extra = median_ms(lambda lk=flagged_lock: build_objects(lk), runs)
+            render_plain = median_call_ms(lambda lk=lock: build_objects(lk), runs)
+            render_extra = median_call_ms(lambda lk=flagged_lock: build_objects(lk), runs)
             overhead = extra - plain
             worst = max(worst, overhead)
             print(f"{profile.stem:<28} {plain:>7.2f}ms {extra:>7.2f}ms {overhead:>7.2f}ms "

@@ -5,10 +5,7 @@ Run from the repository root: `python bench/bench_validate.py [N]` (N defaults t
 
 from __future__ import annotations
 
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,10 @@ import yaml
 from stackpin.validate.manifests import validate_objects
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from devkit.timing import median_call_ms  # noqa: E402
+
 DGD_EXAMPLE = ROOT / "tests" / "data" / "upstream" / "examples_backends_vllm_deploy_v1beta1_disagg.yaml"
 K8S_VERSION = "1.37.0"
 
@@ -38,16 +39,6 @@ POD: dict[str, Any] = {
 }
 
 
-def median_ms(call: Callable[[], object], runs: int) -> float:
-    call()  # warm-up: stackpin builds and caches its validator here
-    samples = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        call()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1000
-
-
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 200
     dgd = yaml.safe_load(DGD_EXAMPLE.read_text())
@@ -55,9 +46,9 @@ def main() -> None:
         errors = validate_objects([(origin, obj)])
         assert not errors, [str(e) for e in errors]
 
-    k8s_pod = median_ms(lambda: kubernetes_validate.validate(POD, K8S_VERSION, strict=True), runs)
-    ours_pod = median_ms(lambda: validate_objects([("pod", POD)]), runs)
-    ours_dgd = median_ms(lambda: validate_objects([("dgd", dgd)]), runs)
+    k8s_pod = median_call_ms(lambda: kubernetes_validate.validate(POD, K8S_VERSION, strict=True), runs)
+    ours_pod = median_call_ms(lambda: validate_objects([("pod", POD)]), runs)
+    ours_dgd = median_call_ms(lambda: validate_objects([("dgd", dgd)]), runs)
 
     rows = [
         ("Pod", "kubernetes-validate", k8s_pod, ""),

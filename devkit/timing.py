@@ -7,7 +7,7 @@ import os
 import statistics
 import subprocess
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +59,18 @@ def interleaved_medians(cmds: Mapping[str, Sequence[str]], repeats: int,
             samples[name].append(run_measured(cmd, env=envs.get(name)))
     return {name: Timing(statistics.median(w for w, _ in values), statistics.median(c for _, c in values))
             for name, values in samples.items()}
+
+
+def median_call_ms(call: Callable[[], object], runs: int) -> float:
+    """Median milliseconds of an in-process call; one untimed call first (stackpin caches validators
+    and catalogs there)."""
+    call()
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1000
 
 
 def load_note() -> str:

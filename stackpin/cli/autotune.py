@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.common import OUTPUT, emit, emit_objects, user_errors
 
 if TYPE_CHECKING:
     from stackpin.autotune.cache import CacheInfo
@@ -215,7 +215,6 @@ def capture_job(stack: str, lockdir: str, storage: str, output_file: str | None,
     from stackpin.render.capture import capture_objects
     from stackpin.render.output import load_inputs
     from stackpin.validate.manifests import validate_objects
-    from stackpin.yamlio import dump_yaml_all, write_atomic
 
     [lock], _ = load_inputs([stack], Path(lockdir))
     objects = capture_objects(lock, storage=storage)
@@ -224,15 +223,5 @@ def capture_job(stack: str, lockdir: str, storage: str, output_file: str | None,
         for error in errors:
             click.echo(f"error: {error}", err=True)
         sys.exit(1)
-    if output == "json":  # a kubectl List, what `kubectl apply -f` takes as JSON
-        import json
-
-        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=True) + "\n"
-    else:  # the manifests are YAML already: text and yaml are the same document
-        text = (f"# stackpin autotune capture-job for {lock.metadata.name} ({lock.stack_digest})\n"
-                + dump_yaml_all(objects))
-    if output_file:
-        write_atomic(Path(output_file), text)
-        click.echo(f"wrote {output_file} ({len(objects)} objects)", err=True)
-    else:
-        click.echo(text, nl=False)
+    emit_objects(objects, f"stackpin autotune capture-job for {lock.metadata.name} ({lock.stack_digest})", output,
+                 output_file)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.common import OUTPUT, emit, emit_objects, user_errors
 from stackpin.cli.history import HISTORY
 
 if TYPE_CHECKING:
@@ -338,7 +338,6 @@ def job(lock_input: str, endpoint: str, trace_file: str, pods: int, image: str, 
     Each pod writes result-<index>.json to the results volume; `stackpin bench merge` combines them.
     Validated against Kubernetes' schemas before anything is written.
     """
-    import json
 
     from stackpin.bench.binding import parse_agents, parse_seconds, parse_slo
     from stackpin.bench.job import job_objects
@@ -347,7 +346,6 @@ def job(lock_input: str, endpoint: str, trace_file: str, pods: int, image: str, 
     from stackpin.errors import StackpinError
     from stackpin.lock.lockfile import render_lock
     from stackpin.validate.manifests import validate_objects
-    from stackpin.yamlio import dump_yaml_all, write_atomic
 
     source = resolve_source(lock_input, Path(lockdir), Path(history_dir))
     read_trace(Path(trace_file))  # a bad trace fails here, not in N pods
@@ -360,16 +358,8 @@ def job(lock_input: str, endpoint: str, trace_file: str, pods: int, image: str, 
     errors = validate_objects([(f"bench-job#{i}", obj) for i, obj in enumerate(objects, 1)])
     if errors:
         raise StackpinError("\n".join(str(e) for e in errors))
-    if output == "json":
-        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=True) + "\n"
-    else:
-        text = (f"# stackpin bench job for {source.lock.metadata.name} ({source.lock.stack_digest}), {pods} pod(s)\n"
-                + dump_yaml_all(objects))
-    if output_file:
-        write_atomic(Path(output_file), text)
-        click.echo(f"wrote {output_file} ({len(objects)} objects)", err=True)
-    else:
-        click.echo(text, nl=False)
+    emit_objects(objects, f"stackpin bench job for {source.lock.metadata.name} ({source.lock.stack_digest}), "
+                 f"{pods} pod(s)", output, output_file)
 
 
 @bench.command("merge")

@@ -57,3 +57,22 @@ def emit(data: Any, output: str) -> None:
         from stackpin.yamlio import dump_yaml
 
         click.echo(dump_yaml(data), nl=False)
+
+
+def emit_objects(objects: list[dict[str, Any]], header: str, output: str, output_file: str | None) -> None:
+    """Kubernetes objects a command generates: a kubectl List as JSON (what `kubectl apply -f` takes),
+    else YAML documents under a `# header` comment (text and yaml are the same document); to
+    `output_file` atomically, or stdout."""
+    from pathlib import Path
+
+    from stackpin.yamlio import dump_yaml_all, write_atomic
+
+    if output == "json":
+        text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=True) + "\n"
+    else:
+        text = f"# {header}\n" + dump_yaml_all(objects)
+    if output_file:
+        write_atomic(Path(output_file), text)
+        click.echo(f"wrote {output_file} ({len(objects)} objects)", err=True)
+    else:
+        click.echo(text, nl=False)

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.errors import StackpinError
-from stackpin.sim.roofline import StepModel, accepted_tokens
+from stackpin.sim.roofline import StepModel, best_k
 from stackpin.sim.stack import SimPool, SimStack
 
 MAPPING_FILE = Path(__file__).with_name("aiconfigurator.yaml")
@@ -212,11 +212,7 @@ class AicStepModel:
         return float(ms) / 1000.0
 
     def best_k(self, decode: int, kv_tokens: int, prefill: int = 0) -> int:
-        k = self.pool.spec_k
-        if not self.pool.adaptive or k == 0 or decode == 0:
-            return k
-        return max(range(1, k + 1), key=lambda j: accepted_tokens(self.alpha, j) / self.step_time(
-            decode, j, kv_tokens, prefill))
+        return best_k(self.pool, self.alpha, self.step_time, decode, kv_tokens, prefill)
 
     def kv_transfer_time(self, tokens: int) -> float:
         return self.roofline.kv_transfer_time(tokens)

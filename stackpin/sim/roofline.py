@@ -11,6 +11,7 @@ chose. Parameters: roofline.yaml; hardware from the catalog.
 from __future__ import annotations
 
 import bisect
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -157,16 +158,20 @@ class StepModel:
         return overhead + kernels + draft + decode * r.seq_s
 
     def best_k(self, decode: int, kv_tokens: int, prefill: int = 0) -> int:
-        """Speculative tokens a step verifies: the configured k, or with adaptive verification the k
-        that gives the most tokens per second at this batch."""
-        k = self.pool.spec_k
-        if not self.pool.adaptive or k == 0 or decode == 0:
-            return k
-        return max(range(1, k + 1), key=lambda j: accepted_tokens(self.alpha, j) / self.step_time(
-            decode, j, kv_tokens, prefill))
+        return best_k(self.pool, self.alpha, self.step_time, decode, kv_tokens, prefill)
 
     def kv_transfer_time(self, tokens: int) -> float:
         """Prefill -> decode KV transfer of `tokens` over the scale-up fabric (disaggregated stacks)."""
         f = self.fitted
         bw = self.stack.gpu.scaleup_gbps * 1e9 * float(f["kv_transfer_efficiency"])
         return float(f["kv_transfer_latency_s"]) + tokens * self.stack.model.kv_bytes_per_token / bw
+
+
+def best_k(pool: SimPool, alpha: float, step_time: Callable[[int, int, int, int], float], decode: int,
+           kv_tokens: int, prefill: int = 0) -> int:
+    """Speculative tokens a step verifies: the configured k, or with adaptive verification the k that
+    gives the most tokens per second at this batch (every step model chooses the same way)."""
+    k = pool.spec_k
+    if not pool.adaptive or k == 0 or decode == 0:
+        return k
+    return max(range(1, k + 1), key=lambda j: accepted_tokens(alpha, j) / step_time(decode, j, kv_tokens, prefill))
