@@ -223,3 +223,23 @@ def test_rollback_if_regressed(tmp_path: Path) -> None:
     code, out, _ = cli(["history", "dsv41-flash", *history_args(tmp_path)])
     assert "BENCH" in out.splitlines()[1] and "Roll back to revision 1: revision 2 regressed against it" in out
     assert "1 agent 100 tok/s" in out
+
+
+def test_stacks_served_on_different_gpu_counts_compare_agents_per_gpu(tmp_path: Path) -> None:
+    # A share of a stack (sim serve --share) or another topology: the same agent count is another load
+    # per GPU, so max agents compare per GPU and TTFT at one agent count is left out, with a note.
+    a_result = make_result(LAUNCH, tps=100, ttft=0.5, seed=1)
+    b_result = make_result(TUNED, tps=100, ttft=0.5, seed=2)
+    b_result = b_result.model_copy(update={"stack": b_result.stack.model_copy(update={"gpus": 4})})
+    a, b = save(tmp_path, "a.json", a_result), save(tmp_path, "b.json", b_result)
+    code, out, err = cli(["bench", "compare", a, b, "-o", "json"])
+    assert code == 0, err
+    found = metrics(out)
+    assert json.loads(out)["gpus"] == [72, 4]
+    assert not any(name.startswith("TTFT") for name in found) and "max agents under SLO" not in found
+    per_gpu = found["max agents per GPU under SLO"]
+    assert per_gpu["a"] == a_result.score.max_agents / 72 and per_gpu["b"] == b_result.score.max_agents / 4
+    assert per_gpu["verdict"] == "improvement"
+    code, out, err = cli(["bench", "compare", a, b])
+    assert code == 0 and "max agents per GPU under SLO" in out
+    assert "A ran on 72 GPUs, B on 4: agent counts compare per GPU" in err

@@ -54,6 +54,7 @@ class Comparison:
     threshold: float
     forced: tuple[str, ...]  # control fields that differ, compared anyway
     metrics: tuple[Metric, ...]
+    gpus: tuple[int, int] = (0, 0)  # GPUs each side ran on; when they differ agent counts compare per GPU
 
     @property
     def regressed(self) -> bool:
@@ -135,15 +136,21 @@ def _agent_output_rates(result: BenchResult) -> list[float] | None:
     return [tokens[a] / point.duration_s / result.stack.gpus for a in sorted(tokens)] or None
 
 
-def _specs(agents: int | None) -> list[_Spec]:
+def _specs(agents: int | None, per_gpu: bool = False) -> list[_Spec]:
+    """The headlines. `per_gpu`: the two sides ran on different GPU counts (a share of a stack, another
+    topology), so agent counts compare only per GPU, and TTFT at one agent count is not the same load."""
+    max_agents = (_Spec("max agents per GPU under SLO", "agents/GPU", True,
+                        lambda r: r.score.max_agents / r.stack.gpus if r.score else None, lambda _: None, None, "runs")
+                  if per_gpu else
+                  _Spec("max agents under SLO", "agents", True,
+                        lambda r: float(r.score.max_agents) if r.score else None, lambda _: None, None, "runs"))
     specs = [
         _Spec("single-agent tok/s", "tok/s", True, _single_value, _single_requests, _ratio_of_sums, "requests"),
-        _Spec("max agents under SLO", "agents", True,
-              lambda r: float(r.score.max_agents) if r.score else None, lambda _: None, None, "runs"),
+        max_agents,
         _Spec("tok/s per GPU at the SLO", "tok/s/GPU", True,
               lambda r: r.score.output_tps_per_gpu_at_slo if r.score else None, _agent_output_rates, sum, "agents"),
     ]
-    if agents is not None:
+    if agents is not None and not per_gpu:
         def ttft(result: BenchResult) -> float | None:
             point = _point(result, agents)
             return point.ttft_s.p90 if point and point.ttft_s.count else None
@@ -206,10 +213,11 @@ def compare(a: Sequence[BenchResult], b: Sequence[BenchResult], threshold: float
     differences = control_differences(a[0], b[0])
     if differences and not force:
         raise ControlsDiffer(*differences[0])
-    agents = agents if agents is not None else common_agents(a, b)
+    per_gpu = len({r.stack.gpus for r in [*a, *b]}) > 1
+    agents = None if per_gpu else agents if agents is not None else common_agents(a, b)
     rng = random.Random(seed)
     metrics = []
-    for spec in _specs(agents):
+    for spec in _specs(agents, per_gpu):
         values_a = [spec.value(r) for r in a]
         values_b = [spec.value(r) for r in b]
         if any(v is None for v in [*values_a, *values_b]):
@@ -244,7 +252,8 @@ def compare(a: Sequence[BenchResult], b: Sequence[BenchResult], threshold: float
         metrics.append(Metric(spec.name, spec.unit, spec.higher_is_better, va, vb, change, low, high, basis,
                               _verdict(change, low, high, spec.higher_is_better, threshold, va, vb)))
     return Comparison(tuple(r.stack.name for r in a), tuple(r.stack.name for r in b), (len(a), len(b)), agents,
-                      threshold, tuple(f for f, _, _ in differences), tuple(metrics))
+                      threshold, tuple(f for f, _, _ in differences), tuple(metrics),
+                      (a[0].stack.gpus, b[0].stack.gpus))
 
 
 def _resample_pairs(rng: random.Random, pairs: Sequence[float]) -> list[float]:

@@ -201,6 +201,7 @@ def _number(value: float, unit: str) -> str:
 def comparison_data(comparison: Comparison) -> dict[str, Any]:
     return {"a": list(comparison.a), "b": list(comparison.b), "runs": list(comparison.runs),
             "agents": comparison.agents, "threshold": comparison.threshold, "forced": list(comparison.forced),
+            "gpus": list(comparison.gpus),
             "verdict": comparison.verdict, "regressed": comparison.regressed,
             "metrics": [{"name": m.name, "unit": m.unit, "higherIsBetter": m.higher_is_better, "a": m.a, "b": m.b,
                          "change": m.change, "low": m.low, "high": m.high, "basis": m.basis, "verdict": m.verdict}
@@ -214,6 +215,9 @@ def print_comparison(comparison: Comparison, output: str) -> None:
     a, b = comparison.runs
     click.echo(f"A: {', '.join(sorted(set(comparison.a)))} ({a} run{'s' * (a != 1)})   "
                f"B: {', '.join(sorted(set(comparison.b)))} ({b} run{'s' * (b != 1)})")
+    if comparison.gpus[0] != comparison.gpus[1]:
+        click.echo(f"note: A ran on {comparison.gpus[0]} GPUs, B on {comparison.gpus[1]}: agent counts compare per "
+                   "GPU, and TTFT at one agent count (a different load per GPU) is left out", err=True)
     if comparison.forced:
         click.echo(f"warning: compared with --force although {', '.join(comparison.forced)} differ(s)", err=True)
     header = ["METRIC", "A", "B", "CHANGE", "95% CI", "FROM", "VERDICT"]
