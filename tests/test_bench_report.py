@@ -62,18 +62,17 @@ def test_plot_writes_the_same_png_for_the_same_results(tmp_path: Path) -> None:
         paths.append(str(tmp_path / f"{name}.json"))
         benchdata.write(make(), paths[-1])
     first, second = tmp_path / "a.png", tmp_path / "b.png"
-    result = invoke("plot", *paths, "--out", str(first))
+    result = invoke("bench", "plot", *paths, "--out", str(first))
     assert result.exit_code == 0, result.output
     assert result.stdout == f"wrote {first}  (2 curve(s), SLO 80 tok/s)\n"
-    assert invoke("plot", *paths, "--out", str(second), "--slo", "tps=80,ttft=10s").exit_code == 0
+    assert invoke("bench", "plot", *paths, "--out", str(second), "--slo", "tps=80,ttft=10s").exit_code == 0
     data = first.read_bytes()
     assert data == second.read_bytes() and png_size(data) == (800, 500)
     assert b"tIME" not in data and b"matplotlib version" not in data
 
 
-def test_plot_is_in_the_bench_group_and_hidden_at_the_top_level() -> None:
+def test_plot_is_in_the_bench_group() -> None:
     assert "plot" not in invoke("--help").stdout
-    assert "throughput per GPU against per-agent output speed" in invoke("plot", "--help").stdout
     assert "throughput per GPU against per-agent output speed" in invoke("bench", "plot", "--help").stdout
     assert "plot" in invoke("bench", "--help").stdout
 

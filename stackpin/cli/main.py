@@ -35,5 +35,3 @@ main.add_command(sim)
 main.add_command(plan)
 main.add_command(report)
 bench.add_command(plot)
-# `stackpin plot`: the same command, hidden, for scripts written before it joined the bench group.
-main.add_command(click.Command("plot", params=plot.params, callback=plot.callback, help=plot.help, hidden=True))
