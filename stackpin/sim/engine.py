@@ -113,13 +113,16 @@ class EngineStats:
     waiting_seq_steps: int = 0  # sum over steps of the queue: / steps = mean queue
     max_waiting: int = 0
     routed: int = 0  # requests the router gave it
+    late_s: float = 0.0  # sum over steps of how far wall time x speed had passed the step's end: a host
+    # too busy to keep up stretches every time the client measures
 
     def as_dict(self, role: str, now: float) -> dict[str, float | int | str]:
         steps = max(self.steps, 1)
         return {"role": role, "steps": self.steps, "busy": round(self.busy_s / now, 4) if now > 0 else 0.0,
                 "mean_batch": round(self.decode_seq_steps / steps, 3), "prefill_tokens": self.prefill_tokens,
                 "output_tokens": self.output_tokens, "mean_waiting": round(self.waiting_seq_steps / steps, 3),
-                "max_waiting": self.max_waiting, "routed": self.routed}
+                "max_waiting": self.max_waiting, "routed": self.routed,
+                "mean_late_s": round(self.late_s / steps, 4)}
 
 
 class Engine:
@@ -210,6 +213,7 @@ class Engine:
         st.waiting_seq_steps += len(self.waiting)
         st.max_waiting = max(st.max_waiting, len(self.waiting))
         await self.clock.until(self.vtime)
+        st.late_s += max(self.clock.now() - self.vtime, 0.0)
         a = accepted_tokens(self.alpha, k)
         done: list[Seq] = []
         for seq in decoders:
@@ -276,16 +280,26 @@ class Simulator:
         # first answer token must compute one), at block granularity.
         usable = keys[: max(len(words) - 1, 0) // BLOCK]
         prompt = max(len(words), 1)
-        engine = self.route(usable, prompt)
-        cached = engine.cache.match(usable) * BLOCK
+        if self.prefillers:
+            # Disaggregated, as Dynamo routes it: the prefill router scores the prefill engines' prefix
+            # caches only (it tracks no active blocks: the prompt tokens an engine would compute; ties,
+            # such as a new session whose only hit is a shared system prompt, go to the engine with the
+            # least prefill queued); decode routing balances load only (overlap scoring off). The
+            # prefix cache that saves compute is therefore the prefill engine's.
+            prefiller = min(self.prefillers, key=lambda e: (prompt - e.cache.match(usable) * BLOCK, e.queued_prefill()))
+            engine = min(self.decoders, key=lambda e: e.active_tokens())
+            cache = prefiller.cache
+        else:
+            engine = self.route(usable, prompt)
+            cache = engine.cache
+        cached = cache.match(usable) * BLOCK
         seq = Seq(prompt=prompt, keys=keys, max_tokens=max_tokens, emit=emit, cached=cached,
                   to_prefill=prompt - cached, decode_engine=engine)
         engine.routed.append(seq)
         engine.stats.routed += 1
-        if engine.cache.blocks:
-            engine.cache.touch(keys[: cached // BLOCK])
+        if cache.blocks:
+            cache.touch(keys[: cached // BLOCK])
         if self.prefillers:
-            prefiller = min(self.prefillers, key=lambda e: e.queued_prefill())
             prefiller.stats.routed += 1
             prefiller.submit(seq)
         else:
@@ -293,11 +307,12 @@ class Simulator:
         return seq
 
     def route(self, usable: Sequence[int], prompt: int) -> Engine:
-        """Dynamo's KV-aware choice: the engine with the least cost = the prompt tokens it would have to
-        prefill (those its prefix cache lacks) + the KV tokens of the sequences already routed to it.
-        A session therefore stays on the engine holding its context unless that engine is busier by
-        more than the context is worth; a prefix every session shares (a system prompt) does not pull
-        every request to the one engine that cached it first. Ties go to the first engine."""
+        """Dynamo's KV-aware choice among colocated workers: the least cost = the prompt tokens the
+        worker would have to prefill (those its prefix cache lacks) + the KV tokens of the sequences
+        already routed to it (overlap weight 1, Dynamo's default). A session stays on the worker holding
+        its context unless that worker is busier by more than the context is worth, and a prefix every
+        session shares (a system prompt) does not pull every request to the worker that cached it
+        first. Ties go to the first worker."""
         return min(self.decoders, key=lambda e: prompt - e.cache.match(usable) * BLOCK + e.active_tokens())
 
     def stats(self) -> dict[str, object]:
@@ -307,9 +322,11 @@ class Simulator:
                 "engines": [e.stats.as_dict(e.role, now) for e in [*self.prefillers, *self.decoders]]}
 
     def _transfer(self, seq: Seq) -> None:
-        """A prefilled sequence's KV travels to its decode engine, then it joins that batch."""
+        """A prefilled sequence's KV travels to its decode engine (less the prefix that engine already
+        holds), then it joins that batch."""
         engine = seq.decode_engine
         assert engine is not None
+        held = engine.cache.match(seq.keys) * BLOCK
         engine.cache.touch(seq.keys)
-        delay = self.transfer_model.kv_transfer_time(seq.prompt - seq.cached) / self.clock.speed
+        delay = self.transfer_model.kv_transfer_time(max(seq.prompt - held, 0)) / self.clock.speed
         asyncio.get_running_loop().call_later(delay, engine.submit, seq)
