@@ -314,3 +314,21 @@ def test_kv_memory_bounds_the_prefix_cache_and_admission() -> None:
             t.join()
     first, second = sorted(results, key=lambda r: r["ttft"])
     assert second["ttft"] > 0.6 * first["elapsed"]  # it waited for the first to finish and free its KV
+
+
+def test_the_kv_router_keeps_a_session_on_its_worker_and_spreads_sessions_sharing_a_system_prompt() -> None:
+    """Colocated, two workers (the tuned lock, --share 9): sessions that share their first blocks start
+    on both workers (not all on the worker that cached the shared prefix first), and a session's next
+    turn goes back to the worker holding its context (its whole previous prompt is a hit)."""
+    system = _words(4, "sys")
+    with serve_in_thread(TUNED, speed=50, share=9) as sim, httpx.Client(timeout=60) as client:
+        threads = [threading.Thread(target=_stream, args=(sim.url, f"{system} {_words(8, f's{n}-')}", 400))
+                   for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stats = client.get(f"{sim.url}/stackpin/sim/stats").json()
+        assert [e["routed"] for e in stats["engines"]] == [2, 2]
+        again = _stream(sim.url, f"{system} {_words(8, 's0-')} {_words(1, 'turn2-')}", 4, client)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 12 * 512
