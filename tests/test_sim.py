@@ -318,8 +318,9 @@ def test_kv_memory_bounds_the_prefix_cache_and_admission() -> None:
 
 def test_the_kv_router_keeps_a_session_on_its_worker_and_spreads_sessions_sharing_a_system_prompt() -> None:
     """Colocated, two workers (the tuned lock, --share 9): four sessions that share their first blocks,
-    all running at once, are spread two and two (not all on the worker that holds the shared prefix), and a session's next turn goes back to the worker holding its context (its whole previous
-    prompt is a hit)."""
+    all running at once, are spread two and two (not all on the worker that holds the shared prefix),
+    and a session's next turn goes back to the worker holding its context (its whole previous prompt is
+    a hit)."""
     system = _words(4, "sys")
     with serve_in_thread(TUNED, speed=2, share=9) as sim, httpx.Client(timeout=60) as client:
         _stream(sim.url, system, 1, client)  # the first worker now holds the shared prefix
