@@ -77,3 +77,54 @@ def test_simulated_faults_are_recorded_per_request(tmp_path: Path, trace: Path, 
     else:  # the answer was lost: each session stopped at its first turn
         assert point.requests == 6
     assert point.slo_met is None
+
+
+@pytest.fixture(scope="module")
+def steady_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Long sessions of short, equal answers: a run of a few simulated seconds is mostly steady state
+    (the client counts a point's wall time up to its last answer, so long answers would leave a drain
+    at the end that no steady-state curve has)."""
+    path = tmp_path_factory.mktemp("steady") / "agents.jsonl"
+    params = ["first_input.median=3000", "turn_input.median=300", "output.median=120", "output.min=120",
+              "output.max=120", "turns.median=40", "turns.min=40", "turns.max=40"]
+    subprocess.run([sys.executable, "-m", "stackpin", "trace", "gen", "--sessions", "24", "--seed", "2",
+                    *[x for p in params for x in ("--param", p)], "--out", str(path)], cwd=ROOT, check=True,
+                   capture_output=True)
+    return path
+
+
+def test_a_disaggregated_stack_under_load_follows_its_analytic_curve(tmp_path: Path, steady_trace: Path) -> None:
+    """The served simulator, driven by the client at a moderate concurrency, runs as fast per agent as
+    the analytic curve (`stackpin sim curve`, what `sim figures` and plan read) says at the concurrency
+    the run held (decoding sequences per decode engine = throughput / per-agent speed, Little's law):
+    within 15% (batches fluctuate around their mean, and the client adds its turnaround). The launch
+    lock's engines, 1 prefill + 3 decode, at CI's size. Every session shares its first blocks (a system
+    prompt): a router that sends each request to the engine holding the longest match piles every
+    request on one decode engine, runs at a third of the speed the mean batch allows, and fails this."""
+    import dataclasses
+    import json
+    import urllib.request
+
+    from stackpin.bench.traceio import read_trace
+    from stackpin.sim.curve import agent_tps_at, curve, workload_of
+
+    launch = load_stack(LOCKS["gb300-launch"])
+    pools = tuple(dataclasses.replace(p, replicas=1 if p.role == "prefill" else 3,
+                                      engines=1 if p.role == "prefill" else 3) for p in launch.pools)
+    stack = dataclasses.replace(launch, pools=pools, gpus=sum(p.engines * p.gpus_per_engine for p in pools))
+    with serve_in_thread(stack, speed=4.0) as sim:
+        code, _, err = bench(["run", "--endpoint", sim.url, "--trace", str(steady_trace), "--lock",
+                              str(LOCKS["gb300-launch"]), "--agents", "24", "--delay-scale", "0",
+                              "--duration", "16", "--out", str(tmp_path / "r.json")])
+        with urllib.request.urlopen(sim.url + "/stackpin/sim/stats") as answer:
+            engines = json.loads(answer.read())["engines"]
+    assert code == 0, err
+    (point,) = read_result(tmp_path / "r.json").points
+    assert point.errors == 0
+    decoding = [e for e in engines if e["role"] == "decode"]
+    assert len(decoding) == 3 and min(e["routed"] for e in decoding) > point.requests / 6, engines
+    measured = point.agent_tps.mean
+    batch = point.output_tps_per_gpu * stack.gpus / (3 * measured)
+    assert 4 < batch <= 8  # most of the 8 agents per engine decode; the rest wait on prefill
+    expected = agent_tps_at(curve(stack, workload_of(read_trace(steady_trace))), batch)
+    assert measured == pytest.approx(expected, rel=0.15), (batch, measured, expected)

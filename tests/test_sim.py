@@ -323,3 +323,28 @@ def test_kv_memory_bounds_the_prefix_cache_and_admission() -> None:
             t.join()
     first, second = sorted(results, key=lambda r: r["ttft"])
     assert second["ttft"] > 0.6 * first["elapsed"]  # it waited for the first to finish and free its KV
+
+
+def test_the_kv_router_keeps_a_session_on_its_worker_and_spreads_sessions_sharing_a_system_prompt() -> None:
+    """Colocated, two workers (the tuned lock, --share 9): four sessions that share their first blocks,
+    all running at once, are spread two and two (not all on the worker that holds the shared prefix),
+    and a session's next turn goes back to the worker holding its context (its whole previous prompt is
+    a hit)."""
+    system = _words(4, "sys")
+    with serve_in_thread(TUNED, speed=2, share=9) as sim, httpx.Client(timeout=60) as client:
+        _stream(sim.url, system, 1, client)  # the first worker now holds the shared prefix
+        before = [e["routed"] for e in client.get(f"{sim.url}/stackpin/sim/stats").json()["engines"]]
+        assert before == [1, 0]
+        threads = []
+        for n in range(4):  # one after another, each arrived before the next is sent; all still running
+            threads.append(threading.Thread(target=_stream, args=(sim.url, f"{system} {_words(8, f's{n}-')}", 1000)))
+            threads[-1].start()
+            deadline = time.monotonic() + 10
+            while sim.requests_seen <= n + 1 and time.monotonic() < deadline:
+                time.sleep(0.001)
+        stats = client.get(f"{sim.url}/stackpin/sim/stats").json()
+        for t in threads:
+            t.join()
+        assert [e["routed"] - b for e, b in zip(stats["engines"], before, strict=True)] == [2, 2]
+        again = _stream(sim.url, f"{system} {_words(8, 's0-')} {_words(1, 'turn2-')}", 4, client)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 12 * 512

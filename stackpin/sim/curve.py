@@ -119,6 +119,18 @@ def throughput_at(points: list[CurvePoint], agent_tps: float) -> float:
     return best
 
 
+def agent_tps_at(points: list[CurvePoint], batch: float) -> float:
+    """Per-agent tok/s at `batch` sequences decoding per decode engine (a run's time-average: its
+    throughput / (decode engines x per-agent tok/s), by Little's law), interpolated between the two
+    batch sizes around it. The way to hold a measured run to the curve: per-agent speed is flat over
+    the batches one CUDA graph size covers, so reading throughput at a measured speed
+    (`throughput_at`) can jump a whole graph size for a few tok/s, while speed at a batch cannot."""
+    batch = min(max(batch, points[0].batch), points[-1].batch)
+    lo = points[min(int(batch), len(points)) - 1]
+    hi = points[min(int(batch), len(points) - 1)]
+    return lo.agent_tps + (batch - lo.batch) * (hi.agent_tps - lo.agent_tps)
+
+
 @dataclass(frozen=True)
 class Figure:
     name: str

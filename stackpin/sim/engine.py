@@ -5,7 +5,8 @@ running sequences; each step decodes every running sequence (1 + k speculative t
 the expected accepted tokens given) and spends what is left of the batched-token budget on chunked
 prefill of admitted sequences. On a disaggregated stack prefill engines only prefill, then the KV
 travels to the decode engine the router chose (time from the fabric's bandwidth) and the sequence
-joins that engine's batch. Each engine keeps a virtual clock advanced by the step model and sleeps
+joins that engine's batch. The router is Dynamo's KV router: colocated, prefix hits against load;
+disaggregated, prefix hits on the prefill engines and load alone on the decode engines. Each engine keeps a virtual clock advanced by the step model and sleeps
 until wall time catches up with virtual time / speed, so timing holds on average even where the
 event loop cannot sleep for less than a millisecond.
 """
@@ -78,7 +79,12 @@ class Seq:
     generated: int = 0
     credit: float = 0.0
     cancelled: bool = False
+    finished: bool = False
     decode_engine: Engine | None = field(default=None, repr=False)
+
+    @property
+    def active(self) -> bool:
+        return not (self.cancelled or self.finished)
 
 
 class Clock:
@@ -94,6 +100,31 @@ class Clock:
     async def until(self, virtual: float) -> None:
         delay = self.start + virtual / self.speed - asyncio.get_running_loop().time()
         await asyncio.sleep(delay if delay > 0 else 0)
+
+
+@dataclass
+class EngineStats:
+    """What one engine did, in virtual time: the measurements that tell a saturated prefill pool from
+    an idle decode engine (`GET /stackpin/sim/stats`)."""
+
+    steps: int = 0
+    busy_s: float = 0.0  # virtual seconds spent in steps
+    decode_seq_steps: int = 0  # sum over steps of the sequences decoding: / steps = mean batch
+    prefill_tokens: int = 0
+    output_tokens: int = 0
+    waiting_seq_steps: int = 0  # sum over steps of the queue: / steps = mean queue
+    max_waiting: int = 0
+    routed: int = 0  # requests the router gave it
+    late_s: float = 0.0  # sum over steps of how far wall time x speed had passed the step's end: a host
+    # too busy to keep up stretches every time the client measures
+
+    def as_dict(self, role: str, now: float) -> dict[str, float | int | str]:
+        steps = max(self.steps, 1)
+        return {"role": role, "steps": self.steps, "busy": round(self.busy_s / now, 4) if now > 0 else 0.0,
+                "mean_batch": round(self.decode_seq_steps / steps, 3), "prefill_tokens": self.prefill_tokens,
+                "output_tokens": self.output_tokens, "mean_waiting": round(self.waiting_seq_steps / steps, 3),
+                "max_waiting": self.max_waiting, "routed": self.routed,
+                "mean_late_s": round(self.late_s / steps, 4)}
 
 
 class Engine:
@@ -112,6 +143,18 @@ class Engine:
         self.vtime = 0.0
         self.wake = asyncio.Event()
         self.on_prefilled = on_prefilled
+        self.stats = EngineStats()
+        # Sequences routed to this engine and not finished, wherever they are now (waiting on a prefill
+        # engine, their KV in flight, or here): the load the router weighs.
+        self.routed: list[Seq] = []
+
+    def active_tokens(self) -> int:
+        """KV tokens of the sequences routed here and not finished (Dynamo's active blocks)."""
+        self.routed = [s for s in self.routed if s.active]
+        return sum(s.prompt + s.generated for s in self.routed)
+
+    def queued_prefill(self) -> int:
+        return sum(s.to_prefill for s in (*self.running, *self.waiting) if not s.cancelled)
 
     @property
     def load(self) -> int:
@@ -162,8 +205,17 @@ class Engine:
             # admitted: they decode from the next step, at this same virtual instant.
             await asyncio.sleep(0)
             return
-        self.vtime += self.model.step_time(len(decoders), k, context, prefill)
+        took = self.model.step_time(len(decoders), k, context, prefill)
+        self.vtime += took
+        st = self.stats
+        st.steps += 1
+        st.busy_s += took
+        st.decode_seq_steps += len(decoders)
+        st.prefill_tokens += prefill
+        st.waiting_seq_steps += len(self.waiting)
+        st.max_waiting = max(st.max_waiting, len(self.waiting))
         await self.clock.until(self.vtime)
+        st.late_s += max(self.clock.now() - self.vtime, 0.0)
         a = accepted_tokens(self.alpha, k)
         done: list[Seq] = []
         for seq in decoders:
@@ -174,7 +226,9 @@ class Engine:
             seq.credit -= n
             if n:
                 seq.generated += n
+                st.output_tokens += n
                 finished = seq.generated >= seq.max_tokens
+                seq.finished = finished
                 seq.emit(n, finished)
                 if finished:
                     done.append(seq)
@@ -183,7 +237,9 @@ class Engine:
             if seq.to_prefill == 0 and not seq.cancelled:
                 self.cache.touch(seq.keys)
                 seq.generated = 1  # prefill samples the first token
+                st.output_tokens += 1
                 finished = seq.max_tokens == 1
+                seq.finished = finished
                 seq.emit(1, finished)
                 if finished:
                     done.append(seq)
@@ -229,23 +285,54 @@ class Simulator:
         # As vLLM: a hit may cover at most all but the last prompt token (the step that samples the
         # first answer token must compute one), at block granularity.
         usable = keys[: max(len(words) - 1, 0) // BLOCK]
-        engine = max(self.decoders, key=lambda e: (e.cache.match(usable), -e.load))
-        cached = engine.cache.match(usable) * BLOCK
         prompt = max(len(words), 1)
+        if self.prefillers:
+            # Disaggregated, as Dynamo routes it: the prefill router scores the prefill engines' prefix
+            # caches only (it tracks no active blocks: the prompt tokens an engine would compute; ties,
+            # such as a new session whose only hit is a shared system prompt, go to the engine with the
+            # least prefill queued); decode routing balances load only (overlap scoring off). The
+            # prefix cache that saves compute is therefore the prefill engine's.
+            prefiller = min(self.prefillers, key=lambda e: (prompt - e.cache.match(usable) * BLOCK, e.queued_prefill()))
+            engine = min(self.decoders, key=lambda e: e.active_tokens())
+            cache = prefiller.cache
+        else:
+            engine = self.route(usable, prompt)
+            cache = engine.cache
+        cached = cache.match(usable) * BLOCK
         seq = Seq(prompt=prompt, keys=keys, max_tokens=max_tokens, emit=emit, cached=cached,
                   to_prefill=prompt - cached, decode_engine=engine)
-        if engine.cache.blocks:
-            engine.cache.touch(keys[: cached // BLOCK])
+        engine.routed.append(seq)
+        engine.stats.routed += 1
+        if cache.blocks:
+            cache.touch(keys[: cached // BLOCK])
         if self.prefillers:
-            min(self.prefillers, key=lambda e: e.load).submit(seq)
+            prefiller.stats.routed += 1
+            prefiller.submit(seq)
         else:
             engine.submit(seq)
         return seq
 
+    def route(self, usable: Sequence[int], prompt: int) -> Engine:
+        """Dynamo's KV-aware choice among colocated workers: the least cost = the prompt tokens the
+        worker would have to prefill (those its prefix cache lacks) + the KV tokens of the sequences
+        already routed to it (overlap weight 1, Dynamo's default). A session stays on the worker holding
+        its context unless that worker is busier by more than the context is worth, and a prefix every
+        session shares (a system prompt) does not pull every request to the worker that cached it
+        first. Ties go to the first worker."""
+        return min(self.decoders, key=lambda e: prompt - e.cache.match(usable) * BLOCK + e.active_tokens())
+
+    def stats(self) -> dict[str, object]:
+        """Per-engine measurements since the start (virtual time)."""
+        now = self.clock.now()
+        return {"virtual_s": round(now, 3),
+                "engines": [e.stats.as_dict(e.role, now) for e in [*self.prefillers, *self.decoders]]}
+
     def _transfer(self, seq: Seq) -> None:
-        """A prefilled sequence's KV travels to its decode engine, then it joins that batch."""
+        """A prefilled sequence's KV travels to its decode engine (less the prefix that engine already
+        holds), then it joins that batch."""
         engine = seq.decode_engine
         assert engine is not None
+        held = engine.cache.match(seq.keys) * BLOCK
         engine.cache.touch(seq.keys)
-        delay = self.transfer_model.kv_transfer_time(seq.prompt - seq.cached) / self.clock.speed
+        delay = self.transfer_model.kv_transfer_time(max(seq.prompt - held, 0)) / self.clock.speed
         asyncio.get_running_loop().call_later(delay, engine.submit, seq)

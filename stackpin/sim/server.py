@@ -85,6 +85,8 @@ class SimServer:
         path = target.split("?", 1)[0]
         if method == "GET" and path == "/stackpin/sim":
             _respond(writer, 200, self.info(), keep)
+        elif method == "GET" and path == "/stackpin/sim/stats" and self.sim is not None:
+            _respond(writer, 200, self.sim.stats(), keep)
         elif method == "GET" and path == "/v1/models":
             _respond(writer, 200, {"object": "list", "data": [
                 {"id": self.stack.model_id, "object": "model", "owned_by": "stackpin-sim"}]}, keep)
