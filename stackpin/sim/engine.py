@@ -6,9 +6,10 @@ the expected accepted tokens given) and spends what is left of the batched-token
 prefill of admitted sequences. On a disaggregated stack prefill engines only prefill, then the KV
 travels to the decode engine the router chose (time from the fabric's bandwidth) and the sequence
 joins that engine's batch. The router is Dynamo's KV router: colocated, prefix hits against load;
-disaggregated, prefix hits on the prefill engines and load alone on the decode engines. Each engine keeps a virtual clock advanced by the step model and sleeps
-until wall time catches up with virtual time / speed, so timing holds on average even where the
-event loop cannot sleep for less than a millisecond.
+disaggregated, prefix hits on the prefill engines and load alone on the decode engines. Each engine
+keeps a virtual clock advanced by the step model and sleeps until wall time catches up with virtual
+time / speed, so timing holds on average even where the event loop cannot sleep for less than a
+millisecond.
 """
 
 from __future__ import annotations
