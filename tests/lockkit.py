@@ -52,3 +52,14 @@ def shipped_locks() -> dict[str, StackLock]:
 def lock_paths(lockdir: Path, paths: Sequence[Path] = tuple(SHIPPED)) -> list[Path]:
     """Write lockfiles for `paths` into `lockdir`; returns their paths."""
     return write_locks(lock_files(paths, lockdir), lockdir)
+
+
+def with_profile_value(lock: StackLock, path: tuple[str, ...], value: object) -> StackLock:
+    """The lock with one field of its effective profile set (render's input edited in place; the
+    digest is left as it was, as a hand-edited lock would)."""
+    data = lock.model_dump(mode="json", by_alias=True)
+    node = data["profile"]
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    return StackLock.model_validate(data)

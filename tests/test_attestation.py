@@ -19,7 +19,7 @@ from stackpin.lock.lockfile import StackLock
 from stackpin.render.build import build_objects
 from stackpin.render.output import render_stack
 from stackpin.validate.manifests import validate_objects
-from tests.lockkit import shipped_locks
+from tests.lockkit import shipped_locks, with_profile_value
 
 LOCKED = {"vllm": "0.31.0", "flashinfer-python": "0.7.0.post1", "ai-dynamo": "1.6.1", "nixl": "1.4.1"}
 CACHE_FILE = "0.7.0.post1/103a/" + "c" * 64 + "/autotune_configs.json"
@@ -229,17 +229,9 @@ def test_every_worker_attests_with_the_engines_image_and_mounts(name: str) -> No
     assert "initContainers" not in frontend["podTemplate"]["spec"]
 
 
-def _relabel(lock: StackLock, path: tuple[str, ...], value: Any) -> StackLock:
-    data = lock.model_dump(mode="json", by_alias=True)
-    node = data["profile"]
-    for part in path[:-1]:
-        node = node[part]
-    node[path[-1]] = value
-    return StackLock.model_validate(data)
-
 
 def test_attestation_off_renders_no_configmap_and_no_init_container() -> None:
-    off = _relabel(shipped_locks()["gb300-tuned"], ("spec", "attestation"), False)
+    off = with_profile_value(shipped_locks()["gb300-tuned"], ("spec", "attestation"), False)
     objects = {str(i): o for i, o in enumerate(build_objects(off))}
     assert [o["kind"] for o in objects.values()] == ["DynamoGraphDeployment"]
     assert all("initContainers" not in c["podTemplate"]["spec"] for c in _workers(objects))
@@ -287,7 +279,8 @@ def test_the_configmap_changes_with_what_workers_attest_and_nothing_else() -> No
     lock = shipped_locks()["gb300-tuned"]
     name = _config_map_name(lock)
     pool = ("spec", "placement", "pools", "worker")
-    for unseen in (_relabel(lock, ("metadata", "labels"), {"team": "serving"}),
-                   _relabel(lock, (*pool, "replicas"), 9), _relabel(lock, (*pool, "maxNumSeqs"), 32)):
+    for unseen in (with_profile_value(lock, ("metadata", "labels"), {"team": "serving"}),
+                   with_profile_value(lock, (*pool, "replicas"), 9),
+                   with_profile_value(lock, (*pool, "maxNumSeqs"), 32)):
         assert unseen.stack_profile != lock.stack_profile and _config_map_name(unseen) == name
-    assert _config_map_name(_relabel(lock, ("spec", "versions", "nixl"), "1.4.2")) != name
+    assert _config_map_name(with_profile_value(lock, ("spec", "versions", "nixl"), "1.4.2")) != name

@@ -22,7 +22,7 @@ from stackpin.render.output import render_stack
 from stackpin.validate import run_rules
 from stackpin.validate.engineargs import renders
 from tests.helpers import SHIPPED, apply, base_doc, dump, line_of, load_doc, write_profile
-from tests.lockkit import lock_files, shipped_locks
+from tests.lockkit import lock_files, shipped_locks, with_profile_value
 
 W = "spec.placement.pools.worker"
 # The negative forms a user reaches for (issue 11): vLLM 0.33.0 generates them (its catalog lists them).
@@ -59,14 +59,6 @@ def test_a_misspelt_entry_fails_loading_too(tmp_path: Path) -> None:
 
 # --- where they land -------------------------------------------------------------------------------
 
-def _relabel(lock: StackLock, path: tuple[str, ...], value: Any) -> StackLock:
-    data = lock.model_dump(mode="json", by_alias=True)
-    node = data["profile"]
-    for part in path[:-1]:
-        node = node[part]
-    node[path[-1]] = value
-    return StackLock.model_validate(data)
-
 
 def _worker_args(lock: StackLock) -> list[str]:
     [dgd] = [o for o in build_objects(lock) if o["kind"] == "DynamoGraphDeployment"]
@@ -84,7 +76,7 @@ def test_passed_flags_follow_the_modelled_ones_sorted_vllm_then_dynamo() -> None
     lock = shipped_locks()["gb300-tuned"]
     plain = _worker_args(lock)
     pool = ("spec", "placement", "pools", "worker")
-    lock = _relabel(_relabel(lock, (*pool, "engineArgs"), PASSED), (*pool, "dynamoArgs"),
+    lock = with_profile_value(with_profile_value(lock, (*pool, "engineArgs"), PASSED), (*pool, "dynamoArgs"),
                     {"--router-track-active-blocks": True})
     args = _worker_args(lock)
     assert args[: len(plain)] == plain and plain[-2] == "--disaggregation-mode"
@@ -105,7 +97,7 @@ def test_render_refuses_what_validation_refuses() -> None:
                        ({"--mamba-cache-mode": "fancy"}, "fancy is not one of its choices"),
                        ({"--attention-config": {"bogus": 1}}, "AttentionConfig of vLLM 0.31.0 has no key 'bogus'")):
         with pytest.raises(RenderError, match="worker engineArgs") as info:
-            build_objects(_relabel(lock, pool, args))
+            build_objects(with_profile_value(lock, pool, args))
         assert says in str(info.value), str(info.value)
 
 
