@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,6 +69,8 @@ class _Served:
         if not found:
             self.process.kill()
             raise SystemExit(f"stackpin sim serve did not start: {line.strip() or 'no output'}")
+        # Keep reading what the server says after that, so a full pipe never blocks it.
+        threading.Thread(target=self.process.stderr.read, daemon=True).start()
         return found.group(1)
 
     def __exit__(self, *_: object) -> None:
