@@ -59,6 +59,22 @@ def envtest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Envtest]:
         starting.__exit__(None, None, None)
 
 
+def dead_kubeconfig(directory: Path) -> tuple[Path, int]:
+    """A token kubeconfig whose server is a closed loopback port (no API server at all), and the port."""
+    import json
+
+    from devkit.process import free_port
+
+    config, port = directory / "kubeconfig", free_port()
+    config.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}",
+                                               "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "not-a-real-token-0123456789"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    return config, port
+
+
 def lockfile(stack: str) -> str:
     return str(LOCKS / f"{stack}.lock.yaml")
 

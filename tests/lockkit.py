@@ -63,3 +63,22 @@ def with_profile_value(lock: StackLock, path: tuple[str, ...], value: object) ->
         node = node[part]
     node[path[-1]] = value
     return StackLock.model_validate(data)
+
+
+def dynamo_142_variant(directory: Path) -> Path:
+    """The launch profile moved to Dynamo 1.4.2 (vLLM 0.26.0): a stack rendered as v1alpha1."""
+    variant = directory / "launch-142.yaml"
+    variant.write_text(f"""apiVersion: stackpin.dev/v1
+kind: StackProfile
+extends: {PROFILES_DIR / 'gb300-launch.yaml'}
+metadata:
+  name: launch-142
+spec:
+  versions:
+    dynamo: 1.4.2
+    vllm: 0.26.0
+    flashinfer: 0.6.14
+    nixl: 1.3.2
+    runtimeImage: nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.2
+""")
+    return variant

@@ -238,18 +238,9 @@ def test_attestation_off_renders_no_configmap_and_no_init_container() -> None:
 
 
 def test_configmap_and_init_containers_pass_manifest_validation_v1alpha1_too(tmp_path: Path) -> None:
-    from tests.lockkit import PROFILES_DIR, lock_files
+    from tests.lockkit import dynamo_142_variant, lock_files
 
-    variant = tmp_path / "launch-142.yaml"
-    variant.write_text(f"""apiVersion: stackpin.dev/v1
-kind: StackProfile
-extends: {PROFILES_DIR / 'gb300-launch.yaml'}
-metadata:
-  name: launch-142
-spec:
-  versions: {{dynamo: 1.4.2, vllm: 0.26.0, flashinfer: 0.6.14, nixl: 1.3.2,
-             runtimeImage: "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.2"}}
-""")
+    variant = dynamo_142_variant(tmp_path)
     [lock] = lock_files([variant], tmp_path / "lockfiles")
     objects = build_objects(lock)
     assert validate_objects((o["kind"], o) for o in objects) == []

@@ -15,7 +15,7 @@ from devkit.envtest import Envtest
 from stackpin.deploy.apply import ApplyOptions, apply_stack
 from stackpin.deploy.kube import Unreachable, connect
 from stackpin.deploy.source import resolve_source
-from tests.kube import LOCKS, Kube, attestation, garbage_collector, lockfile
+from tests.kube import LOCKS, Kube, attestation, dead_kubeconfig, garbage_collector, lockfile
 
 CD_SUBJECT = "computedomain.resource.nvidia.com/dsv41-flash-compute-domain"
 DGD_SUBJECT = "dynamographdeployment.nvidia.com/dsv41-flash"
@@ -109,17 +109,9 @@ def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
     """No server at all (a closed loopback port): one line, exit 2, whatever the command."""
     from click.testing import CliRunner
 
-    from devkit.process import free_port
     from stackpin.cli.main import main
 
-    config = tmp_path / "kubeconfig"
-    port = free_port()
-    config.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}",
-                                               "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": "not-a-real-token-0123456789"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    config, port = dead_kubeconfig(tmp_path)
     for args in (["apply", lockfile("gb300-tuned")], ["status", "dsv41-flash"]):
         result = CliRunner().invoke(main, [*args, "--kubeconfig", str(config)])
         assert result.exit_code == 2, result.output

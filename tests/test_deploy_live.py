@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from tests.helpers import ROOT
-from tests.kube import Kube, attestation, garbage_collector, lockfile
+from tests.kube import Kube, attestation, dead_kubeconfig, garbage_collector, lockfile
 
 CD_SUBJECT = "computedomain.resource.nvidia.com/dsv41-flash-compute-domain"
 DGD_SUBJECT = "dynamographdeployment.nvidia.com/dsv41-flash"
@@ -273,18 +273,10 @@ def test_history_cluster_errors_are_one_line(kube: Kube, name: str) -> None:
 
 
 def test_an_unreachable_server_is_one_line_for_the_live_commands(tmp_path: Path) -> None:
-    from devkit.process import free_port
     from stackpin.cli.main import main
 
     history, deployments = history_copy(tmp_path)
-    config = tmp_path / "kubeconfig"
-    port = free_port()
-    config.write_text(json.dumps({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "c", "cluster": {"server": f"https://127.0.0.1:{port}",
-                                               "insecure-skip-tls-verify": True}}],
-        "users": [{"name": "u", "user": {"token": "not-a-real-token-0123456789"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    config, port = dead_kubeconfig(tmp_path)
     files = tree(tmp_path)
     for args in (["diff", LIVE, lockfile("gb300-tuned")], ["history", "dsv41-flash", "--cluster"],
                  ["rollback", GB300, "--apply", "--history", str(history), "--deployments", str(deployments)]):

@@ -157,18 +157,26 @@ def _mutate(obj: dict[str, Any], path: tuple[Any, ...], how: str, value: Any) ->
     return out
 
 
-FUZZ = settings(derandomize=True, database=None, deadline=None, max_examples=int(600 * float(
-    os.environ.get("STACKPIN_FUZZ_SCALE", "1"))), suppress_health_check=[HealthCheck.too_slow])
+def _fuzz(examples: int) -> Any:
+    """Seeded (derandomized) settings; STACKPIN_FUZZ_SCALE scales the number of examples."""
+    return settings(derandomize=True, database=None, deadline=None, max_examples=int(examples * float(
+        os.environ.get("STACKPIN_FUZZ_SCALE", "1"))), suppress_health_check=[HealthCheck.too_slow])
 
 
-@FUZZ
-@given(st.data())
-def test_mutated_manifests_agree_with_jsonschema(data: st.DataObject) -> None:
-    obj = data.draw(st.sampled_from(OBJECTS))
+def _draw_mutation(data: st.DataObject, objects: Any) -> tuple[dict[str, Any], Any]:
+    """One of `objects` and a mutated copy of it (a field replaced, deleted, added to or emptied)."""
+    obj = data.draw(st.sampled_from(objects))
     path = data.draw(st.sampled_from(_paths(obj)))
     how = data.draw(st.sampled_from(["replace", "replace", "delete", "add-key", "append", "empty"]))
     value = data.draw(st.sampled_from(SCALARS))
-    _agrees(_mutate(obj, path, how, value), _schema(obj))
+    return obj, _mutate(obj, path, how, value)
+
+
+@_fuzz(600)
+@given(st.data())
+def test_mutated_manifests_agree_with_jsonschema(data: st.DataObject) -> None:
+    obj, mutated = _draw_mutation(data, OBJECTS)
+    _agrees(mutated, _schema(obj))
 
 
 def test_render_does_not_import_jsonschema(tmp_path: Path) -> None:
@@ -205,12 +213,8 @@ def test_rendered_configmaps_are_a_plain_yes() -> None:
     assert CORE_OBJECTS and all(_core_agrees(obj) is True for obj in CORE_OBJECTS)
 
 
-@settings(derandomize=True, database=None, deadline=None, max_examples=int(300 * float(
-    os.environ.get("STACKPIN_FUZZ_SCALE", "1"))), suppress_health_check=[HealthCheck.too_slow])
+@_fuzz(300)
 @given(st.data())
 def test_mutated_configmaps_agree_with_jsonschema(data: st.DataObject) -> None:
-    obj = data.draw(st.sampled_from(CORE_OBJECTS))
-    path = data.draw(st.sampled_from(_paths(obj)))
-    how = data.draw(st.sampled_from(["replace", "replace", "delete", "add-key", "append", "empty"]))
-    value = data.draw(st.sampled_from(SCALARS))
-    _core_agrees(_mutate(obj, path, how, value))
+    _, mutated = _draw_mutation(data, CORE_OBJECTS)
+    _core_agrees(mutated)

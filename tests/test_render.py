@@ -28,7 +28,7 @@ from stackpin.profile.identifiers import model_id_problem
 from stackpin.profile.k8s_names import label_problems
 from stackpin.render.build import RenderError, build_objects
 from stackpin.render.output import render_stack, render_stacks, write_stacks
-from tests.lockkit import PROFILES_DIR, ROOT, lock_files, lock_paths, shipped_locks
+from tests.lockkit import PROFILES_DIR, ROOT, dynamo_142_variant, lock_files, lock_paths, shipped_locks
 
 # The committed manifests are the golden files: the shipped stacks, locked from a fresh demo mirror
 # (tests/lockkit.py), must render to exactly them.
@@ -160,20 +160,7 @@ def test_autotune_cache_is_an_image_volume_with_its_env() -> None:
 
 
 def test_v1alpha1_for_dynamo_before_1_5(tmp_path: Path) -> None:
-    variant = tmp_path / "launch-142.yaml"
-    variant.write_text(f"""apiVersion: stackpin.dev/v1
-kind: StackProfile
-extends: {PROFILES_DIR / 'gb300-launch.yaml'}
-metadata:
-  name: launch-142
-spec:
-  versions:
-    dynamo: 1.4.2
-    vllm: 0.26.0
-    flashinfer: 0.6.14
-    nixl: 1.3.2
-    runtimeImage: nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.4.2
-""")
+    variant = dynamo_142_variant(tmp_path)
     [lock] = lock_files([variant], tmp_path / "lockfiles")
     dgd = _dgd(render_stack(lock).files)  # render validates against the v1alpha1 schema
     assert dgd["apiVersion"] == "nvidia.com/v1alpha1" and "components" not in dgd["spec"]

@@ -81,12 +81,10 @@ class _Served:
 def _measured(results: dict[str, Path]) -> dict[str, str]:
     """What the bench results give for each calibration figure: a ratio, `>=`/`<=` where a curve is
     still met at its largest measured count (a bound, never extrapolated), `-` where it is unmet."""
-    import yaml
-
     from stackpin.bench.binding import parse_slo
     from stackpin.bench.result import Slo, read_result
     from stackpin.plan.curve import Bound, curve_of, operating_point
-    from stackpin.sim.curve import CALIBRATION_FILE
+    from stackpin.sim.curve import calibration
 
     loaded = {name: read_result(path) for name, path in results.items()}
     slo = parse_slo(SLO)
@@ -103,9 +101,8 @@ def _measured(results: dict[str, Path]) -> dict[str, str]:
         op = operating_point(curve_of(result, target.percentile), target, result.stack.gpus)
         return None if op.bound is Bound.unmet else (op.tps_per_gpu, op.bound)
 
-    spec = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
     out: dict[str, str] = {}
-    for item in spec["figures"]:
+    for item in calibration()["figures"]:
         of = value(item["of"])
         per = value(item["per"]) if "per" in item else (1.0, Bound.within)
         if of is None or per is None or not per[0]:

@@ -11,6 +11,7 @@ the repository's).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from stackpin.bench.result import BenchResult, Slo
@@ -37,17 +38,30 @@ def available() -> bool:
     return installed_version() == str(mapping()["version"])
 
 
+@cache
+def _locks_by_digest(folder: Path) -> dict[str, Path]:
+    """Stack digest -> lockfile, read once a folder for the whole plan (every result and scenario asks)."""
+    from stackpin.lock.lockfile import read_lock
+
+    found: dict[str, Path] = {}
+    for path in sorted(folder.glob("*.lock.yaml")) if folder.is_dir() else []:
+        try:
+            found.setdefault(read_lock(path).stack_digest, path)
+        except StackpinError:
+            continue
+    return found
+
+
 def _lock_stack(digest: str) -> SimStack | None:
     from stackpin.sim.stack import load_stack
 
     for folder in dict.fromkeys([Path.cwd() / "lockfiles", REPO_LOCKS]):
-        for path in sorted(folder.glob("*.lock.yaml")) if folder.is_dir() else []:
+        path = _locks_by_digest(folder).get(digest)
+        if path is not None:
             try:
-                stack = load_stack(path)
+                return load_stack(path)
             except StackpinError:
-                continue
-            if stack.digest == digest:
-                return stack
+                return None  # a stack the simulator cannot model: the column says there is no lock to model
     return None
 
 

@@ -150,7 +150,7 @@ def _stack(name: str) -> SimStack:
 
 def figures(params: dict[str, Any] | None = None) -> list[Figure]:
     """The published figures (calibration.yaml) next to what the step model gives for the shipped locks."""
-    spec = _calibration()
+    spec = calibration()
     return [Figure(item["name"], float(item["published"]), round(value, 3), float(spec["tolerance"]))
             for item, value in zip(spec["figures"], _values("roofline", params), strict=True)]
 
@@ -170,7 +170,7 @@ def model_figures(model: str, params: dict[str, Any] | None = None) -> list[Mode
     the model cannot stand for."""
     from stackpin.errors import StackpinError
 
-    spec = _calibration()
+    spec = calibration()
     out = []
     for item in spec["figures"]:
         try:
@@ -182,7 +182,10 @@ def model_figures(model: str, params: dict[str, Any] | None = None) -> list[Mode
     return out
 
 
-def _calibration() -> dict[str, Any]:
+@cache
+def calibration() -> dict[str, Any]:
+    """calibration.yaml: the published figures, how each is computed from the shipped locks, the
+    tolerance (read once; callers do not change it)."""
     import yaml
 
     spec: dict[str, Any] = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
@@ -201,7 +204,7 @@ def _values(model: str, params: dict[str, Any] | None, items: list[dict[str, Any
         return throughput_at(cache_curves[term["stack"]], float(term["agent_tps"]))
 
     out = []
-    for item in items if items is not None else _calibration()["figures"]:
+    for item in items if items is not None else calibration()["figures"]:
         simulated = value(item["of"])
         if "per" in item:
             base = value(item["per"])
