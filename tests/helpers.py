@@ -16,6 +16,8 @@ from stackpin.profile.loader import LoadedProfile, load_profile
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES_DIR = ROOT / "profiles" / "deepseek-v4.1-flash"
 SHIPPED = sorted(PROFILES_DIR.glob("*.yaml"))
+# Profiles the tests use that stackpin does not ship (a stack the pinned engines refuse, kept as a base).
+TEST_PROFILES_DIR = ROOT / "tests" / "data" / "profiles"
 SCHEMA_FILE = ROOT / "schema" / "stackprofile.schema.json"
 
 
@@ -31,7 +33,8 @@ NULL = _Null()
 
 @cache
 def _merged(name: str) -> dict[str, Any]:
-    return load_profile(PROFILES_DIR / f"{name}.yaml").document
+    shipped = PROFILES_DIR / f"{name}.yaml"
+    return load_profile(shipped if shipped.is_file() else TEST_PROFILES_DIR / f"{name}.yaml").document
 
 
 def base_doc(name: str = "gb300-tuned") -> dict[str, Any]:

@@ -33,6 +33,12 @@ class Gpu(_Fact):
     native_fp4: bool
     source: str
 
+    @property
+    def compute_major(self) -> int:
+        """The CUDA compute-capability major (sm_103 -> 10, sm_90 -> 9): what vLLM's kernel gates compare."""
+        digits = self.sm_arch.removeprefix("sm_").rstrip("abf")
+        return int(digits[:-1])
+
 
 class Platform(_Fact):
     kind: Literal["rack", "node"]

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from importlib.resources.abc import Traversable
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -28,12 +26,11 @@ from stackpin.catalog.engine_data import (
     ParserRules,
     VllmRelease,
 )
-from stackpin.catalog.search import engine_file_name, find_engine_file, search_path
+from stackpin.catalog.search import SearchPath, engine_file_name, find_engine_file, search_path
 from stackpin.errors import StackpinError
 
 DynamoEntry = Literal["worker_vllm", "frontend"]
 EngineName = Literal["vllm", "dynamo", "flashinfer"]
-SearchPath = tuple[Path | Traversable, ...]
 PROJECTS: dict[EngineName, str] = {"vllm": "vllm", "dynamo": "ai-dynamo", "flashinfer": "flashinfer-python"}
 
 

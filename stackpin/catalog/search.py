@@ -57,7 +57,10 @@ def profile_catalogs(dirs: Sequence[str], where: str = "") -> Iterator[None]:
         _PROFILE_DIRS.reset(token)
 
 
-def search_path() -> tuple[Path | Traversable, ...]:
+SearchPath = tuple[Path | Traversable, ...]
+
+
+def search_path() -> SearchPath:
     """Every catalog directory, searched in this order: the site's, then the bundled one."""
     return (*site_dirs(), bundled())
 

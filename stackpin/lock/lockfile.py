@@ -100,6 +100,17 @@ class LockedArtifact(_Model):
             return None
         return files
 
+    def tree(self) -> str | None:
+        """`<flashinfer version>/<arch list>`: the one directory below flashinfer_autotune_cache/ that
+        vLLM's VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR stands for (the override replaces the whole
+        `$VLLM_CACHE_ROOT/flashinfer_autotune_cache/<fi>/<arch>` root, docs/facts.md#autotune-cache-path);
+        None unless the recorded files all lie below exactly one such directory."""
+        files = self.file_digests()
+        trees = {"/".join(path.split("/")[:2]) for path in files or ()}
+        if len(trees) != 1 or any(path.count("/") != 3 for path in files or ()):
+            return None
+        return trees.pop()
+
 
 class LockedEngines(_Model):
     dynamo: str

@@ -200,10 +200,18 @@ class Speculative(_Model):
     method: str | None = Field(None, description="vLLM speculative method; null turns speculation off.")
     num_speculative_tokens: PositiveInt | None = None
     draft_model: str | None = None
+    draft_revision: str | None = Field(None, description=(
+        "40-hex commit of draftModel, which vLLM loads at its default branch otherwise. A draft read from the "
+        "target's checkpoint (dspark, mtp) gets the lock's model revision."))
     draft_tensor_parallel_size: PositiveInt | None = None
     draft_sample_method: Literal["greedy", "probabilistic"] | None = None
     rejection_sample_method: Literal["standard", "synthetic", "block", "fly"] | None = None
     adaptive_verification: bool | None = None
+
+    @field_validator("draft_revision")
+    @classmethod
+    def _draft_revision(cls, value: str | None) -> str | None:
+        return None if value is None else _checked(value, revision_problem)
 
     @property
     def enabled(self) -> bool:

@@ -12,6 +12,7 @@ from typing import Any
 
 # vllm_catalog and dynamo_catalog are re-exported for the render plan, which reads them as argmod.*.
 from stackpin.catalog.flags import FlagCatalog
+from stackpin.catalog.startup import startup_facts
 from stackpin.catalog.flags import dynamo_catalog as dynamo_catalog
 from stackpin.catalog.flags import vllm_catalog as vllm_catalog
 from stackpin.lock.canonical import canonical_json
@@ -75,14 +76,25 @@ def unknown_values(flags: list[Flag], catalogs: list[FlagCatalog]) -> list[str]:
 
 # --- command lines -------------------------------------------------------------------------------
 
-def speculative_config(spec: Speculative) -> dict[str, Any] | None:
-    """vLLM's --speculative-config for these settings; None when speculation is off."""
+# Methods whose draft vLLM reads from the target's own checkpoint, when the catalog has no start-up facts
+# for the pinned release (catalog/engines/vllm-<v>.startup.yaml `speculative.draft_from_target`).
+DRAFT_FROM_TARGET = ("dspark", "mtp")
+
+
+def speculative_config(spec: Speculative, target_revision: str, vllm_version: str | None = None) -> dict[str, Any] | None:
+    """vLLM's --speculative-config for these settings; None when speculation is off. Every model vLLM loads
+    is pinned: vLLM gives the draft the config's own `revision`, never the target's --revision, so a draft
+    read from the target's checkpoint gets the locked model revision and a separate draft its draftRevision."""
     if not spec.enabled:
         return None
+    facts = startup_facts(vllm_version) if vllm_version else None
+    from_target = facts.speculative.draft_from_target if facts else DRAFT_FROM_TARGET
+    revision = spec.draft_revision if spec.draft_model else (target_revision if spec.method in from_target else None)
     fields: dict[str, Any] = {
         "method": spec.method,
         "num_speculative_tokens": spec.num_speculative_tokens,
         "model": spec.draft_model,
+        "revision": revision,
         "draft_tensor_parallel_size": spec.draft_tensor_parallel_size,
         "draft_sample_method": spec.draft_sample_method,
         "rejection_sample_method": spec.rejection_sample_method,
@@ -156,7 +168,7 @@ def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_r
         if value is not None:
             flags.append((option, value))
     flags.append(("--compilation-config", json_arg(compilation_config(profile))))
-    speculative = speculative_config(profile.speculative_for(pool))
+    speculative = speculative_config(profile.speculative_for(pool), model_revision, spec.versions.vllm)
     if speculative is not None:
         flags.append(("--speculative-config", json_arg(speculative)))
     flags += autotune_flags(profile, vllm)

@@ -84,6 +84,11 @@ def check_cache(cache: dict[str, Any] | None) -> tuple[list[str], str]:
     diffs += [f"autotune cache file {rel} differs from the locked digest" for rel in sorted(set(files) & set(found))
               if sha256_file(found[rel]) != files[rel]]
     diffs += [f"autotune cache file {rel} is not in the lock" for rel in sorted(set(found) - set(files))]
+    # vLLM writes into each config-hash directory at start-up (a temp file, then a rename) and crashes
+    # when it cannot: the directory it reads must be writable by the engine's user.
+    for directory in sorted({os.path.dirname(found[rel]) for rel in found} | {root}):
+        if not os.access(directory, os.W_OK | os.X_OK):
+            diffs.append(f"autotune cache directory {directory} is not writable; vLLM writes there at start-up")
     return diffs, f"autotune cache {len(files)} file(s)"
 
 

@@ -21,13 +21,13 @@ from typing import Any
 from stackpin.catalog import Catalog
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.plan import ComponentPlan
-from stackpin.render.pod import AUTOTUNE_MOUNT, GPU_RESOURCE
+from stackpin.render.pod import AUTOTUNE_WORK, GPU_RESOURCE
 
 SCRIPT = "attest_runtime.py"
 VOLUME = "stackpin-attestation"
 MOUNT = "/opt/stackpin/attestation"
 CONTAINER = "attest"
-CACHE_DIR = f"{AUTOTUNE_MOUNT}/flashinfer_autotune_cache"  # where the packed cache's files land
+CACHE_DIR = AUTOTUNE_WORK  # the writable copy vLLM reads (VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR), not the image
 # Python, hashing and nvidia-smi: a tenth of a core and a little memory (GPUs: see init_container).
 RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
 
@@ -51,12 +51,16 @@ def expectation(lock: StackLock, catalog: Catalog) -> dict[str, Any]:
     engines = profile.spec.versions  # what the lock's resolved.engines repeat
     names = catalog.versions.distributions
     cache = lock.resolved.autotune_cache
+    files, tree = (cache.file_digests(), cache.tree()) if cache else (None, None)
+    if files is not None and tree is not None:
+        # The lock keys files by <fi>/<arch>/<hash>/<name>; the copy vLLM reads holds <hash>/<name>.
+        files = {path.removeprefix(f"{tree}/"): digest for path, digest in files.items()}
     return {
         "deployment": profile.metadata.deployment,
         "packages": {names["vllm"]: engines.vllm, names["flashinfer"]: engines.flashinfer,
                      names["dynamo"]: engines.dynamo, names["nixl"]: engines.nixl},
         "autotuneCache": None if cache is None else {"dir": CACHE_DIR, "image": cache.pinned,
-                                                     "files": cache.file_digests()},
+                                                     "files": files},
         "gpu": catalog.gpu_of(profile.spec.target.platform).device_name,
     }
 

@@ -25,7 +25,7 @@ from stackpin.profile.topology import topology_of
 from stackpin.render import args as argmod
 from stackpin.render import attestation as attest
 from stackpin.render.plan import ComponentPlan, Probe, StackPlan
-from stackpin.render.pod import ARCH_KEY, AUTOTUNE_MOUNT, GPU_RESOURCE, Pod, assemble_pod
+from stackpin.render.pod import ARCH_KEY, AUTOTUNE_WORK, GPU_RESOURCE, Pod, assemble_pod
 from stackpin.validate.autotune import cache_shape_problems
 from stackpin.validate.engineargs import flag_problems
 from stackpin.validate.graphs import empty_capture_list
@@ -36,9 +36,6 @@ DGD_GROUP = "nvidia.com"
 COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
 SYSTEM_PORT = 9090  # Dynamo's worker system server (/health, /live); the upstream recipes probe it
 GROVE_SCALING_GROUP = "grove.io/podcliquescalinggroup"  # set by Grove on every pod of one multinode replica
-# The packed cache is rooted at flashinfer_autotune_cache/ (stackpin/autotune/cache.py), the directory
-# vLLM otherwise keeps under $VLLM_CACHE_ROOT and lets VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR replace.
-AUTOTUNE_DIR = f"{AUTOTUNE_MOUNT}/flashinfer_autotune_cache"
 MNNVL_ENV = {"NCCL_CUMEM_ENABLE": "1", "NCCL_MNNVL_ENABLE": "1", "UCX_CUDA_IPC_ENABLE_MNNVL": "y"}
 
 
@@ -116,8 +113,15 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     generated_env: dict[str, str] = {"VLLM_ENGINE_READY_TIMEOUT_S": str(budget)}
     if domain:
         generated_env.update(MNNVL_ENV)
+    tree = cache.tree() if cache else None
     if cache:
-        generated_env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] = AUTOTUNE_DIR
+        if tree is None:
+            problems.append(f"autotune cache {cache.pinned} does not record its files below exactly one "
+                            "<flashinfer version>/<arch list> directory, the one vLLM reads; pack it with "
+                            "`stackpin autotune pack` from one capture")
+        # vLLM reads <this>/<config hash>/autotune_configs*.json and writes there at start-up: the seed
+        # init container's writable copy of the image's <fi>/<arch> directory (render/pod.py).
+        generated_env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] = AUTOTUNE_WORK
     store = spec.model_store
     # Workers and the frontend (which loads the tokenizer) read the model from the volume.
     model_env = {"HF_HOME": store.mount_path, "HF_HUB_OFFLINE": "1" if store.offline else "0"} if store else {}
@@ -156,7 +160,7 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
             shape=pool,
             # Every worker joins the domain: NIXL moves KV between prefill and decode over MNNVL too.
             compute_domain=domain, clique_affinity=domain is not None and pool.spans_nodes,
-            autotune_image=cache.pinned if cache else None, model_store=store,
+            autotune_image=cache.pinned if cache else None, autotune_tree=tree, model_store=store,
             shared_memory=catalog.engine.worker_shared_memory,
             node_selector=node_selector,
             pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": role}.items())),
@@ -218,7 +222,9 @@ def _serving_pod(plan: StackPlan, comp: ComponentPlan, gpu_resource: str) -> Pod
     if comp.startup:
         pod.container["startupProbe"] = comp.startup.as_dict()
     if plan.attestation is not None and comp.shape is not None:  # every worker, before its engine starts
-        pod.fields["initContainers"] = [attest.init_container(plan.image, pod.container, comp)]
+        # After the autotune seed: the check reads the copy the engine will read.
+        pod.fields["initContainers"] = [*pod.fields.get("initContainers", []),
+                                        attest.init_container(plan.image, pod.container, comp)]
         pod.fields["volumes"] = [*pod.fields.get("volumes", []), attest.volume(plan.attestation)]
     return pod
 

@@ -41,6 +41,7 @@ class ComponentPlan:
     compute_domain: str | None = None  # ComputeDomain name whose channel the pods claim
     clique_affinity: bool = False
     autotune_image: str | None = None
+    autotune_tree: str | None = None  # <flashinfer version>/<arch list> inside the image (LockedArtifact.tree)
     model_store: ModelStore | None = None
     shared_memory: str | None = None
     node_selector: tuple[tuple[str, str], ...] = ()

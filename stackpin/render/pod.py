@@ -20,8 +20,16 @@ CLAIM = "compute-domain-channel"
 CLIQUE_KEY = "nvidia.com/gpu.clique"  # GPU feature discovery: nodes of one NVLink clique share it
 ARCH_KEY = "kubernetes.io/arch"
 GPU_RESOURCE = "nvidia.com/gpu"
-AUTOTUNE_VOLUME = "autotune-cache"
+AUTOTUNE_VOLUME = "autotune-cache"  # the pinned cache image, read-only; only the seed container mounts it
 AUTOTUNE_MOUNT = "/opt/stackpin/autotune"
+# vLLM writes into its autotune directory on every start (mkdir of the config-hash directory, every rank
+# rewrites the file, rank 0 saves it: docs/facts.md#autotune-cache-path), uncaught; an image volume is
+# read-only, so the engine reads a writable copy that the seed init container fills from the image.
+AUTOTUNE_WORK_VOLUME = "autotune-work"
+AUTOTUNE_WORK = "/var/lib/stackpin/flashinfer-autotune"  # VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR
+AUTOTUNE_SEED = "autotune-seed"
+# Copying some MiB of JSON: a tenth of a core and a little memory.
+SEED_RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
 MODEL_VOLUME = "model-cache"
 
 
@@ -53,13 +61,36 @@ class Pod:
     resources: dict[str, Any] | None  # GPU limits/requests (+ claim); None without GPUs
 
 
+def autotune_image_volume(comp: ComponentPlan) -> Volume:
+    # Kubernetes 1.33+ ImageVolume: the cache arrives by digest, read-only, verified by the runtime.
+    assert comp.autotune_image is not None
+    return Volume(AUTOTUNE_VOLUME, {"image": {"reference": comp.autotune_image, "pullPolicy": "IfNotPresent"}},
+                  AUTOTUNE_MOUNT)
+
+
+def autotune_source(comp: ComponentPlan) -> str:
+    """The image's directory that becomes VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR: the packed
+    flashinfer_autotune_cache/<fi>/<arch> (stackpin/autotune/cache.py), whose <config hash>/ directories
+    vLLM looks in."""
+    assert comp.autotune_tree is not None
+    return f"{AUTOTUNE_MOUNT}/flashinfer_autotune_cache/{comp.autotune_tree}"
+
+
+def seed_container(image: str, comp: ComponentPlan) -> dict[str, Any]:
+    """Copies the pinned cache into the engine's writable directory before anything else runs.
+    `cp -R SRC/. DST` copies SRC's contents (every config-hash directory) into the existing DST."""
+    work = Volume(AUTOTUNE_WORK_VOLUME, {"emptyDir": {}}, AUTOTUNE_WORK, read_only=False)
+    return {"name": AUTOTUNE_SEED, "image": image,
+            "command": ["cp", "-R", f"{autotune_source(comp)}/.", AUTOTUNE_WORK],
+            "volumeMounts": [autotune_image_volume(comp).as_mount(), work.as_mount()],
+            "resources": {k: dict(v) for k, v in SEED_RESOURCES.items()}}
+
+
 def stack_volumes(comp: ComponentPlan) -> list[Volume]:
-    """What the stack mounts into a worker: the pinned autotune cache and the model store."""
+    """What the stack mounts into a worker: the writable copy of the pinned autotune cache and the model store."""
     out = []
     if comp.autotune_image:
-        # Kubernetes 1.33+ ImageVolume: the cache arrives by digest, read-only, verified by the runtime.
-        out.append(Volume(AUTOTUNE_VOLUME, {"image": {"reference": comp.autotune_image, "pullPolicy": "IfNotPresent"}},
-                          AUTOTUNE_MOUNT))
+        out.append(Volume(AUTOTUNE_WORK_VOLUME, {"emptyDir": {}}, AUTOTUNE_WORK, read_only=False))
     if comp.model_store:
         store = comp.model_store
         out.append(Volume(MODEL_VOLUME, {"persistentVolumeClaim": {"claimName": store.pvc, "readOnly": True}},
@@ -102,6 +133,9 @@ def assemble_pod(plan: StackPlan, comp: ComponentPlan, *, command: Sequence[str]
         # cliques fails at engine start (deep_gemm_mega_moe's symmetric memory cannot cross them).
         pod["affinity"] = {"podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
             {"topologyKey": CLIQUE_KEY, **copy.deepcopy(dict(same_clique))}]}}
+    if comp.autotune_image:
+        pod["initContainers"] = [seed_container(plan.image, comp)]
+        volumes = [*volumes, autotune_image_volume(comp)]  # the seed's alone: the engine never mounts it
     if volumes:
         pod["volumes"] = [v.as_volume() for v in volumes]
     return Pod(pod, container, gpu_resources(comp, gpu_resource))

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 
 from stackpin.profile.model import CudaGraphMode, StackProfile
 from stackpin.validate import Context, Hit, Severity, pools, rule
+from stackpin.validate.kernels import startup_model
 
 _G = ("spec", "cudaGraphs")
 
@@ -162,13 +163,34 @@ def breakable(ctx: Context) -> Iterator[Hit]:
                   "set kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH to \"1\" or \"0\" explicitly")
 
 
-@rule("SP109", Severity.warning, "piecewise CUDA graphs with breakable CUDA graphs on")
-def piecewise_without_compile(ctx: Context) -> Iterator[Hit]:
-    # VLLM_USE_BREAKABLE_CUDAGRAPH=1 forces compilation mode NONE (docs/facts.md#cuda-graphs); piecewise graphs are
-    # cut by the compiler, so without it vLLM cannot capture them and falls back.
-    mode = ctx.profile.spec.cuda_graphs.mode
-    breakable = ctx.profile.spec.kernels.env.get("VLLM_USE_BREAKABLE_CUDAGRAPH") == "1"
-    if breakable and mode in ctx.catalog.engine.piecewise_modes:
-        yield Hit(_G + ("mode",), f"cudaGraphs.mode {mode} needs torch.compile, which "
-                  "VLLM_USE_BREAKABLE_CUDAGRAPH=1 turns off (compilation mode NONE); the piecewise graphs are "
-                  "not captured", "set VLLM_USE_BREAKABLE_CUDAGRAPH to \"0\", or use FULL / FULL_DECODE_ONLY")
+# SP109 ("piecewise CUDA graphs with breakable CUDA graphs on") is retired: it had vLLM backwards. Breakable
+# graphs are how a model that torch.compile never cuts (DeepSeek V4.1) gets piecewise graphs at all; SP110
+# reports the real fallback. Codes are never reused.
+
+
+def graph_fallback(ctx: Context) -> tuple[str, str] | None:
+    """(the mode vLLM really runs, why) when it drops the profile's piecewise graphs at start-up, else None:
+    without breakable CUDA graphs a model with no torch.compile'd submodule has no piecewise capture, and
+    PIECEWISE becomes NONE, FULL_AND_PIECEWISE becomes FULL_DECODE_ONLY (catalog/startup.py)."""
+    found = startup_model(ctx)
+    mode = ctx.profile.spec.cuda_graphs.mode.value
+    if found is None or ctx.model is None:
+        return None
+    graphs, arch = found[0].cuda_graphs, ctx.model.architecture
+    env = ctx.profile.spec.kernels.env.get("VLLM_USE_BREAKABLE_CUDAGRAPH")
+    breakable = env == "1" if env is not None else arch in graphs.breakable_by_default
+    if breakable or arch not in graphs.uncompiled or mode not in graphs.without_piecewise:
+        return None
+    why = (f"VLLM_USE_BREAKABLE_CUDAGRAPH={env or 0} and vLLM {found[0].version} never torch.compiles {arch} "
+           f"({graphs.uncompiled_source}), so it has no piecewise capture ({graphs.without_piecewise_source})")
+    return graphs.without_piecewise[mode], why
+
+
+@rule("SP110", Severity.error, "CUDA graph mode vLLM silently downgrades")
+def graph_downgrade(ctx: Context) -> Iterator[Hit]:
+    if (fallback := graph_fallback(ctx)) is not None:
+        runs, why = fallback
+        yield Hit(_G + ("mode",), f"cudaGraphs.mode {ctx.profile.spec.cuda_graphs.mode.value} runs as {runs}: {why}; "
+                  "prefill and mixed batches run without graphs", "set kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH to \"1\" "
+                  f"(or leave it unset: vLLM turns it on for {ctx.model.architecture if ctx.model else 'the model'}), or "
+                  f"declare cudaGraphs.mode: {runs}")

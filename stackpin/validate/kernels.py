@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.catalog.startup import AttentionBackend, ModelStartup, StartupFacts, startup_facts, startup_file_name
 from stackpin.validate import Context, Hit, Severity, choices_hint, rule
 
 _K = ("spec", "kernels")
@@ -47,3 +48,87 @@ def fallback_on_native(ctx: Context) -> Iterator[Hit]:
         if value in ctx.catalog.engine.fallback_backends:
             yield Hit(_K + (field,), f"{value} is a weight-only fallback; {ctx.gpu.name} runs FP8/FP4 natively",
                       "use a native backend (deep_gemm, cutlass, flashinfer_*)")
+
+
+# --- what the pinned vLLM does with the backend once the model is built (catalog/startup.py) ---------
+
+def startup_model(ctx: Context) -> tuple[StartupFacts, ModelStartup] | None:
+    """The pinned vLLM's start-up facts for the stack's model architecture, when the catalog has them."""
+    facts = startup_facts(ctx.profile.spec.versions.vllm)
+    if facts is None or ctx.model is None or ctx.model.architecture not in facts.models:
+        return None
+    return facts, facts.models[ctx.model.architecture]
+
+
+def _attention(ctx: Context) -> tuple[StartupFacts, ModelStartup, str, AttentionBackend] | None:
+    found = startup_model(ctx)
+    backend = ctx.profile.spec.kernels.attention
+    if found is None or backend is None or backend not in found[1].attention:
+        return None
+    return found[0], found[1], backend, found[1].attention[backend]
+
+
+@rule("SP215", Severity.error, "KV-cache dtype the attention kernel raises on")
+def kv_dtype_for_backend(ctx: Context) -> Iterator[Hit]:
+    if (found := _attention(ctx)) is None:
+        return
+    facts, _, backend, kernel = found
+    dtype = ctx.profile.spec.kv_cache.dtype
+    if dtype not in kernel.kv_cache_dtypes:
+        yield Hit(("spec", "kvCache", "dtype"), f"vLLM {facts.version}'s {backend} layer raises on kv-cache dtype "
+                  f"{dtype!r} while the model is built ({kernel.source})",
+                  f"one of: {', '.join(kernel.kv_cache_dtypes)}")
+
+
+@rule("SP216", Severity.error, "KV block size no attention kernel can use")
+def block_size_for_backend(ctx: Context) -> Iterator[Hit]:
+    if (found := _attention(ctx)) is None or ctx.profile.spec.kv_cache.block_size is None:
+        return
+    facts, model, backend, _ = found
+    problem = model.block_size_problem(backend, ctx.gpu.compute_major, ctx.profile.spec.kv_cache.block_size)
+    if problem is not None:
+        yield Hit(("spec", "kvCache", "blockSize"), f"vLLM {facts.version} fails after loading the weights: "
+                  f"{problem} ({model.block_size_source})", "leave blockSize unset (vLLM then picks one every "
+                  "kernel takes) or set a multiple of the kernels' block size")
+
+
+@rule("SP217", Severity.error, "no attention kernel of the pinned vLLM runs the model on this GPU")
+def attention_for_gpu(ctx: Context) -> Iterator[Hit]:
+    found = startup_model(ctx)
+    if found is None:
+        return
+    facts, model = found
+    major, backend = ctx.gpu.compute_major, ctx.profile.spec.kernels.attention
+    runs = sorted(name for name, kernel in model.attention.items() if major in kernel.compute_majors)
+    if not runs:
+        yield Hit(("spec", "target", "platform"), f"vLLM {facts.version} has no {ctx.model.architecture if ctx.model else ''} "
+                  f"attention kernel for {ctx.gpu.name} ({ctx.gpu.sm_arch}): its backends need SM "
+                  f"{'/'.join(sorted({f'{m}.x' for k in model.attention.values() for m in k.compute_majors}))} "
+                  f"({model.selector_source})", "serve the model on a GPU one of them supports")
+    elif backend in model.attention and major not in model.attention[backend].compute_majors:
+        yield Hit(_K + ("attention",), f"vLLM {facts.version}'s {backend} does not run on {ctx.gpu.sm_arch}; the "
+                  f"selector takes it without a check and the kernels fail ({model.attention[backend].source})",
+                  f"one of: {', '.join(runs)}")
+
+
+@rule("SP218", Severity.warning, "KV-cache dtype the attention kernel silently replaces")
+def kv_dtype_rewritten(ctx: Context) -> Iterator[Hit]:
+    if (found := _attention(ctx)) is None:
+        return
+    facts, _, backend, kernel = found
+    dtype = ctx.profile.spec.kv_cache.dtype
+    stored = kernel.kv_cache_dtypes.get(dtype)
+    if stored is not None and stored != dtype and not (dtype == "auto" and stored == "bfloat16"):
+        yield Hit(("spec", "kvCache", "dtype"), f"vLLM {facts.version}'s {backend} stores kv-cache dtype "
+                  f"{dtype!r} as {stored!r}, and the stack's memory and diffs would say {dtype!r} ({kernel.source})",
+                  f"set kvCache.dtype: {stored}")
+
+
+@rule("SP219", Severity.warning, "no start-up facts for the pinned vLLM")
+def no_startup_facts(ctx: Context) -> Iterator[Hit]:
+    version = ctx.profile.spec.versions.vllm
+    if ctx.vllm is not None and startup_facts(version) is None:
+        yield Hit(("spec", "versions", "vllm"), f"stackpin has no start-up facts for vLLM {version} "
+                  f"(catalog/engines/{startup_file_name(version)}): what it raises on or changes silently once the "
+                  "model is built (attention kernel, KV dtype, block size, CUDA graph fallbacks) went unchecked",
+                  "add the file from the release's source (docs/engine-args.md#start-up-facts)")

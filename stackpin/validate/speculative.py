@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from stackpin.profile.model import Speculative
@@ -65,6 +66,20 @@ def no_draft_model(ctx: Context) -> Iterator[Hit]:
     for path, spec in _settings(ctx):
         if spec.method in ("draft_model", "eagle", "eagle3") and not spec.draft_model:
             yield Hit(path + ("method",), f"method {spec.method!r} needs draftModel")
+
+
+COMMIT = re.compile(r"[0-9a-f]{40}")
+
+
+@rule("SP118", Severity.error, "draft model not pinned to a commit")
+def draft_unpinned(ctx: Context) -> Iterator[Hit]:
+    # vLLM builds the draft's ModelConfig with the speculative config's own revision, never the target's
+    # --revision (config/speculative.py:1297 in 0.31.0); None is the Hub's default branch.
+    for path, spec in _settings(ctx):
+        if spec.draft_model and not (spec.draft_revision and COMMIT.fullmatch(spec.draft_revision)):
+            yield Hit(path + ("draftRevision",), f"draftModel {spec.draft_model} is loaded at "
+                      f"{spec.draft_revision or 'its default branch'}, which can move under a locked stack",
+                      "set draftRevision to the draft's 40-hex commit")
 
 
 @rule("SP116", Severity.error, "draft tensor parallel size neither 1 nor the target's")

@@ -1,0 +1,111 @@
+"""What a vLLM release does at start-up beyond parsing its arguments (`engines/vllm-<version>.startup.yaml`).
+
+The flag catalogs (`flags.py`) say which options a release accepts; these files say what it then does with
+them once the model is built: which attention class a backend name gives, which KV-cache dtypes that class
+stores or raises on, which kernel block sizes it needs, when CUDA graph modes fall back, where a draft model's
+revision comes from. They are read by hand from the published wheel, each fact with its file:line, and held
+to the code by tests/test_engine_check.py, which runs the release's own functions.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from math import gcd
+
+import yaml
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from stackpin.catalog.search import SearchPath, bundled, search_path
+from stackpin.errors import StackpinError
+
+
+class _Fact(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+def _for_major(sizes: dict[str, tuple[int, ...]], major: int) -> tuple[int, ...]:
+    return sizes.get(str(major), sizes["default"])
+
+
+class AttentionBackend(_Fact):
+    compute_majors: tuple[int, ...]
+    kv_cache_dtypes: dict[str, str]  # --kv-cache-dtype -> what the layer stores; others raise
+    kernel_block_sizes: dict[str, tuple[int, ...]]  # by compute-capability major, or "default"
+    source: str
+
+    def block_sizes(self, major: int) -> tuple[int, ...]:
+        return _for_major(self.kernel_block_sizes, major)
+
+
+class ModelStartup(_Fact):
+    selector_source: str
+    attention: dict[str, AttentionBackend]
+    companion_block_sizes: dict[str, tuple[int, ...]]
+    companion_multiple_of: int
+    companion_source: str
+    block_size_source: str
+
+    def block_size_problem(self, backend: str, major: int, block_size: int) -> str | None:
+        """Why the KV manager's block size suits no common kernel block size, as vLLM's
+        select_common_block_size decides it (the block size itself, else the largest explicit kernel size
+        dividing it, must suit every kernel); None when one does."""
+        explicit = [self.attention[backend].block_sizes(major), _for_major(self.companion_block_sizes, major)]
+
+        def fits(size: int) -> bool:
+            return all(size in sizes for sizes in explicit) and size % self.companion_multiple_of == 0
+
+        if fits(block_size) or any(fits(s) for group in explicit for s in group if block_size % s == 0):
+            return None
+        need = 1
+        for size in (*{s for group in explicit for s in group}, self.companion_multiple_of):
+            need = need * size // gcd(need, size)
+        return (f"no kernel block size divides {block_size}: {backend} needs {'/'.join(map(str, explicit[0]))} and "
+                f"the indexer {'/'.join(map(str, explicit[1]))} on SM {major}.x; use a multiple of {need}")
+
+
+class CudaGraphs(_Fact):
+    breakable_by_default: tuple[str, ...]
+    breakable_source: str
+    uncompiled: tuple[str, ...]
+    uncompiled_source: str
+    without_piecewise: dict[str, str]
+    without_piecewise_source: str
+
+
+class SpeculativeStartup(_Fact):
+    draft_from_target: tuple[str, ...]
+    source: str
+
+
+class StartupFacts(_Fact):
+    version: str
+    cuda_graphs: CudaGraphs
+    speculative: SpeculativeStartup
+    models: dict[str, ModelStartup]  # by architecture
+    file: str = ""  # where it was read from, for messages
+
+
+def startup_file_name(version: str) -> str:
+    return f"vllm-{version}.startup.yaml"
+
+
+@cache
+def _startup(version: str, path: SearchPath) -> StartupFacts | None:
+    for directory in path:
+        candidate = directory.joinpath("engines", startup_file_name(version))
+        if candidate.is_file():
+            shown = f"stackpin/catalog/engines/{candidate.name}" if directory == bundled() else str(candidate)
+            try:
+                data = yaml.safe_load(candidate.read_text(encoding="utf-8"))
+                return StartupFacts.model_validate({**data, "file": shown})
+            except (yaml.YAMLError, TypeError) as exc:
+                raise StackpinError(f"{shown}: not a start-up facts file ({exc})") from None
+            except ValidationError as exc:
+                first = exc.errors()[0]
+                raise StackpinError(f"{shown}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    return None
+
+
+def startup_facts(version: str) -> StartupFacts | None:
+    """The start-up facts of a vLLM release (first on the catalog search path), or None."""
+    return _startup(version, search_path())
