@@ -71,13 +71,31 @@ def test_json_arguments_are_compact_and_sorted() -> None:
     assert pool is not None
     argv = a.engine_args(profile, "worker", pool, model_revision="c" * 40, vllm=a.vllm_catalog("0.31.0"))
     spec = argv[argv.index("--speculative-config") + 1]
+    # The dspark draft is read from the target's checkpoint, but vLLM gives it the config's own revision
+    # (None: the default branch), never the target's --revision: the locked one is written in.
     assert spec == ('{"draft_sample_method":"probabilistic","enable_adaptive_verification":true,"method":"dspark",'
-                    '"num_speculative_tokens":5,"rejection_sample_method":"block"}')
+                    '"num_speculative_tokens":5,"rejection_sample_method":"block","revision":"' + "c" * 40 + '"}')
     cc = json.loads(argv[argv.index("--compilation-config") + 1])
     assert cc == {"cudagraph_mode": "FULL_AND_PIECEWISE", "cudagraph_capture_sizes": [6, 12, 24, 48, 96, 192, 384],
                   "max_cudagraph_capture_size": 384}
     assert argv[:4] == ["--model", "deepseek-ai/DeepSeek-V4.1-Flash", "--revision", "c" * 40]
     assert argv[-2:] == ["--disaggregation-mode", "agg"]
+
+
+@pytest.mark.parametrize(("speculative", "revision"), [
+    ({"method": "mtp", "numSpeculativeTokens": 1}, "c" * 40),  # also read from the target's checkpoint
+    ({"method": "draft_model", "numSpeculativeTokens": 3, "draftModel": "acme/draft-1",
+      "draftRevision": "d" * 40}, "d" * 40),
+    ({"method": "ngram", "numSpeculativeTokens": 3}, None),  # no model is loaded
+])
+def test_every_model_vllm_loads_is_pinned(speculative: dict[str, object], revision: str | None) -> None:
+    doc = base_doc("gb300-tuned")
+    doc["spec"]["speculative"] = speculative
+    profile = StackProfile.model_validate(doc)
+    pool = profile.spec.placement.pools.worker
+    assert pool is not None
+    argv = a.engine_args(profile, "worker", pool, model_revision="c" * 40, vllm=a.vllm_catalog("0.31.0"))
+    assert json.loads(argv[argv.index("--speculative-config") + 1]).get("revision") == revision
     assert "--kv-transfer-config" not in argv
     # A replayed cache is on: nothing may turn autotuning off.
     assert not any("autotune" in x for x in argv)
@@ -132,7 +150,7 @@ def test_parallelism_and_limits() -> None:
     assert pairs["--pipeline-parallel-size"] == "1" and "--enable-expert-parallel" in argv
     assert pairs["--max-num-seqs"] == "64" and pairs["--max-num-batched-tokens"] == "16384"
     assert pairs["--max-model-len"] == "262144" and pairs["--gpu-memory-utilization"] == "0.9"
-    assert pairs["--kv-cache-dtype"] == "fp8_ds_mla" and pairs["--block-size"] == "64"
+    assert pairs["--kv-cache-dtype"] == "fp8_ds_mla" and pairs["--block-size"] == "128"
     assert pairs["--all2all-backend"] == "flashinfer_nvlink_one_sided"
     assert pairs["--attention-backend"] == "FLASHMLA_MEGA_ATTN_DSV41"
 

@@ -22,7 +22,35 @@ from stackpin.validate.manifests import validate_objects
 from tests.lockkit import shipped_locks, with_profile_value
 
 LOCKED = {"vllm": "0.31.0", "flashinfer-python": "0.7.0.post1", "ai-dynamo": "1.6.1", "nixl": "1.4.1"}
-CACHE_FILE = "0.7.0.post1/103a/" + "c" * 64 + "/autotune_configs.json"
+# Relative to the writable copy the engine reads (VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR): <config hash>/<file>.
+CACHE_FILE = "c" * 64 + "/autotune_configs.json"
+# What FlashInfer's _collect_metadata() reports in the pretend GB300 runtime image.
+RUNTIME = {"flashinfer_version": "0.7.0.post1", "cuda_version": "13.0", "cublas_version": "13.0.2.14",
+           "cudnn_version": "91400", "cudnn_frontend_version": "1.16.0",
+           "cutlass_dsl_version": "nvidia-cutlass-dsl==4.7.1", "gpu": "NVIDIA GB300"}
+MATCHING = json.dumps({"_metadata": RUNTIME, "k": ["Runner", 3]}).encode()
+# Stands in for the runtime image's FlashInfer 0.7.0.post1, which needs a GPU to report its environment:
+# _collect_metadata() gives RUNTIME, and _classify_metadata_mismatches applies the rule autotuner.py states
+# (a saved value passes when it equals the runtime's or is "*"; a missing or indeterminate one is a soft
+# mismatch, any other a hard one). tests/test_engine_check.py runs the script against the real FlashInfer.
+FLASHINFER_STAND_IN = f"""
+RUNTIME = {RUNTIME!r}
+
+
+def _collect_metadata():
+    return dict(RUNTIME)
+
+
+def _classify_metadata_mismatches(saved_meta, current_meta):
+    saved_meta = saved_meta if isinstance(saved_meta, dict) else {{}}
+    hard, soft = {{}}, {{}}
+    for key, current in current_meta.items():
+        saved = saved_meta.get(key)
+        if saved in (current, "*"):
+            continue
+        (soft if saved in (None, "unknown", "None") else hard)[key] = (saved, current)
+    return hard, soft
+"""
 
 
 def _rendered(name: str = "gb300-tuned") -> dict[str, Any]:
@@ -42,11 +70,17 @@ def _site(root: Path, versions: dict[str, str]) -> Path:
         info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
         info.mkdir(parents=True)
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    if "flashinfer-python" in versions:
+        tuner = site / "flashinfer" / "autotuner"
+        tuner.mkdir(parents=True)
+        (site / "flashinfer" / "__init__.py").write_text("")
+        (tuner / "__init__.py").write_text("")
+        (tuner / "autotuner.py").write_text(FLASHINFER_STAND_IN)
     return site
 
 
 def _cache(root: Path, files: dict[str, bytes]) -> Path:
-    cache = root / "autotune" / "flashinfer_autotune_cache"
+    cache = root / "flashinfer-autotune"
     for rel, data in files.items():
         (cache / rel).parent.mkdir(parents=True, exist_ok=True)
         (cache / rel).write_bytes(data)
@@ -76,7 +110,7 @@ class Pod:
         self.script = tmp_path / "attest.py"
         self.script.write_text(cm["data"]["attest.py"])
         self.expected = json.loads(cm["data"]["expected.json"]) if expected is None else expected
-        content = b'{"_metadata": {}}'
+        content = MATCHING
         files = {CACHE_FILE: content} if cache is None else cache
         cache_dir = _cache(tmp_path, files)
         if self.expected.get("autotuneCache"):
@@ -111,7 +145,40 @@ def test_a_matching_pod_prints_the_attested_digest(tmp_path: Path) -> None:
     assert run.stderr == ""
     digest = hashlib.sha256(pod.file.read_bytes()).hexdigest()  # of the expectation the pod was given
     assert run.stdout == (f"attested sha256:{digest} (dsv41-flash): ai-dynamo 1.6.1, flashinfer-python "
-                          "0.7.0.post1, nixl 1.4.1, vllm 0.31.0, autotune cache 1 file(s), GPU 4x NVIDIA GB300\n")
+                          "0.7.0.post1, nixl 1.4.1, vllm 0.31.0, autotune cache 1 file(s), FlashInfer accepts 1 "
+                          "cache file(s), GPU 4x NVIDIA GB300\n")
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (json.dumps({"_metadata": {**RUNTIME, "cuda_version": "12.9"}}).encode(),
+     f"FlashInfer ignores autotune cache file {CACHE_FILE}: cuda_version saved '12.9' vs '13.0' here"),
+    (json.dumps({"_metadata": {k: v for k, v in RUNTIME.items() if k != "cutlass_dsl_version"}}).encode(),
+     f"FlashInfer ignores autotune cache file {CACHE_FILE}: cutlass_dsl_version saved None vs "
+     "'nvidia-cutlass-dsl==4.7.1' here"),
+    (json.dumps({"_metadata": RUNTIME, "_records": []}).encode(),
+     f"autotune cache file {CACHE_FILE}: FlashInfer's load_configs raises on it"),
+], ids=["other-cuda", "no-cute-dsl-field", "records-list"])
+def test_a_cache_flashinfer_would_ignore_or_raise_on_fails_the_pod(tmp_path: Path, content: bytes,
+                                                                   says: str) -> None:
+    pod = Pod(tmp_path, cache={CACHE_FILE: content})
+    pod.expected["autotuneCache"]["files"] = {CACHE_FILE: hashlib.sha256(content).hexdigest()}
+    assert _failed(pod.run()).endswith(says)
+
+
+def test_a_read_only_cache_directory_fails_the_pod(tmp_path: Path) -> None:
+    """vLLM writes into the directory it reads at every start: the seed's copy must be writable. Root writes
+    through file modes, so the copy is made read-only the way an image volume is, by a read-only mount."""
+    pod = Pod(tmp_path)
+    pod.file.write_text(json.dumps(pod.expected))
+    cache = pod.expected["autotuneCache"]["dir"]
+    script = (f"mount --bind {cache} {cache} && mount -o remount,bind,ro {cache} && "
+              f"exec env -i PYTHONPATH={pod.site} PATH={pod.path}:/usr/bin:/bin LC_ALL=C.UTF-8 "
+              f"{sys.executable} -S {pod.script} {pod.file}")
+    run = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=60,
+                         check=False)
+    if "unshare" in run.stderr and run.returncode != 1:
+        pytest.skip(f"no mount namespace here for a read-only mount: {run.stderr.strip()}")
+    assert run.returncode == 1 and f"autotune cache directory {cache} is not writable" in run.stderr
 
 
 @pytest.mark.parametrize(("packages", "says"), [
@@ -127,11 +194,11 @@ def test_a_package_that_differs_fails_the_pod_naming_it(tmp_path: Path, packages
 
 
 @pytest.mark.parametrize(("cache", "says"), [
-    ({CACHE_FILE: b'{"_metadata": {"tampered": 1}}'}, f"autotune cache file {CACHE_FILE} differs from the locked "
+    ({CACHE_FILE: json.dumps({"_metadata": RUNTIME, "tampered": ["Runner", 1]}).encode()},
+     f"autotune cache file {CACHE_FILE} differs from the locked "
      "digest"),
     ({}, f"autotune cache file {CACHE_FILE} is missing"),
-    ({CACHE_FILE: b'{"_metadata": {}}', "0.7.0.post1/103a/extra.json": b"{}"},
-     "autotune cache file 0.7.0.post1/103a/extra.json is not in the lock"),
+    ({CACHE_FILE: MATCHING, "extra.json": MATCHING}, "autotune cache file extra.json is not in the lock"),
 ], ids=["differs", "missing", "unexpected"])
 def test_a_cache_file_that_differs_fails_the_pod(tmp_path: Path, cache: dict[str, bytes], says: str) -> None:
     assert _failed(Pod(tmp_path, cache=cache).run()).endswith(says)
@@ -217,8 +284,10 @@ def test_every_worker_attests_with_the_engines_image_and_mounts(name: str) -> No
     for comp in _workers(objects):
         spec = comp["podTemplate"]["spec"]
         [engine] = spec["containers"]
-        [init] = spec["initContainers"]
-        assert init["image"] == engine["image"]
+        # The cache's seed copies it into the writable directory first; the check then reads that copy.
+        *seed, init = spec["initContainers"]
+        assert [c["name"] for c in seed] == (["autotune-seed"] if cache else [])
+        assert init["image"] == engine["image"] and init["env"] == engine["env"]
         assert init["volumeMounts"][:-1] == engine.get("volumeMounts", [])
         assert init["volumeMounts"][-1]["mountPath"] == "/opt/stackpin/attestation"
         assert init["resources"]["requests"]["cpu"] == "100m"
@@ -234,7 +303,9 @@ def test_attestation_off_renders_no_configmap_and_no_init_container() -> None:
     off = with_profile_value(shipped_locks()["gb300-tuned"], ("spec", "attestation"), False)
     objects = {str(i): o for i, o in enumerate(build_objects(off))}
     assert [o["kind"] for o in objects.values()] == ["DynamoGraphDeployment"]
-    assert all("initContainers" not in c["podTemplate"]["spec"] for c in _workers(objects))
+    # Only the autotune seed is left: the engine still needs its writable copy of the cache.
+    assert all([c["name"] for c in w["podTemplate"]["spec"]["initContainers"]] == ["autotune-seed"]
+               for w in _workers(objects))
 
 
 def test_configmap_and_init_containers_pass_manifest_validation_v1alpha1_too(tmp_path: Path) -> None:

@@ -67,18 +67,23 @@ def test_launch_to_tuned_shows_the_five_serving_changes_as_five_groups() -> None
     ids = [g.id for g in diff.groups]
     five = [GroupId.kernels, GroupId.autotune, GroupId.cuda_graphs, GroupId.speculative, GroupId.placement]
     assert ids[:5] == five
-    # ... plus what else the two honestly differ in: the service target, pins and metadata.
-    assert ids[5:] == [GroupId.service, GroupId.pins, GroupId.metadata]
+    # ... plus what else the two honestly differ in: the KV-cache dtype each attention kernel stores (the
+    # launch's FlashInfer kernel keeps plain bf16 rows, the tuned FlashMLA one the packed fp8_ds_mla record),
+    # the service target, pins and metadata.
+    assert ids[5:] == [GroupId.model, GroupId.service, GroupId.pins, GroupId.metadata]
+    assert (group(diff, GroupId.model).changes[0].old, group(diff, GroupId.model).changes[0].new) == (
+        "auto", "fp8_ds_mla")
     assert diff.impact == Impact.recreate and not diff.equal and diff.pins_compared
-    assert diff.one_line() == ("kernels, autotune, cuda-graphs, speculative, placement, service, pins, metadata "
-                               "(recreate)")
+    assert diff.one_line() == ("kernels, autotune, cuda-graphs, speculative, placement, model, service, pins, "
+                               "metadata (recreate)")
     kernels = group(diff, GroupId.kernels)
     moe = next(c for c in kernels.changes if c.path == "spec.kernels.moe")
     assert (moe.old, moe.new) == ("flashinfer_cutlass", "deep_gemm_mega_moe")
     placement = group(diff, GroupId.placement)
     assert placement.impact == Impact.recreate
     assert any("frontend, prefill, decode -> frontend, worker" in r for r in placement.recreate_reasons)
-    assert {i.what for i in diff.invalidates} == {Invalidated.benchmark}
+    # A KV-cache dtype change invalidates accuracy too: fp8_ds_mla quantizes what bf16 rows kept.
+    assert {i.what for i in diff.invalidates} == {Invalidated.accuracy, Invalidated.benchmark}
 
 
 # --- impact classes -------------------------------------------------------------------------------

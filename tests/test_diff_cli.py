@@ -49,8 +49,8 @@ def test_diff_launch_tuned_by_stack_name_in_text() -> None:
     assert "spec.cudaGraphs.captureSizes: [4, 8, 16, 32, 64] -> [6, 12, 24, 48, 96, 192, 384]" in out
     assert "spec.placement.mode: disaggregated -> colocated" in out
     assert "rollout recreate: the Dynamo admission webhook refuses this in place" in out
-    assert out.rstrip().endswith("summary kernels, autotune, cuda-graphs, speculative, placement, service, pins, "
-                                 "metadata (recreate)")
+    assert out.rstrip().endswith("summary kernels, autotune, cuda-graphs, speculative, placement, model, service, "
+                                 "pins, metadata (recreate)")
 
 
 @pytest.mark.parametrize("fmt", ["json", "yaml"])

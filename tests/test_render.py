@@ -28,7 +28,7 @@ from stackpin.profile.identifiers import model_id_problem
 from stackpin.profile.k8s_names import label_problems
 from stackpin.render.build import RenderError, build_objects
 from stackpin.render.output import render_stack, render_stacks, write_stacks
-from tests.lockkit import PROFILES_DIR, ROOT, dynamo_142_variant, lock_files, lock_paths, shipped_locks
+from tests.lockkit import PROFILES_DIR, ROOT, dynamo_142_variant, lock_files, lock_paths, shipped_locks, with_profile_value
 
 # The committed manifests are the golden files: the shipped stacks, locked from a fresh demo mirror
 # (tests/lockkit.py), must render to exactly them.
@@ -144,19 +144,41 @@ def test_multinode_decode_gets_compute_domain_claims_and_node_count() -> None:
                    .values())
 
 
-def test_autotune_cache_is_an_image_volume_with_its_env() -> None:
+def test_autotune_cache_is_an_image_volume_copied_where_vllm_reads_and_writes() -> None:
+    """vLLM 0.31.0 reads <VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR>/<config hash>/autotune_configs.json and writes
+    there at every start: the engine gets a writable copy of the image's <fi>/<arch> directory, never the
+    read-only image itself (tests/test_engine_check.py runs vLLM's own resolver over this layout)."""
     lock = shipped_locks()["vera-rubin-tuned"]
     cache = lock.resolved.autotune_cache
-    assert cache is not None
+    assert cache is not None and cache.tree() == "0.7.0.post1/107a"
     pod = _components(_dgd(render_stack(lock).files))["worker"]["podTemplate"]["spec"]
     [volume] = [v for v in pod["volumes"] if "image" in v]  # beside the model store's PVC
     assert volume["image"]["reference"] == cache.pinned and "@sha256:" in cache.pinned
+    [work] = [v for v in pod["volumes"] if "emptyDir" in v]
+    seed, attest = pod["initContainers"]
+    assert seed["name"] == "autotune-seed" and attest["name"] == "attest"
+    [image_mount] = [m for m in seed["volumeMounts"] if m["name"] == volume["name"]]
+    [work_mount] = [m for m in seed["volumeMounts"] if m["name"] == work["name"]]
+    assert image_mount["readOnly"] is True and "readOnly" not in work_mount
+    assert seed["command"] == ["cp", "-R", f"{image_mount['mountPath']}/flashinfer_autotune_cache/{cache.tree()}/.",
+                               work_mount["mountPath"]]
     main = pod["containers"][0]
-    [mount] = [m for m in main["volumeMounts"] if m["name"] == volume["name"]]
-    assert mount["readOnly"] is True
+    assert [m["name"] for m in main["volumeMounts"] if m["name"] in (volume["name"], work["name"])] == [work["name"]]
     env = {e["name"]: e["value"] for e in main["env"]}
-    assert env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"].startswith(mount["mountPath"] + "/")
+    assert env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] == work_mount["mountPath"]
     assert not any("autotune" in arg for arg in main["args"])
+
+
+def test_a_cache_without_one_flashinfer_arch_directory_does_not_render() -> None:
+    lock = shipped_locks()["gb300-tuned"]
+    cache = lock.resolved.autotune_cache
+    assert cache is not None
+    files = json.loads(cache.annotations["files"])
+    two = {**files, **{path.replace("/103a/", "/100a/"): digest for path, digest in files.items()}}
+    odd = cache.model_copy(update={"annotations": {**cache.annotations, "files": json.dumps(two)}})
+    bad = lock.model_copy(update={"resolved": lock.resolved.model_copy(update={"autotune_cache": odd})})
+    with pytest.raises(RenderError, match="exactly one <flashinfer version>/<arch list> directory"):
+        build_objects(bad)
 
 
 def test_v1alpha1_for_dynamo_before_1_5(tmp_path: Path) -> None:
@@ -432,8 +454,13 @@ def _expected_shape(name: str, field: str, adds: bool) -> Any:
         key, count = FIELDS[field].adds
         for i, component in enumerate(base["spec"]["components"]):
             if component["type"] != "frontend":
-                container = shape["spec"]["components"][i]["podTemplate"]["spec"]["containers"][0]
-                container[key] = container[key] + container[key][-1:] * count  # items of one shape: order is moot
+                pod = shape["spec"]["components"][i]["podTemplate"]["spec"]
+                containers = [pod["containers"][0]]
+                if key == "env":  # the attestation init container runs with the engine's env
+                    containers += [pod["initContainers"][j] for j, c in enumerate(
+                        component["podTemplate"]["spec"]["initContainers"]) if c["name"] == "attest"]
+                for container in containers:
+                    container[key] = container[key] + container[key][-1:] * count  # one shape: order is moot
     return shape
 
 
@@ -532,7 +559,7 @@ def test_model_store_reaches_every_pod_read_only() -> None:
 def test_cpu_offload_is_rendered_as_sized() -> None:
     from stackpin.render.build import build_objects
 
-    dgd = build_objects(shipped_locks()["a100-8x-selfhost"])[0]
+    dgd = build_objects(with_profile_value(shipped_locks()["gb300-tuned"], ("spec", "fallbacks", "cpuOffloadGib"), 8))[0]
     [worker] = [c for c in dgd["spec"]["components"] if c["name"] == "worker"]
     args = worker["podTemplate"]["spec"]["containers"][0]["args"]
     assert args[args.index("--cpu-offload-gb") + 1] == "8"

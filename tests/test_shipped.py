@@ -21,7 +21,7 @@ def test_every_shipped_profile_has_a_current_lock() -> None:
     outcomes = check_locks(PROFILES, ROOT / "lockfiles")
     assert [(Path(o.profile).name, o.status) for o in outcomes if o.status != "current"] == [], (
         "run `make demo` to relock the shipped profiles")
-    assert len(outcomes) == 6
+    assert len(outcomes) == 5
 
 
 def test_committed_locks_say_they_hold_stand_in_pins() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from stackpin.catalog import load_catalog
 from stackpin.lock.lockfile import StackLock
+from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import topology_of
 from stackpin.render.build import RenderError, build_objects
 from stackpin.render.capture import capture_objects
@@ -54,9 +55,10 @@ def test_colocated_and_node_stacks() -> None:
     [worker] = tuned.pools
     assert (worker.replicas, worker.tensor_parallel, worker.expert_parallel_size, worker.gpus_per_pod) == (18, 4, 4, 4)
     assert not tuned.spans_nodes and tuned.gpus == 72
-    [a100] = _shape("a100-8x-selfhost").pools
+    node = topology_of(StackProfile.model_validate(base_doc("a100-8x-selfhost")))
+    [a100] = node.pools
     assert (a100.tensor_parallel, a100.expert_parallel_size, a100.gpus_per_node, a100.gpus_per_pod) == (8, 1, 8, 8)
-    assert a100.nodes_per_replica == 1 and _shape("a100-8x-selfhost").gpus_available == 8
+    assert a100.nodes_per_replica == 1 and node.gpus_available == 8
     launch = _shape("gb300-launch")
     assert [(p.role, p.replicas, p.nodes_per_replica) for p in launch.pools] == [("prefill", 4, 1), ("decode", 14, 1)]
     assert launch.decode_role == "decode" and not launch.spans_nodes

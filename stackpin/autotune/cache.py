@@ -26,9 +26,13 @@ flashinfer-python wheels 0.7.0.post1 and 0.7.2.post1 from PyPI):
   0.33.0 `flashinfer_autotune_root`): the two middle parts are the last two parts of FlashInfer's
   `jit.env.FLASHINFER_WORKSPACE_DIR`; the hash is `sha256(vllm_config.compute_hash(...))` hex.
 - `<flashinfer version>/<arch list>`: flashinfer/jit/env.py `_get_workspace_dir_name()` =
-  `FLASHINFER_CACHE_DIR / flashinfer.__version__ / "_".join(f"{major}{minor}" for sorted archs)`,
-  where compilation_context.py `_normalize_cuda_arch` gives SM 9.x and SM >= 10 an `a` suffix
-  (sm_103 -> `103a`), SM 12.0 `0f`/`0a` by CUDA version, older archs none (sm_80 -> `80`).
+  `FLASHINFER_CACHE_DIR / flashinfer.__version__ / "_".join(f"{major}{minor}" for sorted archs)` over the
+  visible devices, where compilation_context.py `_normalize_cuda_arch` gives SM 9.x and SM >= 10 an `a`
+  suffix (sm_103 -> `103a`), SM 12.0 `120f` (0.7.0.post1 raises below CUDA 12.9), older archs none.
+- VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR replaces the whole root `$VLLM_CACHE_ROOT/flashinfer_autotune_cache/
+  <fi>/<arch>` (0.31.0 flashinfer_autotune_cache.py:24-41): vLLM then reads `<override>/<hash>/...`, and it
+  writes there on every start (kernel_warmup.py:446-453, 479-482), so render points it at a writable copy
+  of the image's `<fi>/<arch>` directory (render/pod.py).
 - File names: vLLM >= 0.32.0 writes one file per rank, `autotune_configs_dp{dp_rank}_rank{rank}.json`
   (0.32.0 kernel_warmup.py `flashinfer_autotune`; 0.33.0 `flashinfer_autotune_filename`), where
   `rank` is the WORLD group rank: with DP > 1, vllm/distributed/parallel_state.py
@@ -47,8 +51,9 @@ flashinfer-python wheels 0.7.0.post1 and 0.7.2.post1 from PyPI):
   cublas_version, cudnn_version, cudnn_frontend_version, cutlass_dsl_version, gpu (device name)};
   optional `_records` (namespaced records); then `str(key_fields) -> [runner class name, tactic]`;
   last `_generation` (sha256 hex of the rest). `load_configs` ignores the whole file when a
-  metadata value differs from the running environment, unless the saved value is `"*"`; saved values
-  None/"unknown"/"None" are indeterminate and also make it ignore the file.
+  metadata value differs from the running environment's (`_classify_metadata_mismatches`: a saved value
+  passes only when it equals the runtime's or is `"*"`; a missing key is a mismatch too), and raises
+  ValueError when `_records` is not a JSON object.
 """
 
 from __future__ import annotations
@@ -271,6 +276,10 @@ def _read_file(full: Path, rel: Path) -> CacheFile:
     generation = doc.get(GENERATION_KEY)
     if generation is not None and not isinstance(generation, str):
         raise bad_input(full, f"{GENERATION_KEY} is not a string")
+    if RECORDS_KEY in doc and not isinstance(doc[RECORDS_KEY], dict):
+        # autotuner.py load_configs: `raise ValueError("Autotuner namespaced records must be a JSON object")`,
+        # uncaught in vLLM's kernel warm-up: every worker would crash on it.
+        raise bad_input(full, f"{RECORDS_KEY} is not a JSON object; FlashInfer's load_configs raises on it")
     entries = 0
     for key, value in doc.items():
         if key in (METADATA_KEY, GENERATION_KEY, RECORDS_KEY):

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
+from functools import partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stackpin.autotune.cache import (
@@ -15,6 +19,7 @@ from stackpin.autotune.cache import (
     CacheFile,
     CacheInfo,
     FrozenModel,
+    bad_input,
 )
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.errors import StackpinError
@@ -35,6 +40,8 @@ class Mismatch(FrozenModel):
     message: str
     file: str | None = None
     pool: str | None = None
+    # False: something verify could not check (a runtime value it was not given); reported, not failed on.
+    blocking: bool = True
 
     def __str__(self) -> str:
         where = f"{self.file}: " if self.file else ""
@@ -57,7 +64,7 @@ def arch_tokens(sm_arch: str) -> set[str]:
         raise StackpinError(f"cannot read SM arch {sm_arch!r}")
     major, minor = int(digits[:-1]), int(digits[-1])
     if major == 12 and minor == 0:
-        return {"120f", "120a"}  # depends on the CUDA version (12.9+: f)
+        return {"120f"}  # compilation_context.py _normalize_cuda_arch (raises below CUDA 12.9)
     if major >= 9:
         return {f"{major}{minor}a"}
     return {f"{major}{minor}"}
@@ -74,9 +81,11 @@ def tuning_groups(pool: Pool) -> list[list[int]]:
             for dp in range(pool.data_parallel) for s in range(pp)]
 
 
-def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> list[Mismatch]:
+def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog,
+                 runtime: Mapping[str, str] | None = None) -> list[Mismatch]:
     """Everything that would stop the pinned engines from using this cache on the profile's GPUs.
-    An empty list means: right FlashInfer, right device and arch, consistent metadata, and a
+    An empty list means: right FlashInfer, right device and arch, metadata FlashInfer accepts against the
+    runtime (`runtime`: the pinned image's `_collect_metadata()`, as the capture Job records it), and a
     complete set of files for every pool the placement runs."""
     out: list[Mismatch] = []
     if profile.spec.autotune.mode == AutotuneMode.off:
@@ -87,6 +96,8 @@ def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog) -> li
     out += _check_versions(info, want_fi)
     out += _check_device(info, gpu.device_name, gpu.sm_arch)
     out += _check_metadata(info)
+    out += _check_runtime(info, {**dict(runtime or {}), "flashinfer_version": want_fi, "gpu": gpu.device_name},
+                          given=runtime is not None)
     topology = topology_of(profile, catalog)
     fit = fit_cache(topology, info.config_directories(), profile.spec.versions.vllm, catalog)
     for pool in fit.v2_store:
@@ -122,11 +133,6 @@ def _check_versions(info: CacheInfo, want: str) -> list[Mismatch]:
             out.append(Mismatch(field="flashinfer", file=files[0].path, message=(
                 f"directory is for FlashInfer {version}, the profile pins {want}; vLLM looks only in "
                 f"{want}/ ({_n(files)})")))
-    for value, files in _by_meta(info, "flashinfer_version"):
-        if value not in (want, WILDCARD):
-            out.append(Mismatch(field="flashinfer", file=files[0].path, message=(
-                f"_metadata.flashinfer_version is {value!r}, the profile pins {want}; FlashInfer ignores "
-                f"the file ({_n(files)})")))
     return out
 
 
@@ -134,10 +140,11 @@ def _check_device(info: CacheInfo, device: str, sm_arch: str) -> list[Mismatch]:
     out = []
     tokens = arch_tokens(sm_arch)
     for arch, files in sorted(_grouped(info.files, lambda f: f.arch_list).items()):
-        if not tokens & set(arch.split("_")):
+        # FlashInfer names the set of visible GPUs; every GPU of a node is the rack's, so exactly one token.
+        if arch not in tokens:
             out.append(Mismatch(field="arch", file=files[0].path, message=(
-                f"arch-list directory {arch!r} does not include {'/'.join(sorted(tokens))} ({sm_arch}, the "
-                f"rack's GPU); FlashInfer on that GPU looks elsewhere ({_n(files)})")))
+                f"arch-list directory {arch!r} is not {'/'.join(sorted(tokens))} ({sm_arch}, the rack's GPU): it "
+                f"was captured on other GPUs ({_n(files)})")))
     for value, files in _by_meta(info, "gpu"):
         if value not in (device, WILDCARD):
             out.append(Mismatch(field="device", file=files[0].path, message=(
@@ -145,18 +152,40 @@ def _check_device(info: CacheInfo, device: str, sm_arch: str) -> list[Mismatch]:
     return out
 
 
+def _check_runtime(info: CacheInfo, runtime: Mapping[str, str], given: bool) -> list[Mismatch]:
+    """FlashInfer's own rule (autotuner.py `_classify_metadata_mismatches`, applied by `load_configs`): a
+    file's configs are used only when every saved `_metadata` value equals the runtime's or is "*"."""
+    out = []
+    for key in METADATA_FIELDS:
+        if key not in runtime:
+            out.append(Mismatch(field="runtime", blocking=False, message=(
+                f"_metadata.{key} not checked against the pinned runtime image: pass --runtime-metadata with the "
+                "JSON the capture Job writes (FlashInfer's _collect_metadata() in that image)")))
+            continue
+        want = runtime[key]
+        groups = _grouped([f for f in info.files if f.metadata is not None], partial(_meta_of, key=key))
+        for value, files in sorted(groups.items(), key=lambda kv: str(kv[0])):
+            if value not in (want, WILDCARD):
+                source = "runtime image" if given and key not in ("flashinfer_version", "gpu") else "stack"
+                shown = "missing" if value is None else repr(value)
+                out.append(Mismatch(field="metadata", file=files[0].path, message=(
+                    f"_metadata.{key} is {shown}, the {source} has {want!r}: FlashInfer ignores the file's "
+                    f"configs and every rank retunes ({_n(files)})")))
+    return out
+
+
+def _meta_of(f: CacheFile, key: str) -> Any:
+    return f.meta(key)
+
+
 def _check_metadata(info: CacheInfo) -> list[Mismatch]:
     out = []
     missing = [f for f in info.files if f.metadata is None]
     if missing:
+        # FlashInfer loads such a file unchecked; stackpin refuses it, since nothing says where it came from.
         out.append(Mismatch(field="metadata", file=missing[0].path, message=(
-            f"no {METADATA_KEY} block: the environment it was tuned in cannot be checked ({_n(missing)})")))
-    for key in METADATA_FIELDS:
-        bad = [f for f in info.files if f.metadata is not None and f.meta(key) in INDETERMINATE]
-        if bad:
-            out.append(Mismatch(field="metadata", file=bad[0].path, message=(
-                f"_metadata.{key} is {bad[0].meta(key)!r} (missing or indeterminate): FlashInfer ignores "
-                f"the file ({_n(bad)})")))
+            f"no {METADATA_KEY} block: FlashInfer would load it unchecked, but the environment it was tuned in "
+            f"cannot be told (stackpin's rule) ({_n(missing)})")))
     by_meta = _grouped([f for f in info.files if f.metadata is not None],
                        lambda f: json.dumps(f.metadata, sort_keys=True))
     if len(by_meta) > 1:
@@ -244,3 +273,30 @@ def _check_fingerprints(role: str, pool: Pool, files: Sequence[CacheFile]) -> li
     return out
 
 
+
+
+MAX_RUNTIME_BYTES = 64 * 1024  # seven short strings
+
+
+def read_runtime_metadata(path: Path) -> dict[str, str]:
+    """The runtime's `_collect_metadata()` as the capture Job writes it: a JSON object of METADATA_FIELDS to
+    strings. A regular file, read with a byte limit; anything else is bad input naming the file."""
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise bad_input(path, "not a regular file")
+        with open(path, "rb") as fh:
+            raw = fh.read(MAX_RUNTIME_BYTES + 1)
+    except OSError as exc:
+        raise bad_input(path, f"cannot read: {exc.strerror}") from None
+    if len(raw) > MAX_RUNTIME_BYTES:
+        raise bad_input(path, f"larger than {MAX_RUNTIME_BYTES} bytes; runtime metadata is a few hundred")
+    try:
+        doc = json.loads(raw)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise bad_input(path, f"not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise bad_input(path, "not a JSON object of FlashInfer's metadata fields")
+    for key in METADATA_FIELDS:
+        if not isinstance(doc.get(key), str):
+            raise bad_input(path, f"{key}: missing or not a string (fields: {', '.join(METADATA_FIELDS)})")
+    return {key: doc[key] for key in METADATA_FIELDS}

@@ -112,34 +112,41 @@ def inspect_cmd(source: str, layout: str | None, output: str) -> None:
 @autotune.command()
 @click.argument("source", metavar="DIR|REF")
 @click.argument("profile", type=click.Path(dir_okay=False))
+@click.option("--runtime-metadata", "runtime_file", type=click.Path(dir_okay=False),
+              help="JSON of FlashInfer's _collect_metadata() in the pinned runtime image (the capture Job writes "
+                   "runtime-metadata-<pool>.json): every _metadata field is then checked as FlashInfer checks it.")
 @LAYOUT
 @OUTPUT
 @user_errors
-def verify(source: str, profile: str, layout: str | None, output: str) -> None:
-    """Check a cache against PROFILE: FlashInfer version, GPU, metadata, and one file per rank for
-    every pool (and, for a REF, that it is an image workers can mount). Exit 0 when it fits, 1 listing
-    each mismatch, 2 on unreadable input."""
+def verify(source: str, profile: str, runtime_file: str | None, layout: str | None, output: str) -> None:
+    """Check a cache against PROFILE as FlashInfer and the pinned vLLM read it: FlashInfer version, GPU
+    arch, every _metadata field against the runtime, _records, and one file per rank for every pool (and,
+    for a REF, that it is an image workers can mount). Exit 0 when it fits, 1 listing each mismatch, 2 on
+    unreadable input. What it could not check (runtime fields without --runtime-metadata) is listed too."""
     from stackpin.autotune.fetch import LEGACY_FORM
-    from stackpin.autotune.verify import Mismatch, verify_cache
+    from stackpin.autotune.verify import Mismatch, read_runtime_metadata, verify_cache
     from stackpin.catalog import load_catalog
     from stackpin.profile.loader import load_profile
     from stackpin.profile.topology import topology_of
 
     loaded = load_profile(profile)
+    runtime = read_runtime_metadata(Path(runtime_file)) if runtime_file else None
     with ExitStack() as stack:
         info, digest, mountable = _load(source, layout, stack)
-        mismatches = verify_cache(info, loaded.profile, load_catalog())
+        found = verify_cache(info, loaded.profile, load_catalog(), runtime)
     if not mountable:
-        mismatches.append(Mismatch(field="format", message=f"{source} is {LEGACY_FORM}"))
+        found.append(Mismatch(field="format", message=f"{source} is {LEGACY_FORM}"))
+    mismatches = [m for m in found if m.blocking]
     if output == "text":
-        for m in mismatches:
-            click.echo(f"mismatch: {m}")
+        for m in found:
+            click.echo(f"{'mismatch' if m.blocking else 'unchecked'}: {m}")
         if not mismatches:
             pools = ", ".join(topology_of(loaded.profile, load_catalog()).by_role)
             click.echo(f"ok: {len(info.files)} files fit {loaded.profile.name} (pools: {pools})")
     else:
         emit({"ok": not mismatches, "digest": digest, "profile": loaded.profile.name,
-              "mismatches": [m.model_dump(mode="json") for m in mismatches]}, output)
+              "mismatches": [m.model_dump(mode="json") for m in mismatches],
+              "unchecked": [m.model_dump(mode="json") for m in found if not m.blocking]}, output)
     if mismatches:
         sys.exit(1)
 

@@ -12,9 +12,9 @@ from typing import Any
 
 # vllm_catalog and dynamo_catalog are re-exported for the render plan, which reads them as argmod.*.
 from stackpin.catalog.flags import FlagCatalog
-from stackpin.catalog.startup import startup_facts
 from stackpin.catalog.flags import dynamo_catalog as dynamo_catalog
 from stackpin.catalog.flags import vllm_catalog as vllm_catalog
+from stackpin.catalog.startup import startup_facts
 from stackpin.lock.canonical import canonical_json
 from stackpin.profile.engine_args import EngineArgValue, scalar_text
 from stackpin.profile.model import AutotuneMode, Placement, Pool, RouterMode, Speculative, StackProfile
@@ -81,7 +81,8 @@ def unknown_values(flags: list[Flag], catalogs: list[FlagCatalog]) -> list[str]:
 DRAFT_FROM_TARGET = ("dspark", "mtp")
 
 
-def speculative_config(spec: Speculative, target_revision: str, vllm_version: str | None = None) -> dict[str, Any] | None:
+def speculative_config(spec: Speculative, target_revision: str,
+                       vllm_version: str | None = None) -> dict[str, Any] | None:
     """vLLM's --speculative-config for these settings; None when speculation is off. Every model vLLM loads
     is pinned: vLLM gives the draft the config's own `revision`, never the target's --revision, so a draft
     read from the target's checkpoint gets the locked model revision and a separate draft its draftRevision."""

@@ -21,6 +21,7 @@ pod` shows it); exit 2 when EXPECTED_JSON cannot be read.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 import shutil
@@ -92,6 +93,43 @@ def check_cache(cache: dict[str, Any] | None) -> tuple[list[str], str]:
     return diffs, f"autotune cache {len(files)} file(s)"
 
 
+def check_flashinfer_accepts(cache: dict[str, Any] | None) -> tuple[list[str], str]:
+    """Every cache file through FlashInfer's own load rule, in this image, on this pod's GPUs: its
+    `_collect_metadata()` is the runtime, `_classify_metadata_mismatches` the verdict load_configs acts on
+    (a mismatch: the configs are ignored and every rank retunes), and `_records` must be a JSON object
+    (load_configs raises otherwise, and vLLM does not catch it). Imported by name at run time: the runtime
+    image carries FlashInfer; this script itself needs only the standard library."""
+    if cache is None or not os.path.isdir(cache["dir"]):
+        return [], ""
+    try:
+        tuner = importlib.import_module("flashinfer.autotuner.autotuner")
+        current = tuner._collect_metadata()
+        classify = tuner._classify_metadata_mismatches
+    except Exception as exc:  # noqa: BLE001 -- any failure means the check could not run
+        return [f"FlashInfer's autotuner cannot be loaded to check the cache ({type(exc).__name__}: {exc})"], ""
+    diffs, count = [], 0
+    for top, dirs, names in os.walk(cache["dir"]):
+        dirs.sort()
+        for name in sorted(n for n in names if n.endswith(".json")):
+            rel = os.path.relpath(os.path.join(top, name), cache["dir"])
+            try:
+                with open(os.path.join(top, name), "rb") as fh:
+                    doc = json.loads(fh.read().decode("utf-8"))
+            except (OSError, ValueError) as exc:
+                diffs.append(f"autotune cache file {rel} cannot be read as JSON ({exc})")
+                continue
+            if not isinstance(doc, dict) or not isinstance(doc.get("_records", {}), dict):
+                diffs.append(f"autotune cache file {rel}: FlashInfer's load_configs raises on it")
+                continue
+            hard, soft = classify(doc.get("_metadata"), current)
+            wrong = {**soft, **hard}
+            if wrong:
+                shown = ", ".join(f"{k} saved {v[0]!r} vs {v[1]!r} here" for k, v in sorted(wrong.items()))
+                diffs.append(f"FlashInfer ignores autotune cache file {rel}: {shown}")
+            count += 1
+    return diffs, f"FlashInfer accepts {count} cache file(s)"
+
+
 def check_gpu(want: str | None) -> tuple[list[str], str]:
     """(differences, summary) of the GPUs nvidia-smi reports against the rack's GPU model."""
     smi = shutil.which("nvidia-smi")
@@ -117,7 +155,8 @@ def check_gpu(want: str | None) -> tuple[list[str], str]:
 def attest(expected: dict[str, Any], digest: str) -> tuple[bool, str]:
     """(passed, the one line to print); `digest` is the expectation file's sha256."""
     diffs, ok = check_packages(expected["packages"])
-    for found, summary in (check_cache(expected.get("autotuneCache")), check_gpu(expected.get("gpu"))):
+    cache = expected.get("autotuneCache")
+    for found, summary in (check_cache(cache), check_flashinfer_accepts(cache), check_gpu(expected.get("gpu"))):
         diffs += found
         if summary:
             ok.append(summary)

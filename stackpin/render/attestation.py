@@ -100,5 +100,7 @@ def init_container(image: str, engine: dict[str, Any], comp: ComponentPlan) -> d
         for part in ("requests", "limits"):
             resources_[part][GPU_RESOURCE] = str(comp.gpus_per_pod)
     mounts = [*engine.get("volumeMounts", []), {"name": VOLUME, "mountPath": MOUNT, "readOnly": True}]
+    # The engine's env too: FlashInfer's metadata probe reads LD_LIBRARY_PATH and the CUDA settings it sees.
+    env = {"env": engine["env"]} if engine.get("env") else {}
     return {"name": CONTAINER, "image": image, "command": ["python3", f"{MOUNT}/attest.py", f"{MOUNT}/expected.json"],
-            "volumeMounts": mounts, "resources": resources_}
+            **env, "volumeMounts": mounts, "resources": resources_}

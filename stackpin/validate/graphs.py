@@ -190,7 +190,7 @@ def graph_fallback(ctx: Context) -> tuple[str, str] | None:
 def graph_downgrade(ctx: Context) -> Iterator[Hit]:
     if (fallback := graph_fallback(ctx)) is not None:
         runs, why = fallback
-        yield Hit(_G + ("mode",), f"cudaGraphs.mode {ctx.profile.spec.cuda_graphs.mode.value} runs as {runs}: {why}; "
-                  "prefill and mixed batches run without graphs", "set kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH to \"1\" "
-                  f"(or leave it unset: vLLM turns it on for {ctx.model.architecture if ctx.model else 'the model'}), or "
-                  f"declare cudaGraphs.mode: {runs}")
+        mode = ctx.profile.spec.cuda_graphs.mode.value
+        yield Hit(_G + ("mode",), f"cudaGraphs.mode {mode} runs as {runs}: {why}; prefill and mixed batches run "
+                  "without graphs", "set kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH to \"1\" (vLLM's own default for "
+                  f"this model when it is unset), or declare cudaGraphs.mode: {runs}")

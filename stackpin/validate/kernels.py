@@ -101,10 +101,11 @@ def attention_for_gpu(ctx: Context) -> Iterator[Hit]:
     major, backend = ctx.gpu.compute_major, ctx.profile.spec.kernels.attention
     runs = sorted(name for name, kernel in model.attention.items() if major in kernel.compute_majors)
     if not runs:
-        yield Hit(("spec", "target", "platform"), f"vLLM {facts.version} has no {ctx.model.architecture if ctx.model else ''} "
-                  f"attention kernel for {ctx.gpu.name} ({ctx.gpu.sm_arch}): its backends need SM "
-                  f"{'/'.join(sorted({f'{m}.x' for k in model.attention.values() for m in k.compute_majors}))} "
-                  f"({model.selector_source})", "serve the model on a GPU one of them supports")
+        arch = ctx.model.architecture if ctx.model else "model"
+        majors = "/".join(f"{m}.x" for m in sorted({m for k in model.attention.values() for m in k.compute_majors}))
+        yield Hit(("spec", "target", "platform"), f"vLLM {facts.version} has no {arch} attention kernel for "
+                  f"{ctx.gpu.name} ({ctx.gpu.sm_arch}): its backends need SM {majors} ({model.selector_source})",
+                  "serve the model on a GPU one of them supports")
     elif backend in model.attention and major not in model.attention[backend].compute_majors:
         yield Hit(_K + ("attention",), f"vLLM {facts.version}'s {backend} does not run on {ctx.gpu.sm_arch}; the "
                   f"selector takes it without a check and the kernels fail ({model.attention[backend].source})",

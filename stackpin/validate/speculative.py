@@ -77,7 +77,7 @@ def draft_unpinned(ctx: Context) -> Iterator[Hit]:
     # --revision (config/speculative.py:1297 in 0.31.0); None is the Hub's default branch.
     for path, spec in _settings(ctx):
         if spec.draft_model and not (spec.draft_revision and COMMIT.fullmatch(spec.draft_revision)):
-            yield Hit(path + ("draftRevision",), f"draftModel {spec.draft_model} is loaded at "
+            yield Hit(path + ("draftModel",), f"draftModel {spec.draft_model} is loaded at "
                       f"{spec.draft_revision or 'its default branch'}, which can move under a locked stack",
                       "set draftRevision to the draft's 40-hex commit")
 
