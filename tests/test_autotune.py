@@ -71,6 +71,11 @@ META = {
 }
 
 
+def _verify(info: CacheInfo, profile: StackProfile, catalog: Any) -> list[Mismatch]:
+    """verify with the runtime's metadata the capture Job records: every field is checked."""
+    return verify_cache(info, profile, catalog, META)
+
+
 def entries(n: int, rank: int) -> dict[str, list[object]]:
     """FlashInfer file keys are str(key_fields): (op, runner class, bucketed shapes, extras)."""
     out: dict[str, list[object]] = {}
@@ -234,13 +239,13 @@ def test_tuning_groups_are_tp_groups_per_pp_stage() -> None:
 def test_verify_tuned_worker_pool_ok(tmp_path: Path, tuned_cache: Path) -> None:
     profile = load(tmp_path, "gb300-tuned.yaml")
     assert topology_of(profile).by_role["worker"].tensor_parallel == 4
-    assert verify_cache(inspect_cache(tuned_cache), profile, load_catalog()) == []
+    assert _verify(inspect_cache(tuned_cache), profile, load_catalog()) == []
 
 
 def test_verify_disagg_pools_ok(tmp_path: Path, disagg_cache: Path) -> None:
     profile = load(tmp_path, "gb300-disagg-wide-ep.yaml")
     assert list(topology_of(profile).by_role) == ["prefill", "decode"]
-    assert verify_cache(inspect_cache(disagg_cache), profile, load_catalog()) == []
+    assert _verify(inspect_cache(disagg_cache), profile, load_catalog()) == []
 
 
 def test_verify_missing_rank_is_named(tmp_path: Path) -> None:
@@ -248,7 +253,7 @@ def test_verify_missing_rank_is_named(tmp_path: Path) -> None:
     write_pool(cache, HASH_P, tp=4)
     write_pool(cache, HASH_D, tp=2, dp=8, skip=("autotune_configs_dp3_rank7.json",))
     profile = load(tmp_path, "gb300-disagg-wide-ep.yaml")
-    (m,) = verify_cache(inspect_cache(cache), profile, load_catalog())
+    (m,) = _verify(inspect_cache(cache), profile, load_catalog())
     assert m.field == "ranks" and m.pool == "decode"
     assert m.message.startswith("pool decode: missing autotune_configs_dp3_rank7.json (dp 3, rank 7 of TP2 x DP8)")
     assert m.file == f"{FI}/{ARCH}/{HASH_D}/autotune_configs_dp3_rank7.json"
@@ -257,19 +262,26 @@ def test_verify_missing_rank_is_named(tmp_path: Path) -> None:
 def test_verify_pool_without_directory(tmp_path: Path, tuned_cache: Path) -> None:
     """A TP4-only cache has no directory for decode's TP2 x DP8 (and must not count for it)."""
     profile = load(tmp_path, "gb300-disagg-wide-ep.yaml")
-    (m,) = verify_cache(inspect_cache(tuned_cache), profile, load_catalog())
+    (m,) = _verify(inspect_cache(tuned_cache), profile, load_catalog())
     assert m.pool == "decode" and "no config directory for TP2 x DP8 (needs 16 files" in m.message
 
 
 @pytest.mark.parametrize("pool, expected", [
     pytest.param(dict(fi="0.7.0.post1", meta={**META, "flashinfer_version": "0.7.0.post1"}), [
         ("flashinfer", "directory is for FlashInfer 0.7.0.post1, the profile pins 0.7.2.post1..."),
-        ("flashinfer", "_metadata.flashinfer_version is '0.7.0.post1'...(4 files)...")], id="wrong-flashinfer-version"),
+        ("metadata", "_metadata.flashinfer_version is '0.7.0.post1', the stack has '0.7.2.post1': FlashInfer "
+         "ignores...(4 files)")], id="wrong-flashinfer-version"),
     pytest.param(dict(arch="100a", meta={**META, "gpu": "NVIDIA B200"}), [
-        ("arch", "...'100a' does not include 103a..."),
-        ("device", "tuned on 'NVIDIA B200', the rack's GPU is 'NVIDIA GB300'...")], id="wrong-device-and-arch"),
+        ("arch", "...'100a' is not 103a (sm_103, the rack's GPU)..."),
+        ("metadata", "_metadata.gpu is 'NVIDIA B200', the stack has 'NVIDIA GB300'...")], id="wrong-device-and-arch"),
+    # FlashInfer's rule: an arch list of several GPUs is not this rack's one GPU model.
+    pytest.param(dict(arch="100a_103a"), [("arch", "...'100a_103a' is not 103a...")], id="arch-list-of-two"),
     pytest.param(dict(meta={**META, "cudnn_version": "unknown"}), [
-        ("metadata", "_metadata.cudnn_version is 'unknown' (...")], id="indeterminate-metadata"),
+        ("metadata", "_metadata.cudnn_version is 'unknown', the runtime image has '91500': FlashInfer ignores...")],
+        id="indeterminate-metadata"),
+    pytest.param(dict(meta={k: v for k, v in META.items() if k != "cutlass_dsl_version"}), [
+        ("metadata", "_metadata.cutlass_dsl_version is missing, the runtime image has '4.3.2'...")],
+        id="field-missing"),
     pytest.param(dict(meta=None), [("metadata", "...no _metadata block...")], id="missing-metadata"),
     pytest.param(dict(meta={**META, "gpu": "*"}), [], id="wildcard-metadata-accepted"),
 ])
@@ -279,7 +291,7 @@ def test_verify_worker_pool_tuned_elsewhere(tmp_path: Path, pool: dict[str, obje
     (field, message template) of `expected`, in order."""
     cache = tmp_path / "c"
     write_pool(cache, HASH_W, tp=4, **pool)  # type: ignore[arg-type]
-    found = verify_cache(inspect_cache(cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog())
+    found = _verify(inspect_cache(cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog())
     assert fields(found) == [field for field, _ in expected]
     for m, (_, template) in zip(found, expected, strict=True):
         assert matches(template, m.message), m.message
@@ -288,9 +300,12 @@ def test_verify_worker_pool_tuned_elsewhere(tmp_path: Path, pool: dict[str, obje
 def test_verify_conflicting_metadata(tmp_path: Path, tuned_cache: Path) -> None:
     odd = tuned_cache / "flashinfer_autotune_cache" / FI / ARCH / HASH_W / "autotune_configs_dp0_rank2.json"
     write_file(odd, meta={**META, "cudnn_version": "91400"}, rank=2)
-    found = verify_cache(inspect_cache(tuned_cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog())
-    conflict = [m for m in found if m.field == "metadata"]
+    found = _verify(inspect_cache(tuned_cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog())
+    conflict = [m for m in found if m.field == "metadata" and "conflicts with" in m.message]
     assert len(conflict) == 1 and conflict[0].file and conflict[0].file.endswith("dp0_rank2.json")
+    # ... and against the runtime it is the one file FlashInfer would ignore.
+    [other] = [m for m in found if m.field == "metadata" and m not in conflict]
+    assert "cudnn_version is '91400', the runtime image has '91500'" in other.message
     assert "cudnn_version='91400' vs '91500'" in conflict[0].message
     # vLLM's all-ranks gate compares metadata too, so the worker pool's group fails as well.
     assert any(m.field == "ranks" and "rank 2" in m.message for m in found)
@@ -299,7 +314,7 @@ def test_verify_conflicting_metadata(tmp_path: Path, tuned_cache: Path) -> None:
 def test_verify_entry_counts_must_match_across_the_group(tmp_path: Path, tuned_cache: Path) -> None:
     odd = tuned_cache / "flashinfer_autotune_cache" / FI / ARCH / HASH_W / "autotune_configs_dp0_rank3.json"
     write_file(odd, n=5, rank=3)
-    (m,) = verify_cache(inspect_cache(tuned_cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog())
+    (m,) = _verify(inspect_cache(tuned_cache), load(tmp_path, "gb300-tuned.yaml"), load_catalog())
     assert m.field == "ranks" and "rank 3 has 5 entries, rank 0 has 6" in m.message
 
 
@@ -310,7 +325,7 @@ def test_verify_single_gpu_pool_on_vllm_033_uses_flashinfer_v2_store(tmp_path: P
                    "spec:\n  placement:\n    pools:\n      worker:\n        tensorParallel: 1\n")
     cache = tmp_path / "c"
     write_pool(cache, HASH_W, tp=1)
-    (m,) = verify_cache(inspect_cache(cache), load_profile(one).profile, load_catalog())
+    (m,) = _verify(inspect_cache(cache), load_profile(one).profile, load_catalog())
     assert m.pool == "worker" and "managed v2 store" in m.message
 
 
@@ -321,10 +336,10 @@ def test_verify_shipped_profile_pins_vllm_031_which_reads_one_shared_file(tmp_pa
     legacy = tmp_path / "legacy"
     write_file(legacy / "0.7.0.post1" / ARCH / HASH_W / "autotune_configs.json",
                meta={**META, "flashinfer_version": "0.7.0.post1"})
-    assert verify_cache(inspect_cache(legacy), shipped, load_catalog()) == []
+    assert _verify(inspect_cache(legacy), shipped, load_catalog()) == []
     per_rank = tmp_path / "per-rank"
     write_pool(per_rank, HASH_W, tp=4, fi="0.7.0.post1", meta={**META, "flashinfer_version": "0.7.0.post1"})
-    found = verify_cache(inspect_cache(per_rank), shipped, load_catalog())
+    found = _verify(inspect_cache(per_rank), shipped, load_catalog())
     assert [m.field for m in found] == ["ranks", "ranks"]
     assert "reads only autotune_configs.json" in found[0].message
     assert "pool worker: the stack runs 1 distinct engine configs" in found[1].message
@@ -337,12 +352,12 @@ def test_verify_wants_a_config_directory_per_distinct_pool_and_autotune_on(tmp_p
     one = tmp_path / "one"
     write_file(one / "0.7.0.post1" / ARCH / HASH_W / "autotune_configs.json", meta=meta)
     disagg = load_profile(PROFILES / "gb300-disagg-wide-ep.yaml").profile
-    found = verify_cache(inspect_cache(one), disagg, load_catalog())
+    found = _verify(inspect_cache(one), disagg, load_catalog())
     assert {m.pool for m in found} == {"prefill", "decode"} and all(m.field == "ranks" for m in found)
     write_file(one / "0.7.0.post1" / ARCH / ("e" * 64) / "autotune_configs.json", meta=meta)
-    assert verify_cache(inspect_cache(one), disagg, load_catalog()) == []
+    assert _verify(inspect_cache(one), disagg, load_catalog()) == []
     launch = load_profile(PROFILES / "gb300-launch.yaml").profile
-    assert [m.field for m in verify_cache(inspect_cache(one), launch, load_catalog())][0] == "mode"
+    assert [m.field for m in _verify(inspect_cache(one), launch, load_catalog())][0] == "mode"
 
 
 # --- pack ---------------------------------------------------------------------------------------
@@ -481,7 +496,7 @@ def test_push_fetch_inspect_by_ref(tmp_path: Path, client: RegistryClient, regis
     assert fetched.digest == pushed.digest
     assert [f.sha256 for f in fetched.info.files] == [f.sha256 for f in inspect_cache(disagg_cache).files]
     profile = load(tmp_path, "gb300-disagg-wide-ep.yaml")
-    assert verify_cache(fetched.info, profile, load_catalog()) == []
+    assert _verify(fetched.info, profile, load_catalog()) == []
 
 
 def test_tampered_blob_is_refused(tmp_path: Path, client: RegistryClient, registry: RunningRegistry,
@@ -621,11 +636,25 @@ def test_cli_inspect_dir(tuned_cache: Path) -> None:
 
 def test_cli_verify_exit_codes(tmp_path: Path, tuned_cache: Path) -> None:
     good = profile_at(tmp_path, "gb300-tuned.yaml")
+    runtime = tmp_path / "runtime-metadata-worker.json"
+    runtime.write_text(json.dumps(META))
+    code, out, _ = cli("verify", str(tuned_cache), str(good), "--runtime-metadata", str(runtime))
+    assert code == 0 and out == "ok: 4 files fit test-gb300-tuned (pools: worker)\n"
+    # Without the runtime's metadata, the five library versions are listed as unchecked, not passed over.
     code, out, _ = cli("verify", str(tuned_cache), str(good))
-    assert code == 0 and out.startswith("ok: 4 files fit test-gb300-tuned (pools: worker)")
+    unchecked = [line for line in out.splitlines() if line.startswith("unchecked: runtime: _metadata.")]
+    assert code == 0 and len(unchecked) == 5 and out.startswith("ok: 4 files fit test-gb300-tuned (pools: worker)\n")
+    runtime.write_text(json.dumps({**META, "cuda_version": "12.9"}))
+    code, out, _ = cli("verify", str(tuned_cache), str(good), "--runtime-metadata", str(runtime))
+    assert code == 1 and "_metadata.cuda_version is '13.0', the runtime image has '12.9'" in out
+    for bad_runtime, says in (("[]", "not a JSON object"), ('{"gpu": 1}', "flashinfer_version: missing")):
+        runtime.write_text(bad_runtime)
+        code, out, err = cli("verify", str(tuned_cache), str(good), "--runtime-metadata", str(runtime))
+        assert code == 2 and out == "" and err.count("\n") == 1 and says in err and str(runtime) in err
+    runtime.write_text(json.dumps(META))
 
     disagg = profile_at(tmp_path, "gb300-disagg-wide-ep.yaml")
-    code, out, err = cli("verify", str(tuned_cache), str(disagg))
+    code, out, err = cli("verify", str(tuned_cache), str(disagg), "--runtime-metadata", str(runtime))
     assert code == 1 and out.splitlines() == [
         "mismatch: ranks: pool decode: no config directory for TP2 x DP8 (needs 16 files, "
         "autotune_configs_dp0_rank0.json .. autotune_configs_dp7_rank15.json)"]
@@ -680,3 +709,14 @@ def test_info_is_frozen(tuned_cache: Path) -> None:
     assert isinstance(info, CacheInfo)
     with pytest.raises(ValidationError):
         info.root = "x"  # type: ignore[misc]
+
+
+@pytest.mark.parametrize("records", [[], None, "x"], ids=["list", "null", "string"])
+def test_records_that_flashinfer_raises_on_are_refused(tmp_path: Path, tuned_cache: Path, records: object) -> None:
+    """FlashInfer 0.7.0.post1's load_configs raises ValueError on `_records` that is not a JSON object, and
+    vLLM's warm-up does not catch it: every worker would crash. inspect (and so verify and pack) refuse it."""
+    path = tuned_cache / "flashinfer_autotune_cache" / FI / ARCH / HASH_W / "autotune_configs_dp0_rank0.json"
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "_records": records}))
+    with pytest.raises(InputError, match="_records is not a JSON object; FlashInfer's load_configs raises on it"):
+        inspect_cache(tuned_cache)

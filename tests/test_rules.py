@@ -306,7 +306,7 @@ CASES = [
           "spec.kvCache.dtype": "auto"}, label="backend-not-for-sm90"),
     Case("SP218", "warning", "spec.kvCache.dtype", {"spec.kvCache.dtype": "fp8"},
          {"spec.kvCache.dtype": "nvfp4_ds_mla"}),
-    Case("SP219", "warning", "spec.versions.vllm", VLLM_033, {}),
+    Case("SP219", "warning", "spec.versions.vllm", PINS_1_5, {}),
     Case("SP214", "warning", "spec.kernels.linear", {"spec.kernels.linear": "triton"}, {}, base="gb300-tuned",
          label="linear"),
 ]

@@ -94,7 +94,7 @@ def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog,
     want_fi = profile.spec.versions.flashinfer
     gpu = catalog.gpu_of(profile.spec.target.platform)
     out += _check_versions(info, want_fi)
-    out += _check_device(info, gpu.device_name, gpu.sm_arch)
+    out += _check_device(info, gpu.sm_arch)
     out += _check_metadata(info)
     out += _check_runtime(info, {**dict(runtime or {}), "flashinfer_version": want_fi, "gpu": gpu.device_name},
                           given=runtime is not None)
@@ -136,7 +136,8 @@ def _check_versions(info: CacheInfo, want: str) -> list[Mismatch]:
     return out
 
 
-def _check_device(info: CacheInfo, device: str, sm_arch: str) -> list[Mismatch]:
+def _check_device(info: CacheInfo, sm_arch: str) -> list[Mismatch]:
+    """The arch-list directory (the GPU name in _metadata is _check_runtime's)."""
     out = []
     tokens = arch_tokens(sm_arch)
     for arch, files in sorted(_grouped(info.files, lambda f: f.arch_list).items()):
@@ -145,10 +146,6 @@ def _check_device(info: CacheInfo, device: str, sm_arch: str) -> list[Mismatch]:
             out.append(Mismatch(field="arch", file=files[0].path, message=(
                 f"arch-list directory {arch!r} is not {'/'.join(sorted(tokens))} ({sm_arch}, the rack's GPU): it "
                 f"was captured on other GPUs ({_n(files)})")))
-    for value, files in _by_meta(info, "gpu"):
-        if value not in (device, WILDCARD):
-            out.append(Mismatch(field="device", file=files[0].path, message=(
-                f"tuned on {value!r}, the rack's GPU is {device!r}; FlashInfer ignores the file ({_n(files)})")))
     return out
 
 

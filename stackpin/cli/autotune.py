@@ -138,11 +138,14 @@ def verify(source: str, profile: str, runtime_file: str | None, layout: str | No
         found.append(Mismatch(field="format", message=f"{source} is {LEGACY_FORM}"))
     mismatches = [m for m in found if m.blocking]
     if output == "text":
-        for m in found:
-            click.echo(f"{'mismatch' if m.blocking else 'unchecked'}: {m}")
+        for m in mismatches:
+            click.echo(f"mismatch: {m}")
         if not mismatches:
             pools = ", ".join(topology_of(loaded.profile, load_catalog()).by_role)
             click.echo(f"ok: {len(info.files)} files fit {loaded.profile.name} (pools: {pools})")
+        for m in found:
+            if not m.blocking:
+                click.echo(f"unchecked: {m}")
     else:
         emit({"ok": not mismatches, "digest": digest, "profile": loaded.profile.name,
               "mismatches": [m.model_dump(mode="json") for m in mismatches],

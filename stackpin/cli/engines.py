@@ -232,3 +232,62 @@ def list_(output: str) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+@engines.command("check")
+@click.argument("inputs", nargs=-1, metavar="[LOCK|PROFILE|DIR...]")
+@click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
+              help="Where profiles' locks are looked up, and what is checked when no input is named.")
+@click.option("--python", "python", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
+              help="The engine environment's Python [default: $STACKPIN_ENGINE_PYTHON, else "
+                   ".enginecheck/vllm-<pinned>/bin/python as scripts/install-engine-check.sh builds it].")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1, max=3600), default=600, show_default=True,
+              help="Seconds one pool's check may take.")
+@OUTPUT
+@user_errors
+def check(inputs: tuple[str, ...], lockdir: str, python: Path | None, timeout_s: float, output: str) -> None:
+    """Run every worker pool of each stack through the pinned vLLM's own code, on CPU.
+
+    vLLM's own parser and engine-config construction take the argv and environment render writes, then
+    the pure-Python steps of model build (attention class, the KV-cache dtype it stores, the kernel block
+    size, the CUDA graph mode the model runner resolves, the draft's revision, the autotune file). Exit 0
+    when each pool starts as declared, 1 listing what vLLM would refuse or change, 2 when the engine
+    environment cannot run (build it with scripts/install-engine-check.sh).
+    """
+    import os
+
+    from stackpin.enginecheck.check import check_lock
+    from stackpin.render.output import load_inputs
+
+    locks, _ = load_inputs(list(inputs), Path(lockdir))
+    results, failed = [], False
+    for lock in locks:
+        vllm = lock.stack_profile.spec.versions.vllm
+        env_python = os.environ.get("STACKPIN_ENGINE_PYTHON")
+        interpreter = python or (Path(env_python) if env_python else Path(f".enginecheck/vllm-{vllm}/bin/python"))
+        for pool in check_lock(lock, interpreter, timeout_s=timeout_s):
+            failed |= not pool.ok
+            results.append({"stack": pool.stack, "pool": pool.role, "ok": pool.ok, "problems": list(pool.problems),
+                            "vllm": pool.result})
+            if output == "text":
+                click.echo(_check_line(pool.stack, pool.role, pool.problems, pool.result))
+    if output != "text":
+        emit({"ok": not failed, "pools": results}, output)
+    if failed:
+        raise SystemExit(1)
+
+
+def _check_line(stack: str, role: str, problems: tuple[str, ...], result: dict[str, Any]) -> str:
+    if problems:
+        return "\n".join(f"problem {stack} {role}: {p}" for p in problems)
+    model, config, spec = result.get("model") or {}, result["config"], result.get("speculative")
+    mode = model.get("cudagraph_mode_runtime", config["cudagraph_mode"])
+    parts = [f"vLLM {result['vllm_version']}", f"cudagraph {mode}"]
+    if model:
+        parts.append(f"{model['attention_class']} stores {model['kv_cache_dtype_stored']} in "
+                     f"{config['block_size']}-token blocks (kernel {model['kernel_block_size']})")
+    if spec:
+        parts.append(f"{spec['method']} draft at {spec['draft_revision']}")
+    if result.get("autotune"):
+        parts.append(f"autotune file {result['autotune']['file']}")
+    return f"ok {stack} {role}: " + ", ".join(parts) + f"; not run here: {', '.join(result.get('skipped', []))}"

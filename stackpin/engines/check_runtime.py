@@ -1,0 +1,575 @@
+"""Engine check: run the pinned vLLM release's own start-up code for one worker pool, on CPU.
+
+Usage (with the engine environment's Python, never imported by stackpin):
+
+    python check_runtime.py SPEC.json
+
+A vLLM worker on a GPU node parses its argv, builds a ``VllmConfig`` (with every
+``__post_init__`` rule), and then, while building the model, picks the DeepSeek
+V4.1 attention class, resolves the KV-cache dtype, chooses the kernel block size,
+resolves the CUDA graph mode, and computes the FlashInfer autotune cache path.
+All of those steps are pure Python. When one of them rejects a rendered stack,
+the pod dies minutes into start-up on hardware that is expensive to hold.
+
+This script stands in for that worker up to the first step that needs a GPU. It
+calls vLLM's own functions, not a model of them. A CPU host cannot import vLLM's
+CUDA code paths, so it installs the narrowest stand-ins that make them
+importable:
+
+- placeholder modules for the compiled CUDA extensions;
+- a permissive ``torch.ops._C``;
+- a ``register_fake`` that skips unknown ``_C`` ops;
+- ``HAS_TRITON``;
+- a CUDA platform that reports the GPU named in the spec.
+
+Config construction never calls into any of them. Steps that do need a GPU
+(weights, memory profiling, graph capture, kernel tuning) are listed under
+"skipped" instead of being run.
+
+The output is one JSON object on stdout; vLLM's logs go to stderr. The exit code
+is 0 even when a vLLM step raised: that is a finding, recorded under "failed".
+The exit code is 2 only when the spec cannot be read.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import json
+import os
+import re
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any, Callable
+
+# Compiled CUDA extensions that vLLM's CUDA import path loads unconditionally.
+# They are built against CUDA torch and cannot load here.
+_PLACEHOLDER_MODULES = (
+    "vllm._C_stable_libtorch",  # platforms/cuda.py imports it at module top
+    "vllm.vllm_flash_attn",  # its __init__ raises without _vllm_fa{2,3}_C
+    "vllm._deepselect_C",  # imported by the DeepSeek V4.1 model modules
+    "vllm.third_party.deep_gemm._C",  # has_deep_gemm() imports the bundled DeepGEMM, which the release ships
+)
+
+# Dynamo-only flags are dropped by the caller; these are the GPU steps this check never runs.
+_GPU_STEPS = (
+    "weights load",
+    "KV cache memory profiling",
+    "KV cache allocation",
+    "attention metadata builders and kernel warm-up",
+    "CUDA graph capture",
+)
+
+_DSV41_ARCH = "DeepseekV41ForCausalLM"
+
+
+class SpecError(Exception):
+    """The spec file is missing, not JSON, or lacks a required field."""
+
+
+class StageFailed(Exception):
+    """A vLLM step raised; carries the stage name and the original exception."""
+
+    def __init__(self, stage: str, exc: BaseException) -> None:
+        super().__init__(stage)
+        self.stage = stage
+        self.exc = exc
+
+
+def load_spec(path: str) -> dict[str, Any]:
+    """Read SPEC.json and check the fields this script relies on."""
+    try:
+        spec = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise SpecError(f"cannot read {path}: {exc}") from exc
+    if not isinstance(spec, dict):
+        raise SpecError("spec is not a JSON object")
+    argv = spec.get("vllm_argv")
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise SpecError("vllm_argv must be a list of strings")
+    env = spec.get("env", {})
+    if not isinstance(env, dict):
+        raise SpecError("env must be an object")
+    gpu = spec.get("gpu")
+    if not isinstance(gpu, dict):
+        raise SpecError("gpu must be an object")
+    try:
+        major, minor = (int(x) for x in gpu["capability"])
+        gpu["capability"] = [major, minor]
+        gpu["memory_gib"] = float(gpu["memory_gib"])
+        gpu["count"] = int(gpu["count"])
+        gpu["name"] = str(gpu["name"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SpecError(f"gpu needs capability [major, minor], name, memory_gib, count: {exc}") from exc
+    for key in ("cache_root", "hf_home"):
+        if not isinstance(spec.get(key), str) or not spec[key]:
+            raise SpecError(f"{key} must be a directory path")
+    return spec
+
+
+def apply_env(spec: dict[str, Any]) -> None:
+    """Set the worker's environment before vLLM is imported; vLLM reads much of it at import."""
+    for key, value in spec.get("env", {}).items():
+        os.environ[str(key)] = str(value)
+    # Keep every cache vLLM, Hugging Face and FlashInfer write under the spec's temp dirs.
+    os.environ["VLLM_CACHE_ROOT"] = spec["cache_root"]
+    os.environ["HF_HOME"] = spec["hf_home"]
+    os.environ.setdefault("XDG_CACHE_HOME", spec["cache_root"])
+    os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", spec["cache_root"])
+    # dynamo.vllm sets these two before it builds the config (main.py).
+    os.environ["VLLM_NO_USAGE_STATS"] = "1"
+    os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
+    # vLLM logs to stdout by default; stdout carries only this script's JSON.
+    os.environ["VLLM_LOGGING_STREAM"] = "ext://sys.stderr"
+    # FlashInfer derives its arch directory from the visible GPUs; name the spec's GPU instead.
+    major, minor = spec["gpu"]["capability"]
+    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", f"{major}.{minor}")
+
+
+class _PlaceholderModule(types.ModuleType):
+    """A module whose every attribute is a MagicMock."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        from unittest import mock
+
+        value = mock.MagicMock(name=f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Serves _PLACEHOLDER_MODULES (and their submodules) ahead of the real files."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if any(name == p or name.startswith(p + ".") for p in _PLACEHOLDER_MODULES):
+            return importlib.machinery.ModuleSpec(name, self, is_package=True)
+        return None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = _PlaceholderModule(spec.name)
+        module.__path__ = []
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        return None
+
+
+def install_stand_ins(gpu: dict[str, Any]) -> None:
+    """Make vLLM's CUDA code importable on a CPU-only host (see the module docstring)."""
+    # Stands in for the compiled CUDA kernels (.so); config construction never calls into them.
+    sys.meta_path.insert(0, _PlaceholderFinder())
+
+    import torch
+    import torch.library
+    from unittest import mock
+
+    class _PermissiveOps:
+        """Stands in for the compiled kernels' torch.ops._C namespace; config construction never calls these ops."""
+
+        def __getattr__(self, name: str) -> Any:
+            return mock.MagicMock(name=f"torch.ops._C.{name}")
+
+    # Import-time probes such as cutlass_scaled_mm_supports_block_fp8 read torch.ops._C.
+    torch.ops.__dict__["_C"] = _PermissiveOps()
+
+    real_register_fake = torch.library.register_fake
+
+    def register_fake(op: Any, fn: Callable[..., Any] | None = None, /, *args: Any, **kwargs: Any) -> Any:
+        """Stands in for fake-kernel registration of compiled ops that are absent here; never called by config code."""
+
+        def register(func: Callable[..., Any]) -> Callable[..., Any]:
+            try:
+                return real_register_fake(op, func, *args, **kwargs)
+            except RuntimeError as exc:
+                if "does not exist" in str(exc):
+                    return func
+                raise
+
+        return register(fn) if fn is not None else register
+
+    torch.library.register_fake = register_fake
+
+    # `import vllm` resolves the platform (UnspecifiedPlatform here, since NVML finds
+    # no GPU) before any module binds current_platform, so replacing it now is enough.
+    import vllm.platforms as platforms
+    from vllm.platforms.cuda import NonNvmlCudaPlatform
+    from vllm.platforms.interface import DeviceCapability
+
+    capability = DeviceCapability(*gpu["capability"])
+    name = gpu["name"]
+    memory = int(gpu["memory_gib"] * (1 << 30))
+    count = gpu["count"]
+
+    class SpecCudaPlatform(NonNvmlCudaPlatform):
+        """Stands in for the GPU: reports the spec's device; config construction only reads these facts."""
+
+        @classmethod
+        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+            return capability
+
+        @classmethod
+        def get_device_name(cls, device_id: int = 0) -> str:
+            return name
+
+        @classmethod
+        def get_device_total_memory(cls, device_id: int = 0) -> int:
+            return memory
+
+        @classmethod
+        def device_count(cls) -> int:
+            return count
+
+        @classmethod
+        def is_fully_connected(cls, physical_device_ids: list[int]) -> bool:
+            return True
+
+    platforms._current_platform = SpecCudaPlatform()
+
+    # Stands in for triton finding an active GPU driver (it finds none here, and vLLM
+    # then turns model runner V2 off); config construction never launches a kernel.
+    import vllm.config.vllm as config_vllm
+
+    config_vllm.HAS_TRITON = True
+
+    # vLLM inspects a model class in a fresh interpreter so the parent never initialises
+    # CUDA. That child would lack these stand-ins, and there is no CUDA to protect here.
+    import vllm.model_executor.models.registry as registry
+
+    registry._run_in_subprocess = lambda fn: fn()
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _stage(stage: str, fn: Callable[[], Any]) -> Any:
+    """Run one vLLM step; a raise becomes a StageFailed finding."""
+    try:
+        return fn()
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 -- any raise is the finding
+        traceback.print_exc(file=sys.stderr)
+        raise StageFailed(stage, exc) from exc
+
+
+class _ArgvError(Exception):
+    """vLLM's parser rejected the argv (argparse would otherwise exit)."""
+
+
+def parse_engine_args(argv: list[str]) -> Any:
+    """Parse the worker's argv with vLLM's own parser, the way dynamo.vllm 1.6.1 does.
+
+    dynamo/vllm/args.py builds FlexibleArgumentParser(add_help=False), adds
+    AsyncEngineArgs.add_cli_args(async_args_only=False), parses, and calls
+    AsyncEngineArgs.from_cli_args. It then defaults prefix caching to on when neither
+    flag was given and forces skip_tokenizer_init off; those two are repeated here.
+    """
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(add_help=False)
+    AsyncEngineArgs.add_cli_args(parser, async_args_only=False)
+
+    def error(message: str) -> None:
+        raise _ArgvError(message)
+
+    parser.error = error  # type: ignore[method-assign]
+    namespace = parser.parse_args(argv)
+    engine_args = AsyncEngineArgs.from_cli_args(namespace)
+    if engine_args.enable_prefix_caching is None:
+        engine_args.enable_prefix_caching = True
+    engine_args.skip_tokenizer_init = False
+    return engine_args
+
+
+def summarize_config(vllm_config: Any) -> dict[str, Any]:
+    """The fields stackpin compares, read from the finished VllmConfig."""
+    import vllm.envs as envs
+
+    cc = vllm_config.compilation_config
+    cache = vllm_config.cache_config
+    sched = vllm_config.scheduler_config
+    par = vllm_config.parallel_config
+    backend = vllm_config.attention_config.backend
+    return {
+        "cudagraph_mode": cc.cudagraph_mode.name,
+        "compilation_mode": cc.mode.name,
+        # __post_init__ may have set it (auto-enable for DeepSeek V4.1 when unset).
+        "breakable_cudagraph": bool(envs.VLLM_USE_BREAKABLE_CUDAGRAPH),
+        "capture_sizes": list(cc.cudagraph_capture_sizes or []),
+        "max_capture_size": cc.max_cudagraph_capture_size,
+        # CacheConfig fills 16 when unset; the worker then picks the real one after model load.
+        "block_size": cache.block_size if cache.user_specified_block_size else None,
+        "kv_cache_dtype": str(cache.cache_dtype),
+        "attention_backend": backend.name if backend is not None else None,
+        "max_num_seqs": sched.max_num_seqs,
+        "max_num_batched_tokens": sched.max_num_batched_tokens,
+        "tensor_parallel_size": par.tensor_parallel_size,
+        "data_parallel_size": par.data_parallel_size,
+        "enable_expert_parallel": bool(par.enable_expert_parallel),
+        "model_runner_v2": bool(vllm_config.use_v2_model_runner),
+        "config_hash": vllm_config.compute_hash(),
+    }
+
+
+def summarize_speculative(vllm_config: Any) -> dict[str, Any] | None:
+    """Which draft checkpoint revision the worker would load, next to the target's."""
+    sc = vllm_config.speculative_config
+    if sc is None:
+        return None
+    draft = sc.draft_model_config
+    return {
+        "method": str(sc.method),
+        "num_speculative_tokens": int(sc.num_speculative_tokens or 0),
+        "draft_model": str(draft.model if draft is not None else sc.model),
+        # None means the draft resolves the Hub's default branch, not the pinned commit.
+        "draft_revision": draft.revision if draft is not None else sc.revision,
+        "target_revision": vllm_config.model_config.revision,
+    }
+
+
+def has_torch_compile_decorator(architecture: str) -> bool:
+    """Whether the model class's package uses @support_torch_compile, decided from the source.
+
+    The worker asks has_compiled_submodule(model) of the loaded model; that needs the
+    weights on a GPU. A submodule can only be compiled if its class carries the
+    decorator, so the package that defines the model is searched instead: the
+    vllm.models.<name> package for the hardware-isolated layout, else the model file.
+    """
+    from vllm.model_executor.models.registry import ModelRegistry
+
+    module_name = ModelRegistry.models[architecture].module_name
+    found = importlib.util.find_spec(module_name)
+    if found is None or not found.origin:
+        return False
+    origin = Path(found.origin)
+    parts = module_name.split(".")
+    if parts[:2] == ["vllm", "models"] and len(parts) >= 3:
+        package = importlib.util.find_spec(".".join(parts[:3]))
+        files = sorted(Path(package.origin).parent.rglob("*.py")) if package and package.origin else [origin]
+    else:
+        files = [origin]
+    pattern = re.compile(r"^\s*@support_torch_compile\b|^[^#\n]*\bsupport_torch_compile\(", re.MULTILINE)
+    return any(pattern.search(f.read_text(errors="replace")) for f in files)
+
+
+def _bare(cls: type) -> Any:
+    """An instance without __init__: the layer constructor allocates CUDA tensors and builds weights."""
+    return cls.__new__(cls)
+
+
+def _kv_dtype_stored(cache_dtype: str, torch_dtype: Any, packed: bool) -> str:
+    """Packed layouts name their record (fp8_ds_mla, nvfp4_ds_mla); plain rows name the element dtype."""
+    if packed:
+        return cache_dtype
+    return str(torch_dtype).removeprefix("torch.")
+
+
+def run_model_steps(vllm_config: Any, skipped: list[str]) -> dict[str, Any]:
+    """DeepSeek V4.1's model-build steps that are pure Python, in the worker's order."""
+    import vllm.envs as envs
+    from vllm.config import CompilationMode, set_current_vllm_config
+
+    # The attention layer class the decoder layer constructor instantiates.
+    def select() -> type:
+        from vllm.models.deepseek_v41.nvidia.model import _select_dsv4_attn_cls
+
+        return _select_dsv4_attn_cls(vllm_config)
+
+    attn_cls = _stage("attention_class", select)
+    if vllm_config.attention_config.backend is None:
+        skipped.append(
+            "automatic DeepSeek V4.1 attention pick's probe of the compiled FlashMLA mega "
+            "kernels (no CUDA build here; the pick above assumes they are absent)"
+        )
+
+    # The layer constructor resolves the KV dtype from its layout and writes the
+    # canonical string back onto cache_config, as the worker does.
+    def resolve_kv() -> tuple[str, Any, bool]:
+        from vllm.models.deepseek_v41.attention import _resolve_dsv4_kv_cache_dtype
+
+        layer = _bare(attn_cls)
+        packed = bool(layer._uses_fp8_ds_mla_layout())
+        cache_dtype, torch_dtype = _resolve_dsv4_kv_cache_dtype(
+            packed, vllm_config.cache_config.cache_dtype, vllm_config.cache_config, layer.packed_kv_cache_dtype
+        )
+        return cache_dtype, torch_dtype, packed
+
+    cache_dtype, torch_dtype, packed = _stage("kv_cache_dtype", resolve_kv)
+
+    # The indexer K cache layer reports its backend from the attention config.
+    def indexer_backend() -> type:
+        from vllm.models.deepseek_v41.attention import DeepseekV4IndexerCache
+
+        prefix = "engine_check.indexer.k_cache"
+        with set_current_vllm_config(vllm_config):
+            layer = DeepseekV4IndexerCache(
+                head_dim=128, dtype=_torch().uint8, prefix=prefix, cache_config=vllm_config.cache_config
+            )
+        vllm_config.compilation_config.static_forward_context.pop(prefix, None)
+        return layer.get_attn_backend()
+
+    indexer_cls = _stage("indexer_backend", indexer_backend)
+
+    # Kernel block size: initialize_kv_cache -> prepare_kernel_block_sizes.
+    kernel_block_size: int | None = None
+    if vllm_config.cache_config.user_specified_block_size:
+
+        def select_block() -> int:
+            from vllm.v1.worker.utils import select_common_block_size
+
+            return select_common_block_size(vllm_config.cache_config.block_size, [attn_cls.backend_cls, indexer_cls])
+
+        kernel_block_size = _stage("kernel_block_size", select_block)
+    else:
+        skipped.append(
+            "kernel block size selection (--block-size unset: vLLM picks the block size "
+            "after model load, update_block_size_for_backend)"
+        )
+
+    # CUDA graph mode: v1/worker/gpu/model_runner.py initialize_kv_cache.
+    compiled = has_torch_compile_decorator(vllm_config.model_config.architectures[0])
+    # A decorated submodule compiles only under VLLM_COMPILE (compilation/decorators.py).
+    compiled_submodule = compiled and vllm_config.compilation_config.mode == CompilationMode.VLLM_COMPILE
+    piecewise = bool(envs.VLLM_USE_BREAKABLE_CUDAGRAPH or compiled_submodule)
+
+    def resolve_cudagraph() -> Any:
+        from vllm.models.deepseek_v41.compressor import CompressorBackend
+        from vllm.v1.attention.backend import AttentionCGSupport
+        from vllm.v1.attention.backends.mla.sparse_swa import DeepseekSparseSWABackend
+        from vllm.v1.worker.gpu.spec_decode.adaptive_verification import resolve_adaptive_cudagraph_mode
+
+        cc = vllm_config.compilation_config
+        sc = vllm_config.speculative_config
+        if vllm_config.use_v2_model_runner and sc is not None and sc.enable_adaptive_verification:
+            cc.cudagraph_mode = resolve_adaptive_cudagraph_mode(cc.cudagraph_mode, piecewise_capture_available=piecewise)
+        # The weakest CUDA graph support among the metadata builders a DeepSeek V4.1
+        # layer brings: main attention, sliding-window cache, indexer, compressor.
+        backends = [attn_cls.backend_cls, attn_cls.swa_backend_cls or DeepseekSparseSWABackend, indexer_cls, CompressorBackend]
+        min_support, min_backend = AttentionCGSupport.ALWAYS, None
+        for backend in backends:
+            support = backend.get_builder_cls().get_cudagraph_support(vllm_config, None)
+            if support.value < min_support.value:
+                min_support, min_backend = support, backend.__name__
+        decode_query_len = 1 + vllm_config.num_speculative_tokens
+        kwargs: dict[str, Any] = {
+            "use_v2_model_runner": bool(vllm_config.use_v2_model_runner),
+            "tensor_parallel_size": vllm_config.parallel_config.tensor_parallel_size,
+            "kv_cache_config": None,
+            "max_num_reqs": vllm_config.scheduler_config.max_num_seqs,
+            "is_profiling": False,
+        }
+        if vllm_config.use_v2_model_runner:
+            # Model runner V1 does not pass it (it keeps the default True).
+            kwargs["piecewise_capture_available"] = piecewise
+        return cc.resolve_cudagraph_mode_and_sizes(min_support, min_backend, decode_query_len, **kwargs)
+
+    runtime_mode = _stage("cudagraph_mode", resolve_cudagraph)
+    sc = vllm_config.speculative_config
+    if sc is not None and sc.enable_adaptive_verification:
+        skipped.append("adaptive verification's confidence-head check (reads the draft weights)")
+
+    return {
+        "attention_class": attn_cls.__name__,
+        "kv_cache_dtype_stored": _kv_dtype_stored(cache_dtype, torch_dtype, packed),
+        "kernel_block_size": kernel_block_size,
+        "piecewise_capture_available": piecewise,
+        "compiled_submodule": compiled_submodule,
+        "cudagraph_mode_runtime": runtime_mode.name,
+    }
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def resolve_autotune(vllm_config: Any) -> dict[str, Any]:
+    """The file the leader rank's kernel warm-up reads and rewrites, from vLLM's own resolver.
+
+    It hashes runner.vllm_config as the worker holds it at warm-up, i.e. after the
+    model-build steps above have written the KV dtype and CUDA graph mode back.
+    """
+    from vllm.model_executor.warmup.flashinfer_autotune_cache import resolve_flashinfer_autotune_file
+
+    # The resolver reads only runner.vllm_config.
+    runner = types.SimpleNamespace(vllm_config=vllm_config)
+    path = resolve_flashinfer_autotune_file(runner)
+    return {"file": str(path), "config_hash_dir": path.parent.name}
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """All stages in order; the first vLLM raise ends the run and is reported as "failed"."""
+    result: dict[str, Any] = {
+        "vllm_version": "",
+        "failed": None,
+        "config": None,
+        "model": None,
+        "speculative": None,
+        "autotune": None,
+        "skipped": list(_GPU_STEPS),
+    }
+    autotune = bool(spec.get("autotune"))
+    if autotune:
+        result["skipped"].append("FlashInfer autotune kernels")
+    try:
+        _stage("import", lambda: install_stand_ins(spec["gpu"]))
+        import vllm
+
+        result["vllm_version"] = vllm.__version__
+        engine_args = _stage("parse", lambda: parse_engine_args(spec["vllm_argv"]))
+
+        def create() -> Any:
+            from vllm.usage.usage_lib import UsageContext
+
+            # dynamo.vllm builds the config with the OpenAI server's usage context.
+            return engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+
+        vllm_config = _stage("config", create)
+        result["config"] = _stage("config", lambda: summarize_config(vllm_config))
+        # Read from the finished config; no further vLLM step is involved.
+        result["speculative"] = _stage("speculative", lambda: summarize_speculative(vllm_config))
+
+        if _DSV41_ARCH in (vllm_config.model_config.architectures or []):
+            result["model"] = run_model_steps(vllm_config, result["skipped"])
+        else:
+            result["skipped"].append(
+                "model-build steps (attention class, KV dtype, kernel block size, runtime CUDA "
+                "graph mode): only modelled for DeepseekV41ForCausalLM"
+            )
+        if autotune:
+            result["autotune"] = _stage("autotune", lambda: resolve_autotune(vllm_config))
+    except StageFailed as failed:
+        result["failed"] = {"stage": failed.stage, "error": _error(failed.exc)}
+    return result
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: check_runtime.py SPEC.json", file=sys.stderr)
+        return 2
+    try:
+        spec = load_spec(argv[1])
+    except SpecError as exc:
+        print(f"check_runtime: {exc}", file=sys.stderr)
+        return 2
+    apply_env(spec)
+    # vLLM and native code may print to fd 1; send everything to stderr and keep a
+    # private copy of stdout for the one JSON line.
+    sys.stdout.flush()
+    json_out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    result = run(spec)
+    sys.stdout.flush()
+    json_out.write(json.dumps(result) + "\n")
+    json_out.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
