@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACKPIN := $(BIN)/stackpin
 PROFILES := profiles
 
-.PHONY: setup demo demo-history demo-bench test bench lint schema docs crds clean
+.PHONY: setup engine-env demo demo-history demo-bench test bench lint schema docs crds clean
 
 $(BIN)/stackpin: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,8 +54,19 @@ demo-history: setup
 demo-bench: setup
 	$(BIN)/python -m stackpin.demo.bench .demo/bench
 
+# The engine check's environment (tests/test_engine_check.py, `stackpin engines check`): the pinned vLLM from
+# its published wheel with CPU torch, in .enginecheck/ (a few minutes and ~2 GB the first time, then a no-op).
+# Where it cannot be built, its tests skip and say why (the reason is kept in .enginecheck/UNAVAILABLE); CI
+# requires it.
+ENGINE_ENV := .enginecheck/vllm-0.31.0
+engine-env:
+	@bash scripts/install-engine-check.sh $(ENGINE_ENV) 2>.enginecheck-build.log \
+		&& rm -f .enginecheck/UNAVAILABLE .enginecheck-build.log \
+		|| { mkdir -p .enginecheck; tail -n 1 .enginecheck-build.log > .enginecheck/UNAVAILABLE; rm -f .enginecheck-build.log; \
+		     echo "engine check environment not built: $$(cat .enginecheck/UNAVAILABLE)" >&2; }
+
 # One worker per core (pytest-xdist): each worker starts its own registry and API server on free ports.
-test: setup
+test: setup engine-env
 	$(BIN)/pytest -n auto
 
 bench: setup
@@ -76,4 +87,4 @@ crds: setup
 	$(BIN)/python scripts/extract_crd_schemas.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .enginecheck

@@ -11,6 +11,7 @@ import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -712,7 +713,7 @@ def test_info_is_frozen(tuned_cache: Path) -> None:
 
 
 @pytest.mark.parametrize("records", [[], None, "x"], ids=["list", "null", "string"])
-def test_records_that_flashinfer_raises_on_are_refused(tmp_path: Path, tuned_cache: Path, records: object) -> None:
+def test_records_that_flashinfer_raises_on_are_refused(tuned_cache: Path, records: object) -> None:
     """FlashInfer 0.7.0.post1's load_configs raises ValueError on `_records` that is not a JSON object, and
     vLLM's warm-up does not catch it: every worker would crash. inspect (and so verify and pack) refuse it."""
     path = tuned_cache / "flashinfer_autotune_cache" / FI / ARCH / HASH_W / "autotune_configs_dp0_rank0.json"

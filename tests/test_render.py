@@ -28,7 +28,15 @@ from stackpin.profile.identifiers import model_id_problem
 from stackpin.profile.k8s_names import label_problems
 from stackpin.render.build import RenderError, build_objects
 from stackpin.render.output import render_stack, render_stacks, write_stacks
-from tests.lockkit import PROFILES_DIR, ROOT, dynamo_142_variant, lock_files, lock_paths, shipped_locks, with_profile_value
+from tests.lockkit import (
+    PROFILES_DIR,
+    ROOT,
+    dynamo_142_variant,
+    lock_files,
+    lock_paths,
+    shipped_locks,
+    with_profile_value,
+)
 
 # The committed manifests are the golden files: the shipped stacks, locked from a fresh demo mirror
 # (tests/lockkit.py), must render to exactly them.
@@ -559,7 +567,8 @@ def test_model_store_reaches_every_pod_read_only() -> None:
 def test_cpu_offload_is_rendered_as_sized() -> None:
     from stackpin.render.build import build_objects
 
-    dgd = build_objects(with_profile_value(shipped_locks()["gb300-tuned"], ("spec", "fallbacks", "cpuOffloadGib"), 8))[0]
+    offloaded = with_profile_value(shipped_locks()["gb300-tuned"], ("spec", "fallbacks", "cpuOffloadGib"), 8)
+    dgd = build_objects(offloaded)[0]
     [worker] = [c for c in dgd["spec"]["components"] if c["name"] == "worker"]
     args = worker["podTemplate"]["spec"]["containers"][0]["args"]
     assert args[args.index("--cpu-offload-gb") + 1] == "8"

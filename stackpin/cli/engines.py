@@ -289,5 +289,7 @@ def _check_line(stack: str, role: str, problems: tuple[str, ...], result: dict[s
     if spec:
         parts.append(f"{spec['method']} draft at {spec['draft_revision']}")
     if result.get("autotune"):
-        parts.append(f"autotune file {result['autotune']['file']}")
+        # The hash covers the model's path, which differs between this check and the pod: not shown.
+        file = result["autotune"]["file"].replace(result["autotune"]["config_hash_dir"], "<config hash>")
+        parts.append(f"autotune file {file}")
     return f"ok {stack} {role}: " + ", ".join(parts) + f"; not run here: {', '.join(result.get('skipped', []))}"

@@ -119,10 +119,11 @@ def pool_specs(lock: StackLock, workdir: Path, catalog: Catalog | None = None) -
         argv[argv.index("--model") + 1] = str(model_dir)
         scratch = workdir / role
         env = {e["name"]: e["value"] for e in container.get("env", [])}
-        for name in _MAPPED_ENV:
-            if name in env:
-                env[name] = str(scratch / name.lower())
+        rendered = {name: env[name] for name in _MAPPED_ENV if name in env}
+        for name in rendered:
+            env[name] = str(scratch / name.lower())
         out.append((role, {
+            "rendered_env": rendered,  # the pod's own values, to show results as the pod would see them
             "vllm_argv": argv, "env": env,
             "gpu": {"capability": [int(digits[:-1]), int(digits[-1])], "name": gpu.device_name,
                     "memory_gib": gpu.hbm_gib, "count": gpus[role]},
@@ -215,6 +216,11 @@ def check_lock(lock: StackLock, python: Path, catalog: Catalog | None = None,
             if result.get("vllm_version") not in (None, lock.stack_profile.spec.versions.vllm):
                 raise EngineCheckError(f"{python} runs vLLM {result.get('vllm_version')}, the lock pins "
                                        f"{lock.stack_profile.spec.versions.vllm}")
-            problems = judge(lock, role, result, spec["env"].get("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"))
+            here = spec["env"].get("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR")
+            problems = judge(lock, role, result, here)
+            if result.get("autotune") and here:
+                # The file as the pod sees it: the rendered directory, not this check's scratch copy of it.
+                pod_dir = spec["rendered_env"]["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"]
+                result["autotune"]["file"] = pod_dir + result["autotune"]["file"].removeprefix(here)
             out.append(PoolCheck(lock.metadata.name, role, result, tuple(problems)))
     return out

@@ -51,8 +51,8 @@ wait "$pid" || true
 if [ "$index" -eq 0 ]; then
   # The environment FlashInfer records in each file's _metadata, from the same image on the same GPUs:
   # `stackpin autotune verify --runtime-metadata` compares every cache file with it.
-  python3 -c 'import json, sys; from flashinfer.autotuner.autotuner import _collect_metadata; json.dump(_collect_metadata(), sys.stdout, sort_keys=True)' \
-    > "$VLLM_CACHE_ROOT/runtime-metadata-$STACKPIN_POOL.json"
+  python3 -c 'import json, sys; from flashinfer.autotuner.autotuner import _collect_metadata as meta
+json.dump(meta(), sys.stdout, sort_keys=True)' > "$VLLM_CACHE_ROOT/runtime-metadata-$STACKPIN_POOL.json"
 fi
 find "$VLLM_CACHE_ROOT/flashinfer_autotune_cache" -type f -name '*.json' | sort
 """

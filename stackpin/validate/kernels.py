@@ -68,14 +68,19 @@ def _attention(ctx: Context) -> tuple[StartupFacts, ModelStartup, str, Attention
     return found[0], found[1], backend, found[1].attention[backend]
 
 
+def _kv_dtype(ctx: Context) -> tuple[str, str, AttentionBackend, str] | None:
+    """(vLLM version, backend, its facts, the profile's kv-cache dtype) when the catalog knows the backend."""
+    found = _attention(ctx)
+    return None if found is None else (found[0].version, found[2], found[3], ctx.profile.spec.kv_cache.dtype)
+
+
 @rule("SP215", Severity.error, "KV-cache dtype the attention kernel raises on")
 def kv_dtype_for_backend(ctx: Context) -> Iterator[Hit]:
-    if (found := _attention(ctx)) is None:
+    if (found := _kv_dtype(ctx)) is None:
         return
-    facts, _, backend, kernel = found
-    dtype = ctx.profile.spec.kv_cache.dtype
+    version, backend, kernel, dtype = found
     if dtype not in kernel.kv_cache_dtypes:
-        yield Hit(("spec", "kvCache", "dtype"), f"vLLM {facts.version}'s {backend} layer raises on kv-cache dtype "
+        yield Hit(("spec", "kvCache", "dtype"), f"vLLM {version}'s {backend} layer raises on kv-cache dtype "
                   f"{dtype!r} while the model is built ({kernel.source})",
                   f"one of: {', '.join(kernel.kv_cache_dtypes)}")
 
@@ -114,13 +119,12 @@ def attention_for_gpu(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP218", Severity.warning, "KV-cache dtype the attention kernel silently replaces")
 def kv_dtype_rewritten(ctx: Context) -> Iterator[Hit]:
-    if (found := _attention(ctx)) is None:
+    if (found := _kv_dtype(ctx)) is None:
         return
-    facts, _, backend, kernel = found
-    dtype = ctx.profile.spec.kv_cache.dtype
+    version, backend, kernel, dtype = found
     stored = kernel.kv_cache_dtypes.get(dtype)
     if stored is not None and stored != dtype and not (dtype == "auto" and stored == "bfloat16"):
-        yield Hit(("spec", "kvCache", "dtype"), f"vLLM {facts.version}'s {backend} stores kv-cache dtype "
+        yield Hit(("spec", "kvCache", "dtype"), f"vLLM {version}'s {backend} stores kv-cache dtype "
                   f"{dtype!r} as {stored!r}, and the stack's memory and diffs would say {dtype!r} ({kernel.source})",
                   f"set kvCache.dtype: {stored}")
 

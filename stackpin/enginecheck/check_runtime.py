@@ -17,19 +17,26 @@ CUDA code paths, so it installs the narrowest stand-ins that make them
 importable:
 
 - placeholder modules for the compiled CUDA extensions;
-- a permissive ``torch.ops._C``;
-- a ``register_fake`` that skips unknown ``_C`` ops;
-- ``HAS_TRITON``;
-- a CUDA platform that reports the GPU named in the spec.
+- permissive ``torch.ops._C`` and ``torch.ops._flashmla_C`` namespaces;
+- a ``register_fake`` that skips ops the absent extensions would have registered;
+- ``HAS_TRITON`` set as triton sets it on a GPU host;
+- a CUDA platform (a ``NonNvmlCudaPlatform`` subclass) that reports the GPU named in
+  the spec;
+- in-process model-class inspection instead of vLLM's fresh child interpreter.
 
-Config construction never calls into any of them. Steps that do need a GPU
-(weights, memory profiling, graph capture, kernel tuning) are listed under
-"skipped" instead of being run.
+The code that runs never calls a compiled kernel; of the GPU it only reads the
+device facts the platform reports. Steps that do need a GPU (weights, memory
+profiling, graph capture, kernel tuning) are listed under "skipped" instead of
+being run.
 
 The output is one JSON object on stdout; vLLM's logs go to stderr. The exit code
 is 0 even when a vLLM step raised: that is a finding, recorded under "failed".
 The exit code is 2 only when the spec cannot be read.
 """
+
+# vllm and torch exist only in the engine environment; to stackpin's mypy they are untyped.
+# mypy: disable-error-code="import-not-found"
+# mypy: allow-subclassing-any, no-warn-return-any
 
 from __future__ import annotations
 
@@ -42,19 +49,24 @@ import re
 import sys
 import traceback
 import types
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-# Compiled CUDA extensions that vLLM's CUDA import path loads unconditionally.
-# They are built against CUDA torch and cannot load here.
+# Compiled CUDA extensions (.so files built against CUDA torch; they cannot load here).
 _PLACEHOLDER_MODULES = (
+    # Needed to import vLLM's CUDA code at all:
     "vllm._C_stable_libtorch",  # platforms/cuda.py imports it at module top
     "vllm.vllm_flash_attn",  # its __init__ raises without _vllm_fa{2,3}_C
-    "vllm._deepselect_C",  # imported by the DeepSeek V4.1 model modules
-    "vllm.third_party.deep_gemm._C",  # has_deep_gemm() imports the bundled DeepGEMM, which the release ships
+    # Needed so vLLM's own availability probes answer as they do on a GPU node with the
+    # release wheel, which ships all three: has_deep_gemm() (indexer CUDA graph support),
+    # and _is_flashmla_available() (the automatic DeepSeek V4.1 attention pick).
+    "vllm.third_party.deep_gemm._C",
+    "vllm._flashmla_C",
+    "vllm._flashmla_extension_C",
 )
 
-# Dynamo-only flags are dropped by the caller; these are the GPU steps this check never runs.
+# The worker's GPU-only steps, which this check never runs.
 _GPU_STEPS = (
     "weights load",
     "KV cache memory profiling",
@@ -117,16 +129,20 @@ def apply_env(spec: dict[str, Any]) -> None:
     # Keep every cache vLLM, Hugging Face and FlashInfer write under the spec's temp dirs.
     os.environ["VLLM_CACHE_ROOT"] = spec["cache_root"]
     os.environ["HF_HOME"] = spec["hf_home"]
-    os.environ.setdefault("XDG_CACHE_HOME", spec["cache_root"])
-    os.environ.setdefault("FLASHINFER_WORKSPACE_BASE", spec["cache_root"])
+    os.environ["XDG_CACHE_HOME"] = spec["cache_root"]
+    # vLLM's autotune path uses only the last two parts of FlashInfer's workspace dir.
+    os.environ["FLASHINFER_WORKSPACE_BASE"] = spec["cache_root"]
     # dynamo.vllm sets these two before it builds the config (main.py).
     os.environ["VLLM_NO_USAGE_STATS"] = "1"
     os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "spawn"
     # vLLM logs to stdout by default; stdout carries only this script's JSON.
     os.environ["VLLM_LOGGING_STREAM"] = "ext://sys.stderr"
     # FlashInfer derives its arch directory from the visible GPUs; name the spec's GPU instead.
+    # For SM 12.x it would also ask nvcc for the CUDA version (>= 12.9 gives 120f / 12Na);
+    # the suffix is given here because vLLM 0.31.0's CUDA 13 build always qualifies.
     major, minor = spec["gpu"]["capability"]
-    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", f"{major}.{minor}")
+    arch = f"{major}.{minor}" if major != 12 else f"{major}.{minor}{'f' if minor == 0 else 'a'}"
+    os.environ.setdefault("FLASHINFER_CUDA_ARCH_LIST", arch)
 
 
 class _PlaceholderModule(types.ModuleType):
@@ -145,7 +161,12 @@ class _PlaceholderModule(types.ModuleType):
 class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Serves _PLACEHOLDER_MODULES (and their submodules) ahead of the real files."""
 
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(
+        self,
+        name: str,
+        path: Any = None,  # noqa: ARG002 - importlib.abc.MetaPathFinder signature
+        target: Any = None,  # noqa: ARG002
+    ) -> importlib.machinery.ModuleSpec | None:
         if any(name == p or name.startswith(p + ".") for p in _PLACEHOLDER_MODULES):
             return importlib.machinery.ModuleSpec(name, self, is_package=True)
         return None
@@ -155,27 +176,36 @@ class _PlaceholderFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         module.__path__ = []
         return module
 
-    def exec_module(self, module: types.ModuleType) -> None:
+    def exec_module(self, module: types.ModuleType) -> None:  # noqa: ARG002 - importlib.abc.Loader signature
         return None
 
 
 def install_stand_ins(gpu: dict[str, Any]) -> None:
     """Make vLLM's CUDA code importable on a CPU-only host (see the module docstring)."""
-    # Stands in for the compiled CUDA kernels (.so); config construction never calls into them.
+    # Stands in for the compiled CUDA kernels (_PLACEHOLDER_MODULES); config construction
+    # imports them but never calls into them.
     sys.meta_path.insert(0, _PlaceholderFinder())
+
+    from unittest import mock
 
     import torch
     import torch.library
-    from unittest import mock
 
     class _PermissiveOps:
-        """Stands in for the compiled kernels' torch.ops._C namespace; config construction never calls these ops."""
+        """Stands in for the compiled kernels' torch.ops namespace; config construction never calls these ops."""
+
+        def __init__(self, namespace: str) -> None:
+            self._namespace = namespace
 
         def __getattr__(self, name: str) -> Any:
-            return mock.MagicMock(name=f"torch.ops._C.{name}")
+            return mock.MagicMock(name=f"torch.ops.{self._namespace}.{name}")
 
     # Import-time probes such as cutlass_scaled_mm_supports_block_fp8 read torch.ops._C.
-    torch.ops.__dict__["_C"] = _PermissiveOps()
+    torch.ops.__dict__["_C"] = _PermissiveOps("_C")
+    # is_flashmla_mega_attn_supported() asks hasattr() for the mega-attention ops; the
+    # release's _flashmla_C.abi3.so registers them (fused_norm_rope_attn_rope_cast_decode,
+    # permute_q_b_proj).
+    torch.ops.__dict__["_flashmla_C"] = _PermissiveOps("_flashmla_C")
 
     real_register_fake = torch.library.register_fake
 
@@ -209,15 +239,15 @@ def install_stand_ins(gpu: dict[str, Any]) -> None:
         """Stands in for the GPU: reports the spec's device; config construction only reads these facts."""
 
         @classmethod
-        def get_device_capability(cls, device_id: int = 0) -> DeviceCapability:
+        def get_device_capability(cls, device_id: int = 0) -> Any:  # noqa: ARG003 - Platform signature
             return capability
 
         @classmethod
-        def get_device_name(cls, device_id: int = 0) -> str:
+        def get_device_name(cls, device_id: int = 0) -> str:  # noqa: ARG003 - Platform signature
             return name
 
         @classmethod
-        def get_device_total_memory(cls, device_id: int = 0) -> int:
+        def get_device_total_memory(cls, device_id: int = 0) -> int:  # noqa: ARG003 - Platform signature
             return memory
 
         @classmethod
@@ -225,7 +255,7 @@ def install_stand_ins(gpu: dict[str, Any]) -> None:
             return count
 
         @classmethod
-        def is_fully_connected(cls, physical_device_ids: list[int]) -> bool:
+        def is_fully_connected(cls, physical_device_ids: list[int]) -> bool:  # noqa: ARG003 - Platform signature
             return True
 
     platforms._current_platform = SpecCudaPlatform()
@@ -236,8 +266,10 @@ def install_stand_ins(gpu: dict[str, Any]) -> None:
 
     config_vllm.HAS_TRITON = True
 
-    # vLLM inspects a model class in a fresh interpreter so the parent never initialises
-    # CUDA. That child would lack these stand-ins, and there is no CUDA to protect here.
+    # Stands in for the child interpreter vLLM inspects a model class in (so the parent
+    # never initialises CUDA; there is no CUDA here). The child would see no GPU and an
+    # unspecified platform, where the real one sees the GPU this platform stands in for.
+    # Running it in-process also saves ~12 s per fresh cache root.
     import vllm.model_executor.models.registry as registry
 
     registry._run_in_subprocess = lambda fn: fn()
@@ -265,8 +297,8 @@ def parse_engine_args(argv: list[str]) -> Any:
 
     dynamo/vllm/args.py builds FlexibleArgumentParser(add_help=False), adds
     AsyncEngineArgs.add_cli_args(async_args_only=False), parses, and calls
-    AsyncEngineArgs.from_cli_args. It then defaults prefix caching to on when neither
-    flag was given and forces skip_tokenizer_init off; those two are repeated here.
+    AsyncEngineArgs.from_cli_args. Its update_engine_config_with_dynamo then sets a few
+    EngineArgs fields before the config is built; those assignments are repeated here.
     """
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
@@ -277,12 +309,16 @@ def parse_engine_args(argv: list[str]) -> Any:
     def error(message: str) -> None:
         raise _ArgvError(message)
 
-    parser.error = error  # type: ignore[method-assign]
+    parser.error = error
     namespace = parser.parse_args(argv)
     engine_args = AsyncEngineArgs.from_cli_args(namespace)
     if engine_args.enable_prefix_caching is None:
         engine_args.enable_prefix_caching = True
+    if not engine_args.enable_prefix_caching:
+        engine_args.kv_events_config = None
     engine_args.skip_tokenizer_init = False
+    engine_args.enable_log_requests = False
+    engine_args.disable_log_stats = False
     return engine_args
 
 
@@ -359,14 +395,15 @@ def has_torch_compile_decorator(architecture: str) -> bool:
 
 def _bare(cls: type) -> Any:
     """An instance without __init__: the layer constructor allocates CUDA tensors and builds weights."""
-    return cls.__new__(cls)
+    return object.__new__(cls)
 
 
-def _kv_dtype_stored(cache_dtype: str, torch_dtype: Any, packed: bool) -> str:
-    """Packed layouts name their record (fp8_ds_mla, nvfp4_ds_mla); plain rows name the element dtype."""
-    if packed:
-        return cache_dtype
-    return str(torch_dtype).removeprefix("torch.")
+def _kv_dtype_stored(cache_dtype: str, torch_dtype: Any) -> str:
+    """The KV-cache dtype string the layer resolved: a packed record (fp8_ds_mla, nvfp4_ds_mla) or a
+    plain-row dtype (fp8, fp8_e4m3, bfloat16). "auto" is named by the element dtype it resolves to."""
+    if cache_dtype == "auto":
+        return str(torch_dtype).removeprefix("torch.")
+    return cache_dtype
 
 
 def run_model_steps(vllm_config: Any, skipped: list[str]) -> dict[str, Any]:
@@ -375,41 +412,41 @@ def run_model_steps(vllm_config: Any, skipped: list[str]) -> dict[str, Any]:
     from vllm.config import CompilationMode, set_current_vllm_config
 
     # The attention layer class the decoder layer constructor instantiates.
-    def select() -> type:
+    def select() -> Any:
         from vllm.models.deepseek_v41.nvidia.model import _select_dsv4_attn_cls
 
         return _select_dsv4_attn_cls(vllm_config)
 
     attn_cls = _stage("attention_class", select)
-    if vllm_config.attention_config.backend is None:
-        skipped.append(
-            "automatic DeepSeek V4.1 attention pick's probe of the compiled FlashMLA mega "
-            "kernels (no CUDA build here; the pick above assumes they are absent)"
-        )
 
     # The layer constructor resolves the KV dtype from its layout and writes the
     # canonical string back onto cache_config, as the worker does.
-    def resolve_kv() -> tuple[str, Any, bool]:
+    def resolve_kv() -> tuple[str, Any]:
         from vllm.models.deepseek_v41.attention import _resolve_dsv4_kv_cache_dtype
 
         layer = _bare(attn_cls)
-        packed = bool(layer._uses_fp8_ds_mla_layout())
-        cache_dtype, torch_dtype = _resolve_dsv4_kv_cache_dtype(
-            packed, vllm_config.cache_config.cache_dtype, vllm_config.cache_config, layer.packed_kv_cache_dtype
+        resolved: tuple[str, Any] = _resolve_dsv4_kv_cache_dtype(
+            layer._uses_fp8_ds_mla_layout(),
+            vllm_config.cache_config.cache_dtype,
+            vllm_config.cache_config,
+            layer.packed_kv_cache_dtype,
         )
-        return cache_dtype, torch_dtype, packed
+        return resolved
 
-    cache_dtype, torch_dtype, packed = _stage("kv_cache_dtype", resolve_kv)
+    cache_dtype, torch_dtype = _stage("kv_cache_dtype", resolve_kv)
 
-    # The indexer K cache layer reports its backend from the attention config.
-    def indexer_backend() -> type:
+    # The indexer K cache layer picks its backend from the attention config. Its
+    # constructor allocates nothing on a device; head_dim does not enter the choice.
+    def indexer_backend() -> Any:
+        import torch
         from vllm.models.deepseek_v41.attention import DeepseekV4IndexerCache
 
         prefix = "engine_check.indexer.k_cache"
         with set_current_vllm_config(vllm_config):
             layer = DeepseekV4IndexerCache(
-                head_dim=128, dtype=_torch().uint8, prefix=prefix, cache_config=vllm_config.cache_config
+                head_dim=128, dtype=torch.uint8, prefix=prefix, cache_config=vllm_config.cache_config
             )
+        # It registered itself as a layer; the config must not keep a layer that isn't there.
         vllm_config.compilation_config.static_forward_context.pop(prefix, None)
         return layer.get_attn_backend()
 
@@ -419,7 +456,7 @@ def run_model_steps(vllm_config: Any, skipped: list[str]) -> dict[str, Any]:
     kernel_block_size: int | None = None
     if vllm_config.cache_config.user_specified_block_size:
 
-        def select_block() -> int:
+        def select_block() -> Any:
             from vllm.v1.worker.utils import select_common_block_size
 
             return select_common_block_size(vllm_config.cache_config.block_size, [attn_cls.backend_cls, indexer_cls])
@@ -435,6 +472,10 @@ def run_model_steps(vllm_config: Any, skipped: list[str]) -> dict[str, Any]:
     compiled = has_torch_compile_decorator(vllm_config.model_config.architectures[0])
     # A decorated submodule compiles only under VLLM_COMPILE (compilation/decorators.py).
     compiled_submodule = compiled and vllm_config.compilation_config.mode == CompilationMode.VLLM_COMPILE
+    skipped.append(
+        "has_compiled_submodule() on the loaded model (decided from the source instead: the "
+        f"model's package {'uses' if compiled else 'has no'} @support_torch_compile)"
+    )
     piecewise = bool(envs.VLLM_USE_BREAKABLE_CUDAGRAPH or compiled_submodule)
 
     def resolve_cudagraph() -> Any:
@@ -446,10 +487,18 @@ def run_model_steps(vllm_config: Any, skipped: list[str]) -> dict[str, Any]:
         cc = vllm_config.compilation_config
         sc = vllm_config.speculative_config
         if vllm_config.use_v2_model_runner and sc is not None and sc.enable_adaptive_verification:
-            cc.cudagraph_mode = resolve_adaptive_cudagraph_mode(cc.cudagraph_mode, piecewise_capture_available=piecewise)
-        # The weakest CUDA graph support among the metadata builders a DeepSeek V4.1
-        # layer brings: main attention, sliding-window cache, indexer, compressor.
-        backends = [attn_cls.backend_cls, attn_cls.swa_backend_cls or DeepseekSparseSWABackend, indexer_cls, CompressorBackend]
+            cc.cudagraph_mode = resolve_adaptive_cudagraph_mode(
+                cc.cudagraph_mode, piecewise_capture_available=piecewise
+            )
+        # The runner takes the weakest CUDA graph support among all attention groups'
+        # metadata builders; a DeepSeek V4.1 decoder layer brings these four (main
+        # attention, sliding-window cache, indexer K cache, compressor state).
+        backends = [
+            attn_cls.backend_cls,
+            attn_cls.swa_backend_cls or DeepseekSparseSWABackend,
+            indexer_cls,
+            CompressorBackend,
+        ]
         min_support, min_backend = AttentionCGSupport.ALWAYS, None
         for backend in backends:
             support = backend.get_builder_cls().get_cudagraph_support(vllm_config, None)
@@ -475,18 +524,12 @@ def run_model_steps(vllm_config: Any, skipped: list[str]) -> dict[str, Any]:
 
     return {
         "attention_class": attn_cls.__name__,
-        "kv_cache_dtype_stored": _kv_dtype_stored(cache_dtype, torch_dtype, packed),
+        "kv_cache_dtype_stored": _kv_dtype_stored(cache_dtype, torch_dtype),
         "kernel_block_size": kernel_block_size,
         "piecewise_capture_available": piecewise,
         "compiled_submodule": compiled_submodule,
         "cudagraph_mode_runtime": runtime_mode.name,
     }
-
-
-def _torch() -> Any:
-    import torch
-
-    return torch
 
 
 def resolve_autotune(vllm_config: Any) -> dict[str, Any]:
@@ -539,8 +582,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             result["model"] = run_model_steps(vllm_config, result["skipped"])
         else:
             result["skipped"].append(
-                "model-build steps (attention class, KV dtype, kernel block size, runtime CUDA "
-                "graph mode): only modelled for DeepseekV41ForCausalLM"
+                "model-build steps (attention class, KV dtype, kernel block size, runtime CUDA graph mode): "
+                "run only for DeepseekV41ForCausalLM; any autotune hash is of the config as built"
             )
         if autotune:
             result["autotune"] = _stage("autotune", lambda: resolve_autotune(vllm_config))

@@ -1,0 +1,220 @@
+"""The engine check: every shipped stack through the pinned vLLM 0.31.0's own code, on CPU.
+
+These tests run vLLM itself (its published wheel, in the environment scripts/install-engine-check.sh builds in
+.enginecheck/; `make test` builds it when it can): its argument parser and engine-config construction from
+the argv and env render writes, then the pure-Python steps of model build. What they stand in for is narrow
+and named in stackpin/enginecheck/check_runtime.py: the compiled CUDA extensions (never called while a
+config is built) and the GPU's identity (a CUDA platform reporting the rack's capability, name and memory).
+Weights, memory profiling, CUDA graph capture and kernels need a GPU and are not run.
+
+Each defect issue 17 found on the shipped stacks is reproduced here against vLLM's own code, so the check
+is shown to catch it, and the fixed stacks are shown to pass.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stackpin.enginecheck.check import check_lock, judge, pool_specs, run_pool
+from stackpin.lock.lockfile import StackLock
+from tests.lockkit import ROOT, shipped_locks, with_profile_value
+
+ENGINE_PYTHON = Path(os.environ.get("STACKPIN_ENGINE_PYTHON", ROOT / ".enginecheck" / "vllm-0.31.0" / "bin" / "python"))
+UNAVAILABLE = ROOT / ".enginecheck" / "UNAVAILABLE"
+REVISION = "507aab8f74cbb3e9b06fe5356548a23b91d3deaf"  # the demo mirror's stand-in model revision
+
+
+def _engine() -> Path:
+    if ENGINE_PYTHON.is_file():
+        return ENGINE_PYTHON
+    why = UNAVAILABLE.read_text().strip() if UNAVAILABLE.is_file() else "run `make engine-env`"
+    message = f"no engine check environment at {ENGINE_PYTHON}: {why}"
+    if os.environ.get("STACKPIN_REQUIRE_ENGINE_CHECK"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def engine() -> Path:
+    return _engine()
+
+
+def _one_pool(lock: StackLock, role: str, engine: Path, tmp_path: Path,
+              argv_edit: Any = None) -> tuple[dict[str, Any], list[str]]:
+    """vLLM's answer and stackpin's judgement for one pool, the argv optionally edited first."""
+    [spec] = [s for r, s in pool_specs(lock, tmp_path) if r == role]
+    if argv_edit is not None:
+        spec["vllm_argv"] = argv_edit(spec["vllm_argv"])
+    result = run_pool(engine, spec, tmp_path)
+    return result, judge(lock, role, result, spec["env"].get("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"))
+
+
+# --- every shipped stack starts as declared ----------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(shipped_locks()))
+def test_every_pool_of_every_shipped_stack_passes_the_pinned_vllm(name: str, engine: Path) -> None:
+    lock = shipped_locks()[name]
+    pools = check_lock(lock, engine)
+    assert pools and all(p.ok for p in pools), [(p.role, p.problems) for p in pools]
+    profile = lock.stack_profile
+    for pool in pools:
+        result = pool.result
+        assert result["vllm_version"] == "0.31.0" and result["failed"] is None
+        config, model = result["config"], result["model"]
+        assert config["cudagraph_mode"] == model["cudagraph_mode_runtime"] == profile.spec.cuda_graphs.mode.value
+        assert model["kernel_block_size"] == config["block_size"] == 128
+        # The draft reads the target's checkpoint at the locked revision, as the target does.
+        assert result["speculative"]["draft_revision"] == result["speculative"]["target_revision"] == REVISION
+        assert "CUDA graph capture" in " ".join(result["skipped"])
+
+
+# --- the defects of the stacks as they were, reproduced by vLLM's own code -------------------------------
+
+def test_flashinfer_sparse_with_the_packed_kv_cache_raises_while_the_model_is_built(engine: Path,
+                                                                                   tmp_path: Path) -> None:
+    """gb300-launch as shipped before: FLASHINFER_MLA_SPARSE_DSV41 stores plain KV rows, so fp8_ds_mla raises
+    in the layer's constructor (models/deepseek_v41/attention.py:159-164) and no worker becomes ready."""
+    old = with_profile_value(shipped_locks()["gb300-launch"], ("spec", "kvCache", "dtype"), "fp8_ds_mla")
+    result, problems = _one_pool(old, "decode", engine, tmp_path)
+    assert result["failed"] is not None and "fp8_ds_mla is a packed FlashMLA" in result["failed"]["error"]
+    assert problems and "fails at" in problems[0]
+
+
+@pytest.mark.parametrize("name", ["gb300-launch", "gb300-tuned"])
+def test_a_64_token_kv_block_has_no_common_kernel_block_size(name: str, engine: Path, tmp_path: Path) -> None:
+    """Every DSV41 kernel and the indexer take 128-token blocks on SM 10.x: select_common_block_size raises
+    for 64 (v1/worker/utils.py:330-392), after the weights are loaded."""
+    old = with_profile_value(shipped_locks()[name], ("spec", "kvCache", "blockSize"), 64)
+    role = "decode" if name == "gb300-launch" else "worker"
+    result, _ = _one_pool(old, role, engine, tmp_path)
+    assert result["failed"] is not None and "No common block size for 64" in result["failed"]["error"]
+
+
+@pytest.mark.parametrize("name", ["gb300-tuned", "gb300-disagg-wide-ep"])
+def test_breakable_graphs_off_runs_full_and_piecewise_as_full_decode_only(name: str, engine: Path,
+                                                                         tmp_path: Path) -> None:
+    """VLLM_USE_BREAKABLE_CUDAGRAPH=0: DeepseekV41ForCausalLM is never torch.compiled, so the model runner has
+    no piecewise capture and adaptive verification drops FULL_AND_PIECEWISE to FULL_DECODE_ONLY silently."""
+    old = with_profile_value(shipped_locks()[name], ("spec", "kernels", "env", "VLLM_USE_BREAKABLE_CUDAGRAPH"), "0")
+    role = "worker" if name == "gb300-tuned" else "prefill"
+    result, problems = _one_pool(old, role, engine, tmp_path)
+    assert result["config"]["cudagraph_mode"] == "FULL_AND_PIECEWISE"  # what the config says...
+    assert result["model"]["cudagraph_mode_runtime"] == "FULL_DECODE_ONLY"  # ... and what the runner captures
+    assert not result["model"]["piecewise_capture_available"]
+    assert problems == ["cudaGraphs.mode FULL_AND_PIECEWISE runs as FULL_DECODE_ONLY (piecewise capture "
+                        "available: False)"]
+
+
+def test_a_draft_without_the_revision_loads_the_default_branch(engine: Path, tmp_path: Path) -> None:
+    """The dspark draft is read from the target's checkpoint at the speculative config's own revision
+    (config/speculative.py:1297), never the target's --revision: rendered without it, vLLM's draft config
+    says None (the Hub's default branch)."""
+    lock = shipped_locks()["gb300-tuned"]
+
+    def without_revision(argv: list[str]) -> list[str]:
+        i = argv.index("--speculative-config") + 1
+        config = json.loads(argv[i])
+        del config["revision"]
+        return [*argv[:i], json.dumps(config), *argv[i + 1:]]
+
+    result, problems = _one_pool(lock, "worker", engine, tmp_path, without_revision)
+    assert result["speculative"]["draft_revision"] is None
+    assert result["speculative"]["target_revision"] == REVISION
+    assert problems == [f"the dspark draft loads revision None, the target {REVISION}"]
+
+
+# --- the autotune cache: capture layout -> pack -> mount as rendered -> vLLM's own resolver ------------
+
+def _read_only(path: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """argv with `path` bind-mounted read-only, as a Kubernetes image volume is (root writes through file
+    modes, so only a read-only mount shows what vLLM would do to the image)."""
+    script = f'mount --bind "{path}" "{path}" && mount -o remount,bind,ro "{path}" && exec "$@"'
+    return subprocess.run(["unshare", "-m", "sh", "-c", script, "sh", *argv], capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def test_the_pinned_cache_is_found_by_vllms_resolver_in_the_seeded_copy_and_never_written(
+        engine: Path, tmp_path: Path) -> None:
+    from stackpin.autotune.image import pack_cache
+    from stackpin.render.build import build_objects
+
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare here for a read-only mount")
+    lock = shipped_locks()["gb300-tuned"]
+    [spec] = [s for r, s in pool_specs(lock, tmp_path / "first") if r == "worker"]
+    # 1. Where vLLM keeps this engine's tuning: its own resolver, on an empty cache directory.
+    first = run_pool(engine, spec, tmp_path / "first")
+    assert first["failed"] is None, first["failed"]
+    config_hash = first["autotune"]["config_hash_dir"]
+    # 2. The capture's layout, as vLLM writes it under VLLM_CACHE_ROOT (flashinfer_autotune_cache/<fi>/<arch>/
+    #    <hash>/), packed as `stackpin autotune pack` packs it, unpacked as the image volume shows it.
+    captured = tmp_path / "capture" / "flashinfer_autotune_cache" / "0.7.0.post1" / "103a" / config_hash
+    captured.mkdir(parents=True)
+    content = json.dumps({"_metadata": {"gpu": "NVIDIA GB300"}, "k": ["Runner", 1]}).encode()
+    (captured / "autotune_configs.json").write_bytes(content)
+    image = tmp_path / "image"
+    image.mkdir()
+    subprocess.run(["tar", "-xzf", "-", "-C", str(image)], input=pack_cache(tmp_path / "capture"), check=True)
+    # 3. The seed init container, as rendered, with its paths under this tree.
+    pod = next(c for c in build_objects(lock)[0]["spec"]["components"] if c["name"] == "worker")["podTemplate"]
+    [seed] = [c for c in pod["spec"]["initContainers"] if c["name"] == "autotune-seed"]
+    mounts = {m["mountPath"]: m for m in seed["volumeMounts"]}
+    work = tmp_path / "work"
+    work.mkdir()
+    source = seed["command"][2].replace(next(p for p in mounts if mounts[p].get("readOnly")), str(image))
+    copied = _read_only(image, [*seed["command"][:2], source, str(work)])
+    assert copied.returncode == 0, copied.stderr
+    # 4. The engine on that copy, the image still mounted read-only: vLLM resolves the packed file.
+    spec["env"]["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] = str(work)
+    spec_file = tmp_path / "second.json"
+    spec_file.write_text(json.dumps(spec))
+    with resources.as_file(resources.files("stackpin.enginecheck").joinpath("check_runtime.py")) as script:
+        run = _read_only(image, [str(engine), str(script), str(spec_file)])
+    assert run.returncode == 0, run.stderr[-2000:]
+    second = json.loads(run.stdout)
+    assert second["failed"] is None and second["autotune"]["config_hash_dir"] == config_hash
+    found = Path(second["autotune"]["file"])
+    assert found == work / config_hash / "autotune_configs.json" and found.read_bytes() == content
+    before = hashlib.sha256(content).hexdigest()
+    assert hashlib.sha256((image / "flashinfer_autotune_cache" / "0.7.0.post1" / "103a" / config_hash /
+                           "autotune_configs.json").read_bytes()).hexdigest() == before
+
+    # The rendering before this fix pointed vLLM at the image itself: its resolver's mkdir of the hash
+    # directory fails on the read-only mount (EROFS), as every worker did after loading its weights.
+    spec["env"]["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] = str(image / "flashinfer_autotune_cache")
+    spec_file.write_text(json.dumps(spec))
+    with resources.as_file(resources.files("stackpin.enginecheck").joinpath("check_runtime.py")) as script:
+        old = _read_only(image, [str(engine), str(script), str(spec_file)])
+    assert old.returncode == 0, old.stderr[-2000:]
+    failed = json.loads(old.stdout)["failed"]
+    assert failed is not None and "Read-only file system" in failed["error"], failed
+
+
+# --- the command ------------------------------------------------------------------------------------------
+
+def test_the_command_checks_a_lockfile_and_says_what_it_did_not_run(engine: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "stackpin", "engines", "check", "lockfiles/gb300-tuned.lock.yaml",
+                          "--python", str(engine)], capture_output=True, text=True, cwd=ROOT, timeout=900,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+    [line] = run.stdout.splitlines()
+    assert line.startswith("ok gb300-tuned worker: vLLM 0.31.0, cudagraph FULL_AND_PIECEWISE, ")
+    assert "not run here: " in line
+
+
+def test_the_command_without_an_engine_environment_is_one_line_exit_2(tmp_path: Path) -> None:
+    run = subprocess.run([sys.executable, "-m", "stackpin", "engines", "check", "lockfiles/gb300-tuned.lock.yaml",
+                          "--python", str(tmp_path / "nope" / "python")], capture_output=True, text=True, cwd=ROOT,
+                         timeout=120, check=False)
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1
+    assert "install-engine-check.sh" in run.stderr
