@@ -218,3 +218,30 @@ def test_the_command_without_an_engine_environment_is_one_line_exit_2(tmp_path: 
                          timeout=120, check=False)
     assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1
     assert "install-engine-check.sh" in run.stderr
+
+
+def test_attestation_calls_the_real_flashinfer_load_rule(engine: Path, tmp_path: Path) -> None:
+    """The attestation script uses FlashInfer's own _collect_metadata and _classify_metadata_mismatches
+    (tests/test_attestation.py uses a stand-in for them): here the real ones, from the engine environment's
+    flashinfer-python 0.7.0.post1. On this CPU host FlashInfer reports no GPU, so a cache captured on GB300
+    is one it would ignore, and the pod fails saying so."""
+    from stackpin.render.attestation import script_text
+
+    config_hash = "c" * 64
+    cache = tmp_path / "flashinfer-autotune" / config_hash
+    cache.mkdir(parents=True)
+    content = json.dumps({"_metadata": {"flashinfer_version": "0.7.0.post1", "gpu": "NVIDIA GB300"},
+                          "k": ["Runner", 1]}).encode()
+    (cache / "autotune_configs.json").write_bytes(content)
+    expected = {"deployment": "dsv41-flash", "packages": {}, "gpu": None,
+                "autotuneCache": {"dir": str(cache.parent), "image": "x", "files": {
+                    f"{config_hash}/autotune_configs.json": hashlib.sha256(content).hexdigest()}}}
+    (tmp_path / "attest.py").write_text(script_text())
+    (tmp_path / "expected.json").write_text(json.dumps(expected))
+    run = subprocess.run([str(engine), str(tmp_path / "attest.py"), str(tmp_path / "expected.json")],
+                         capture_output=True, text=True, timeout=300, check=False,
+                         env={"PATH": "/usr/bin:/bin", "CUDA_VISIBLE_DEVICES": ""})
+    assert run.returncode == 1, run.stderr[-2000:]
+    line = run.stderr.strip().splitlines()[-1]
+    assert f"FlashInfer ignores autotune cache file {config_hash}/autotune_configs.json: " in line
+    assert "gpu saved 'NVIDIA GB300' vs 'unknown' here" in line

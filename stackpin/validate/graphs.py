@@ -181,8 +181,9 @@ def graph_fallback(ctx: Context) -> tuple[str, str] | None:
     breakable = env == "1" if env is not None else arch in graphs.breakable_by_default
     if breakable or arch not in graphs.uncompiled or mode not in graphs.without_piecewise:
         return None
-    why = (f"VLLM_USE_BREAKABLE_CUDAGRAPH={env or 0} and vLLM {found[0].version} never torch.compiles {arch} "
-           f"({graphs.uncompiled_source}), so it has no piecewise capture ({graphs.without_piecewise_source})")
+    why = (f"VLLM_USE_BREAKABLE_CUDAGRAPH={env or 0} and vLLM {found[0].version} never torch.compiles {arch}, "
+           f"so it has no piecewise capture ({graphs.uncompiled_source.split(' ')[0]}, "
+           f"{graphs.without_piecewise_source.split(' ')[0]})")
     return graphs.without_piecewise[mode], why
 
 
