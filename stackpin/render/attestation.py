@@ -28,8 +28,10 @@ VOLUME = "stackpin-attestation"
 MOUNT = "/opt/stackpin/attestation"
 CONTAINER = "attest"
 CACHE_DIR = AUTOTUNE_WORK  # the writable copy vLLM reads (VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR), not the image
-# Python, hashing and nvidia-smi: a tenth of a core and a little memory (GPUs: see init_container).
-RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}}
+# Python, hashing and nvidia-smi, and FlashInfer's metadata probe, which imports torch and initialises CUDA
+# (about 1 GiB resident): a tenth of a core requested, a little memory, room to spare in the limit (GPUs: see
+# init_container).
+RESOURCES = {"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
 
 
 @dataclass(frozen=True)

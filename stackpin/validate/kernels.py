@@ -23,8 +23,11 @@ def attention_unknown(ctx: Context) -> Iterator[Hit]:
     backend = ctx.profile.spec.kernels.attention
     if (ctx.model is not None and backend is not None and backend not in ctx.model.attention_backends
             and backend not in ctx.model.rejected_attention_backends):
+        found = startup_model(ctx)
+        ignored = (f"; vLLM {found[0].version} ignores it for {ctx.model.architecture} and picks a kernel by "
+                   f"itself ({found[1].selector_source})") if found else ""
         yield Hit(_K + ("attention",), f"attention backend {backend!r} is not one the catalog knows for "
-                  f"{ctx.model_key}", f"one of: {', '.join(ctx.model.attention_backends)}")
+                  f"{ctx.model_key}{ignored}", f"one of: {', '.join(ctx.model.attention_backends)}")
 
 
 @rule("SP213", Severity.error, "kernel backend the pinned vLLM does not have")
