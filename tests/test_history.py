@@ -4,6 +4,7 @@ deployment directory rendered from the newest one, and every bad input one line 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -292,6 +293,42 @@ def test_a_tampered_revision_is_never_rolled_back_to(tmp_path: Path) -> None:
     assert "000002.yaml: revisionDigest does not match" in error
     assert {k: v for k, v in files(tmp_path).items() if not k.endswith("000002.yaml")} == {
         k: v for k, v in before.items() if not k.endswith("000002.yaml")}
+
+
+def _replace_with(make: Callable[[Path], object]) -> Callable[[Path], object]:
+    def replace(path: Path) -> None:
+        path.unlink()
+        make(path)
+    return replace
+
+
+# What stands where revision 2 should (issue 18): every command that extends the history refuses it.
+BROKEN_CHAIN: dict[str, tuple[Callable[[Path], object], str]] = {
+    "edited": (lambda p: _edit(p, "message: Tuned stack", "message: Tuned stacK"), "revisionDigest does not match"),
+    "deleted": (lambda p: p.unlink(), "revision 2 of dynamo/dsv41-flash@gb300-nvl72 is missing"),
+    "a directory": (_replace_with(lambda p: p.mkdir()), "is not a regular file"),
+    "empty": (lambda p: p.write_bytes(b""), "not a StackRevision"),
+    "binary": (lambda p: p.write_bytes(bytes(range(256))), "is not UTF-8 text"),
+    "a FIFO": (_replace_with(os.mkfifo), "is not a regular file"),
+    "a link to /etc/passwd": (_replace_with(lambda p: p.symlink_to("/etc/passwd")), "is a symbolic link"),
+    "a link to revision 1": (_replace_with(lambda p: p.symlink_to(p.with_name("000001.yaml"))), "is a symbolic link"),
+    "a link to /dev/zero": (_replace_with(lambda p: p.symlink_to("/dev/zero")), "is a symbolic link"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_CHAIN))
+@pytest.mark.parametrize("command", ["promote", "rollback"])
+def test_nothing_is_recorded_on_a_broken_chain(tmp_path: Path, case: str, command: str) -> None:
+    three_revisions(tmp_path)
+    revision_2 = tmp_path / "history" / "dynamo" / "dsv41-flash@gb300-nvl72" / "000002.yaml"
+    tamper, expected = BROKEN_CHAIN[case]
+    tamper(revision_2)
+    before = sorted(p.name for p in revision_2.parent.iterdir())
+    args = ["promote", str(TUNED), "-m", "on top"] if command == "promote" else ["rollback", "dsv41-flash"]
+    error = one_error(invoke(tmp_path, *args))
+    assert expected in error and "000002.yaml" in error
+    assert sorted(p.name for p in revision_2.parent.iterdir()) == before  # no 000004.yaml
+    assert one_error(invoke(tmp_path, "history", "dsv41-flash")) == error
 
 
 # --- bad input: one line, exit 2, nothing written ------------------------------------------------------

@@ -9,7 +9,10 @@ and the lock's own `stackDigest`, so an edited revision is refused, naming its f
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -163,19 +166,35 @@ def revision_text(revision: Revision) -> str:
     return header + text
 
 
+def _read_regular(path: Path) -> bytes:
+    """The bytes of a revision file: a regular file, not followed through a symbolic link, read with a byte
+    limit (a device, FIFO or link to one would otherwise be read forever or block)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise RevisionError(path, "no such file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RevisionError(path, "is a symbolic link, not a revision file") from None
+        raise RevisionError(path, f"cannot read: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise RevisionError(path, "is not a regular file")
+    with os.fdopen(fd, "rb") as fh:
+        raw = fh.read(MAX_INPUT_BYTES + 1)
+    if len(raw) > MAX_INPUT_BYTES:
+        raise RevisionError(path, f"is more than a revision can be ({MAX_INPUT_BYTES:,} bytes)")
+    return raw
+
+
 def read_revision(path: Path, key: DeploymentKey, number: int) -> Revision:
     """Read and verify the revision file `path`: revision `number` of `key`. Raises RevisionError."""
     import yaml
 
     try:
-        size = path.stat().st_size
-        if size > MAX_INPUT_BYTES:
-            raise RevisionError(path, f"is {size:,} bytes, more than a revision can be ({MAX_INPUT_BYTES:,})")
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except FileNotFoundError:
-        raise RevisionError(path, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RevisionError(path, f"cannot read: {exc}") from None
+        data = yaml.load(_read_regular(path).decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except UnicodeDecodeError:
+        raise RevisionError(path, "is not UTF-8 text") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -134,7 +134,10 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
     environ = os.environ if env is None else env
     author, created = author_of(store.root, environ), created_at(environ)
     with store.writing(key):
-        newest = store.newest(key)
+        # The whole chain, verified: a revision recorded on top of an edited, missing or replaced one would
+        # vouch for it. Nothing is written on a broken chain (issue 18).
+        chain = store.revisions(key)
+        newest = chain[-1] if chain else None
         lock, action, message, rendered = choose(newest)
         number = newest.revision + 1 if newest is not None else 1
         revision = new_revision(key, number, lock, created=created, author=author, message=message,
