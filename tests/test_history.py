@@ -88,7 +88,9 @@ def test_promote_twice_and_roll_back_records_three_revisions(tmp_path: Path) -> 
         3, {"kind": "rollback", "revision": 1}, "gb300-launch", "Roll back to revision 1")
     store = HistoryStore(tmp_path / "history")
     one, two, three = store.revisions(GB300)
-    assert sorted(p.name for p in store.directory(GB300).iterdir()) == ["000001.yaml", "000002.yaml", "000003.yaml"]
+    assert sorted(p.name for p in store.directory(GB300).iterdir()) == ["000001.yaml", "000002.yaml", "000003.yaml",
+                                                                         "HEAD"]
+    assert (store.directory(GB300) / "HEAD").read_text() == f"3 {three.revision_digest}\n"
     assert one.lock == three.lock == launch and two.lock == read_lock(TUNED)
     assert [r.action.kind for r in (one, two, three)] == [ActionKind.promote, ActionKind.promote, ActionKind.rollback]
     assert (three.previous_digest, two.previous_digest, one.previous_digest) == (
@@ -131,7 +133,7 @@ def test_same_inputs_give_the_same_bytes(tmp_path: Path) -> None:
     three_revisions(tmp_path / "a")
     three_revisions(tmp_path / "b")
     assert files(tmp_path / "a") == files(tmp_path / "b")
-    assert len(files(tmp_path / "a")) == 6  # 3 revisions; the DGD, attestation ConfigMap and kustomization
+    assert len(files(tmp_path / "a")) == 7  # 3 revisions and the head; the DGD, attestation ConfigMap, kustomization
 
 
 def test_a_rollback_can_be_rolled_back_and_never_rewrites_history(tmp_path: Path) -> None:
@@ -139,7 +141,9 @@ def test_a_rollback_can_be_rolled_back_and_never_rewrites_history(tmp_path: Path
     before = files(tmp_path / "history")
     assert invoke(tmp_path, "rollback", "dsv41-flash@gb300-nvl72").exit_code == 0  # to 2: the tuned stack
     after = files(tmp_path / "history")
-    assert {k: v for k, v in after.items() if k in before} == before
+    # Revisions are never rewritten; only the head moves on to the new newest.
+    assert {k: v for k, v in after.items() if k in before and not k.endswith("HEAD")} == {
+        k: v for k, v in before.items() if not k.endswith("HEAD")}
     four = HistoryStore(tmp_path / "history").read(GB300, 4)
     assert four.action.revision == 2 and four.lock == read_lock(TUNED)
 
@@ -517,3 +521,40 @@ def test_the_committed_demo_history_verifies_and_its_deployment_is_current() -> 
         assert store.path(GB300, revision.revision).read_text() == revision_text(revision)
     [check] = check_deployments(store, ROOT / "deployments", [GB300])
     assert check.current, check.drift
+
+
+def test_deleting_the_newest_revision_is_detected_and_its_number_never_reused(tmp_path: Path) -> None:
+    """The head (`HEAD`, the newest revision's number and digest) anchors the chain's end (issue 18)."""
+    three_revisions(tmp_path)
+    directory = tmp_path / "history" / "dynamo" / "dsv41-flash@gb300-nvl72"
+    head = (directory / "HEAD").read_text()
+    assert head.startswith("3 sha256:") and head.endswith("\n")
+    (directory / "000003.yaml").unlink()
+    error = one_error(invoke(tmp_path, "history", "dsv41-flash"))
+    assert "000003.yaml: revision 3 of dynamo/dsv41-flash@gb300-nvl72 is missing, and the head records it" in error
+    assert one_error(invoke(tmp_path, "promote", str(TUNED), "-m", "reuses 3?")) == error
+    assert not (directory / "000003.yaml").exists()
+    # A revision put back in its place that is not the one the head records is refused too.
+    shutil.copyfile(directory / "000001.yaml", directory / "000003.yaml")
+    assert "000003.yaml" in one_error(invoke(tmp_path, "history", "dsv41-flash"))
+
+
+def test_a_history_from_before_the_head_reads_and_gets_one_at_its_next_write(tmp_path: Path) -> None:
+    three_revisions(tmp_path)
+    directory = tmp_path / "history" / "dynamo" / "dsv41-flash@gb300-nvl72"
+    (directory / "HEAD").unlink()
+    assert invoke(tmp_path, "history", "dsv41-flash").exit_code == 0
+    assert invoke(tmp_path, "promote", str(TUNED), "-m", "four").exit_code == 0
+    assert (directory / "HEAD").read_text().startswith("4 sha256:")
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    ("", "HEAD: is not a head record"),
+    ("3\n", "HEAD: is not a head record"),
+    ("x sha256:00\n", "HEAD: is not a head record"),
+    ("3 sha256:" + "0" * 64 + "\n", "000003.yaml: is not the revision 3 the head records"),
+], ids=["empty", "no-digest", "garbage", "wrong-digest"])
+def test_a_head_that_is_not_one_is_refused(tmp_path: Path, content: str, says: str) -> None:
+    three_revisions(tmp_path)
+    (tmp_path / "history" / "dynamo" / "dsv41-flash@gb300-nvl72" / "HEAD").write_text(content)
+    assert says in one_error(invoke(tmp_path, "history", "dsv41-flash"))

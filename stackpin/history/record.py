@@ -20,7 +20,7 @@ from stackpin.errors import StackpinError, clip
 from stackpin.history.deployed import deployment_dir, deployment_files, write_deployment
 from stackpin.history.identity import author_of, created_at
 from stackpin.history.model import Action, ActionKind, DeploymentKey, Revision, new_revision, revision_text
-from stackpin.history.store import HistoryStore
+from stackpin.history.store import HEAD_FILE, HistoryStore
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.output import RenderedStack, render_stack
 from stackpin.yamlio import create_exclusive
@@ -134,10 +134,9 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
     environ = os.environ if env is None else env
     author, created = author_of(store.root, environ), created_at(environ)
     with store.writing(key):
-        # The whole chain, verified: a revision recorded on top of an edited, missing or replaced one would
-        # vouch for it. Nothing is written on a broken chain (issue 18).
-        chain = store.revisions(key)
-        newest = chain[-1] if chain else None
+        # The whole chain, verified (newest does): a revision recorded on top of an edited, missing or
+        # replaced one would vouch for it. Nothing is written on a broken chain.
+        newest = store.newest(key)
         lock, action, message, rendered = choose(newest)
         number = newest.revision + 1 if newest is not None else 1
         revision = new_revision(key, number, lock, created=created, author=author, message=message,
@@ -156,12 +155,13 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
         except StackpinError:  # nothing was switched (write_files puts back what was there): take it back
             path.unlink(missing_ok=True)
             raise
+        store.write_head(key, revision)
         if then is not None:
             try:
                 then(revision)
             except BaseException as exc:
                 try:
-                    _take_back(path, deployments, key, newest)
+                    _take_back(store, path, deployments, key, newest)
                 except (StackpinError, OSError) as undo:
                     why = exc.lines()[0] if isinstance(exc, StackpinError) else type(exc).__name__
                     raise StackpinError(f"{path}: revision {number} was recorded, then what it was recorded for "
@@ -171,8 +171,14 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
     return Recorded(revision, path, deployment_dir(deployments, key), tuple(stack.files))
 
 
-def _take_back(path: Path, deployments: Path, key: DeploymentKey, previous: Revision | None) -> None:
-    """Undo a recorded revision: its file removed, the deployment directory back to `previous`."""
+def _take_back(store: HistoryStore, path: Path, deployments: Path, key: DeploymentKey,
+               previous: Revision | None) -> None:
+    """Undo a recorded revision: the head back to `previous`, its file removed, the deployment directory
+    back to `previous`."""
+    if previous is not None:
+        store.write_head(key, previous)
+    else:
+        (store.directory(key) / HEAD_FILE).unlink(missing_ok=True)
     path.unlink(missing_ok=True)
     if previous is not None:
         write_deployment(deployments, deployment_files(previous), key)

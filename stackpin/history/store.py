@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,12 +19,17 @@ from typing import TYPE_CHECKING
 from stackpin.errors import StackpinError, clip
 from stackpin.history.model import DIRECTORY_NAME, DeploymentKey, Revision, RevisionError, file_name, read_revision
 from stackpin.profile.k8s_names import DNS_LABEL
-from stackpin.yamlio import lock_directory, sweep_temp_files
+from stackpin.yamlio import lock_directory, sweep_temp_files, write_atomic
 
 if TYPE_CHECKING:
     from stackpin.lock.lockfile import StackLock
 
 REVISION_FILE = re.compile(r"^([0-9]+)\.yaml$")
+# The newest revision's number and digest, rewritten after each revision is recorded: deleting the newest
+# revision (truncation) no longer goes unnoticed, and its number is never handed out again. A history from
+# before the head existed gets one at its next write.
+HEAD_FILE = "HEAD"
+HEAD_FORMAT = re.compile(r"^(?P<number>[1-9][0-9]{0,8}) (?P<digest>sha256:[0-9a-f]{64})\n$")
 QUERY = re.compile(rf"^(?:(?P<namespace>{DNS_LABEL})/)?(?P<name>{DNS_LABEL})(?:@(?P<platform>{DNS_LABEL}))?$")
 
 
@@ -97,24 +103,61 @@ class HistoryStore:
         return sorted(numbers)
 
     def read(self, key: DeploymentKey, number: int) -> Revision:
-        """Revision `number`, verified; a number out of range is a one-line error."""
-        numbers = self.numbers(key)
-        if number not in numbers:
-            span = f"revisions 1 to {numbers[-1]}" if numbers else "no revisions"
+        """Revision `number`, its whole chain verified (issue 18: nothing is read from a broken history); a
+        number out of range is a one-line error."""
+        chain = self.revisions(key)
+        if not 1 <= number <= len(chain):
+            span = f"revisions 1 to {len(chain)}" if chain else "no revisions"
             raise StackpinError(f"revision {number} of {key} is out of range: it has {span}")
-        return read_revision(self.path(key, number), key, number)
+        return chain[number - 1]
 
     def lock_at(self, query: str, number: int) -> StackLock:
         """The stack of revision `number` of the deployment `query` names (see `resolve`), verified."""
         return self.read(self.resolve(query), number).lock
 
     def newest(self, key: DeploymentKey) -> Revision | None:
-        numbers = self.numbers(key)
-        return read_revision(self.path(key, numbers[-1]), key, numbers[-1]) if numbers else None
+        """The newest revision, its whole chain verified."""
+        chain = self.revisions(key)
+        return chain[-1] if chain else None
+
+    def head(self, key: DeploymentKey) -> tuple[int, str] | None:
+        """(number, revisionDigest) the head records; None for a history from before heads."""
+        path = self.directory(key) / HEAD_FILE
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise RevisionError(path, f"cannot read the head: {exc.strerror}") from None
+        with os.fdopen(fd, "rb") as fh:
+            raw = fh.read(200) if stat.S_ISREG(os.fstat(fh.fileno()).st_mode) else b""
+        match = HEAD_FORMAT.match(raw.decode("ascii", "replace"))
+        if match is None:
+            raise RevisionError(path, "is not a head record ('<number> sha256:<digest>', as stackpin writes it)")
+        return int(match["number"]), match["digest"]
+
+    def write_head(self, key: DeploymentKey, revision: Revision) -> None:
+        """Call holding the deployment's lock (`writing`), after the revision's file is created."""
+        write_atomic(self.directory(key) / HEAD_FILE, f"{revision.revision} {revision.revision_digest}\n")
 
     def revisions(self, key: DeploymentKey) -> list[Revision]:
-        """Every revision, oldest first, each verified and chained to the one before it: a missing,
-        edited or replaced revision is an error naming its file."""
+        """Every revision, oldest first, each verified and chained to the one before it, the newest at least
+        the one the head records: a missing, edited, replaced or truncated revision is an error naming its
+        file."""
+        out = self._chain(key)
+        head = self.head(key)
+        if head is not None:
+            number, digest = head
+            # A writer killed between its revision and the head leaves the head one behind: still anchored.
+            if len(out) < number:
+                raise RevisionError(self.path(key, number), f"revision {number} of {key} is missing, and the head "
+                                    f"records it as the newest (the newest revision was deleted?)")
+            if out[number - 1].revision_digest != digest:
+                raise RevisionError(self.path(key, number), f"is not the revision {number} the head records "
+                                    "(replaced?)")
+        return out
+
+    def _chain(self, key: DeploymentKey) -> list[Revision]:
         out: list[Revision] = []
         for expected, number in enumerate(self.numbers(key), 1):
             if number != expected:
