@@ -28,6 +28,7 @@ from stackpin.profile.identifiers import model_id_problem
 from stackpin.profile.k8s_names import label_problems
 from stackpin.render.build import RenderError, build_objects
 from stackpin.render.output import render_stack, render_stacks, write_stacks
+from stackpin.render.pod import kubelet_value
 from tests.lockkit import (
     PROFILES_DIR,
     ROOT,
@@ -380,12 +381,27 @@ def _workers(dgd: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _flag(container: dict[str, Any], flag: str) -> str | None:
+    """The flag's value as the container receives it (the kubelet reduces `$$` to `$`)."""
     args = container["args"]
-    return args[args.index(flag) + 1] if flag in args else None
+    return kubelet_value(args[args.index(flag) + 1]) if flag in args else None
 
 
 def _env_value(container: dict[str, Any], name: str) -> str | None:
-    return {e["name"]: e["value"] for e in container["env"]}.get(name)
+    value = {e["name"]: e["value"] for e in container["env"]}.get(name)
+    return None if value is None else kubelet_value(value)
+
+
+def test_a_value_the_kubelet_would_expand_arrives_as_written() -> None:
+    """Kubernetes expands `$(NAME)` in a container's args and env values (issue 18): `$(HF_TOKEN)` in an
+    engine argument would become the token. Every `$` is doubled, which the kubelet reduces back."""
+    lock = with_profile_value(shipped_locks()["gb300-tuned"], ("spec", "placement", "pools", "worker", "engineArgs"),
+                              {"--served-model-name": "$(HF_TOKEN)"})
+    lock = with_profile_value(lock, ("spec", "kernels", "env", "STACKPIN_NOTE"), "$$(literal) $(HOME)")
+    [worker] = _workers(build_objects(lock)[0])
+    assert _flag(worker, "--served-model-name") == "$(HF_TOKEN)"
+    assert worker["args"][worker["args"].index("--served-model-name") + 1] == "$$(HF_TOKEN)"
+    assert {e["name"]: e["value"] for e in worker["env"]}["STACKPIN_NOTE"] == "$$$$(literal) $$(HOME)"
+    assert _env_value(worker, "STACKPIN_NOTE") == "$$(literal) $(HOME)"
 
 
 @dataclass(frozen=True)

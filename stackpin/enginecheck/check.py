@@ -31,6 +31,7 @@ from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.flags import FlagCatalog, dynamo_catalog, vllm_catalog
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
+from stackpin.render.pod import kubelet_value
 
 SCRIPT = "check_runtime.py"
 TIMEOUT_S = 600  # one pool: vLLM's imports and config construction take some seconds on two cores
@@ -115,10 +116,11 @@ def pool_specs(lock: StackLock, workdir: Path, catalog: Catalog | None = None) -
     gpus: dict[str, int] = {p.role: p.gpus_per_pod for p in topology_of(profile, catalog).pools}
     out = []
     for role, container in _workers(build_objects(lock, catalog)):
-        argv = vllm_argv(list(container["args"]), vllm, dynamo)
+        # What the kubelet hands the container, `$$` reduced (render/pod.py kubelet_literal).
+        argv = vllm_argv([kubelet_value(a) for a in container["args"]], vllm, dynamo)
         argv[argv.index("--model") + 1] = str(model_dir)
         scratch = workdir / role
-        env = {e["name"]: e["value"] for e in container.get("env", [])}
+        env = {e["name"]: kubelet_value(e["value"]) for e in container.get("env", [])}
         rendered = {name: env[name] for name in _MAPPED_ENV if name in env}
         for name in rendered:
             env[name] = str(scratch / name.lower())

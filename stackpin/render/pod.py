@@ -109,15 +109,29 @@ def gpu_resources(comp: ComponentPlan, resource: str = GPU_RESOURCE) -> dict[str
     return out
 
 
+def kubelet_literal(value: str) -> str:
+    """`value` as the kubelet passes it on: it expands `$(NAME)` in a container's args and env values and
+    reduces `$$` to `$`, so every `$` is doubled and what stackpin wrote arrives as written
+    (`engineArgs` of `$(HF_TOKEN)` must never become the token)."""
+    return value.replace("$", "$$")
+
+
+def kubelet_value(written: str) -> str:
+    """What a container receives for an arg or env value written by `kubelet_literal`."""
+    return written.replace("$$", "$")
+
+
 def assemble_pod(plan: StackPlan, comp: ComponentPlan, *, command: Sequence[str], args: Sequence[str],
                  env: Sequence[tuple[str, str]], extra_volumes: Sequence[Volume] = (),
                  same_clique: Mapping[str, Any] | None = None, gpu_resource: str = GPU_RESOURCE) -> Pod:
     """A pod of `comp`: `extra_volumes` come before the stack's own; `same_clique`, when given, is the
     affinity term (without its topology key) that selects the other pods of the same replica."""
     volumes = [*extra_volumes, *stack_volumes(comp)]
-    container: dict[str, Any] = {"name": CONTAINER, "image": plan.image, "command": list(command), "args": list(args)}
+    # The command is stackpin's own text; args and env values carry the profile's, which the kubelet expands.
+    container: dict[str, Any] = {"name": CONTAINER, "image": plan.image, "command": list(command),
+                                 "args": [kubelet_literal(a) for a in args]}
     if env:
-        container["env"] = [{"name": k, "value": v} for k, v in env]
+        container["env"] = [{"name": k, "value": kubelet_literal(v)} for k, v in env]
     if volumes:
         container["volumeMounts"] = [v.as_mount() for v in volumes]
     if comp.model_store and comp.model_store.token_secret:
