@@ -39,7 +39,7 @@ def parse_seconds(text: str, what: str) -> float:
     match = _DURATION.match(text.strip())
     if not match:
         raise StackpinError(f"{what} {text!r}: give seconds, e.g. 10s, 500ms or 2m")
-    return float(match[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[match[2]]
+    return float(match[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[match[2]]  # digits only: finite
 
 
 def parse_slo(text: str) -> Slo:
@@ -57,7 +57,7 @@ def parse_slo(text: str) -> Slo:
     except ValueError:
         raise StackpinError(f"--slo tps={fields['tps']!r}: not a number") from None
     percentile = fields.get("percentile", "p90")
-    if percentile not in ("p50", "p90", "p99") or tps <= 0:
+    if percentile not in ("p50", "p90", "p99") or not 0 < tps < float("inf"):  # NaN fails both comparisons
         raise StackpinError(f"--slo {text!r}: tps must be > 0 and percentile one of p50, p90, p99")
     ttft = parse_seconds(fields["ttft"], "--slo ttft")
     if ttft <= 0:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, emit_objects, user_errors
+from stackpin.cli.common import OUTPUT, emit, emit_objects, finite, user_errors
 from stackpin.cli.history import HISTORY
 
 if TYPE_CHECKING:
@@ -115,7 +115,7 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
 @click.option("--duration", "duration_text", metavar="SECONDS", help="Per agent count: start no turn after this.")
 @click.option("--sessions", type=click.IntRange(min=1), help="Sessions each agent replays (default: enough for the "
               "agents to cover the trace once).")
-@click.option("--delay-scale", type=click.FloatRange(min=0), default=1.0, show_default=True,
+@click.option("--delay-scale", type=finite(min=0), default=1.0, show_default=True,
               help="Factor on the trace's tool delays; 0 sends each turn as soon as the last answer ends.")
 @click.option("--request-timeout", "timeout_text", default="300s", show_default=True, metavar="SECONDS",
               help="A request not finished by then is recorded as stalled.")
@@ -183,7 +183,7 @@ def _threshold(text: str) -> float:
         value = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
     except ValueError:
         raise StackpinError(f"--threshold {text!r}: give a fraction (0.05) or a percentage (5%)") from None
-    if not 0 <= value < 10:
+    if not 0 <= value < 10:  # NaN fails it too
         raise StackpinError(f"--threshold {text!r}: out of range")
     return value
 
@@ -323,7 +323,7 @@ def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str,
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Client processes a pod.")
 @click.option("--duration", "duration_text", metavar="SECONDS")
 @click.option("--sessions", type=click.IntRange(min=1))
-@click.option("--delay-scale", type=click.FloatRange(min=0), default=1.0, show_default=True)
+@click.option("--delay-scale", type=finite(min=0), default=1.0, show_default=True)
 @click.option("--request-timeout", "timeout_text", default="300s", show_default=True, metavar="SECONDS")
 @click.option("--results-claim", metavar="PVC", help="An existing ReadWriteMany claim for the results (default: "
               "one is rendered).")

@@ -10,6 +10,25 @@ from typing import Any
 
 import click
 
+
+class Finite(click.FloatRange):
+    """A float option that refuses NaN and infinity (which every range comparison lets through)."""
+
+    name = "finite float"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        import math
+
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+def finite(min: float | None = None, max: float | None = None, min_open: bool = False) -> Finite:  # noqa: A002
+    return Finite(min=min, max=max, min_open=min_open)
+
+
 OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json", "yaml"]), default="text",
                       show_default=True, help="Output format; json and yaml have stable keys.")
 

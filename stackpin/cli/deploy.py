@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stackpin.cli.common import OUTPUT, cluster_options, emit, user_errors
+from stackpin.cli.common import OUTPUT, cluster_options, emit, finite, user_errors
 from stackpin.cli.history import HISTORY
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ def warn(message: str) -> None:
                    "(components added or removed, a pool switching single-node <-> multi-node).")
 @click.option("--create-namespace", is_flag=True, help="Create the namespace if it does not exist.")
 @click.option("--wait", is_flag=True, help="Then wait until the DynamoGraphDeployment and every component is ready.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("--timeout", type=finite(min=0, min_open=True), metavar="SECONDS",
               help="Limit for --wait, and for a recreated object to be gone (default: the stack's start-up budget).")
 @cluster_options
 @OUTPUT

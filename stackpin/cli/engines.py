@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.common import OUTPUT, emit, finite, user_errors
 
 if TYPE_CHECKING:
     from stackpin.engines.add import Added
@@ -241,7 +241,7 @@ def list_(output: str) -> None:
 @click.option("--python", "python", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
               help="The engine environment's Python [default: $STACKPIN_ENGINE_PYTHON, else "
                    ".enginecheck/vllm-<pinned>/bin/python as scripts/install-engine-check.sh builds it].")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(min=1, max=3600), default=600, show_default=True,
+@click.option("--timeout", "timeout_s", type=finite(min=1, max=3600), default=600, show_default=True,
               help="Seconds one pool's check may take.")
 @OUTPUT
 @user_errors

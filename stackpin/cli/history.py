@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli.common import OUTPUT, cluster_options, emit, user_errors
+from stackpin.cli.common import OUTPUT, cluster_options, emit, finite, user_errors
 
 if TYPE_CHECKING:
     from stackpin.history.deployed import DeploymentCheck
@@ -116,7 +116,7 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
 @click.option("--allow-recreate", is_flag=True,
               help="With --apply: delete and recreate a DynamoGraphDeployment whose change cannot be made in place.")
 @click.option("--wait", is_flag=True, help="With --apply: then wait until the DynamoGraphDeployment is ready.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), metavar="SECONDS",
+@click.option("--timeout", type=finite(min=0, min_open=True), metavar="SECONDS",
               help="With --apply: limit for --wait and for a recreated object to be gone "
                    "(default: the stack's start-up budget).")
 @cluster_options

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.common import OUTPUT, emit, finite, user_errors
 
 
 def _parse_mirrors(values: tuple[str, ...]) -> dict[str, str]:
@@ -36,7 +36,7 @@ def _parse_mirrors(values: tuple[str, ...]) -> dict[str, str]:
               "or https://huggingface.co).")
 @click.option("--docker-config", type=click.Path(dir_okay=False), help="docker config.json with registry "
               "credentials (default $DOCKER_CONFIG/config.json or ~/.docker/config.json).")
-@click.option("--timeout", default=300.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--timeout", default=300.0, show_default=True, type=finite(min=0, min_open=True),
               metavar="SECONDS", help="Give up resolving after this long, naming what had not answered.")
 @OUTPUT
 @user_errors

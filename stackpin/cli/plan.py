@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.common import OUTPUT, emit, finite, user_errors
 
 if TYPE_CHECKING:
     from stackpin.plan.aic import AicColumn
@@ -21,13 +21,13 @@ if TYPE_CHECKING:
               help="Per-agent output speed every agent holds and the TTFT limit (at percentile, default p90).")
 @click.option("--mature", "mature", multiple=True, type=click.Path(dir_okay=False), metavar="B.json",
               help="A result of the mature stack on the same platform as one RESULT (repeatable).")
-@click.option("--gain", type=float, metavar="X", help="Mature scenario as a stated gain in throughput per GPU at "
+@click.option("--gain", type=finite(), metavar="X", help="Mature scenario as a stated gain in throughput per GPU at "
               "the same per-agent speed (e.g. 1.3), for results without --mature.")
 @click.option("--chart", type=click.Path(dir_okay=False), metavar="PLAN.png",
               help="Write a chart of racks needed against the per-agent speed target.")
-@click.option("--turn-tokens", type=float, metavar="N", help="Output tokens of a typical turn (default: the median "
+@click.option("--turn-tokens", type=finite(), metavar="N", help="Output tokens of a typical turn (default: the median "
               "request in the results' request logs).")
-@click.option("--trajectory-tokens", type=float, metavar="N", help="Output tokens of a typical trajectory (default: "
+@click.option("--trajectory-tokens", type=finite(), metavar="N", help="Output tokens of a typical trajectory (default: "
               "the median session in the request logs).")
 @click.option("--force", is_flag=True, help="Plan results side by side even when their controls (trace, model, "
               "precision, SLO) differ; the answer lists what differs.")

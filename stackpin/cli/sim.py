@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.common import OUTPUT, emit, finite, user_errors
 
 
 @click.group(help="A simulated OpenAI-compatible endpoint whose timing follows a locked stack (a test bed, "
@@ -25,7 +25,7 @@ tests, e.g. error=0.1,stall=0.05,drop=0.05,malformed=0.05,after=8,seed=1.""")
 @click.option("--model", "step_model", default="roofline", show_default=True,
               help="Step-time model: roofline, or aiconfigurator (the optional `sim` extra; it refuses a stack "
                    "it cannot model and states what it stands in with).")
-@click.option("--speed", type=float, default=1.0, show_default=True)
+@click.option("--speed", type=finite(), default=1.0, show_default=True)
 @click.option("--fault", default="", help="Fault rates and options, key=value[,key=value...].")
 @click.option("--share", type=click.IntRange(1), default=1, show_default=True,
               help="Serve 1/N of the stack: each pool keeps 1/N of its replicas (N must divide them), so a "
@@ -97,7 +97,7 @@ per engine, each agent's tok/s and the stack's output tok/s per GPU, on the defa
 workload or on --trace FILE's. --at TPS adds the throughput per GPU at that per-agent speed.""")
 @click.argument("lock", type=click.Path(dir_okay=False, exists=True))
 @click.option("--trace", "trace_file", type=click.Path(dir_okay=False, exists=True), help="Workload from this trace.")
-@click.option("--at", "at_tps", type=float, multiple=True, help="Per-agent tok/s to read the curve at (repeatable).")
+@click.option("--at", "at_tps", type=finite(), multiple=True, help="Per-agent tok/s to read the curve at (repeatable).")
 @click.option("--model", "step_model", default="roofline", show_default=True,
               help="Step-time model: roofline or aiconfigurator (the `sim` extra).")
 @OUTPUT

@@ -1,0 +1,32 @@
+"""Bad input gets one clear error and exit 2, never a traceback or a silent acceptance (issue 18, section 4).
+
+Each case is a reproduction from issue 18: a value that used to be accepted or to crash."""
+
+from __future__ import annotations
+
+import pytest
+from click.testing import CliRunner
+
+from stackpin.cli.main import main
+from tests.helpers import ROOT
+
+LOCK = str(ROOT / "lockfiles" / "gb300-tuned.lock.yaml")
+
+
+@pytest.mark.parametrize("args", [
+    ["sim", "serve", LOCK, "--speed", "nan"],
+    ["sim", "serve", LOCK, "--speed", "inf"],
+    ["plan", "--agents", "100", "--slo", "tps=80,ttft=10s", "--gain", "nan", "r.json"],
+    ["plan", "--agents", "100", "--slo", "tps=80,ttft=10s", "--gain", "-inf", "r.json"],
+    ["plan", "--agents", "100", "--slo", "tps=nan,ttft=10s", "r.json"],
+    ["plan", "--agents", "100", "--slo", "tps=inf,ttft=10s", "r.json"],
+    ["lock", LOCK, "--timeout", "nan"],
+    ["sim", "curve", LOCK, "--at", "nan"],
+], ids=["speed-nan", "speed-inf", "gain-nan", "gain-minus-inf", "slo-tps-nan", "slo-tps-inf", "timeout-nan",
+        "curve-at-nan"])
+def test_nan_and_infinity_are_refused_by_every_float_option(args: list[str]) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    assert "Traceback" not in result.output
+    assert "not a finite number" in result.stderr or "tps must be > 0" in result.stderr
