@@ -271,6 +271,15 @@ def recover_writes(root: Path) -> None:
             _recover(root)
 
 
+def write_output(path: Path, data: str | bytes) -> None:
+    """The one file a command was told to write (`--out FILE`), all or nothing. Its directory must exist:
+    a mistyped path is an error naming it, never a tree of directories created outside what was named."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise InputError([Problem(Location(str(path)), "", f"cannot write: {path.parent} is not a directory")])
+    write_files({path: data})
+
+
 def write_files(files: Mapping[Path, str | bytes], root: Path | None = None) -> None:
     """Write several files as one set: all of them or none (see above). `root` is the directory the
     set lives in (default: the targets' common parent); its journal and lock live there. A failure

@@ -4,6 +4,8 @@ Each case is a reproduction from issue 18: a value that used to be accepted or t
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from click.testing import CliRunner
 
@@ -30,3 +32,15 @@ def test_nan_and_infinity_are_refused_by_every_float_option(args: list[str]) -> 
     assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
     assert "Traceback" not in result.output
     assert "not a finite number" in result.stderr or "tps must be > 0" in result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["trace", "gen", "--sessions", "2", "--out", "MISSING/t.jsonl"],
+    ["autotune", "capture-job", LOCK, "--out", "MISSING/jobs.yaml"],
+], ids=["trace-gen", "capture-job"])
+def test_a_missing_output_directory_is_an_error_and_is_never_created(tmp_path: Path, args: list[str]) -> None:
+    missing = tmp_path / "nonexistent"
+    result = CliRunner().invoke(main, [a.replace("MISSING", str(missing)) for a in args])
+    assert result.exit_code == 2, result.output
+    assert f"{missing} is not a directory" in result.stderr and "Traceback" not in result.output
+    assert not missing.exists()

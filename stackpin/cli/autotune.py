@@ -181,10 +181,10 @@ def pack(directory: str, push_ref: str | None, output_file: str | None, layout: 
     if output_file:
         import hashlib
 
-        from stackpin.yamlio import write_atomic
+        from stackpin.yamlio import write_output
 
         blob = pack_cache(directory)
-        write_atomic(Path(output_file), blob)
+        write_output(Path(output_file), blob)
         digest = f"sha256:{hashlib.sha256(blob).hexdigest()}"
         result["file"] = {"path": output_file, "digest": digest, "size": len(blob)}
         lines.append(f"wrote {output_file} ({digest}, {len(blob)} bytes)")

@@ -49,9 +49,9 @@ def _progress() -> Iterator[Progress]:
 
 def _write_result(result: BenchResult, out: str) -> None:
     from stackpin.bench.result import result_json
-    from stackpin.yamlio import write_files
+    from stackpin.yamlio import write_output
 
-    write_files({Path(out): result_json(result)})
+    write_output(Path(out), result_json(result))
 
 
 def _summary(result: BenchResult) -> dict[str, Any]:

@@ -84,14 +84,14 @@ def emit_objects(objects: list[dict[str, Any]], header: str, output: str, output
     `output_file` atomically, or stdout."""
     from pathlib import Path
 
-    from stackpin.yamlio import dump_yaml_all, write_atomic
+    from stackpin.yamlio import dump_yaml_all, write_output
 
     if output == "json":
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=True) + "\n"
     else:
         text = f"# {header}\n" + dump_yaml_all(objects)
     if output_file:
-        write_atomic(Path(output_file), text)
+        write_output(Path(output_file), text)
         click.echo(f"wrote {output_file} ({len(objects)} objects)", err=True)
     else:
         click.echo(text, nl=False)

@@ -54,11 +54,11 @@ def plan(results: tuple[str, ...], agents: int, slo_text: str, mature: tuple[str
                        trajectory_tokens=trajectory_tokens)
     if chart:
         from stackpin.plan.chart import plan_chart
-        from stackpin.yamlio import write_files
+        from stackpin.yamlio import write_output
 
         labels = [f"{s.stack} ({s.platform})" for s in answer.stacks]
         labels += [f"{r.stack.name} ({r.stack.platform}, mature)" for _, r in matured]
-        write_files({Path(chart): plan_chart([r for _, r in loaded + matured], labels, agents, slo)})
+        write_output(Path(chart), plan_chart([r for _, r in loaded + matured], labels, agents, slo))
     if output != "text":
         emit({**answer.dump(), "chart": chart}, output)
         return

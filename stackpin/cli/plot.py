@@ -27,13 +27,13 @@ def plot(results: tuple[str, ...], out: str, slo_text: str | None, output: str) 
     from stackpin.bench.result import read_result
     from stackpin.plan.slo import parse_slo
     from stackpin.report.curves import curve_chart, result_label, slo_speed
-    from stackpin.yamlio import write_files
+    from stackpin.yamlio import write_output
 
     loaded = [read_result(Path(p)) for p in results]
     slo = parse_slo(slo_text) if slo_text else None
     tps = slo.tps if slo else slo_speed(loaded)
     percentile = slo.percentile if slo else "p90"
-    write_files({Path(out): curve_chart([(result_label(r), r) for r in loaded], tps, percentile)})
+    write_output(Path(out), curve_chart([(result_label(r), r) for r in loaded], tps, percentile))
     if output == "text":
         marked = f"{tps:g} tok/s" if tps else "not marked"
         click.echo(f"wrote {out}  ({len(loaded)} curve(s), SLO {marked})")

@@ -35,12 +35,12 @@ def report(deployment: str, out: str, result_files: tuple[str, ...], history_dir
     ones and the bench curves of their results (chart embedded; no external URL). Same inputs, same bytes."""
     from stackpin.history.store import HistoryStore
     from stackpin.report.page import build_report
-    from stackpin.yamlio import write_files
+    from stackpin.yamlio import write_output
 
     store = HistoryStore(Path(history_dir))
     key = store.resolve(deployment)
     page = build_report(store, key, _results(result_files))
-    write_files({Path(out): page.html})
+    write_output(Path(out), page.html)
     if output == "text":
         click.echo(f"wrote {out}  ({key}: {page.revisions} revision(s), {page.results} bench result(s))")
     else:

@@ -15,9 +15,9 @@ def trace() -> None:
 
 
 def _write(out: str, text: str) -> None:
-    from stackpin.yamlio import write_files
+    from stackpin.yamlio import write_output
 
-    write_files({Path(out): text})
+    write_output(Path(out), text)
 
 
 @trace.command(help="""Write AgentPerf-shaped multi-turn sessions: the context grows every turn, inputs
