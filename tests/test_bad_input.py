@@ -44,3 +44,15 @@ def test_a_missing_output_directory_is_an_error_and_is_never_created(tmp_path: P
     assert result.exit_code == 2, result.output
     assert f"{missing} is not a directory" in result.stderr and "Traceback" not in result.output
     assert not missing.exists()
+
+
+@pytest.mark.parametrize("base", ["../../../../../../../../etc/passwd", "/etc/hostname"])
+def test_extends_outside_the_profiles_tree_is_refused(tmp_path: Path, base: str) -> None:
+    profile = tmp_path / "stacks" / "p.yaml"
+    profile.parent.mkdir()
+    profile.write_text(f"extends: {base}\n")
+    result = CliRunner().invoke(main, ["validate", str(profile)])
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.splitlines()
+    assert f"{profile}:1:1: extends: base profile {base!r} is outside the profile's directory" in line
+    assert "root:" not in result.output  # nothing of the file it named was read out

@@ -128,7 +128,8 @@ def test_problem_is_located_in_the_file_that_sets_it(tmp_path: Path, base: dict,
     _assert_one_problem(exc, expected, file=tmp_path / located_in, line=line, col=col)
 
 
-def test_three_level_chain(tmp_path: Path) -> None:
+def test_three_level_chain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)  # a base may sit above the profile, inside the tree stackpin runs in
     write_profile(tmp_path, base_doc(), "a.yaml")
     write_profile(tmp_path, _overlay("a.yaml", **{f"{W}.replicas": 9}), "b.yaml")
     (tmp_path / "sub").mkdir()

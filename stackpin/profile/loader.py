@@ -120,6 +120,12 @@ def _read_chain(path: Path) -> tuple[dict[str, Any], MergedPositions, tuple[Path
     chain: list[tuple[Path, dict[str, Any], Positions]] = []
     seen: list[Path] = []
     current: Path | None = path
+    # A base is read from below the working directory (the repository stackpin runs in), the named
+    # profile's own directory, or a site catalog directory, nowhere else: a profile from elsewhere must not
+    # make stackpin read (and echo) /etc/passwd (issue 18).
+    from stackpin.catalog.search import site_dirs
+
+    roots = [Path(path).resolve().parent, Path.cwd().resolve(), *(d.resolve() for d in site_dirs())]
     display = str(path)
     while current is not None:
         resolved = current.resolve()
@@ -153,6 +159,10 @@ def _read_chain(path: Path) -> tuple[dict[str, Any], MergedPositions, tuple[Path
             if not found:
                 raise InputError([Problem(positions.locate(("extends",)), "extends",
                                           f"base profile {parent!r} not found")])
+            if not any(current.resolve().is_relative_to(root) for root in roots):
+                raise InputError([Problem(positions.locate(("extends",)), "extends",
+                                          f"base profile {parent!r} is outside the profile's directory, "
+                                          "the working directory and the catalog directories")])
     merged: dict[str, Any] = {}
     merged_positions = MergedPositions()
     for _, data, positions in reversed(chain):
