@@ -163,7 +163,7 @@ def test_chromium_renders_the_report(tmp_path: Path) -> None:
 def test_a_single_revision_without_results_still_makes_a_page(tmp_path: Path) -> None:
     history = tmp_path / "history"
     shutil.copytree(HISTORY, history)
-    for later in ("000002.yaml", "000003.yaml"):
+    for later in ("000002.yaml", "000003.yaml", "HEAD"):  # a history of one revision, as it was then
         (history / DEPLOYMENT / later).unlink()
     out = tmp_path / "report.html"
     result = invoke("report", DEPLOYMENT, "--history", str(history), "--out", str(out))

@@ -558,3 +558,13 @@ def test_a_head_that_is_not_one_is_refused(tmp_path: Path, content: str, says: s
     three_revisions(tmp_path)
     (tmp_path / "history" / "dynamo" / "dsv41-flash@gb300-nvl72" / "HEAD").write_text(content)
     assert says in one_error(invoke(tmp_path, "history", "dsv41-flash"))
+
+
+def test_a_writer_killed_between_its_revision_and_the_head_leaves_a_readable_history(tmp_path: Path) -> None:
+    three_revisions(tmp_path)
+    store = HistoryStore(tmp_path / "history")
+    two = store.read(GB300, 2)
+    (store.directory(GB300) / "HEAD").write_text(f"2 {two.revision_digest}\n")  # revision 3 made, head not moved
+    assert invoke(tmp_path, "history", "dsv41-flash").exit_code == 0
+    assert invoke(tmp_path, "promote", str(TUNED), "-m", "four").exit_code == 0
+    assert (store.directory(GB300) / "HEAD").read_text() == f"4 {store.read(GB300, 4).revision_digest}\n"

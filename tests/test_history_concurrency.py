@@ -72,7 +72,9 @@ def test_two_processes_promoting_at_once_lose_and_duplicate_nothing(tmp_path: Pa
     assert interleaved >= 1, "the writers never overlapped: the test did not test concurrency"
     [check] = check_deployments(store, tmp_path / "deployments", [GB300])
     assert check.current, check.drift  # the directory holds the newest revision, not one a loser wrote late
-    assert sorted(p.name for p in store.directory(GB300).iterdir()) == [f"{n:06d}.yaml" for n in range(1, 101)]
+    assert sorted(p.name for p in store.directory(GB300).iterdir()) == [
+        *(f"{n:06d}.yaml" for n in range(1, 101)), "HEAD"]
+    assert (store.directory(GB300) / "HEAD").read_text().startswith("100 sha256:")
 
 
 # A writer killed at one step of a promote: `os.link` (the staged revision is complete and fsynced, the
@@ -126,7 +128,8 @@ def test_a_process_killed_between_write_and_rename_leaves_history_readable(tmp_p
     assert _cli(tmp_path, "history", "--check")[0] == 0  # the directory still holds revision 2
     code, out, err = _cli(tmp_path, "promote", str(LAUNCH), "-m", "three")
     assert code == 0, err
-    assert sorted(p.name for p in directory.iterdir()) == ["000001.yaml", "000002.yaml", "000003.yaml"]  # swept
+    assert sorted(p.name for p in directory.iterdir()) == ["000001.yaml", "000002.yaml", "000003.yaml",
+                                                           "HEAD"]  # swept
     assert [r.message for r in store.revisions(GB300)] == ["one", "two", "three"]
 
 
