@@ -4,11 +4,16 @@ Each case is a reproduction from issue 18: a value that used to be accepted or t
 
 from __future__ import annotations
 
+import json
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from stackpin.bench.result import result_json
 from stackpin.cli.main import main
 from tests.helpers import ROOT
 
@@ -56,3 +61,61 @@ def test_extends_outside_the_profiles_tree_is_refused(tmp_path: Path, base: str)
     [line] = result.stderr.splitlines()
     assert f"{profile}:1:1: extends: base profile {base!r} is outside the profile's directory" in line
     assert "root:" not in result.output  # nothing of the file it named was read out
+
+
+# --- bench results are verified on every read (issue 18, section 2) ---------------------------------------
+
+def _result_file(tmp_path: Path, edit: Callable[[dict[str, Any]], object]) -> Path:
+    from tests.benchdata import exact
+
+    result = exact("a", [(1, 600.0, 0.5, 600.0), (8, 120.0, 1.0, 900.0)])
+    data = json.loads(result_json(result))
+    edit(data)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data, allow_nan=True).replace('"HUGE"', "1e400"))
+    return path
+
+
+def _set(path: str, value: object) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = data
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[last] = value
+    return edit
+
+
+EDITS = {
+    "fingerprint": (_set("fingerprint", "x"), "fingerprint is not the sha256 of the controls"),
+    "edited control": (_set("controls.precision", "bf16-edited"), "fingerprint is not the sha256 of the controls"),
+    "nan throughput": (_set("points.0.output_tps_per_gpu", float("nan")), "NaN is not a number a result can hold"),
+    "infinite throughput": (_set("points.0.output_tps", float("inf")), "Infinity is not a number a result can hold"),
+    "negative throughput": (_set("points.1.output_tps_per_gpu", -5.0), "points.1.output_tps_per_gpu"),
+    "negative duration": (_set("points.0.duration_s", -1.0), "points.0.duration_s"),
+    "cache hit rate -1": (_set("points.0.cache_hit_rate", -1.0), "points.0.cache_hit_rate"),
+    "cache hit rate 1e30": (_set("points.0.cache_hit_rate", 1e30), "points.0.cache_hit_rate"),
+    "huge exponent": (_set("points.0.output_tps", "HUGE"), "points.0.output_tps"),
+    "percentiles out of order": (_set("points.0.ttft_s.p50", 99.0), "percentiles must rise"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDITS))
+@pytest.mark.parametrize("command", ["compare", "plan"])
+def test_a_hand_edited_result_is_refused_naming_the_field(tmp_path: Path, case: str, command: str) -> None:
+    edit, says = EDITS[case]
+    path = _result_file(tmp_path, edit)
+    args = (["bench", "compare", str(path), str(path)] if command == "compare" else
+            ["plan", "--agents", "100", "--slo", "tps=80,ttft=10s", str(path)])
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    [line] = result.stderr.splitlines()
+    assert str(path) in line and says in line, line
+
+
+@pytest.mark.parametrize("special", ["fifo", "directory"])
+def test_a_result_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path: Path, special: str) -> None:
+    path = tmp_path / "r.json"
+    os.mkfifo(path) if special == "fifo" else path.mkdir()
+    result = CliRunner().invoke(main, ["bench", "compare", str(path), str(path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output

@@ -10,7 +10,7 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from stackpin.bench.result import read_result, result_json
+from stackpin.bench.result import controls_fingerprint, read_result, result_json
 from stackpin.cli.main import main
 from tests.sse_server import Server, serve_in_thread
 from tests.test_bench_run import write_trace
@@ -113,6 +113,7 @@ def test_merge_refuses_parts_of_other_runs(tmp_path: Path) -> None:
     assert code == 2 and "give each of 0..1" in err
     other = read_result(one)
     changed = other.model_copy(update={"controls": other.controls.model_copy(update={"precision": "fp8"})})
-    (tmp_path / "other.json").write_text(result_json(changed.model_copy(update={"fingerprint": "sha256:x"})))
+    other_run = changed.model_copy(update={"fingerprint": controls_fingerprint(changed.controls)})
+    (tmp_path / "other.json").write_text(result_json(other_run))
     code, _, err = cli(["bench", "merge", str(zero), str(tmp_path / "other.json"), "--out", str(merged)])
     assert code == 2 and "precision: fp8-fp4 vs fp8" in err and not merged.exists()

@@ -9,11 +9,19 @@ tell at a glance whether two results are comparable and name the field that diff
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
 
 from stackpin.lock.canonical import canonical_json
+
+# Every number a result holds is finite (JSON's NaN and Infinity are refused when read) and, where it is a
+# time, a rate, a count or a share, within its physical range (issue 18: a hand-edited NaN must never
+# decide a rollback).
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+MAX_RESULT_BYTES = 256 * 1024 * 1024  # a run's request log; far above any real one
 
 RESULT_KIND = "BenchResult"
 RESULT_VERSION = 1
@@ -35,11 +43,17 @@ class Dist(_Model):
     """A distribution summary; values in the unit its field name says."""
 
     count: NonNegativeInt
-    mean: float
-    p50: float
-    p90: float
-    p99: float
-    max: float
+    mean: NonNegative
+    p50: NonNegative
+    p90: NonNegative
+    p99: NonNegative
+    max: NonNegative
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Dist:
+        if not self.p50 <= self.p90 <= self.p99 <= self.max or self.mean > self.max:
+            raise ValueError("percentiles must rise p50 <= p90 <= p99 <= max, and the mean not exceed the max")
+        return self
 
 
 class Controls(_Model):
@@ -89,13 +103,13 @@ class Request(_Model):
     agent: NonNegativeInt
     session: str
     turn: NonNegativeInt
-    start_s: float
-    ttft_s: float | None = None
-    end_s: float | None = None
+    start_s: NonNegative
+    ttft_s: NonNegative | None = None
+    end_s: NonNegative | None = None
     prompt_tokens: NonNegativeInt = 0
     cached_tokens: NonNegativeInt = 0
     output_tokens: NonNegativeInt = 0
-    itl_mean_s: float | None = None
+    itl_mean_s: NonNegative | None = None
     error: str | None = Field(None, description="One line: what failed (http 500, stalled, dropped, bad SSE).")
 
 
@@ -103,27 +117,38 @@ class Point(_Model):
     """One concurrency level: `agents` agents replaying sessions at once."""
 
     agents: PositiveInt
-    duration_s: float
+    duration_s: NonNegative
     requests: NonNegativeInt
     errors: NonNegativeInt
     ttft_s: Dist
     itl_s: Dist
     agent_tps: Dist = Field(description="Per-agent output tokens/s while generating (TTFT excluded).")
-    agent_tps_samples: tuple[float, ...] = Field(description="One per agent, for bootstrap intervals.")
-    output_tps: float = Field(description="All agents' output tokens per second of wall time.")
-    output_tps_per_gpu: float
-    cache_hit_rate: float | None = Field(None, description="Cached prompt tokens / prompt tokens.")
+    agent_tps_samples: tuple[NonNegative, ...] = Field(description="One per agent, for bootstrap intervals.")
+    output_tps: NonNegative = Field(description="All agents' output tokens per second of wall time.")
+    output_tps_per_gpu: NonNegative
+    cache_hit_rate: Share | None = Field(None, description="Cached prompt tokens / prompt tokens.")
     slo_met: bool | None = None
     searched: bool = Field(False, description="Added by the SLO search, not one of the asked agent counts.")
     request_log: tuple[Request, ...] = ()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Point:
+        if self.errors > self.requests:
+            raise ValueError(f"errors ({self.errors}) exceed requests ({self.requests})")
+        if self.request_log:
+            logged_errors = sum(1 for r in self.request_log if r.error is not None)
+            if (self.requests, self.errors) != (len(self.request_log), logged_errors):
+                raise ValueError(f"requests/errors ({self.requests}/{self.errors}) are not what the request log "
+                                 f"holds ({len(self.request_log)}/{logged_errors})")
+        return self
 
 
 class Score(_Model):
     """AgentPerf-style headline under the SLO."""
 
     max_agents: NonNegativeInt = Field(description="Largest agent count for which the SLO held.")
-    single_agent_tps: float
-    output_tps_per_gpu_at_slo: float | None = None
+    single_agent_tps: NonNegative
+    output_tps_per_gpu_at_slo: NonNegative | None = None
 
 
 class Shard(_Model):
@@ -150,11 +175,35 @@ class BenchResult(_Model):
     shard: Shard | None = Field(None, description="Set when one pod of `stackpin bench job` wrote it; "
                                 "`stackpin bench merge` combines the shards.")
 
+    @model_validator(mode="after")
+    def _fingerprinted(self) -> BenchResult:
+        if self.fingerprint != controls_fingerprint(self.controls):
+            raise ValueError("fingerprint is not the sha256 of the controls (edited by hand?)")
+        return self
+
 
 def controls_fingerprint(controls: Controls) -> str:
     import hashlib
 
     return "sha256:" + hashlib.sha256(canonical_json(controls.model_dump(mode="json"))).hexdigest()
+
+
+def _read_bounded(path: Path) -> bytes:
+    """A regular file's bytes, at most MAX_RESULT_BYTES (a FIFO or device is refused, never read)."""
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            raw = fh.read(MAX_RESULT_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_RESULT_BYTES:
+        raise OSError(0, f"larger than {MAX_RESULT_BYTES} bytes")
+    return raw
 
 
 def read_result(path: Path) -> BenchResult:
@@ -165,12 +214,19 @@ def read_result(path: Path) -> BenchResult:
 
     from stackpin.errors import InputError, Location, Problem, StackpinError
 
+    def no_constant(name: str) -> None:
+        raise ValueError(f"{name} is not a number a result can hold")
+
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
+        data = json.loads(_read_bounded(path).decode("utf-8"), parse_constant=no_constant)
+    except OSError as exc:
+        raise StackpinError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
         raise StackpinError(f"{path}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError([Problem(Location(str(path), exc.lineno, exc.colno), "", f"not JSON: {exc.msg}")]) from None
+    except (ValueError, RecursionError) as exc:
+        raise InputError([Problem(Location(str(path)), "", str(exc) or "nested too deeply")]) from None
     try:
         return BenchResult.model_validate(data)
     except ValidationError as exc:
