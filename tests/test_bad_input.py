@@ -119,3 +119,22 @@ def test_a_result_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_p
     os.mkfifo(path) if special == "fifo" else path.mkdir()
     result = CliRunner().invoke(main, ["bench", "compare", str(path), str(path)])
     assert result.exit_code == 2 and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"apiVersion: v1\x07\n", "unacceptable character"),
+    (b"contexts: 5\ncurrent-context: x\n", "cannot be read"),
+    (b"[[[[", "cannot be read"),
+    (None, "not a regular file"),
+], ids=["control-character", "contexts-not-a-list", "not-yaml", "fifo"])
+def test_a_hostile_kubeconfig_is_one_line_before_any_connection(tmp_path: Path, content: bytes | None,
+                                                                says: str) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    if content is None:
+        os.mkfifo(kubeconfig)  # read whole, it would block for ever
+    else:
+        kubeconfig.write_bytes(content)
+    result = CliRunner().invoke(main, ["status", "dsv41-flash", "--kubeconfig", str(kubeconfig)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: kubeconfig {kubeconfig}: ") and says in line

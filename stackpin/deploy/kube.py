@@ -347,6 +347,9 @@ def _reason(exc: BaseException) -> str:
     return "unknown error"
 
 
+MAX_KUBECONFIG_BYTES = 4 * 1024 * 1024
+
+
 def connect(kubeconfig: str | None, context: str | None) -> Cluster:
     """A Cluster for a kubeconfig context, read as kubectl reads it (default $KUBECONFIG, which may
     list several files, or ~/.kube/config). Nothing is written back to the kubeconfig."""
@@ -362,8 +365,16 @@ def connect(kubeconfig: str | None, context: str | None) -> Cluster:
     warnings.simplefilter("ignore", InsecureRequestWarning)
 
     if kubeconfig and not os.path.isfile(kubeconfig):
-        raise ClusterError(f"kubeconfig {kubeconfig}: no such file")
+        why = "not a regular file" if os.path.exists(kubeconfig) else "no such file"
+        raise ClusterError(f"kubeconfig {kubeconfig}: {why}")
     where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    # The client reads every file whole: a FIFO, a device or a huge file would block or exhaust memory.
+    for path in ([kubeconfig] if kubeconfig else os.environ.get("KUBECONFIG", "~/.kube/config").split(os.pathsep)):
+        full = os.path.expanduser(path)
+        if full and os.path.exists(full) and (not os.path.isfile(full) or os.path.getsize(full) > MAX_KUBECONFIG_BYTES):
+            raise ClusterError(f"kubeconfig {path}: not a regular file of at most {MAX_KUBECONFIG_BYTES} bytes")
+    import yaml
+
     try:
         contexts, active = list_kube_config_contexts(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         chosen = active
@@ -376,7 +387,7 @@ def connect(kubeconfig: str | None, context: str | None) -> Cluster:
             config_file=kubeconfig, context=context, persist_config=False)
     except ConfigException as exc:
         raise ClusterError(f"kubeconfig {where}: {_one_line(str(exc))[:300]}") from None
-    except (OSError, ValueError, TypeError, KeyError) as exc:
+    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError, yaml.YAMLError) as exc:
         raise ClusterError(f"kubeconfig {where}: cannot be read ({_one_line(str(exc))[:200]})") from None
     namespace = ((chosen or {}).get("context") or {}).get("namespace")
     return Cluster(api, str(api.configuration.host), str((chosen or {}).get("name") or ""), namespace)
