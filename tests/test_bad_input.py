@@ -138,3 +138,30 @@ def test_a_hostile_kubeconfig_is_one_line_before_any_connection(tmp_path: Path, 
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     [line] = result.stderr.splitlines()
     assert line.startswith(f"error: kubeconfig {kubeconfig}: ") and says in line
+
+
+def _wheel(path: Path, metadata: bytes, arg_utils: bytes = b"x = 1\n") -> Path:
+    import zipfile
+
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("vllm-9.9.9.dist-info/METADATA", metadata)
+        archive.writestr("vllm/engine/arg_utils.py", arg_utils)
+        archive.writestr("vllm/__init__.py", b"")
+    return path
+
+
+@pytest.mark.parametrize(("metadata", "arg_utils", "says"), [
+    (b"Metadata-Version: 2.1\nName: vllm\nVersion: ../../../../x\n", b"x = 1\n", "is not a PEP 440 version"),
+    (b"Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\nSummary: \xff\xfe\n", b"x = 1\n", "is not UTF-8"),
+    (b"Metadata-Version: 2.1\nName: vllm\nVersion: 9.9.9\n", b"def (:\n", "does not parse"),
+], ids=["version-traversal", "metadata-not-utf8", "arg-utils-unparseable"])
+def test_a_hostile_engine_package_is_one_line_and_writes_nothing(tmp_path: Path, metadata: bytes, arg_utils: bytes,
+                                                                 says: str) -> None:
+    wheel = _wheel(tmp_path / "vllm-9.9.9-py3-none-any.whl", metadata, arg_utils)
+    catalog = tmp_path / "catalog"
+    catalog.mkdir()
+    result = CliRunner().invoke(main, ["engines", "add", "--from", str(wheel), "--catalog", str(catalog)])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    [line] = result.stderr.splitlines()
+    assert says in line
+    assert list(catalog.rglob("*")) == [] and not (tmp_path / "x.json").exists()

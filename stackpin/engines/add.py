@@ -75,7 +75,15 @@ def default_catalog_dir() -> Path:
 
 
 def extract(package: Package) -> Release:
-    return BUILDERS[package.project](package)
+    """The release's catalog; a package whose sources lack what the extractor reads (a module that is not
+    there or does not parse) is a one-line error naming it, never a traceback."""
+    try:
+        return BUILDERS[package.project](package)
+    except LookupError as exc:
+        raise PackageError(f"{package.filename}: {exc.args[0] if exc.args else exc} is missing or does not "
+                           "parse; not a release stackpin can read") from None
+    except (RecursionError, MemoryError):
+        raise PackageError(f"{package.filename}: its sources are nested too deeply to read") from None
 
 
 def add_release(spec: str | None, *, from_file: Path | None = None, catalog_dir: Path | None = None,

@@ -106,10 +106,20 @@ def read_package(path: Path, data: bytes | None = None) -> Package:
                                f"({', '.join(PROJECTS)})")
         if not version:
             raise PackageError("its metadata has no Version")
+        # The version becomes a file name (engines/<engine>-<version>.json): only a PEP 440 version may.
+        from packaging.version import InvalidVersion, Version
+
+        try:
+            if str(Version(version)) != version:
+                raise InvalidVersion(version)
+        except InvalidVersion:
+            raise PackageError(f"its metadata Version {version[:80]!r} is not a PEP 440 version") from None
         prefix = PROJECTS[project][1]
         files = {name: raw.decode("utf-8", errors="replace") for name, raw in members if name.startswith(prefix)}
     except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
         raise PackageError(f"{path.name}: not a readable archive ({exc})") from None
+    except UnicodeDecodeError:
+        raise PackageError(f"{path.name}: its METADATA / PKG-INFO is not UTF-8") from None
     except PackageError as exc:
         raise PackageError(f"{path.name}: {exc.message}") from None
     if not files:
