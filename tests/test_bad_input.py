@@ -165,3 +165,30 @@ def test_a_hostile_engine_package_is_one_line_and_writes_nothing(tmp_path: Path,
     [line] = result.stderr.splitlines()
     assert says in line
     assert list(catalog.rglob("*")) == [] and not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize(("line", "says"), [
+    ('{"session_id": "s", "input_length": 10, "output_length": 5, "hash_ids": ' + "[" * 100_000 + "]" * 100_000 + "}",
+     "nested too deeply"),
+    ('{"session_id": "s", "input_length": ' + "9" * 5000 + ', "output_length": 5}', "not a trace entry"),
+    ('{"session_id": "s", "input_length": ' + str(10**30) + ', "output_length": 5}', "input_length: must be an integer"),
+    ('{"session_id": "s", "input_length": 10, "output_length": 5, "hash_ids": [' + str(2**64) + "]}", "hash_ids"),
+], ids=["deep-hash-ids", "5000-digits", "10**30-tokens", "huge-hash-id"])
+@pytest.mark.parametrize("command", ["stats", "import"])
+def test_a_hostile_trace_is_one_located_line(tmp_path: Path, line: str, says: str, command: str) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(line + "\n")
+    args = ["trace", "stats", str(trace)] if command == "stats" else [
+        "trace", "import", str(trace), "--out", str(tmp_path / "out.jsonl")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    [error] = result.stderr.splitlines()
+    assert f"{trace}:1:" in error and says in error
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_a_trace_that_is_a_fifo_is_refused_not_read(tmp_path: Path) -> None:
+    fifo = tmp_path / "t.jsonl"
+    os.mkfifo(fifo)
+    result = CliRunner().invoke(main, ["trace", "stats", str(fifo)])
+    assert result.exit_code == 2 and "not a regular file" in result.stderr

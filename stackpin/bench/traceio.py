@@ -28,6 +28,13 @@ def _problem(path: Path, line: int, field: str, message: str) -> InputError:
     return InputError([Problem(Location(str(path), line, 1), field, message)])
 
 
+# Bounds no real trace reaches (issue 18: 10**30-token prompts were accepted): a length in tokens, a delay or
+# timestamp in milliseconds, a hash id.
+_MAXIMUM = {"input_length": 2**31, "output_length": 2**31, "delay": 2**53, "timestamp": 2**53}
+MAX_HASH_ID = 2**63
+MAX_TRACE_BYTES = 1 << 30
+
+
 def _int(path: Path, line: int, entry: dict[str, Any], field: str, required: bool, minimum: int = 0) -> int | None:
     value = entry.get(field)
     if value is None:
@@ -36,16 +43,37 @@ def _int(path: Path, line: int, entry: dict[str, Any], field: str, required: boo
         return None
     if isinstance(value, float) and value.is_integer() and field in ("delay", "timestamp"):
         value = int(value)  # AIPerf writes delays and timestamps as floats at times (4503.0)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise _problem(path, line, field, f"must be an integer >= {minimum}, got {json.dumps(value)[:40]}")
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= _MAXIMUM[field]:
+        raise _problem(path, line, field, f"must be an integer from {minimum} to {_MAXIMUM[field]}, got "
+                       f"{json.dumps(value)[:40]}")
     return value
+
+
+def _read_bounded(path: Path) -> bytes:
+    """A trace file's bytes: a regular file (a FIFO or device is refused, never read), at most MAX_TRACE_BYTES."""
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            raw = fh.read(MAX_TRACE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_TRACE_BYTES:
+        raise OSError(0, f"larger than {MAX_TRACE_BYTES} bytes")
+    return raw
 
 
 def read_trace(path: Path) -> list[TraceTurn]:
     """Read a trace in either shape; bad lines raise InputError naming file:line: field."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = _read_bounded(path).decode("utf-8")
+    except OSError as exc:
+        raise StackpinError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
         raise StackpinError(f"{path}: cannot read: {exc}") from None
     turns: list[TraceTurn] = []
     sizes: dict[int, tuple[int, int]] = {}  # hash id -> (block size, line it was first given at)
@@ -58,6 +86,10 @@ def read_trace(path: Path) -> list[TraceTurn]:
             entry = json.loads(raw)
         except json.JSONDecodeError as exc:
             raise _problem(path, number, "", f"not JSON: {exc.msg} (column {exc.colno})") from None
+        except RecursionError:
+            raise _problem(path, number, "", "not a trace entry: nested too deeply") from None
+        except ValueError as exc:  # an integer of more digits than Python converts (4,300)
+            raise _problem(path, number, "", f"not a trace entry: {str(exc)[:80]}") from None
         if not isinstance(entry, dict):
             raise _problem(path, number, "", "not a JSON object")
         for field in ("text_input", "messages", "payload"):
@@ -89,9 +121,9 @@ def _turn(path: Path, line: int, entry: dict[str, Any]) -> TraceTurn:
     delay = _int(path, line, entry, "delay", required=False) or 0
     timestamp = _int(path, line, entry, "timestamp", required=False)
     hash_ids = entry.get("hash_ids", [])
-    if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and h >= 0
-                                                 for h in hash_ids):
-        raise _problem(path, line, "hash_ids", "must be a list of non-negative integers")
+    if not isinstance(hash_ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) and
+                                                 0 <= h < MAX_HASH_ID for h in hash_ids):
+        raise _problem(path, line, "hash_ids", f"must be a list of integers from 0 to {MAX_HASH_ID - 1}")
     if sid is None and delay:
         raise _problem(path, line, "delay", "a delay needs a session_id (single-turn traces use timestamp)")
     return TraceTurn(session_id=str(sid) if sid is not None else f"line{line}", input_length=input_length or 0,
@@ -144,7 +176,7 @@ def prompt_lengths(turns: list[TraceTurn]) -> list[int]:
 def trace_digest(path: Path) -> str:
     import hashlib
 
-    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    return "sha256:" + hashlib.sha256(_read_bounded(path)).hexdigest()
 
 
 def prompt_text(hash_ids: tuple[int, ...] | list[int], length: int, salt: str = "", unnamed: str = "") -> str:
