@@ -148,7 +148,7 @@ def test_import_bad_lines_name_file_line_and_field(tmp_path: Path) -> None:
     cases = {
         '{"input_length": 5, "output_length": 1}\n{"input_length": 5}\n': ":2:1: output_length: missing",
         '{"input_length": 5, "output_length": 1}\nnot json\n': ":2:1: not JSON",
-        '{"input_length": -1, "output_length": 1}\n': ":1:1: input_length: must be an integer >= 0",
+        '{"input_length": -1, "output_length": 1}\n': ":1:1: input_length: must be an integer from 0 to 2147483648",
         '{"input_length": 5, "output_length": 1, "hash_ids": ["x"]}\n': ":1:1: hash_ids:",
         '{"text_input": "hi", "output_length": 1}\n': ":1:1: text_input:",
         # AIPerf's rules for hash_ids (aiperf/dataset/generator/prompt.py _build_token_sequence):
