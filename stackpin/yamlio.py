@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from enum import StrEnum
@@ -82,11 +83,23 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, Positions]:
     """Load one YAML document from `path`; bad input raises InputError with file:line:col."""
     file = display or str(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_INPUT_BYTES:  # refuse by size, before a parser spends seconds and gigabytes on it
-            raise InputError([Problem(Location(file), "", f"is {size:,} bytes; stackpin reads YAML files of at "
-                                      f"most {MAX_INPUT_BYTES:,} bytes (a profile is a few KB)")])
-        text = path.read_text(encoding="utf-8")
+        # A regular file only (a FIFO or /dev/zero would block or never end; its size says nothing), read
+        # with a byte limit, before a parser spends seconds and gigabytes on it.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat.S_ISDIR(mode):
+                raise IsADirectoryError(21, "Is a directory")
+            if not stat.S_ISREG(mode):
+                raise InputError([Problem(Location(file), "", "is not a regular file, expected a YAML file")])
+            with os.fdopen(os.dup(fd), "rb") as fh:
+                raw = fh.read(MAX_INPUT_BYTES + 1)
+        finally:
+            os.close(fd)
+        if len(raw) > MAX_INPUT_BYTES:
+            raise InputError([Problem(Location(file), "", f"is more than {MAX_INPUT_BYTES:,} bytes; stackpin reads "
+                                      "YAML files of at most that (a profile is a few KB)")])
+        text = raw.decode("utf-8")
     except FileNotFoundError:
         raise InputError([Problem(Location(file), "", "no such file")]) from None
     except IsADirectoryError:

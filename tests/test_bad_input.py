@@ -192,3 +192,13 @@ def test_a_trace_that_is_a_fifo_is_refused_not_read(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     result = CliRunner().invoke(main, ["trace", "stats", str(fifo)])
     assert result.exit_code == 2 and "not a regular file" in result.stderr
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "fifo"])
+def test_validate_refuses_what_is_not_a_regular_file_without_reading_it(tmp_path: Path, special: str) -> None:
+    path = special
+    if special == "fifo":
+        os.mkfifo(tmp_path / "p.yaml")
+        path = str(tmp_path / "p.yaml")
+    result = CliRunner().invoke(main, ["validate", path])
+    assert result.exit_code == 2 and result.stderr == f"error: {path}: is not a regular file, expected a YAML file\n"
