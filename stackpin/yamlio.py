@@ -87,11 +87,14 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, Positions]:
         # with a byte limit, before a parser spends seconds and gigabytes on it.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         try:
-            mode = os.fstat(fd).st_mode
-            if stat.S_ISDIR(mode):
+            info = os.fstat(fd)
+            if stat.S_ISDIR(info.st_mode):
                 raise IsADirectoryError(21, "Is a directory")
-            if not stat.S_ISREG(mode):
+            if not stat.S_ISREG(info.st_mode):
                 raise InputError([Problem(Location(file), "", "is not a regular file, expected a YAML file")])
+            if info.st_size > MAX_INPUT_BYTES:
+                raise InputError([Problem(Location(file), "", f"is {info.st_size:,} bytes; stackpin reads YAML files "
+                                          f"of at most {MAX_INPUT_BYTES:,} bytes (a profile is a few KB)")])
             with os.fdopen(os.dup(fd), "rb") as fh:
                 raw = fh.read(MAX_INPUT_BYTES + 1)
         finally:
