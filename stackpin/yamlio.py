@@ -287,6 +287,23 @@ def recover_writes(root: Path) -> None:
             _recover(root)
 
 
+def refuse_links_below(root: Path, path: Path) -> None:
+    """Refuse `path` when a directory between `root` (which may itself be a link: the user named it) and
+    `path` is a symbolic link: a write must never leave the tree it was told to write (issue 18: a linked
+    history/<namespace>/<deployment> made promote write into /etc)."""
+    root, path = Path(root), Path(path)
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return
+    current = root
+    for part in parts[:-1]:
+        current = current / part
+        if current.is_symlink():
+            raise InputError([Problem(Location(str(current)), "", f"is a symbolic link; stackpin writes only "
+                                      f"inside {root}, never through a link out of it")])
+
+
 def write_output(path: Path, data: str | bytes) -> None:
     """The one file a command was told to write (`--out FILE`), all or nothing. Its directory must exist:
     a mistyped path is an error naming it, never a tree of directories created outside what was named."""
@@ -305,6 +322,8 @@ def write_files(files: Mapping[Path, str | bytes], root: Path | None = None) -> 
         return
     paths = [Path(p) for p in files]
     root = Path(root) if root is not None else Path(os.path.commonpath([p.parent for p in paths]))
+    for path in paths:
+        refuse_links_below(root, path)
     with _locked(root):
         _recover(root)
         staged = _stage(files)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from stackpin.history.model import DeploymentKey, Revision
 from stackpin.render.output import KUSTOMIZATION, Drift, RenderedStack, check_stacks, render_stack, write_stacks
+from stackpin.yamlio import refuse_links_below
 
 _MARK = re.compile(r"^# Revision ([0-9]+) of deployment ", re.MULTILINE)
 
@@ -39,6 +40,7 @@ def deployment_files(revision: Revision, rendered: RenderedStack | None = None) 
 
 def write_deployment(deployments: Path, stack: RenderedStack, key: DeploymentKey) -> list[Path]:
     """Switch the directory to `stack` (all files or none) and drop files the revision no longer has."""
+    refuse_links_below(Path(deployments), Path(deployments) / key.namespace / "x")
     return write_stacks([stack], Path(deployments) / key.namespace)
 
 

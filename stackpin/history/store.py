@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from stackpin.errors import StackpinError, clip
 from stackpin.history.model import DIRECTORY_NAME, DeploymentKey, Revision, RevisionError, file_name, read_revision
 from stackpin.profile.k8s_names import DNS_LABEL
-from stackpin.yamlio import lock_directory, sweep_temp_files, write_atomic
+from stackpin.yamlio import lock_directory, refuse_links_below, sweep_temp_files, write_atomic
 
 if TYPE_CHECKING:
     from stackpin.lock.lockfile import StackLock
@@ -178,6 +178,7 @@ class HistoryStore:
     def writing(self, key: DeploymentKey) -> Iterator[Path]:
         """Hold the deployment's lock (one writer at a time); temp files killed writers left are swept."""
         directory = self.directory(key)
+        refuse_links_below(self.root, directory / "x")  # <namespace>/ and <deployment>@<platform>/ themselves
         with lock_directory(directory):
             sweep_temp_files(directory)
             yield directory

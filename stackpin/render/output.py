@@ -15,7 +15,7 @@ from typing import Any
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock, effective_profile, lock_path, read_lock, sha256
 from stackpin.render.build import RenderError, build_objects
-from stackpin.yamlio import dump_yaml, recover_writes, write_files
+from stackpin.yamlio import dump_yaml, recover_writes, refuse_links_below, write_files
 
 KUSTOMIZATION = "kustomization.yaml"
 LOCK_SUFFIX = ".lock.yaml"
@@ -96,6 +96,7 @@ def write_stacks(stacks: Sequence[RenderedStack], outdir: Path) -> list[Path]:
     changed: dict[Path, str] = {}
     written = []
     for stack in stacks:
+        refuse_links_below(outdir, outdir / stack.name / "x")  # nothing read, written or removed through a link
         for name, text in stack.files.items():
             path = outdir / stack.name / name
             if not path.is_file() or path.read_bytes() != text.encode("utf-8"):
