@@ -33,10 +33,12 @@ AUTOTUNE_OFF = '    mode: "off"\n    cache: null\n'
 def write_profile(directory: Path, name: str = "lock-test", image: str = IMAGE, extra: str = "",
                   autotune: str = AUTOTUNE_OFF) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
+    # The base beside it: `extends:` reads only inside the profile's tree (and the working directory).
+    (directory / "base-tuned.yaml").write_bytes(Path(TUNED).read_bytes())
     path = directory / f"{name}.yaml"
     path.write_text(f"""apiVersion: stackpin.dev/v1
 kind: StackProfile
-extends: {TUNED}
+extends: base-tuned.yaml
 metadata:
   name: {name}
 spec:
