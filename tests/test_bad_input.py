@@ -239,3 +239,9 @@ def test_render_never_writes_or_removes_through_a_linked_stack_directory(tmp_pat
     result = CliRunner().invoke(main, ["render", LOCK, "--output-dir", str(manifests)])
     assert result.exit_code == 2 and "is a symbolic link" in result.stderr, result.output
     assert [p.name for p in outside.iterdir()] == ["keep.yaml"]
+
+
+def test_bench_compare_resamples_are_bounded(tmp_path: Path) -> None:
+    path = _result_file(tmp_path, lambda data: None)
+    result = CliRunner().invoke(main, ["bench", "compare", str(path), str(path), "--resamples", "1000000000"])
+    assert result.exit_code == 2 and "--resamples" in result.stderr

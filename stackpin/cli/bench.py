@@ -239,7 +239,8 @@ def print_comparison(comparison: Comparison, output: str) -> None:
 @click.option("--agents", type=click.IntRange(min=1), help="Agent count to compare TTFT at (default: the largest "
               "every run measured).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Bootstrap seed.")
-@click.option("--resamples", type=click.IntRange(min=100), default=2000, show_default=True)
+@click.option("--resamples", type=click.IntRange(min=100, max=100_000), default=2000, show_default=True,
+              help="Bootstrap resamples (at most 100,000: each costs a pass over every sample).")
 @click.option("--force", is_flag=True, help="Compare even when trace, model build, precision or SLO differ.")
 @click.option("--exit-code", is_flag=True, help="Exit 1 when a headline regressed.")
 @OUTPUT
