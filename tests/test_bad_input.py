@@ -171,7 +171,8 @@ def test_a_hostile_engine_package_is_one_line_and_writes_nothing(tmp_path: Path,
     ('{"session_id": "s", "input_length": 10, "output_length": 5, "hash_ids": ' + "[" * 100_000 + "]" * 100_000 + "}",
      "nested too deeply"),
     ('{"session_id": "s", "input_length": ' + "9" * 5000 + ', "output_length": 5}', "not a trace entry"),
-    ('{"session_id": "s", "input_length": ' + str(10**30) + ', "output_length": 5}', "input_length: must be an integer"),
+    ('{"session_id": "s", "input_length": ' + str(10**30) + ', "output_length": 5}',
+     "input_length: must be an integer"),
     ('{"session_id": "s", "input_length": 10, "output_length": 5, "hash_ids": [' + str(2**64) + "]}", "hash_ids"),
 ], ids=["deep-hash-ids", "5000-digits", "10**30-tokens", "huge-hash-id"])
 @pytest.mark.parametrize("command", ["stats", "import"])
@@ -242,6 +243,6 @@ def test_render_never_writes_or_removes_through_a_linked_stack_directory(tmp_pat
 
 
 def test_bench_compare_resamples_are_bounded(tmp_path: Path) -> None:
-    path = _result_file(tmp_path, lambda data: None)
+    path = _result_file(tmp_path, lambda _: None)
     result = CliRunner().invoke(main, ["bench", "compare", str(path), str(path), "--resamples", "1000000000"])
     assert result.exit_code == 2 and "--resamples" in result.stderr
