@@ -246,3 +246,44 @@ def test_bench_compare_resamples_are_bounded(tmp_path: Path) -> None:
     path = _result_file(tmp_path, lambda _: None)
     result = CliRunner().invoke(main, ["bench", "compare", str(path), str(path), "--resamples", "1000000000"])
     assert result.exit_code == 2 and "--resamples" in result.stderr
+
+
+# --- the simulator's HTTP server: every malformed request a 4xx, the connection closed in time ----------
+
+def _exchange(url: str, raw: bytes, timeout: float = 10.0) -> bytes:
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=timeout) as sock:
+        sock.sendall(raw)
+        answer = b""
+        while chunk := sock.recv(65536):  # until the server closes the connection
+            answer += chunk
+    return answer
+
+
+def _post(body: bytes, extra: bytes = b"") -> bytes:
+    return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + extra +
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+
+@pytest.mark.parametrize(("raw", "status"), [
+    (_post(b'{"messages": [{"role": "user", "content": [{"text": 5}]}], "max_tokens": 4}'), b"400"),
+    (_post(b'{"messages": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"), b"400"),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: \xc2\xb2\r\n\r\nxx", b"400"),
+    (_post(b"{}", b"Content-Length: 2\r\n"), b"400"),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 99999999999999\r\n\r\n", b"400"),
+    (b"POST /v1/chat/completions HTTP/1.1\r\nContent-Length: 100\r\n\r\n{}", b"408"),
+], ids=["text-not-a-string", "deep-json", "superscript-length", "two-lengths", "huge-length", "short-body"])
+def test_a_malformed_request_gets_a_4xx_and_the_connection_closes(raw: bytes, status: bytes,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import stackpin.sim.server as server
+    from stackpin.sim.server import serve_in_thread
+
+    monkeypatch.setattr(server, "READ_TIMEOUT_S", 1.0)
+    with serve_in_thread(Path(LOCK), speed=50) as sim:
+        answer = _exchange(sim.url, raw)
+        alive = _exchange(sim.url, b"GET /stackpin/sim HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 " + status), answer[:200]
+    assert alive.startswith(b"HTTP/1.1 200")  # and the server is still there for the next one

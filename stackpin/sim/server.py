@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -60,8 +61,17 @@ class SimServer:
             writer.close()
 
     async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, carry: bytearray) -> bool:
-        """Serve one request; False when the connection is done."""
-        head = bytes(carry) + await reader.readuntil(b"\r\n\r\n")
+        """Serve one request; False when the connection is done. A malformed request gets a 4xx and the
+        connection is closed; one that stops arriving is closed after READ_TIMEOUT_S (issue 18)."""
+        if not carry:  # an idle keep-alive connection may wait for its next request as long as it likes
+            first = await reader.read(1)
+            if not first:
+                return False
+            carry += first
+        try:  # ... but a request that has begun must arrive whole in time
+            head = bytes(carry) + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), READ_TIMEOUT_S)
+        except TimeoutError:
+            return False
         carry.clear()
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
@@ -69,19 +79,28 @@ class SimServer:
             _respond(writer, 400, {"error": {"message": "bad request line", "type": "invalid_request_error"}}, False)
             return False
         method, target, version = parts
-        headers = {}
+        headers: dict[str, str] = {}
+        lengths = 0
         for line in lines[1:]:
             if ":" in line:
                 name, _, value = line.partition(":")
                 headers[name.strip().lower()] = value.strip()
+                lengths += name.strip().lower() == "content-length"
         keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
         length_text = headers.get("content-length", "0") or "0"
-        if not length_text.isdigit():
-            error = {"message": "Content-Length: not a length", "type": "invalid_request_error"}
+        # ASCII digits only (str.isdigit takes superscripts), one header (RFC 9112 6.3), a bounded body.
+        if lengths > 1 or not re.fullmatch(r"[0-9]{1,12}", length_text) or int(length_text) > MAX_BODY_BYTES:
+            error = {"message": "Content-Length: not one length of at most "
+                                f"{MAX_BODY_BYTES} bytes", "type": "invalid_request_error"}
             _respond(writer, 400, {"error": error}, False)
             return False
         length = int(length_text)
-        body = await reader.readexactly(length) if length else b""
+        try:
+            body = await asyncio.wait_for(reader.readexactly(length), READ_TIMEOUT_S) if length else b""
+        except TimeoutError:  # a Content-Length larger than what is sent
+            error = {"message": "the body did not arrive in time", "type": "invalid_request_error"}
+            _respond(writer, 408, {"error": error}, False)
+            return False
         path = target.split("?", 1)[0]
         if method == "GET" and path == "/stackpin/sim":
             _respond(writer, 200, self.info(), keep)
@@ -101,10 +120,10 @@ class SimServer:
                     keep: bool, carry: bytearray) -> bool:
         try:
             request = _parse_chat(body)
-        except ValueError as exc:
-            _respond(writer, 400, {"error": {"message": str(exc), "type": "invalid_request_error"}}, keep)
+        except ValueError as exc:  # a malformed request: answered, then the connection is closed
+            _respond(writer, 400, {"error": {"message": str(exc), "type": "invalid_request_error"}}, False)
             await writer.drain()
-            return keep
+            return False
         number = self.requests_seen
         self.requests_seen += 1
         fault = self.faults.draw(number)
@@ -146,11 +165,17 @@ class SimServer:
         return keep
 
 
+READ_TIMEOUT_S = 30.0  # a request's head, or its body, that stops arriving is closed after this
+MAX_BODY_BYTES = 64 * 1024 * 1024  # a replayed prompt is words, not gigabytes
+
+
 def _parse_chat(body: bytes) -> dict[str, Any]:
     try:
         data = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ValueError(f"body is not JSON: {exc}") from None
+    except RecursionError:
+        raise ValueError("body is nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError("body is not a JSON object")
     messages = data.get("messages")
@@ -160,7 +185,10 @@ def _parse_chat(body: bytes) -> dict[str, Any]:
     for i, message in enumerate(messages):
         content = message.get("content") if isinstance(message, dict) else None
         if isinstance(content, list):  # content parts: the text ones count
-            content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            texts = [p.get("text", "") for p in content if isinstance(p, dict)]
+            if not all(isinstance(t, str) for t in texts):
+                raise ValueError(f"messages[{i}].content: a part's text must be a string")
+            content = " ".join(texts)
         if not isinstance(content, str):
             raise ValueError(f"messages[{i}].content: a string is required")
         words += content.split()
@@ -174,7 +202,8 @@ def _parse_chat(body: bytes) -> dict[str, Any]:
 
 def _respond(writer: asyncio.StreamWriter, status: int, payload: dict[str, Any], keep: bool) -> None:
     body = json.dumps(payload).encode()
-    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 500: "Internal Server Error"}[status]
+    reason = {200: "OK", 400: "Bad Request", 404: "Not Found", 408: "Request Timeout",
+              500: "Internal Server Error"}[status]
     writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                  f"{'' if keep else 'Connection: close' + chr(13) + chr(10)}\r\n".encode() + body)
 
