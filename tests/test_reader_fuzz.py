@@ -1,0 +1,121 @@
+"""Every reader of a file or request stackpin did not write, fed what hypothesis makes of it (issue 18,
+section 5): a revision, a bench result, a trace, a kubeconfig, an engine package and the simulator's request
+body. Each must answer with its own one-line error or a value, never a traceback, and never hang (each call
+runs on data in memory or a small file, so a hang would stall the test)."""
+
+from __future__ import annotations
+
+import io
+import json
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from stackpin.errors import StackpinError
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner,
+                                                                                 max_size=4), max_leaves=25)
+FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _mutated(base: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
+    """`base` with the value at `path` (as far as it reaches) replaced: shapes close to a valid file."""
+    out = json.loads(json.dumps(base))
+    node: Any = out
+    for key in path[:-1]:
+        if isinstance(node, dict) and key in node:
+            node = node[key]
+    if isinstance(node, dict) and path:
+        node[path[-1]] = value
+    return out
+
+
+@FUZZ
+@given(data=st.binary(max_size=400) | JSON.map(lambda v: json.dumps(v).encode()))
+def test_a_revision_file(tmp_path: Path, data: bytes) -> None:
+    from stackpin.history.model import DeploymentKey, read_revision
+
+    path = tmp_path / "000001.yaml"
+    path.write_bytes(data)
+    try:
+        read_revision(path, DeploymentKey(namespace="dynamo", name="d", platform="gb300-nvl72"), 1)
+    except StackpinError:
+        pass
+
+
+@FUZZ
+@given(where=st.sampled_from([["fingerprint"], ["points", "x"], ["controls", "agents"], ["stack", "gpus"],
+                              ["score"], ["client", "workers"], ["points"]]), value=JSON)
+def test_a_bench_result(tmp_path: Path, where: list[str], value: Any) -> None:
+    from stackpin.bench.result import read_result, result_json
+    from tests.benchdata import exact
+
+    base = json.loads(result_json(exact("a", [(1, 600.0, 0.5, 600.0)])))
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(_mutated(base, where, value)))
+    try:
+        read_result(path)
+    except StackpinError:
+        pass
+
+
+@FUZZ
+@given(lines=st.lists(JSON.map(json.dumps) | st.text(max_size=60), min_size=1, max_size=5))
+def test_a_trace(tmp_path: Path, lines: list[str]) -> None:
+    from stackpin.bench.traceio import read_trace
+
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    try:
+        read_trace(path)
+    except StackpinError:
+        pass
+
+
+@FUZZ
+@given(doc=JSON | st.dictionaries(st.sampled_from(["apiVersion", "clusters", "contexts", "users", "current-context"]),
+                                  JSON, max_size=5))
+def test_a_kubeconfig(tmp_path: Path, doc: Any) -> None:
+    import yaml
+
+    from stackpin.deploy.kube import connect
+
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(doc))
+    try:
+        connect(str(path), None)
+    except StackpinError:
+        pass
+
+
+@FUZZ
+@given(metadata=st.binary(max_size=200), source=st.binary(max_size=200))
+def test_an_engine_package(tmp_path: Path, metadata: bytes, source: bytes) -> None:
+    from stackpin.engines.add import extract
+    from stackpin.engines.package import read_package
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("vllm-1.0.0.dist-info/METADATA", b"Name: vllm\nVersion: 1.0.0\n" + metadata)
+        archive.writestr("vllm/engine/arg_utils.py", source)
+    path = tmp_path / "vllm-1.0.0-py3-none-any.whl"
+    path.write_bytes(buffer.getvalue())
+    try:
+        extract(read_package(path))
+    except StackpinError:
+        pass
+
+
+@FUZZ
+@given(body=JSON.map(lambda v: json.dumps({"messages": v, "max_tokens": 4}).encode()) | st.binary(max_size=200))
+def test_the_simulators_request_body(body: bytes) -> None:
+    from stackpin.sim.server import _parse_chat
+
+    try:
+        _parse_chat(body)
+    except ValueError:
+        pass
