@@ -79,6 +79,22 @@ def _build(node: yaml.Node, path: FieldPath, marks: dict[FieldPath, tuple[int, i
     return value
 
 
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of a regular file, at most `limit` of them: a FIFO or a device is refused, never read (it
+    would block or never end, and its size says nothing). OSError (strerror set) otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, "not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as fh:
+            raw = fh.read(limit + 1)
+    finally:
+        os.close(fd)
+    if len(raw) > limit:
+        raise OSError(0, f"larger than {limit} bytes")
+    return raw
+
+
 def load_yaml(path: Path, display: str | None = None) -> tuple[Any, Positions]:
     """Load one YAML document from `path`; bad input raises InputError with file:line:col."""
     file = display or str(path)

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
 
 from stackpin.lock.canonical import canonical_json
+from stackpin.yamlio import read_regular
 
 # Every number a result holds is finite (JSON's NaN and Infinity are refused when read) and, where it is a
 # time, a rate, a count or a share, within its physical range (issue 18: a hand-edited NaN must never
@@ -188,24 +189,6 @@ def controls_fingerprint(controls: Controls) -> str:
     return "sha256:" + hashlib.sha256(canonical_json(controls.model_dump(mode="json"))).hexdigest()
 
 
-def _read_bounded(path: Path) -> bytes:
-    """A regular file's bytes, at most MAX_RESULT_BYTES (a FIFO or device is refused, never read)."""
-    import os
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file")
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            raw = fh.read(MAX_RESULT_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_RESULT_BYTES:
-        raise OSError(0, f"larger than {MAX_RESULT_BYTES} bytes")
-    return raw
-
-
 def read_result(path: Path) -> BenchResult:
     """Read a result file; a malformed one is one located problem (exit 2) naming the file and field."""
     import json
@@ -218,7 +201,7 @@ def read_result(path: Path) -> BenchResult:
         raise ValueError(f"{name} is not a number a result can hold")
 
     try:
-        data = json.loads(_read_bounded(path).decode("utf-8"), parse_constant=no_constant)
+        data = json.loads(read_regular(path, MAX_RESULT_BYTES).decode("utf-8"), parse_constant=no_constant)
     except OSError as exc:
         raise StackpinError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:

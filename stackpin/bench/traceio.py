@@ -19,6 +19,7 @@ from typing import Any
 
 from stackpin.bench.trace import BLOCK_TOKENS, TraceTurn
 from stackpin.errors import InputError, Location, Problem, StackpinError
+from stackpin.yamlio import read_regular
 
 _KNOWN = {"session_id", "input_length", "output_length", "delay", "hash_ids", "timestamp"}
 _IGNORED = {"tools", "extra"}  # AIPerf fields that do not change lengths or timing
@@ -49,28 +50,10 @@ def _int(path: Path, line: int, entry: dict[str, Any], field: str, required: boo
     return value
 
 
-def _read_bounded(path: Path) -> bytes:
-    """A trace file's bytes: a regular file (a FIFO or device is refused, never read), at most MAX_TRACE_BYTES."""
-    import os
-    import stat
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(0, "not a regular file")
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            raw = fh.read(MAX_TRACE_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(raw) > MAX_TRACE_BYTES:
-        raise OSError(0, f"larger than {MAX_TRACE_BYTES} bytes")
-    return raw
-
-
 def read_trace(path: Path) -> list[TraceTurn]:
     """Read a trace in either shape; bad lines raise InputError naming file:line: field."""
     try:
-        text = _read_bounded(path).decode("utf-8")
+        text = read_regular(path, MAX_TRACE_BYTES).decode("utf-8")
     except OSError as exc:
         raise StackpinError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -176,7 +159,7 @@ def prompt_lengths(turns: list[TraceTurn]) -> list[int]:
 def trace_digest(path: Path) -> str:
     import hashlib
 
-    return "sha256:" + hashlib.sha256(_read_bounded(path)).hexdigest()
+    return "sha256:" + hashlib.sha256(read_regular(path, MAX_TRACE_BYTES)).hexdigest()
 
 
 def prompt_text(hash_ids: tuple[int, ...] | list[int], length: int, salt: str = "", unnamed: str = "") -> str:

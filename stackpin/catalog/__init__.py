@@ -34,10 +34,15 @@ class Gpu(_Fact):
     source: str
 
     @property
-    def compute_major(self) -> int:
-        """The CUDA compute-capability major (sm_103 -> 10, sm_90 -> 9): what vLLM's kernel gates compare."""
+    def compute_capability(self) -> tuple[int, int]:
+        """(major, minor) of the CUDA compute capability: sm_103 -> (10, 3), sm_90 -> (9, 0)."""
         digits = self.sm_arch.removeprefix("sm_").rstrip("abf")
-        return int(digits[:-1])
+        return int(digits[:-1]), int(digits[-1])
+
+    @property
+    def compute_major(self) -> int:
+        """What vLLM's kernel gates compare."""
+        return self.compute_capability[0]
 
 
 class Platform(_Fact):

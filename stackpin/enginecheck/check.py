@@ -112,7 +112,6 @@ def pool_specs(lock: StackLock, workdir: Path, catalog: Catalog | None = None) -
     model_dir.mkdir(parents=True, exist_ok=True)
     (model_dir / "config.json").write_text(json.dumps(model_config(found[0]), indent=2, sort_keys=True))
     gpu = catalog.gpu_of(spec.target.platform)
-    digits = gpu.sm_arch.removeprefix("sm_").rstrip("abf")
     gpus: dict[str, int] = {p.role: p.gpus_per_pod for p in topology_of(profile, catalog).pools}
     out = []
     for role, container in _workers(build_objects(lock, catalog)):
@@ -127,7 +126,7 @@ def pool_specs(lock: StackLock, workdir: Path, catalog: Catalog | None = None) -
         out.append((role, {
             "rendered_env": rendered,  # the pod's own values, to show results as the pod would see them
             "vllm_argv": argv, "env": env,
-            "gpu": {"capability": [int(digits[:-1]), int(digits[-1])], "name": gpu.device_name,
+            "gpu": {"capability": list(gpu.compute_capability), "name": gpu.device_name,
                     "memory_gib": gpu.hbm_gib, "count": gpus[role]},
             "cache_root": str(scratch / "vllm_cache_root"), "hf_home": str(scratch / "hf_home"),
             "autotune": "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR" in env,
