@@ -173,6 +173,8 @@ def test_the_pinned_cache_is_found_by_vllms_resolver_in_the_seeded_copy_and_neve
     work.mkdir()
     source = seed["command"][2].replace(next(p for p in mounts if mounts[p].get("readOnly")), str(image))
     copied = _read_only(image, [*seed["command"][:2], source, str(work)])
+    if copied.returncode != 0 and ("unshare:" in copied.stderr or "mount:" in copied.stderr):
+        pytest.skip(f"no mount namespace here for a read-only mount: {copied.stderr.strip()}")
     assert copied.returncode == 0, copied.stderr
     # 4. The engine on that copy, the image still mounted read-only: vLLM resolves the packed file.
     spec["env"]["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] = str(work)
