@@ -69,6 +69,10 @@ CASES = [
           "spec.cudaGraphs.mode": "NONE", "spec.autotune": {"mode": "off"}}),
     Case("SP108", "warning", "spec.kernels.env", {"spec.kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH": None},
          {"spec.kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH": "1"}),
+    # Decode graphs only up to maxNumSeqs x (1+k) = 64 x 6 = 384 tokens in gb300-tuned's worker pool.
+    Case("SP100", "warning", "spec.cudaGraphs.captureSizes", {f"{W}.maxNumSeqs": 32},
+         {f"{W}.maxNumSeqs": 32, "spec.cudaGraphs.captureSizes": [6, 12, 24, 48, 96, 192],
+          "spec.cudaGraphs.maxCaptureSize": 192}),
     # vLLM 0.31.0 never torch.compiles DeepSeek V4.1: without breakable graphs, piecewise modes fall back.
     Case("SP110", "error", "spec.cudaGraphs.mode", {"spec.kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH": "0"},
          {"spec.kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH": "0", "spec.cudaGraphs.mode": "FULL_DECODE_ONLY"}),

@@ -70,6 +70,8 @@ class CudaGraphs(_Fact):
     uncompiled_source: str
     without_piecewise: dict[str, str]
     without_piecewise_source: str
+    separate_decode_modes: tuple[str, ...]
+    decode_graph_limit_source: str
 
 
 class SpeculativeStartup(_Fact):

@@ -187,6 +187,30 @@ def graph_fallback(ctx: Context) -> tuple[str, str] | None:
     return graphs.without_piecewise[mode], why
 
 
+@rule("SP100", Severity.warning, "capture sizes that get no decode graph")
+def no_decode_graph(ctx: Context) -> Iterator[Hit]:
+    """The model runner captures a decode graph only for token counts up to max-num-seqs x (1+k): larger
+    capture sizes are silently left without one (catalog/startup.py `decode_graph_limit_source`)."""
+    found = startup_model(ctx)
+    graphs = ctx.profile.spec.cuda_graphs
+    if found is None or graphs.capture_sizes is None:
+        return
+    facts = found[0].cuda_graphs
+    fallback = graph_fallback(ctx)
+    if (fallback[0] if fallback else graphs.mode.value) not in facts.separate_decode_modes:
+        return
+    for role, path, pool in pools(ctx):
+        if pool.spec.max_num_seqs is None or role == "prefill":
+            continue  # the memory-dependent default (SP191 asks to pin it); a prefill pool does not decode
+        limit = pool.spec.max_num_seqs * (1 + ctx.profile.speculative_for(pool.spec).k)
+        above = sorted({s for s in graphs.capture_sizes if s > limit})
+        if above:
+            yield Hit(_G + ("captureSizes",), f"pool {role}: capture sizes {above} get no decode graph: vLLM "
+                      f"{found[0].version} captures decode graphs only up to maxNumSeqs x (1+k) = {limit} tokens "
+                      f"({facts.decode_graph_limit_source.split(' ')[0]})",
+                      f"drop them, or raise {'.'.join(path[-1:])}.maxNumSeqs")
+
+
 @rule("SP110", Severity.error, "CUDA graph mode vLLM silently downgrades")
 def graph_downgrade(ctx: Context) -> Iterator[Hit]:
     if (fallback := graph_fallback(ctx)) is not None:
