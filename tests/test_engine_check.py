@@ -247,3 +247,39 @@ def test_attestation_calls_the_real_flashinfer_load_rule(engine: Path, tmp_path:
     line = run.stderr.strip().splitlines()[-1]
     assert f"FlashInfer ignores autotune cache file {config_hash}/autotune_configs.json: " in line
     assert "gpu saved 'NVIDIA GB300' vs 'unknown' here" in line
+
+
+def _facts_cases() -> list[tuple[str, str, str | None]]:
+    """(backend, --kv-cache-dtype, what the start-up facts say it stores; None: raises) on SM 10.x."""
+    from stackpin.catalog.startup import startup_facts
+
+    facts = startup_facts("0.31.0")
+    assert facts is not None
+    model = facts.models["DeepseekV41ForCausalLM"]
+    cases: list[tuple[str, str, str | None]] = []
+    for name, backend in model.attention.items():
+        if 10 in backend.compute_majors:
+            cases += [(name, dtype, stored) for dtype, stored in backend.kv_cache_dtypes.items()]
+            # One dtype the layer's constructor refuses: bf16 for the packed layouts, a packed one for plain rows.
+            # (FLASHMLA_SPARSE_DSV41 also leaves out nvfp4_ds_mla, which only the mega kernel decodes: a kernel
+            # fact, refused on the GPU, not in Python.)
+            cases.append((name, "bfloat16" if "bfloat16" not in backend.kv_cache_dtypes else "nvfp4_ds_mla", None))
+    return cases
+
+
+@pytest.mark.parametrize(("backend", "dtype", "stored"), _facts_cases(),
+                         ids=[f"{b}-{d}" for b, d, _ in _facts_cases()])
+def test_the_start_up_facts_are_what_vllm_does(backend: str, dtype: str, stored: str | None, engine: Path,
+                                               tmp_path: Path) -> None:
+    """catalog/engines/vllm-0.31.0.startup.yaml, held to the code: for every SM 10.x backend and KV-cache dtype
+    it lists, vLLM stores what it says in 128-token kernel blocks; one it does not list raises."""
+    lock = with_profile_value(shipped_locks()["gb300-tuned"], ("spec", "kernels", "attention"), backend)
+    lock = with_profile_value(lock, ("spec", "kvCache", "dtype"), dtype)
+    result, _ = _one_pool(lock, "worker", engine, tmp_path)
+    if stored is None:
+        assert result["failed"] is not None and result["failed"]["stage"] == "kv_cache_dtype", result["failed"]
+        return
+    assert result["failed"] is None, result["failed"]
+    expected = "bfloat16" if stored == "bfloat16" else stored
+    assert result["model"]["kv_cache_dtype_stored"] == expected
+    assert result["model"]["kernel_block_size"] == 128
