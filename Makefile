@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACKPIN := $(BIN)/stackpin
 PROFILES := profiles
 
-.PHONY: setup engine-env demo demo-history demo-bench test bench lint schema docs crds clean
+.PHONY: setup engine-env test-services demo demo-history demo-bench test bench lint schema docs crds clean
 
 $(BIN)/stackpin: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,8 +65,13 @@ engine-env:
 		|| { mkdir -p .enginecheck; tail -n 1 .enginecheck-build.log > .enginecheck/UNAVAILABLE; rm -f .enginecheck-build.log; \
 		     echo "engine check environment not built: $$(cat .enginecheck/UNAVAILABLE)" >&2; }
 
+# The services the tests run for real (Debian's docker-registry, openssl, chromium), installed when missing:
+# a fresh machine needs nothing done by hand before `make test`.
+test-services:
+	@bash scripts/install-test-services.sh || echo "test services not installed: the registry and report tests will say so" >&2
+
 # One worker per core (pytest-xdist): each worker starts its own registry and API server on free ports.
-test: setup engine-env
+test: setup engine-env test-services
 	$(BIN)/pytest -n auto
 
 bench: setup
