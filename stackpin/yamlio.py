@@ -79,10 +79,11 @@ def _build(node: yaml.Node, path: FieldPath, marks: dict[FieldPath, tuple[int, i
     return value
 
 
-def read_regular(path: Path, limit: int) -> bytes:
+def read_regular(path: Path, limit: int, follow: bool = True) -> bytes:
     """The bytes of a regular file, at most `limit` of them: a FIFO or a device is refused, never read (it
-    would block or never end, and its size says nothing). OSError (strerror set) otherwise."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    would block or never end, and its size says nothing); with `follow=False` a symbolic link is refused too
+    (OSError ELOOP). OSError (strerror set) otherwise; errno 0 for "not a regular file" and "larger than"."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(0, "not a regular file")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import stat
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from functools import partial
@@ -12,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stackpin.autotune.cache import (
-    INDETERMINATE,
     METADATA_FIELDS,
     METADATA_KEY,
     WILDCARD,
@@ -26,6 +23,7 @@ from stackpin.errors import StackpinError
 from stackpin.profile.model import AutotuneMode
 from stackpin.profile.topology import PoolTopology, Role, topology_of
 from stackpin.profile.tuning import SHARED_FILE, CacheFit, expected_files, fit_cache, pool_shape
+from stackpin.yamlio import read_regular
 
 if TYPE_CHECKING:
 
@@ -114,12 +112,6 @@ def _grouped(files: Sequence[CacheFile], value_of: Any) -> dict[Any, list[CacheF
     for f in files:
         groups[value_of(f)].append(f)
     return groups
-
-
-def _by_meta(info: CacheInfo, key: str) -> list[tuple[Any, list[CacheFile]]]:
-    """Files by `_metadata[key]`; files without a usable value are `_check_metadata`'s to report."""
-    usable = [f for f in info.files if f.metadata is not None and f.meta(key) not in INDETERMINATE]
-    return sorted(_grouped(usable, lambda f: f.meta(key)).items(), key=lambda kv: str(kv[0]))
 
 
 def _n(files: Sequence[CacheFile]) -> str:
@@ -279,14 +271,9 @@ def read_runtime_metadata(path: Path) -> dict[str, str]:
     """The runtime's `_collect_metadata()` as the capture Job writes it: a JSON object of METADATA_FIELDS to
     strings. A regular file, read with a byte limit; anything else is bad input naming the file."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):
-            raise bad_input(path, "not a regular file")
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_RUNTIME_BYTES + 1)
+        raw = read_regular(path, MAX_RUNTIME_BYTES)
     except OSError as exc:
-        raise bad_input(path, f"cannot read: {exc.strerror}") from None
-    if len(raw) > MAX_RUNTIME_BYTES:
-        raise bad_input(path, f"larger than {MAX_RUNTIME_BYTES} bytes; runtime metadata is a few hundred")
+        raise bad_input(path, (exc.strerror or "") if exc.errno == 0 else f"cannot read: {exc.strerror}") from None
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:

@@ -10,9 +10,7 @@ and the lock's own `stackDigest`, so an edited revision is refused, naming its f
 from __future__ import annotations
 
 import errno
-import os
 import re
-import stat
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -23,7 +21,7 @@ from pydantic.alias_generators import to_camel
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock, sha256, stack_digest
 from stackpin.profile.k8s_names import DNS_LABEL, DNS_LABEL_MAX, DNS_LABEL_PATTERN
-from stackpin.yamlio import MAX_INPUT_BYTES, dump_yaml
+from stackpin.yamlio import MAX_INPUT_BYTES, dump_yaml, read_regular
 
 REVISION_KIND: Final = "StackRevision"
 API_VERSION: Final = "stackpin.dev/v1"
@@ -170,21 +168,17 @@ def _read_regular(path: Path) -> bytes:
     """The bytes of a revision file: a regular file, not followed through a symbolic link, read with a byte
     limit (a device, FIFO or link to one would otherwise be read forever or block)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        return read_regular(path, MAX_INPUT_BYTES, follow=False)
     except FileNotFoundError:
         raise RevisionError(path, "no such file") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise RevisionError(path, "is a symbolic link, not a revision file") from None
+        if exc.strerror == "not a regular file":
+            raise RevisionError(path, "is not a regular file") from None
+        if exc.errno == 0:
+            raise RevisionError(path, f"is more than a revision can be ({MAX_INPUT_BYTES:,} bytes)") from None
         raise RevisionError(path, f"cannot read: {exc.strerror}") from None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise RevisionError(path, "is not a regular file")
-    with os.fdopen(fd, "rb") as fh:
-        raw = fh.read(MAX_INPUT_BYTES + 1)
-    if len(raw) > MAX_INPUT_BYTES:
-        raise RevisionError(path, f"is more than a revision can be ({MAX_INPUT_BYTES:,} bytes)")
-    return raw
 
 
 def read_revision(path: Path, key: DeploymentKey, number: int) -> Revision:

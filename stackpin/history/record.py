@@ -20,7 +20,7 @@ from stackpin.errors import StackpinError, clip
 from stackpin.history.deployed import deployment_dir, deployment_files, write_deployment
 from stackpin.history.identity import author_of, created_at
 from stackpin.history.model import Action, ActionKind, DeploymentKey, Revision, new_revision, revision_text
-from stackpin.history.store import HEAD_FILE, HistoryStore
+from stackpin.history.store import HEAD_FILE, HistoryStore, revision_in
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.output import RenderedStack, render_stack
 from stackpin.yamlio import create_exclusive
@@ -29,7 +29,8 @@ MAX_MESSAGE = 4000
 # Line breaks and tabs are a message's own; other control characters would not read back the same.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 # Decides, holding the lock and given the newest revision, what the next one is.
-_Choose = Callable[[Revision | None], tuple[StackLock, Action, str, RenderedStack]]
+# Given the verified chain (oldest first), what to record next.
+_Choose = Callable[[list[Revision]], tuple[StackLock, Action, str, RenderedStack]]
 # A caller's step bound to recording a revision, run holding the lock (see `rollback`).
 Hook = Callable[[Revision], None]
 
@@ -64,7 +65,7 @@ def promote(lock: StackLock, message: str, store: HistoryStore, deployments: Pat
     rendered = render_stack(lock)  # a stack that does not render is refused before anything is written
     key = DeploymentKey.of_lock(lock)
 
-    def choose(_newest: Revision | None) -> tuple[StackLock, Action, str, RenderedStack]:
+    def choose(_chain: list[Revision]) -> tuple[StackLock, Action, str, RenderedStack]:
         return lock, Action(kind=ActionKind.promote), text, rendered  # a promote does not depend on the newest
 
     return _record(store, key, deployments, choose, env)
@@ -83,9 +84,9 @@ def rollback(store: HistoryStore, key: DeploymentKey, deployments: Path, *, to: 
     --apply` applies the revision to a cluster there)."""
     text = checked_message(message) if message is not None else None
 
-    def choose(newest: Revision | None) -> tuple[StackLock, Action, str, RenderedStack]:
-        target = rollback_target(key, newest, to)
-        source = store.read(key, target)  # a number out of range is the store's one-line error
+    def choose(chain: list[Revision]) -> tuple[StackLock, Action, str, RenderedStack]:
+        target = rollback_target(key, chain[-1] if chain else None, to)
+        source = revision_in(chain, key, target)  # a number out of range is a one-line error
         return (source.lock, Action(kind=ActionKind.rollback, revision=target),
                 text or f"Roll back to revision {target}", render_stack(source.lock))
 
@@ -109,10 +110,11 @@ def planned_rollback(store: HistoryStore, key: DeploymentKey, *, to: int | None 
     """The revision `rollback` would record now, without writing (a dry run's revision number)."""
     text = checked_message(message) if message is not None else None
     environ = os.environ if env is None else env
-    newest = store.newest(key)
+    chain = store.revisions(key)  # read and verified once
+    newest = chain[-1] if chain else None
     target = rollback_target(key, newest, to)
     assert newest is not None
-    return new_revision(key, newest.revision + 1, store.read(key, target).lock, created=created_at(environ),
+    return new_revision(key, newest.revision + 1, revision_in(chain, key, target).lock, created=created_at(environ),
                         author=author_of(store.root, environ), message=text or f"Roll back to revision {target}",
                         action=Action(kind=ActionKind.rollback, revision=target), previous=newest)
 
@@ -134,10 +136,11 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
     environ = os.environ if env is None else env
     author, created = author_of(store.root, environ), created_at(environ)
     with store.writing(key):
-        # The whole chain, verified (newest does): a revision recorded on top of an edited, missing or
-        # replaced one would vouch for it. Nothing is written on a broken chain.
-        newest = store.newest(key)
-        lock, action, message, rendered = choose(newest)
+        # The whole chain, verified: a revision recorded on top of an edited, missing or replaced one would
+        # vouch for it. Nothing is written on a broken chain. Read once, for the choice and the link.
+        chain = store.revisions(key)
+        newest = chain[-1] if chain else None
+        lock, action, message, rendered = choose(chain)
         number = newest.revision + 1 if newest is not None else 1
         revision = new_revision(key, number, lock, created=created, author=author, message=message,
                                 action=action, previous=newest)

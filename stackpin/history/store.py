@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +18,7 @@ from typing import TYPE_CHECKING
 from stackpin.errors import StackpinError, clip
 from stackpin.history.model import DIRECTORY_NAME, DeploymentKey, Revision, RevisionError, file_name, read_revision
 from stackpin.profile.k8s_names import DNS_LABEL
-from stackpin.yamlio import lock_directory, refuse_links_below, sweep_temp_files, write_atomic
+from stackpin.yamlio import lock_directory, read_regular, refuse_links_below, sweep_temp_files, write_atomic
 
 if TYPE_CHECKING:
     from stackpin.lock.lockfile import StackLock
@@ -31,6 +30,14 @@ REVISION_FILE = re.compile(r"^([0-9]+)\.yaml$")
 HEAD_FILE = "HEAD"
 HEAD_FORMAT = re.compile(r"^(?P<number>[1-9][0-9]{0,8}) (?P<digest>sha256:[0-9a-f]{64})\n$")
 QUERY = re.compile(rf"^(?:(?P<namespace>{DNS_LABEL})/)?(?P<name>{DNS_LABEL})(?:@(?P<platform>{DNS_LABEL}))?$")
+
+
+def revision_in(chain: list[Revision], key: DeploymentKey, number: int) -> Revision:
+    """Revision `number` of a verified chain; a number out of range is a one-line error."""
+    if not 1 <= number <= len(chain):
+        span = f"revisions 1 to {len(chain)}" if chain else "no revisions"
+        raise StackpinError(f"revision {number} of {key} is out of range: it has {span}")
+    return chain[number - 1]
 
 
 class HistoryStore:
@@ -105,11 +112,7 @@ class HistoryStore:
     def read(self, key: DeploymentKey, number: int) -> Revision:
         """Revision `number`, its whole chain verified (issue 18: nothing is read from a broken history); a
         number out of range is a one-line error."""
-        chain = self.revisions(key)
-        if not 1 <= number <= len(chain):
-            span = f"revisions 1 to {len(chain)}" if chain else "no revisions"
-            raise StackpinError(f"revision {number} of {key} is out of range: it has {span}")
-        return chain[number - 1]
+        return revision_in(self.revisions(key), key, number)
 
     def lock_at(self, query: str, number: int) -> StackLock:
         """The stack of revision `number` of the deployment `query` names (see `resolve`), verified."""
@@ -124,13 +127,13 @@ class HistoryStore:
         """(number, revisionDigest) the head records; None for a history from before heads."""
         path = self.directory(key) / HEAD_FILE
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            raw = read_regular(path, 200, follow=False)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            raise RevisionError(path, f"cannot read the head: {exc.strerror}") from None
-        with os.fdopen(fd, "rb") as fh:
-            raw = fh.read(200) if stat.S_ISREG(os.fstat(fh.fileno()).st_mode) else b""
+            if exc.errno != 0:  # not "not a regular file" or "larger than": those are no head record either
+                raise RevisionError(path, f"cannot read the head: {exc.strerror}") from None
+            raw = b""
         match = HEAD_FORMAT.match(raw.decode("ascii", "replace"))
         if match is None:
             raise RevisionError(path, "is not a head record ('<number> sha256:<digest>', as stackpin writes it)")
