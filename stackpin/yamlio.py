@@ -85,15 +85,22 @@ def read_regular(path: Path, limit: int, follow: bool = True) -> bytes:
     (OSError ELOOP). OSError (strerror set) otherwise; errno 0 for "not a regular file" and "larger than"."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise OSError(0, "not a regular file")
-        with os.fdopen(os.dup(fd), "rb") as fh:
-            raw = fh.read(limit + 1)
+        # Sized by what fstat says (one read for most files), bounded by `limit` whatever the file does.
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = os.read(fd, min(limit + 1 - total, max(info.st_size - total + 1, 1 << 16)))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
     finally:
         os.close(fd)
-    if len(raw) > limit:
+    if total > limit:
         raise OSError(0, f"larger than {limit} bytes")
-    return raw
+    return b"".join(chunks)
 
 
 def load_yaml(path: Path, display: str | None = None) -> tuple[Any, Positions]:

@@ -106,9 +106,10 @@ class Revision(_Model):
 class RevisionError(StackpinError):
     """A revision file that cannot be trusted: unreadable, edited, or out of place (exit 2)."""
 
-    def __init__(self, path: Path, problem: str) -> None:
-        super().__init__(f"{path}: {' '.join(problem.split())}",  # one line, whatever a value held
-                         "revisions are written once and never edited: restore the file from version control")
+    def __init__(self, path: Path, problem: str,
+                 hint: str = "revisions are written once and never edited: restore the file from version control"
+                 ) -> None:
+        super().__init__(f"{path}: {' '.join(problem.split())}", hint)  # one line, whatever a value held
 
 
 def file_name(number: int) -> str:
@@ -164,7 +165,7 @@ def revision_text(revision: Revision) -> str:
     return header + text
 
 
-def _read_regular(path: Path) -> bytes:
+def read_revision_bytes(path: Path) -> bytes:
     """The bytes of a revision file: a regular file, not followed through a symbolic link, read with a byte
     limit (a device, FIFO or link to one would otherwise be read forever or block)."""
     try:
@@ -183,10 +184,15 @@ def _read_regular(path: Path) -> bytes:
 
 def read_revision(path: Path, key: DeploymentKey, number: int) -> Revision:
     """Read and verify the revision file `path`: revision `number` of `key`. Raises RevisionError."""
+    return parse_revision(read_revision_bytes(path), path, key, number)
+
+
+def parse_revision(raw: bytes, path: Path, key: DeploymentKey, number: int) -> Revision:
+    """Verify the bytes `raw` of the revision file `path` as revision `number` of `key`."""
     import yaml
 
     try:
-        data = yaml.load(_read_regular(path).decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = yaml.load(raw.decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except UnicodeDecodeError:
         raise RevisionError(path, "is not UTF-8 text") from None
     except yaml.YAMLError as exc:

@@ -20,17 +20,17 @@ from stackpin.errors import StackpinError, clip
 from stackpin.history.deployed import deployment_dir, deployment_files, write_deployment
 from stackpin.history.identity import author_of, created_at
 from stackpin.history.model import Action, ActionKind, DeploymentKey, Revision, new_revision, revision_text
-from stackpin.history.store import HEAD_FILE, HistoryStore, revision_in
+from stackpin.history.signing import signature_path
+from stackpin.history.store import HEAD_FILE, Chain, HistoryStore
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.output import RenderedStack, render_stack
-from stackpin.yamlio import create_exclusive
+from stackpin.yamlio import create_exclusive, write_atomic
 
 MAX_MESSAGE = 4000
 # Line breaks and tabs are a message's own; other control characters would not read back the same.
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
-# Decides, holding the lock and given the newest revision, what the next one is.
-# Given the verified chain (oldest first), what to record next.
-_Choose = Callable[[list[Revision]], tuple[StackLock, Action, str, RenderedStack]]
+# Given the verified chain, what to record next (decided holding the lock).
+_Choose = Callable[[Chain], tuple[StackLock, Action, str, RenderedStack]]
 # A caller's step bound to recording a revision, run holding the lock (see `rollback`).
 Hook = Callable[[Revision], None]
 
@@ -65,7 +65,7 @@ def promote(lock: StackLock, message: str, store: HistoryStore, deployments: Pat
     rendered = render_stack(lock)  # a stack that does not render is refused before anything is written
     key = DeploymentKey.of_lock(lock)
 
-    def choose(_chain: list[Revision]) -> tuple[StackLock, Action, str, RenderedStack]:
+    def choose(_chain: Chain) -> tuple[StackLock, Action, str, RenderedStack]:
         return lock, Action(kind=ActionKind.promote), text, rendered  # a promote does not depend on the newest
 
     return _record(store, key, deployments, choose, env)
@@ -84,9 +84,9 @@ def rollback(store: HistoryStore, key: DeploymentKey, deployments: Path, *, to: 
     --apply` applies the revision to a cluster there)."""
     text = checked_message(message) if message is not None else None
 
-    def choose(chain: list[Revision]) -> tuple[StackLock, Action, str, RenderedStack]:
-        target = rollback_target(key, chain[-1] if chain else None, to)
-        source = revision_in(chain, key, target)  # a number out of range is a one-line error
+    def choose(chain: Chain) -> tuple[StackLock, Action, str, RenderedStack]:
+        target = rollback_target(key, chain.newest, to)
+        source = chain.get(target)  # a number out of range is a one-line error
         return (source.lock, Action(kind=ActionKind.rollback, revision=target),
                 text or f"Roll back to revision {target}", render_stack(source.lock))
 
@@ -110,11 +110,11 @@ def planned_rollback(store: HistoryStore, key: DeploymentKey, *, to: int | None 
     """The revision `rollback` would record now, without writing (a dry run's revision number)."""
     text = checked_message(message) if message is not None else None
     environ = os.environ if env is None else env
-    chain = store.revisions(key)  # read and verified once
-    newest = chain[-1] if chain else None
+    chain = store.chain(key)  # read and verified once
+    newest = chain.newest
     target = rollback_target(key, newest, to)
     assert newest is not None
-    return new_revision(key, newest.revision + 1, revision_in(chain, key, target).lock, created=created_at(environ),
+    return new_revision(key, newest.revision + 1, chain.get(target).lock, created=created_at(environ),
                         author=author_of(store.root, environ), message=text or f"Roll back to revision {target}",
                         action=Action(kind=ActionKind.rollback, revision=target), previous=newest)
 
@@ -138,18 +138,27 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
     with store.writing(key):
         # The whole chain, verified: a revision recorded on top of an edited, missing or replaced one would
         # vouch for it. Nothing is written on a broken chain. Read once, for the choice and the link.
-        chain = store.revisions(key)
-        newest = chain[-1] if chain else None
+        chain = store.chain(key)
+        newest = chain.newest
         lock, action, message, rendered = choose(chain)
         number = newest.revision + 1 if newest is not None else 1
         revision = new_revision(key, number, lock, created=created, author=author, message=message,
                                 action=action, previous=newest)
+        text = revision_text(revision)
+        signature = store.signed(revision, text)  # refused (no key, a key not allowed) before any write
         if check is not None:
             check(revision)
         stack = deployment_files(revision, rendered)
         path = store.path(key, number)
+        sig = signature_path(path)
+        # The signature first: a revision never stands unsigned where one is required, even if the process is
+        # killed between the two; a signature left by a killed writer is replaced (or removed) here.
+        if signature is not None:
+            write_atomic(sig, signature)
+        else:
+            sig.unlink(missing_ok=True)
         try:
-            create_exclusive(path, revision_text(revision))
+            create_exclusive(path, text)
         except FileExistsError:  # only a writer that ignores the lock gets here
             raise StackpinError(f"{path}: revision {number} was created by another writer meanwhile; "
                                 "nothing written, try again") from None
@@ -157,8 +166,10 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
             write_deployment(deployments, stack, key)
         except StackpinError:  # nothing was switched (write_files puts back what was there): take it back
             path.unlink(missing_ok=True)
+            sig.unlink(missing_ok=True)
             raise
         store.write_head(key, revision)
+        store.remember(chain, revision, text.encode("utf-8"))
         if then is not None:
             try:
                 then(revision)
@@ -183,5 +194,6 @@ def _take_back(store: HistoryStore, path: Path, deployments: Path, key: Deployme
     else:
         (store.directory(key) / HEAD_FILE).unlink(missing_ok=True)
     path.unlink(missing_ok=True)
+    signature_path(path).unlink(missing_ok=True)
     if previous is not None:
         write_deployment(deployments, deployment_files(previous), key)

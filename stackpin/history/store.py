@@ -10,13 +10,38 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from stackpin.errors import StackpinError, clip
-from stackpin.history.model import DIRECTORY_NAME, DeploymentKey, Revision, RevisionError, file_name, read_revision
+from stackpin.history.model import (
+    DIRECTORY_NAME,
+    DeploymentKey,
+    Revision,
+    RevisionError,
+    file_name,
+    parse_revision,
+    read_revision_bytes,
+)
+from stackpin.history.signing import (
+    ALLOWED_SIGNERS_ENV,
+    NAMESPACE,
+    SIGNING_KEY_ENV,
+    AllowedSigners,
+    SignatureError,
+    SigningKey,
+    load_allowed_signers,
+    load_signing_key,
+    principal_of,
+    read_signature,
+    signature_path,
+)
+from stackpin.history.verified import Verified, VerifiedCache, cache_dir, content_key
 from stackpin.profile.k8s_names import DNS_LABEL
 from stackpin.yamlio import lock_directory, read_regular, refuse_links_below, sweep_temp_files, write_atomic
 
@@ -32,19 +57,71 @@ HEAD_FORMAT = re.compile(r"^(?P<number>[1-9][0-9]{0,8}) (?P<digest>sha256:[0-9a-
 QUERY = re.compile(rf"^(?:(?P<namespace>{DNS_LABEL})/)?(?P<name>{DNS_LABEL})(?:@(?P<platform>{DNS_LABEL}))?$")
 
 
-def revision_in(chain: list[Revision], key: DeploymentKey, number: int) -> Revision:
-    """Revision `number` of a verified chain; a number out of range is a one-line error."""
-    if not 1 <= number <= len(chain):
-        span = f"revisions 1 to {len(chain)}" if chain else "no revisions"
-        raise StackpinError(f"revision {number} of {key} is out of range: it has {span}")
-    return chain[number - 1]
+@dataclass(frozen=True)
+class Link:
+    """One verified revision file of a chain: what verifying it established, its parse if that was needed."""
+
+    path: Path
+    content: str  # sha256 of the file's bytes
+    facts: Verified
+    revision: Revision | None
+    signer: str | None  # the fingerprint of the key that signed it, when signatures are required
+
+    @property
+    def revision_digest(self) -> str:
+        return self.facts.revision_digest
+
+
+class Chain:
+    """A deployment's revisions, oldest first, verified as a chain; each parsed when first asked for."""
+
+    def __init__(self, key: DeploymentKey, links: tuple[Link, ...]) -> None:
+        self.key = key
+        self.links = links
+        self._parsed = {link.facts.number: link.revision for link in links if link.revision is not None}
+
+    def __len__(self) -> int:
+        return len(self.links)
+
+    def get(self, number: int) -> Revision:
+        """Revision `number`; a number out of range is a one-line error."""
+        if not 1 <= number <= len(self.links):
+            span = f"revisions 1 to {len(self.links)}" if self.links else "no revisions"
+            raise StackpinError(f"revision {number} of {self.key} is out of range: it has {span}")
+        if number not in self._parsed:
+            link = self.links[number - 1]
+            raw = read_revision_bytes(link.path)
+            if content_key(raw) != link.content:
+                raise RevisionError(link.path, "changed while it was being read (edited by hand?)")
+            self._parsed[number] = parse_revision(raw, link.path, self.key, number)
+        return self._parsed[number]
+
+    @property
+    def newest(self) -> Revision | None:
+        return self.get(len(self.links)) if self.links else None
+
+    def all(self) -> list[Revision]:
+        return [self.get(n) for n in range(1, len(self.links) + 1)]
+
+
+def created_time(created: str) -> datetime:
+    """A revision's `created` (UTC, `YYYY-MM-DDTHH:MM:SSZ`, checked on read) as a datetime."""
+    return datetime.strptime(created, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
 
 
 class HistoryStore:
-    """Deployments' histories under one root directory (`--history`, default `history/`)."""
+    """Deployments' histories under one root directory (`--history`, default `history/`).
 
-    def __init__(self, root: Path) -> None:
+    Signatures: `allowed_signers` (default $STACKPIN_ALLOWED_SIGNERS) makes every read require each
+    revision signed by a key that file allows for its author; `signing_key` (default
+    $STACKPIN_SIGNING_KEY) signs each revision recorded (see signing.py)."""
+
+    def __init__(self, root: Path, *, allowed_signers: Path | None = None, signing_key: Path | None = None,
+                 env: Mapping[str, str] = os.environ) -> None:
         self.root = Path(root)
+        self.env = env
+        self._signers_path = allowed_signers or env.get(ALLOWED_SIGNERS_ENV) or None
+        self._key_path = signing_key or env.get(SIGNING_KEY_ENV) or None
 
     def directory(self, key: DeploymentKey) -> Path:
         return self.root / key.namespace / key.dirname
@@ -112,7 +189,7 @@ class HistoryStore:
     def read(self, key: DeploymentKey, number: int) -> Revision:
         """Revision `number`, its whole chain verified (issue 18: nothing is read from a broken history); a
         number out of range is a one-line error."""
-        return revision_in(self.revisions(key), key, number)
+        return self.chain(key).get(number)
 
     def lock_at(self, query: str, number: int) -> StackLock:
         """The stack of revision `number` of the deployment `query` names (see `resolve`), verified."""
@@ -120,8 +197,11 @@ class HistoryStore:
 
     def newest(self, key: DeploymentKey) -> Revision | None:
         """The newest revision, its whole chain verified."""
-        chain = self.revisions(key)
-        return chain[-1] if chain else None
+        return self.chain(key).newest
+
+    def revisions(self, key: DeploymentKey) -> list[Revision]:
+        """Every revision, oldest first, the whole chain verified (see `chain`)."""
+        return self.chain(key).all()
 
     def head(self, key: DeploymentKey) -> tuple[int, str] | None:
         """(number, revisionDigest) the head records; None for a history from before heads."""
@@ -143,37 +223,106 @@ class HistoryStore:
         """Call holding the deployment's lock (`writing`), after the revision's file is created."""
         write_atomic(self.directory(key) / HEAD_FILE, f"{revision.revision} {revision.revision_digest}\n")
 
-    def revisions(self, key: DeploymentKey) -> list[Revision]:
-        """Every revision, oldest first, each verified and chained to the one before it, the newest at least
-        the one the head records: a missing, edited, replaced or truncated revision is an error naming its
-        file."""
-        out = self._chain(key)
-        head = self.head(key)
-        if head is not None:
-            number, digest = head
-            # A writer killed between its revision and the head leaves the head one behind: still anchored.
-            if len(out) < number:
-                raise RevisionError(self.path(key, number), f"revision {number} of {key} is missing, and the head "
-                                    f"records it as the newest (the newest revision was deleted?)")
-            if out[number - 1].revision_digest != digest:
-                raise RevisionError(self.path(key, number), f"is not the revision {number} the head records "
-                                    "(replaced?)")
-        return out
-
-    def _chain(self, key: DeploymentKey) -> list[Revision]:
-        out: list[Revision] = []
+    def chain(self, key: DeploymentKey) -> Chain:
+        """Every revision verified and chained to the one before it, the newest at least the one the head
+        records, each signed by an allowed signer when signatures are required: a missing, edited, replaced,
+        truncated or unsigned revision is an error naming its file. Revisions are parsed when asked for
+        (`Chain.get`); files verified before with the same bytes are not parsed again (`verified.py`)."""
+        cache = VerifiedCache(cache_dir(self.env), str(key))
+        directory = self.directory(key)
+        links: list[Link] = []
         for expected, number in enumerate(self.numbers(key), 1):
             if number != expected:
                 raise RevisionError(self.path(key, expected), f"revision {expected} of {key} is missing "
                                     f"(revisions are never deleted; {file_name(number)} follows)")
-            revision = read_revision(self.path(key, number), key, number)
-            previous = out[-1].revision_digest if out else None
-            if revision.previous_digest != previous:
-                raise RevisionError(self.path(key, number), "previousDigest is not the revisionDigest of revision "
+            link = self._link(key, directory / file_name(number), number, cache)
+            previous = links[-1].revision_digest if links else None
+            if link.facts.previous_digest != previous:
+                raise RevisionError(link.path, "previousDigest is not the revisionDigest of revision "
                                     f"{number - 1} (a revision before it was replaced?)" if previous else
                                     "revision 1 names a previous revision")
-            out.append(revision)
-        return out
+            links.append(link)
+        cache.save({link.content for link in links})
+        head = self.head(key)
+        if head is not None:
+            number, digest = head
+            # A writer killed between its revision and the head leaves the head one behind: still anchored.
+            if len(links) < number:
+                raise RevisionError(self.path(key, number), f"revision {number} of {key} is missing, and the head "
+                                    f"records it as the newest (the newest revision was deleted?)")
+            if links[number - 1].revision_digest != digest:
+                raise RevisionError(self.path(key, number), f"is not the revision {number} the head records "
+                                    "(replaced?)")
+        return Chain(key, tuple(links))
+
+    def _link(self, key: DeploymentKey, path: Path, number: int, cache: VerifiedCache) -> Link:
+        raw = read_revision_bytes(path)
+        content = content_key(raw)
+        facts = cache.get(content)
+        revision = None
+        if facts is None or facts.number != number:
+            revision = parse_revision(raw, path, key, number)
+            facts = Verified(number, revision.revision_digest, revision.previous_digest, revision.author,
+                             revision.created)
+            cache.put(content, facts)
+        signer = self._check_signature(path, raw, facts) if self.signers is not None else None
+        return Link(path, content, facts, revision, signer)
+
+    def remember(self, chain: Chain, revision: Revision, raw: bytes) -> None:
+        """Put a revision just recorded on top of `chain` into the verified cache (its facts are known: it
+        was just built and written by this process), so the next read need not parse it."""
+        cache = VerifiedCache(cache_dir(self.env), str(chain.key))
+        content = content_key(raw)
+        cache.put(content, Verified(revision.revision, revision.revision_digest, revision.previous_digest,
+                                    revision.author, revision.created))
+        cache.save({link.content for link in chain.links} | {content})
+
+    # --- signatures ------------------------------------------------------------------------------
+
+    @cached_property
+    def signers(self) -> AllowedSigners | None:
+        """The allowed signers every revision must be signed by (--allowed-signers or
+        $STACKPIN_ALLOWED_SIGNERS); None: signatures are not required."""
+        return load_allowed_signers(Path(self._signers_path)) if self._signers_path else None
+
+    @cached_property
+    def signing_key(self) -> SigningKey | None:
+        """The key new revisions are signed with (--signing-key or $STACKPIN_SIGNING_KEY)."""
+        return load_signing_key(Path(self._key_path)) if self._key_path else None
+
+    def _check_signature(self, path: Path, raw: bytes, facts: Verified) -> str:
+        assert self.signers is not None
+        sig = signature_path(path)
+        hint = (f"sign it with ssh-keygen -Y sign -n {NAMESPACE} -f KEY {path} by a key {self.signers.path} allows "
+                "for its author, or restore the signature from version control")
+        try:
+            armored = read_signature(sig)
+            if armored is None:
+                raise RevisionError(path, f"revision {facts.number} is not signed (no {sig.name}), and "
+                                    f"{self.signers.path} requires signatures", hint)
+            return self.signers.verify(raw, armored, principal_of(facts.author), created_time(facts.created))
+        except SignatureError as exc:
+            raise RevisionError(sig, f"signature of revision {facts.number}: {exc.lines()[0]}", hint) from None
+
+    def signed(self, revision: Revision, text: str) -> str | None:
+        """The armored signature a new revision's file `text` gets (None without a signing key), checked
+        against the allowed signers when they are required; refused before anything is written."""
+        key = self.signing_key
+        if key is None:
+            if self.signers is not None:
+                raise SignatureError(f"{self.signers.path} requires signed revisions and no signing key is set",
+                                     f"pass --signing-key KEY or set {SIGNING_KEY_ENV}")
+            return None
+        armored = key.sign(text.encode("utf-8"))
+        if self.signers is not None:
+            try:
+                self.signers.verify(text.encode("utf-8"), armored.encode("ascii"), principal_of(revision.author),
+                                    created_time(revision.created))
+            except SignatureError as exc:
+                raise SignatureError(f"signing key {key.path}: a revision it signs would be refused: "
+                                     f"{exc.lines()[0]}", "list its public key for the author in the allowed "
+                                     "signers, or set STACKPIN_AUTHOR to the identity it is listed for") from None
+        return armored
 
     # --- writing ---------------------------------------------------------------------------------
 

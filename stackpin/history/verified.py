@@ -1,0 +1,96 @@
+"""A per-user cache of revision files already verified, keyed by the sha256 of their bytes.
+
+Verifying a chain means parsing every revision's YAML and hashing its canonical JSON: about 2 ms a
+revision, 2 s for a history of 1,000, paid by every promote. A revision never changes, so once its bytes
+verified as revision N of a deployment (digest, lock digest, name, place), the same bytes verify the
+same way again: a later read hashes the file (a few microseconds) and takes the verified facts from
+here. Any other bytes miss and are verified in full, so an edited, replaced or forged file is caught
+exactly as without the cache. The links between revisions, the head and signatures are checked on every
+read, never cached.
+
+The cache lives with the user, not the history (`$STACKPIN_CACHE_DIR`, else `$XDG_CACHE_HOME/stackpin`,
+else `~/.cache/stackpin`; `STACKPIN_CACHE_DIR=` turns it off): whoever can write the history cannot vouch
+for a file through it. A cache that is unreadable, from another stackpin, or malformed is ignored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from stackpin import __version__
+from stackpin.errors import StackpinError
+from stackpin.yamlio import read_regular, write_atomic
+
+# Bumped when what `read_revision` checks changes: facts verified by older rules are not reused.
+RULES = 1
+MAX_CACHE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What a full read of a revision file established."""
+
+    number: int
+    revision_digest: str
+    previous_digest: str | None
+    author: str  # who signs it (signing.principal_of) and when: a signature is checked on every read
+    created: str
+
+
+def content_key(raw: bytes) -> str:
+    return hashlib.sha256(raw).hexdigest()
+
+
+def cache_dir(env: Mapping[str, str] = os.environ) -> Path | None:
+    if "STACKPIN_CACHE_DIR" in env:
+        return Path(env["STACKPIN_CACHE_DIR"]) if env["STACKPIN_CACHE_DIR"] else None
+    base = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "stackpin"
+
+
+class VerifiedCache:
+    """The verified facts of one deployment's revision files (one JSON file per deployment)."""
+
+    def __init__(self, directory: Path | None, deployment: str) -> None:
+        name = hashlib.sha256(deployment.encode()).hexdigest()[:32]
+        self.path = directory / "verified-revisions" / f"{name}.json" if directory else None
+        self.stamp = f"{__version__}/{RULES}/{deployment}"
+        self.entries = self._load()
+        self.dirty = False
+
+    def _load(self) -> dict[str, Verified]:
+        if self.path is None:
+            return {}
+        try:
+            data = json.loads(read_regular(self.path, MAX_CACHE_BYTES, follow=False))
+            if data.get("stamp") != self.stamp:
+                return {}
+            return {k: Verified(int(n), str(d), None if p is None else str(p), str(a), str(c))
+                    for k, (n, d, p, a, c) in data["entries"].items()}
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return {}
+
+    def get(self, raw_key: str) -> Verified | None:
+        return self.entries.get(raw_key)
+
+    def put(self, raw_key: str, facts: Verified) -> None:
+        if self.entries.get(raw_key) != facts:
+            self.entries[raw_key] = facts
+            self.dirty = True
+
+    def save(self, keep: set[str]) -> None:
+        """Write the entries of the files in `keep` (the chain just read); failures are ignored (a cache)."""
+        if self.path is None or not (self.dirty or set(self.entries) - keep):
+            return
+        entries = {k: [v.number, v.revision_digest, v.previous_digest, v.author, v.created]
+                   for k, v in self.entries.items() if k in keep}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(self.path, json.dumps({"stamp": self.stamp, "entries": entries}, sort_keys=True))
+        except (OSError, StackpinError):
+            pass
