@@ -34,10 +34,16 @@ MESSAGE_HELP = "Why: kept in the revision and shown by `stackpin history`."
 _UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
-def _store(history_dir: str) -> HistoryStore:
+SIGNING_KEY = click.option("--signing-key", type=click.Path(dir_okay=False), metavar="KEY",
+                           help="Sign the revision with this OpenSSH private key (Ed25519 or RSA), in the format "
+                                "ssh-keygen -Y sign writes, namespace stackpin.  [default: $STACKPIN_SIGNING_KEY]")
+
+
+def _store(history_dir: str, *, signing_key: str | None = None, allowed_signers: str | None = None) -> HistoryStore:
     from stackpin.history.store import HistoryStore
 
-    return HistoryStore(Path(history_dir))
+    return HistoryStore(Path(history_dir), signing_key=Path(signing_key) if signing_key else None,
+                        allowed_signers=Path(allowed_signers) if allowed_signers else None)
 
 
 def _cell(value: str) -> str:
@@ -78,10 +84,11 @@ def _print_recorded(recorded: Recorded, output: str) -> None:
 @DEPLOYMENTS
 @click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
               help="Where a profile's lock is looked up (LOCK may be a lockfile or a profile with a current lock).")
+@SIGNING_KEY
 @OUTPUT
 @user_errors
 def promote(lock_input: str, message: str, history_dir: str, deployments_dir: str, lockdir: str,
-            output: str) -> None:
+            signing_key: str | None, output: str) -> None:
     """Record LOCK as the next revision of its deployment and render that deployment's directory.
 
     A deployment is the profile's metadata.namespace, metadata.deployment and target platform: the
@@ -94,7 +101,8 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
     locks, _ = load_inputs([lock_input], Path(lockdir))
     if len(locks) != 1:
         raise StackpinError(f"{lock_input} holds {len(locks)} stacks; promote one lock at a time")
-    _print_recorded(promote_lock(locks[0], message, _store(history_dir), Path(deployments_dir)), output)
+    store = _store(history_dir, signing_key=signing_key)
+    _print_recorded(promote_lock(locks[0], message, store, Path(deployments_dir)), output)
 
 
 @click.command()
@@ -119,13 +127,14 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
 @click.option("--timeout", type=finite(min=0, min_open=True), metavar="SECONDS",
               help="With --apply: limit for --wait and for a recreated object to be gone "
                    "(default: the stack's start-up budget).")
+@SIGNING_KEY
 @cluster_options
 @OUTPUT
 @user_errors
 def rollback(deployment: str, to: int | None, message: str | None, if_regressed: bool, threshold_text: str,
-             history_dir: str, deployments_dir: str, apply_it: bool, dry_run: bool, force_conflicts: bool,
-             allow_recreate: bool, wait: bool, timeout: float | None, kubeconfig: str | None, context: str | None,
-             namespace: str | None, output: str) -> None:
+             history_dir: str, deployments_dir: str, signing_key: str | None, apply_it: bool, dry_run: bool,
+             force_conflicts: bool, allow_recreate: bool, wait: bool, timeout: float | None, kubeconfig: str | None,
+             context: str | None, namespace: str | None, output: str) -> None:
     """Record a new revision of DEPLOYMENT whose stack is revision N's, and render it; with --apply,
     apply it to the cluster too (the cluster options and the apply flags only mean something then).
 
@@ -134,7 +143,7 @@ def rollback(deployment: str, to: int | None, message: str | None, if_regressed:
     """
     from stackpin.history.record import rollback as roll_back
 
-    store = _store(history_dir)
+    store = _store(history_dir, signing_key=signing_key)
     key = store.resolve(deployment)
     cluster_flags = {"--dry-run": dry_run, "--force-conflicts": force_conflicts, "--allow-recreate": allow_recreate,
                      "--wait": wait, "--timeout": timeout is not None, "--kubeconfig": kubeconfig is not None,
@@ -263,21 +272,26 @@ def _regressed(store: HistoryStore, key: DeploymentKey, threshold_text: str,
               help="The revisions applied to the cluster instead, from its in-cluster record (any machine, no "
                    "local history needed), the live one marked. DEPLOYMENT is then the deployment's name "
                    "(metadata.deployment) and -n its namespace.")
+@click.option("--verify", is_flag=True, help="Verify every deployment's whole history (or DEPLOYMENT's) and, with "
+              "allowed signers, every revision's signature; exit 1 naming what fails. Writes nothing.")
+@click.option("--allowed-signers", type=click.Path(dir_okay=False), metavar="FILE",
+              help="An ssh-keygen allowed-signers file: every revision read must be signed by a key it lists for "
+                   "the revision's author (namespace stackpin).  [default: $STACKPIN_ALLOWED_SIGNERS]")
 @HISTORY
 @DEPLOYMENTS
 @cluster_options
 @OUTPUT
 @user_errors
-def history(deployment: str | None, check: bool, rerender: bool, in_cluster: bool, history_dir: str,
-            deployments_dir: str, kubeconfig: str | None, context: str | None, namespace: str | None,
-            output: str) -> None:
+def history(deployment: str | None, check: bool, rerender: bool, in_cluster: bool, verify: bool,
+            allowed_signers: str | None, history_dir: str, deployments_dir: str, kubeconfig: str | None,
+            context: str | None, namespace: str | None, output: str) -> None:
     """List DEPLOYMENT's revisions (every revision verified against its digest), or the deployments
     with a history when no DEPLOYMENT is given; with --cluster, the revisions applied to the cluster.
 
     DEPLOYMENT is NAME, NAME@PLATFORM or NAMESPACE/NAME@PLATFORM; a name two racks share is ambiguous.
     """
-    if check and rerender:
-        raise click.UsageError("--check and --render exclude each other")
+    if sum((check, rerender, verify)) > 1:
+        raise click.UsageError("--check, --render and --verify exclude each other")
     if in_cluster:
         if check or rerender or not deployment:
             raise click.UsageError("--cluster takes a DEPLOYMENT, without --check or --render")
@@ -285,9 +299,11 @@ def history(deployment: str | None, check: bool, rerender: bool, in_cluster: boo
         return
     if kubeconfig or context or namespace:
         raise click.UsageError("--kubeconfig, --context and --namespace only with --cluster")
-    store = _store(history_dir)
+    store = _store(history_dir, allowed_signers=allowed_signers)
     keys = [store.resolve(deployment)] if deployment else store.keys()
-    if check:
+    if verify:
+        _verify(store, keys, output)
+    elif check:
         _check(store, keys, Path(deployments_dir), output)
     elif rerender:
         from stackpin.history.record import rerender as render_again
@@ -390,6 +406,40 @@ def _cluster_history(deployment: str, kubeconfig: str | None, context: str | Non
     _table(["LIVE", "REVISION", "STACK", "DIGEST", "APPLIED", "BY"], rows)
     for problem in found.problems:
         click.echo(f"problem: {problem}")
+
+
+def _verify(store: HistoryStore, keys: list[DeploymentKey], output: str) -> None:
+    """Each deployment's chain (and signatures, with allowed signers): one line each, exit 1 on a failure."""
+    from stackpin.errors import StackpinError
+
+    signers = store.signers  # a bad allowed-signers file is bad input (exit 2), not a failed verification
+    results: list[dict[str, Any]] = []
+    for key in keys:
+        try:
+            links = store.chain(key).links
+            signed = sorted({link.signer for link in links if link.signer})
+            results.append({"deployment": str(key), "verified": True, "revisions": len(links), "signers": signed})
+        except StackpinError as exc:
+            results.append({"deployment": str(key), "verified": False, "error": exc.lines()[0]})
+    failed = [r for r in results if not r["verified"]]
+    if output != "text":
+        emit({"history": str(store.root), "allowedSigners": str(signers.path) if signers else None,
+              "verified": not failed, "deployments": results}, output)
+    else:
+        for r in results:
+            if not r["verified"]:
+                click.echo(f"FAILED    {r['deployment']}: {r['error']}")
+            elif signers is None:
+                click.echo(f"verified  {r['deployment']}: {r['revisions']} revision(s), digests, chain and head "
+                           "(signatures not checked: no allowed signers)")
+            else:
+                click.echo(f"verified  {r['deployment']}: {r['revisions']} revision(s), each signed by a key "
+                           f"{signers.path} allows for its author ({', '.join(r['signers'])})")
+    if failed:
+        click.echo(f"error: {len(failed)} of {len(results)} deployment histories failed verification", err=True)
+        sys.exit(1)
+    if not results:
+        click.echo(f"no deployment has a history in {store.root}/", err=True)
 
 
 def _check(store: HistoryStore, keys: list[DeploymentKey], deployments: Path, output: str) -> None:
