@@ -184,14 +184,33 @@ def test_a_user_rbac_forbids_gets_one_line_and_nothing_is_written(kube: Kube) ->
     result = kube.stackpin("apply", lockfile("gb300-disagg-wide-ep"),
                            kubeconfig=kube.env.token_kubeconfig("deployer"))
     assert result.exit_code == 2
+    # The first thing apply does is take the deployment's Lease, which this Role does not allow.
+    [line] = result.stderr.splitlines()
+    assert line.startswith("error: lease.coordination.k8s.io/stackpin-dsv41-flash: ")
+    assert 'User "deployer" cannot get resource "leases"' in line
+    assert kube.everything() == {}
+    # With the Lease allowed, the first write refused is the first object applied: one line after the
+    # warnings on what preflight could not check (deployer may not read CRDs).
+    kube.env.ok("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "lease"},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                   "verbs": ["get", "create", "update", "delete"]}]})
+    kube.env.ok("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": "deployer-lease"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "lease"},
+        "subjects": [{"kind": "User", "name": "deployer", "apiGroup": "rbac.authorization.k8s.io"}]})
+    result = kube.stackpin("apply", lockfile("gb300-disagg-wide-ep"),
+                           kubeconfig=kube.env.token_kubeconfig("deployer"))
+    assert result.exit_code == 2
     *warnings, line = result.stderr.splitlines()
-    # deployer may not read CRDs either: what preflight could not check is said first, then the error
     assert [w.split(" (forbidden)")[0] for w in warnings] == [
         "warning: cannot read CRD dynamographdeployments.nvidia.com",
         "warning: cannot read CRD computedomains.resource.nvidia.com"]
     assert line.startswith(f"error: {attestation('gb300-disagg-wide-ep')}: ")  # the first object applied
     assert 'User "deployer" cannot patch resource "configmaps"' in line
     assert kube.everything() == {}
+    assert kube.env.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/stackpin-dsv41-flash")[0] \
+        == 404  # released
 
 
 def test_dry_run_asks_the_server_and_writes_nothing(kube: Kube) -> None:

@@ -65,15 +65,19 @@ def members_and_strays(kube: Kube) -> tuple[dict[str, str], list[str]]:
 @pytest.mark.usefixtures("server_back")
 def test_killed_between_the_computedomain_and_its_deployment(kube: Kube) -> None:
     error = apply_killed_after(kube, "gb300-disagg-wide-ep", f"{CD_SUBJECT} created")
-    [line] = error.lines()
-    assert line.startswith(f"lost the API server {kube.env.url} during PATCH of {DGD_SUBJECT}: connection refused")
+    # Where it stopped: the parent, the attestation ConfigMap and the ComputeDomain written, of 5.
+    assert error.lines() == [f"lost the API server {kube.env.url} during PATCH of {DGD_SUBJECT}: connection refused;"
+                             f" the apply stopped after 3 of its 5 writes (the last: {CD_SUBJECT} created) (hint: "
+                             "run it again once the server answers: it converges)"]
 
-    down = kube.apply("gb300-disagg-wide-ep")  # the CLI, while the server is still down
+    down = kube.apply("gb300-disagg-wide-ep")  # the CLI, while the server is still down: never reached
     assert down.exit_code == 2
-    assert down.stderr.splitlines() == [f"error: lost the API server {kube.env.url}: connection refused"]
+    assert down.stderr.splitlines() == [f"error: could not reach the API server {kube.env.url}: connection refused "
+                                        "(it never answered; nothing was read or written)"]
 
     kube.env.start_apiserver()
-    again = kube.apply("gb300-disagg-wide-ep")
+    # The killed run could not release its Lease (the server was gone): the re-run waits for it to expire.
+    again = kube.apply("gb300-disagg-wide-ep", "--lock-timeout", "40")
     assert again.exit_code == 0, again.output
     assert again.stdout.splitlines()[:3] == [f"{attestation('gb300-disagg-wide-ep')} unchanged",
                                              f"{CD_SUBJECT} unchanged", f"{DGD_SUBJECT} created"]
@@ -91,10 +95,12 @@ def test_killed_before_the_prune_of_a_switch_to_colocated(kube: Kube) -> None:
         error = apply_killed_after(kube, "gb300-tuned", f"{DGD_SUBJECT} recreated", allow_recreate=True)
     # The first prune is the old stack's attestation ConfigMap (no pod of the recreated deployment names it).
     old_cm = attestation("gb300-disagg-wide-ep")
-    assert error.lines() == [f"lost the API server {kube.env.url} during DELETE of {old_cm}: connection refused"
-                             " (hint: run it again once the server answers: the apply converges)"]
+    assert error.lines() == [f"lost the API server {kube.env.url} during DELETE of {old_cm}: connection refused; "
+                             f"the apply stopped after 4 of its 7 writes (the last: {DGD_SUBJECT} recreated) "
+                             "(hint: run it again once the server answers: it converges)"]
     kube.env.start_apiserver()
-    again = kube.apply("gb300-tuned")  # no recreate left to do: the live DGD is already colocated
+    # No recreate left to do (the live DGD is already colocated); the killed run's Lease expires first.
+    again = kube.apply("gb300-tuned", "--lock-timeout", "40")
     assert again.exit_code == 0, again.output
     lines = again.stdout.splitlines()
     assert lines[:2] == [f"{attestation('gb300-tuned')} unchanged", f"{DGD_SUBJECT} unchanged"]
@@ -116,5 +122,6 @@ def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
         result = CliRunner().invoke(main, [*args, "--kubeconfig", str(config)])
         assert result.exit_code == 2, result.output
         assert result.stderr.splitlines() == [
-            f"error: lost the API server https://127.0.0.1:{port}: connection refused"]
+            f"error: could not reach the API server https://127.0.0.1:{port}: connection refused (it never answered; "
+            "nothing was read or written)"]
         assert "not-a-real-token" not in result.output

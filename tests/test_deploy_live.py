@@ -283,6 +283,7 @@ def test_an_unreachable_server_is_one_line_for_the_live_commands(tmp_path: Path)
         result = CliRunner().invoke(main, [*args, "--kubeconfig", str(config)])
         assert result.exit_code == 2, result.output
         assert result.stderr.splitlines() == [
-            f"error: lost the API server https://127.0.0.1:{port}: connection refused"]
+            f"error: could not reach the API server https://127.0.0.1:{port}: connection refused (it never "
+            "answered; nothing was read or written)"]
         assert "not-a-real-token" not in result.output
     assert tree(tmp_path) == files

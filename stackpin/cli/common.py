@@ -35,9 +35,30 @@ OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json", "yaml
 
 
 
+REQUEST_TIMEOUT = "request_timeout"
+
+
+def _keep_request_timeout(ctx: click.Context, _param: click.Parameter, value: float | None) -> None:
+    ctx.meta[REQUEST_TIMEOUT] = value
+
+
+def connect_cluster(kubeconfig: str | None, context: str | None) -> Any:
+    """`stackpin.deploy.kube.connect` with the command's --request-timeout (kept by cluster_options)."""
+    from stackpin.deploy.kube import REQUEST_TIMEOUT_S, connect
+
+    given = click.get_current_context().meta.get(REQUEST_TIMEOUT)
+    return connect(kubeconfig, context, REQUEST_TIMEOUT_S if given is None else given)
+
+
 def cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """--kubeconfig, --context and -n/--namespace, spelled and defaulted as kubectl does, for every
-    command that reads or writes a cluster (apply, status, bench against a live stack)."""
+    """--kubeconfig, --context, -n/--namespace and --request-timeout, spelled and defaulted as kubectl
+    does, for every command that reads or writes a cluster (apply, status, bench against a live stack).
+    --request-timeout reaches `connect_cluster` through the click context, not the command's arguments."""
+    fn = click.option("--request-timeout", type=finite(min=0, min_open=True), metavar="SECONDS", expose_value=False,
+                      callback=_keep_request_timeout,
+                      help="Give up when the API server has not answered within this many seconds, all the "
+                           "command's requests together (default 30; waits for --wait and --timeout are "
+                           "apart).")(fn)
     fn = click.option("-n", "--namespace", metavar="NAMESPACE",
                       help="Namespace (default: the profile's metadata.namespace).")(fn)
     fn = click.option("--context", metavar="NAME", help="kubeconfig context (default: current-context).")(fn)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stackpin.cli.common import OUTPUT, cluster_options, emit, finite, user_errors
+from stackpin.cli.common import OUTPUT, cluster_options, connect_cluster, emit, finite, user_errors
 from stackpin.cli.history import HISTORY
 
 if TYPE_CHECKING:
@@ -27,6 +27,12 @@ def warn(message: str) -> None:
     click.echo(f"warning: {message}", err=True)
 
 
+LOCK_TIMEOUT = click.option(
+    "--lock-timeout", type=finite(min=0), default=0.0, metavar="SECONDS",
+    help="Wait this long for another stackpin writing the deployment (it holds the Lease "
+         "stackpin-<deployment>) to finish; 0 refuses at once, naming the holder.  [default: 0]")
+
+
 @click.command()
 @click.argument("source", metavar="LOCK|DEPLOYMENT[@REV]")
 @click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
@@ -42,31 +48,33 @@ def warn(message: str) -> None:
 @click.option("--wait", is_flag=True, help="Then wait until the DynamoGraphDeployment and every component is ready.")
 @click.option("--timeout", type=finite(min=0, min_open=True), metavar="SECONDS",
               help="Limit for --wait, and for a recreated object to be gone (default: the stack's start-up budget).")
+@LOCK_TIMEOUT
 @cluster_options
 @OUTPUT
 @user_errors
 def apply(source: str, lockdir: str, history_dir: str, dry_run: bool, force_conflicts: bool, allow_recreate: bool,
-          create_namespace: bool, wait: bool, timeout: float | None, kubeconfig: str | None, context: str | None,
-          namespace: str | None, output: str) -> None:
+          create_namespace: bool, wait: bool, timeout: float | None, lock_timeout: float, kubeconfig: str | None,
+          context: str | None, namespace: str | None, output: str) -> None:
     """Apply a locked stack to a cluster (server-side apply, field manager `stackpin`): a lockfile, or a
     revision of a deployment's history (DEPLOYMENT@REV; DEPLOYMENT alone is its newest revision).
 
     Prunes the objects this deployment had and the stack no longer renders, and records the applied
     stack in the cluster (an ApplySet parent, configmap/stackpin-<deployment>). Nothing is written
-    unless a server-side dry run of every write passes.
+    unless a server-side dry run of every write passes. Holds the deployment's Lease while it writes:
+    one writer at a time.
     """
     from pathlib import Path
 
     from stackpin.deploy.apply import ApplyOptions, apply_stack, default_timeout_s, wait_applied
-    from stackpin.deploy.kube import connect
     from stackpin.deploy.source import resolve_source
     from stackpin.deploy.wait import WaitTimeout
 
     stack = resolve_source(source, Path(lockdir), Path(history_dir))
-    cluster = connect(kubeconfig, context)
+    cluster = connect_cluster(kubeconfig, context)
     limit = timeout if timeout is not None else default_timeout_s(stack)
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
-                           allow_recreate=allow_recreate, create_namespace=create_namespace, timeout_s=limit)
+                           allow_recreate=allow_recreate, create_namespace=create_namespace, timeout_s=limit,
+                           lock_timeout_s=lock_timeout)
     result = apply_stack(cluster, stack, options, progress=progress, warn=warn)
     if output == "text":
         print_applied(result)
@@ -120,11 +128,10 @@ def status(deployment: str, lock_arg: str | None, lockdir: str, kubeconfig: str 
     """
     from pathlib import Path
 
-    from stackpin.deploy.kube import connect
     from stackpin.deploy.status import deployment_status
     from stackpin.profile.model import Metadata
 
-    cluster = connect(kubeconfig, context)
+    cluster = connect_cluster(kubeconfig, context)
     if namespace is None and lock_arg:
         from stackpin.deploy.source import resolve_source
 

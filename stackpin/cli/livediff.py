@@ -25,8 +25,8 @@ def is_live(arg: str) -> bool:
 def run_live_diff(a: str, b: str, lockdir: str, history_dir: str, kubeconfig: str | None, context: str | None,
                   namespace: str | None, output: str) -> None:
     """Exit 0 no change, 1 changes, 2 an error (as kubectl diff)."""
+    from stackpin.cli.common import connect_cluster
     from stackpin.cli.deploy import warn
-    from stackpin.deploy.kube import connect
     from stackpin.deploy.livediff import live_diff
     from stackpin.deploy.source import resolve_source
     from stackpin.errors import StackpinError
@@ -36,7 +36,7 @@ def run_live_diff(a: str, b: str, lockdir: str, history_dir: str, kubeconfig: st
         raise StackpinError(f"{b}: B is what would be applied (a lockfile, a profile or DEPLOYMENT[@REV]); only A "
                             "may be DEPLOYMENT@live")
     source = resolve_source(b, Path(lockdir), Path(history_dir))
-    cluster = connect(kubeconfig, context)
+    cluster = connect_cluster(kubeconfig, context)
     result = live_diff(cluster, deployment, source, namespace=namespace, warn=warn)
     if output == "text":
         print_live_diff(result)

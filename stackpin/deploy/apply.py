@@ -33,7 +33,8 @@ from stackpin.deploy.applyset import (
     read_parent,
     with_entry,
 )
-from stackpin.deploy.kube import CONFIGMAPS, NAMESPACES, ApiResource, Cluster, ClusterError, Conflicts
+from stackpin.deploy.kube import CONFIGMAPS, NAMESPACES, ApiResource, Cluster, ClusterError, Conflicts, Unreachable
+from stackpin.deploy.lease import LeaseLost, holding
 from stackpin.deploy.objects import DGD_KIND, ObjectKey, StackObjects, apply_rank, as_member, key_of, stack_objects
 from stackpin.deploy.preflight import Preflight, dropped_fields, preflight
 from stackpin.deploy.readiness import Readiness
@@ -65,6 +66,7 @@ class ApplyOptions:
     allow_recreate: bool = False
     create_namespace: bool = False
     timeout_s: float | None = None  # for a recreated object to be gone; default: the stack's start-up budget
+    lock_timeout_s: float = 0.0  # how long to wait for another writer's Lease on the deployment (0: refuse at once)
 
 
 @dataclass(frozen=True)
@@ -240,9 +242,21 @@ def write_checked(cluster: Cluster, checked: CheckedApply, progress: Progress = 
 
 def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
                 progress: Progress = _quiet, warn: Progress = _quiet) -> ApplyResult:
-    """Apply `source` (see the module docstring). `progress` hears each step, `warn` each note on what
-    could not be checked or done, as it happens."""
-    return write_checked(cluster, check_apply(cluster, source, options, progress, warn), progress)
+    """Apply `source` (see the module docstring), holding the deployment's Lease from the read to the
+    last write (a dry run writes nothing and takes none). `progress` hears each step, `warn` each note
+    on what could not be checked or done, as it happens."""
+    if options.dry_run:
+        return write_checked(cluster, check_apply(cluster, source, options, progress, warn), progress)
+    profile = source.lock.stack_profile
+    with holding(cluster, options.namespace or profile.metadata.namespace, profile.metadata.deployment,
+                 _operation(source), wait_s=options.lock_timeout_s, create_namespace=options.create_namespace,
+                 progress=progress):
+        return write_checked(cluster, check_apply(cluster, source, options, progress, warn), progress)
+
+
+def _operation(source: StackSource) -> str:
+    revision = f" revision {source.revision}" if source.revision is not None else ""
+    return f"apply {source.lock.metadata.name}{revision}"
 
 
 def wait_applied(cluster: Cluster, result: ApplyResult, timeout_s: float, progress: Progress = _quiet) -> ApplyResult:
@@ -323,11 +337,32 @@ def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions, notes: Notes) 
 def _write(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOptions, timeout_s: float,
            progress: Progress) -> tuple[dict[ObjectKey, str], bool]:
     """3. Write, in the order the module docstring gives. Returns the action per object and whether a
-    record entry was added."""
+    record entry was added. A lost server or Lease says how far the writes got."""
+    done: list[str] = []
+    total = 2 + len(plan.recreate) + len(plan.keys) + len(plan.prune)
+
+    def step(message: str) -> None:
+        done.append(message)
+        progress(message)
+
+    try:
+        return _writes(cluster, plan, source, options, timeout_s, progress, step)
+    except (Unreachable, LeaseLost) as exc:
+        last = f" (the last: {done[-1]})" if done else ""
+        again = "run it again once the server answers: it converges" if isinstance(exc, Unreachable) else \
+            "run it again: it converges"
+        raise type(exc)(f"{exc.message}; the apply stopped after {len(done)} of its {total} writes{last}",
+                        again) from None
+
+
+def _writes(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOptions, timeout_s: float,
+            progress: Progress, step: Progress) -> tuple[dict[ObjectKey, str], bool]:
+    """The writes of `_write`; `step` hears each one done, `progress` what happens in between."""
     stack, ns = plan.stack, plan.stack.namespace
     superset = parent_object(plan.parent, stack.deployment, plan.parent.group_kinds | stack.group_kinds,
                              plan.parent.record, pin_version=False)
     written = cluster.apply(CONFIGMAPS, superset)
+    step(f"{plan.parent.subject} written (the kinds of the old and the new stack)")
     parent = replace(plan.parent, exists=True, resource_version=written["metadata"]["resourceVersion"])
     live = dict(plan.live)
     actions: dict[ObjectKey, str] = {}
@@ -339,6 +374,7 @@ def _write(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOpti
         if key in plan.recreate:
             progress(f"{key.subject}: deleting for recreate ({'; '.join(plan.recreate[key])})")
             cluster.delete(plan.res_of[key], ns, key.name, propagation="Foreground", uid=uid)
+            step(f"{key.subject} deleted for recreate")
             actions[key] = "recreated"
         elif not current["metadata"].get("deletionTimestamp"):
             continue
@@ -351,10 +387,10 @@ def _write(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOpti
         actions[key] = actions.get(key) or ("created" if before is None else "unchanged" if
                                             before["metadata"]["resourceVersion"] == after["metadata"][
                                                 "resourceVersion"] else "configured")
-        progress(f"{key.subject} {actions[key]}")
+        step(f"{key.subject} {actions[key]}")
     for member in plan.prune:  # the DynamoGraphDeployment first, then what it used
         cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"])
-        progress(f"{member.key.subject} pruned")
+        step(f"{member.key.subject} pruned")
     lock = source.lock
     entry = AppliedRevision(revision=source.revision, stack=lock.metadata.name, stack_digest=lock.stack_digest,
                             applied_at=_now(), applied_by="", objects=tuple(k.subject for k in plan.keys),

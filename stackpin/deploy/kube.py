@@ -7,13 +7,20 @@ The client is imported here only, when a cluster command connects (`connect`).
 
 Every failure becomes one typed error with one line a person can act on: never a traceback, never a
 credential (server messages name the user, not the token; request headers are never printed).
+
+One budget bounds a command's API traffic (`--request-timeout`): every request's timeout is what is
+left of it, and the time each one takes is taken off. urllib3's own retries are off, so a dead server
+costs the budget once, not once per retry per request. Watches are outside it (`--timeout` bounds
+them), as are the Lease renewals, which run beside the command with timeouts of their own.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 from urllib.parse import quote
@@ -23,6 +30,7 @@ from stackpin.errors import StackpinError
 FIELD_MANAGER = "stackpin"
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 60.0
+REQUEST_TIMEOUT_S = 30.0  # the default budget of one command's requests, all together (--request-timeout)
 _CONFLICT_MANAGER = re.compile(r'conflict with "([^"]*)"')
 
 
@@ -32,6 +40,10 @@ class ClusterError(StackpinError):
 
 class Unreachable(ClusterError):
     """No answer from the API server (refused, reset, timed out, TLS failed)."""
+
+
+class OutOfTime(Unreachable):
+    """The command's request budget (--request-timeout) ran out before the server answered."""
 
 
 class Forbidden(ClusterError):
@@ -123,28 +135,72 @@ class Cluster:
     """One API server, as a kubeconfig context names it. Methods map HTTP statuses to typed errors;
     404 is an ordinary answer (None / False) where "not there" is expected."""
 
-    def __init__(self, api: Any, server: str, context: str, namespace: str | None) -> None:
+    def __init__(self, api: Any, server: str, context: str, namespace: str | None,
+                 request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
         self._api = api
         self.server = server
         self.context = context
         self.context_namespace = namespace
+        self.request_timeout_s = request_timeout_s
+        self._budget_left = request_timeout_s
+        self._budget_lock = threading.Lock()
+        self._answered = False  # any HTTP answer yet: a failure after one is a lost server, not an unreached one
+        # Called before every write that is not a dry run (the deployment's Lease: LeaseLost stops the
+        # run before a write it no longer has the right to make).
+        self.before_write: Callable[[], None] | None = None
+
+    def _guard(self, dry_run: bool) -> None:
+        if not dry_run and self.before_write is not None:
+            self.before_write()
 
     # --- the one request function -------------------------------------------------------------------
 
     def request(self, method: str, path: str, *, query: Sequence[tuple[str, str]] = (), body: Any = None,
                 content_type: str = "application/json", what: str = "",
-                timeout: tuple[float, float] = (CONNECT_TIMEOUT_S, READ_TIMEOUT_S)) -> tuple[int, Any]:
-        """(status, parsed JSON body). Raises Unreachable when no HTTP answer came back."""
-        resp = self._send(method, path, query, body, content_type, what, timeout)
+                timeout: tuple[float, float] | None = None) -> tuple[int, Any]:
+        """(status, parsed JSON body). Raises Unreachable when no HTTP answer came back. Without an
+        explicit `timeout` the request runs on the command's budget (see the module docstring)."""
+        budgeted = timeout is None
+        started = time.monotonic()
         try:
-            data = resp.read()
-        except Exception as exc:  # noqa: BLE001 - the connection died while the body was read
-            raise self._unreachable(exc, method, what or path) from None
+            if timeout is None:
+                timeout = self._budget_timeout(method, what or path)
+            resp = self._send(method, path, query, body, content_type, what, timeout)
+            try:
+                data = resp.read()
+            except Exception as exc:  # noqa: BLE001 - the connection died while the body was read
+                raise self._unreachable(exc, method, what or path) from None
+        except Unreachable as exc:
+            if budgeted and self._spend(started) <= 0.05 and not isinstance(exc, OutOfTime):
+                raise self._out_of_time(method, what or path) from None  # it timed out on what was left
+            raise
+        if budgeted:
+            self._spend(started)
+        self._answered = True
         try:
             parsed = json.loads(data) if data else None
         except ValueError:
             parsed = data.decode("utf-8", errors="replace")
         return int(resp.status), parsed
+
+    def _spend(self, started: float) -> float:
+        """Take the time since `started` off the budget; what is left."""
+        with self._budget_lock:
+            self._budget_left -= time.monotonic() - started
+            return self._budget_left
+
+    def _budget_timeout(self, method: str, what: str) -> tuple[float, float]:
+        with self._budget_lock:
+            left = self._budget_left
+        if left <= 0:
+            raise self._out_of_time(method, what)
+        return min(CONNECT_TIMEOUT_S, left), min(READ_TIMEOUT_S, left)
+
+    def _out_of_time(self, method: str, what: str) -> Unreachable:
+        verb = "" if method == "GET" else f" during {method} of {what}"
+        return OutOfTime(f"the API server {self.server} did not answer within --request-timeout "
+                         f"{self.request_timeout_s:g}s (all requests together){verb}",
+                         "is the server healthy (its etcd up)? raise --request-timeout if it is only slow")
 
     def _send(self, method: str, path: str, query: Sequence[tuple[str, str]], body: Any, content_type: str,
               what: str, timeout: tuple[float, float]) -> Any:
@@ -164,9 +220,11 @@ class Cluster:
         reason = _reason(exc)
         if type(exc).__name__ == "ConfigException":  # an exec plugin failed while refreshing the token
             return ClusterError(f"kubeconfig context {self.context}: {reason}")
+        if not self._answered:
+            return Unreachable(f"could not reach the API server {self.server}: {reason} (it never answered; "
+                               "nothing was read or written)")
         verb = "" if method == "GET" else f" during {method} of {what}"
-        hint = "run it again once the server answers: the apply converges" if method != "GET" else None
-        return Unreachable(f"lost the API server {self.server}{verb}: {reason}", hint)
+        return Unreachable(f"lost the API server {self.server}{verb}: {reason}")
 
     def _raise(self, status: int, data: Any, method: str, subject: str) -> NoReturn:
         message = data.get("message") if isinstance(data, dict) else None
@@ -211,6 +269,7 @@ class Cluster:
     def apply(self, res: ApiResource, obj: dict[str, Any], *, force: bool = False, dry_run: bool = False,
               field_manager: str = FIELD_MANAGER) -> dict[str, Any]:
         """Server-side apply with strict field validation; returns the object as the server has it."""
+        self._guard(dry_run)
         name = obj["metadata"]["name"]
         query = [("fieldManager", field_manager), ("fieldValidation", "Strict")]
         if force:
@@ -225,23 +284,52 @@ class Cluster:
         return dict(data)
 
     def delete(self, res: ApiResource, namespace: str | None, name: str, *, propagation: str = "Background",
-               uid: str | None = None, dry_run: bool = False) -> bool:
+               uid: str | None = None, resource_version: str | None = None, dry_run: bool = False,
+               timeout: tuple[float, float] | None = None) -> bool:
         """Delete; False when it was already gone. `uid` makes it delete that object only, never a
-        newer one of the same name."""
+        newer one of the same name; `resource_version`, only as it was read."""
+        self._guard(dry_run)
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
-        if uid:
-            body["preconditions"] = {"uid": uid}
+        preconditions = {k: v for k, v in (("uid", uid), ("resourceVersion", resource_version)) if v}
+        if preconditions:
+            body["preconditions"] = preconditions
         if dry_run:
             body["dryRun"] = ["All"]
         subject = res.subject(name)
-        status, data = self.request("DELETE", res.path(namespace, name), body=body, what=subject)
+        status, data = self.request("DELETE", res.path(namespace, name), body=body, what=subject, timeout=timeout)
         if status == 404:
             return False
-        if status == 409 and uid:  # the precondition failed: someone already replaced it
+        if status == 409 and preconditions:  # the precondition failed: someone already replaced or changed it
             return False
         if status >= 300:
             self._raise(status, data, "DELETE", subject)
         return True
+
+    def create(self, res: ApiResource, obj: dict[str, Any], *,
+               timeout: tuple[float, float] | None = None) -> dict[str, Any] | None:
+        """Create (POST); None when an object of that name already exists: of two creators, one wins."""
+        meta = obj["metadata"]
+        subject = res.subject(meta["name"])
+        status, data = self.request("POST", res.path(meta.get("namespace")), body=obj, what=subject, timeout=timeout)
+        if status == 409:
+            return None
+        if status >= 300:
+            self._raise(status, data, "POST", subject)
+        return dict(data)
+
+    def replace(self, res: ApiResource, obj: dict[str, Any], *,
+                timeout: tuple[float, float] | None = None) -> dict[str, Any] | None:
+        """Update (PUT) the object as read (its metadata.resourceVersion); None when it changed since or
+        is gone: of two writers of one version, one wins."""
+        meta = obj["metadata"]
+        subject = res.subject(meta["name"])
+        status, data = self.request("PUT", res.path(meta.get("namespace"), meta["name"]), body=obj, what=subject,
+                                    timeout=timeout)
+        if status in (404, 409):
+            return None
+        if status >= 300:
+            self._raise(status, data, "PUT", subject)
+        return dict(data)
 
     def watch(self, res: ApiResource, namespace: str | None, name: str, resource_version: str,
               timeout_s: float) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -251,6 +339,7 @@ class Cluster:
                  ("timeoutSeconds", str(seconds)), ("allowWatchBookmarks", "true")]
         resp = self._send("GET", res.path(namespace), query, None, "", res.subject(name),
                           (CONNECT_TIMEOUT_S, seconds + 10.0))
+        self._answered = True
         if resp.status >= 300:
             resp.read()
             self._raise(int(resp.status), _json(resp.data), "WATCH", res.subject(name))
@@ -350,12 +439,14 @@ def _reason(exc: BaseException) -> str:
 MAX_KUBECONFIG_BYTES = 4 * 1024 * 1024
 
 
-def connect(kubeconfig: str | None, context: str | None) -> Cluster:
+def connect(kubeconfig: str | None, context: str | None, request_timeout_s: float = REQUEST_TIMEOUT_S) -> Cluster:
     """A Cluster for a kubeconfig context, read as kubectl reads it (default $KUBECONFIG, which may
-    list several files, or ~/.kube/config). Nothing is written back to the kubeconfig."""
+    list several files, or ~/.kube/config). Nothing is written back to the kubeconfig.
+    `request_timeout_s`: the budget of all the command's requests together."""
     import os
     import warnings
 
+    from kubernetes.client import Configuration
     from kubernetes.config.config_exception import ConfigException
     from kubernetes.config.kube_config import list_kube_config_contexts, new_client_from_config
     from urllib3.exceptions import InsecureRequestWarning
@@ -383,11 +474,14 @@ def connect(kubeconfig: str | None, context: str | None) -> Cluster:
             if chosen is None:
                 names = ", ".join(sorted(str(c.get("name")) for c in contexts)) or "none"
                 raise ClusterError(f"kubeconfig {where}: no context {context!r} (contexts: {names})")
+        configuration = type.__call__(Configuration)  # a fresh one, not a copy of the client's global default
+        configuration.retries = False  # one try per request: the budget is spent once (module docstring)
         api = new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=kubeconfig, context=context, persist_config=False)
+            config_file=kubeconfig, context=context, persist_config=False, client_configuration=configuration)
     except ConfigException as exc:
         raise ClusterError(f"kubeconfig {where}: {_one_line(str(exc))[:300]}") from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError, yaml.YAMLError) as exc:
         raise ClusterError(f"kubeconfig {where}: cannot be read ({_one_line(str(exc))[:200]})") from None
     namespace = ((chosen or {}).get("context") or {}).get("namespace")
-    return Cluster(api, str(api.configuration.host), str((chosen or {}).get("name") or ""), namespace)
+    return Cluster(api, str(api.configuration.host), str((chosen or {}).get("name") or ""), namespace,
+                   request_timeout_s)

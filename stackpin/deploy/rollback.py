@@ -12,7 +12,8 @@ order, holding the deployment's history lock (so no other promote or rollback ta
    annotated with it; the in-cluster record, written last, does not list it): the same command run
    again works out the same revision and stack, and converges.
 
-With `dry_run` only steps 1 and 2 run. Waiting for readiness (`--wait`) comes after: the revision is
+Steps 1 to 4 hold the deployment's Lease (`lease.py`), as `stackpin apply` does. With `dry_run` only
+steps 1 and 2 run, and no Lease is taken. Waiting for readiness (`--wait`) comes after: the revision is
 applied by then, so a wait that times out takes nothing back.
 """
 
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from stackpin.deploy.apply import ApplyOptions, ApplyResult, CheckedApply, check_apply, write_checked
 from stackpin.deploy.kube import Cluster
+from stackpin.deploy.lease import holding
 from stackpin.deploy.source import StackSource
 from stackpin.errors import StackpinError
 from stackpin.history.model import DeploymentKey, Revision
@@ -83,5 +85,9 @@ def rollback_apply(cluster: Cluster, store: HistoryStore, key: DeploymentKey, de
         except StackpinError as exc:
             raise RollbackNotApplied(exc, revision, key) from exc
 
-    recorded = rollback(store, key, deployments, to=to, message=message, env=env, check=check, then=then)
+    # The deployment's Lease around the whole of it: no other apply changes the cluster between this
+    # check and these writes.
+    with holding(cluster, options.namespace or key.namespace, key.name, f"rollback --apply of {key}",
+                 wait_s=options.lock_timeout_s, progress=progress):
+        recorded = rollback(store, key, deployments, to=to, message=message, env=env, check=check, then=then)
     return RollbackApplied(recorded.revision, recorded, results[-1])
