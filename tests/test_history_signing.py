@@ -285,7 +285,7 @@ def test_bad_keys_and_signer_files_are_one_line(tmp_path: Path) -> None:
 
 def test_the_verified_cache_never_vouches_for_other_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Files verified once are not parsed again, keyed by their bytes: an edit after the cache was filled
-    is caught as before, and signatures are checked on every read."""
+    is caught as before; a signature is remembered only with the exact bytes it was verified with."""
     monkeypatch.setenv("STACKPIN_CACHE_DIR", str(tmp_path / "cache"))
     key = keygen(tmp_path, "ada")
     signers = allowed(tmp_path, f"ada@example.org {public(key)}")
@@ -297,7 +297,11 @@ def test_the_verified_cache_never_vouches_for_other_bytes(tmp_path: Path, monkey
     path.write_text(path.read_text().replace("Launch stack", "Launch stacK"))
     assert "revisionDigest does not match" in one_error(run(tmp_path, "history", "dsv41-flash"))
     path.write_text(path.read_text().replace("Launch stacK", "Launch stack"))
-    Path(str(revision_file(tmp_path, 2)) + ".sig").unlink()
+    assert verify(tmp_path, signers).exit_code == 0
+    sig = Path(str(revision_file(tmp_path, 2)) + ".sig")
+    sig.write_bytes(Path(str(revision_file(tmp_path, 1)) + ".sig").read_bytes())
+    assert "signature of revision 2: the signature does not verify" in verify(tmp_path, signers).stdout
+    sig.unlink()
     assert "revision 2 is not signed" in verify(tmp_path, signers).stdout
 
 

@@ -188,6 +188,7 @@ class AllowedSigners:
 
     path: Path
     signers: tuple[AllowedSigner, ...]
+    digest: str  # sha256 of the file's bytes
 
     def verify(self, message: bytes, armored: bytes, principal: str, when: datetime) -> str:
         """The signer's fingerprint when `armored` is a valid `stackpin` signature of `message` by a key
@@ -246,7 +247,7 @@ def load_allowed_signers(path: Path) -> AllowedSigners:
         signers.append(AllowedSigner(number, parsed.principals, key, namespaces, after, before))
     if not signers:
         raise SignatureError(f"allowed signers {path}: lists no key: every revision would be refused")
-    return AllowedSigners(path, tuple(signers))
+    return AllowedSigners(path, tuple(signers), hashlib.sha256(raw).hexdigest())
 
 
 def read_signature(path: Path) -> bytes | None:

@@ -265,7 +265,7 @@ class HistoryStore:
             facts = Verified(number, revision.revision_digest, revision.previous_digest, revision.author,
                              revision.created)
             cache.put(content, facts)
-        signer = self._check_signature(path, raw, facts) if self.signers is not None else None
+        signer = self._check_signature(path, raw, facts, cache) if self.signers is not None else None
         return Link(path, content, facts, revision, signer)
 
     def remember(self, chain: Chain, revision: Revision, raw: bytes) -> None:
@@ -290,7 +290,7 @@ class HistoryStore:
         """The key new revisions are signed with (--signing-key or $STACKPIN_SIGNING_KEY)."""
         return load_signing_key(Path(self._key_path)) if self._key_path else None
 
-    def _check_signature(self, path: Path, raw: bytes, facts: Verified) -> str:
+    def _check_signature(self, path: Path, raw: bytes, facts: Verified, cache: VerifiedCache) -> str:
         assert self.signers is not None
         sig = signature_path(path)
         hint = (f"sign it with ssh-keygen -Y sign -n {NAMESPACE} -f KEY {path} by a key {self.signers.path} allows "
@@ -300,7 +300,12 @@ class HistoryStore:
             if armored is None:
                 raise RevisionError(path, f"revision {facts.number} is not signed (no {sig.name}), and "
                                     f"{self.signers.path} requires signatures", hint)
-            return self.signers.verify(raw, armored, principal_of(facts.author), created_time(facts.created))
+            signed_key = content_key(f"{content_key(raw)} {content_key(armored)} {self.signers.digest}".encode())
+            known = cache.signer(signed_key)
+            if known is None:
+                known = self.signers.verify(raw, armored, principal_of(facts.author), created_time(facts.created))
+                cache.put_signer(signed_key, known)
+            return known
         except SignatureError as exc:
             raise RevisionError(sig, f"signature of revision {facts.number}: {exc.lines()[0]}", hint) from None
 

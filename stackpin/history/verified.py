@@ -5,8 +5,9 @@ revision, 2 s for a history of 1,000, paid by every promote. A revision never ch
 verified as revision N of a deployment (digest, lock digest, name, place), the same bytes verify the
 same way again: a later read hashes the file (a few microseconds) and takes the verified facts from
 here. Any other bytes miss and are verified in full, so an edited, replaced or forged file is caught
-exactly as without the cache. The links between revisions, the head and signatures are checked on every
-read, never cached.
+exactly as without the cache. A signature is likewise remembered as verified for the exact bytes of
+the revision, the signature and the allowed-signers file together. The links between revisions and the
+head are checked on every read.
 
 The cache lives with the user, not the history (`$STACKPIN_CACHE_DIR`, else `$XDG_CACHE_HOME/stackpin`,
 else `~/.cache/stackpin`; `STACKPIN_CACHE_DIR=` turns it off): whoever can write the history cannot vouch
@@ -29,6 +30,7 @@ from stackpin.yamlio import read_regular, write_atomic
 # Bumped when what `read_revision` checks changes: facts verified by older rules are not reused.
 RULES = 1
 MAX_CACHE_BYTES = 16 * 1024 * 1024
+MAX_ENTRIES = 20_000  # about 5 MB
 
 
 @dataclass(frozen=True)
@@ -60,20 +62,26 @@ class VerifiedCache:
         name = hashlib.sha256(deployment.encode()).hexdigest()[:32]
         self.path = directory / "verified-revisions" / f"{name}.json" if directory else None
         self.stamp = f"{__version__}/{RULES}/{deployment}"
-        self.entries = self._load()
+        self.entries: dict[str, Verified] = {}
+        # sha256 over (file, signature, allowed-signers file) -> the signer's fingerprint: the same three
+        # inputs always verify the same way (the time checked is the revision's own `created`).
+        self.signed: dict[str, str] = {}
         self.dirty = False
+        self._load()
 
-    def _load(self) -> dict[str, Verified]:
+    def _load(self) -> None:
         if self.path is None:
-            return {}
+            return
         try:
             data = json.loads(read_regular(self.path, MAX_CACHE_BYTES, follow=False))
             if data.get("stamp") != self.stamp:
-                return {}
-            return {k: Verified(int(n), str(d), None if p is None else str(p), str(a), str(c))
-                    for k, (n, d, p, a, c) in data["entries"].items()}
+                return
+            entries = {k: Verified(int(n), str(d), None if p is None else str(p), str(a), str(c))
+                       for k, (n, d, p, a, c) in data["entries"].items()}
+            signed = {str(k): str(v) for k, v in data.get("signed", {}).items()}
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
-            return {}
+            return
+        self.entries, self.signed = entries, signed
 
     def get(self, raw_key: str) -> Verified | None:
         return self.entries.get(raw_key)
@@ -83,14 +91,25 @@ class VerifiedCache:
             self.entries[raw_key] = facts
             self.dirty = True
 
+    def signer(self, signed_key: str) -> str | None:
+        return self.signed.get(signed_key)
+
+    def put_signer(self, signed_key: str, fingerprint: str) -> None:
+        if self.signed.get(signed_key) != fingerprint:
+            self.signed[signed_key] = fingerprint
+            self.dirty = True
+
     def save(self, keep: set[str]) -> None:
-        """Write the entries of the files in `keep` (the chain just read); failures are ignored (a cache)."""
-        if self.path is None or not (self.dirty or set(self.entries) - keep):
+        """Write the entries back when any were added (other checkouts of the same deployment share them);
+        past MAX_ENTRIES only those of the files in `keep`, the chain just read. Failures are ignored."""
+        if self.path is None or not self.dirty:
             return
         entries = {k: [v.number, v.revision_digest, v.previous_digest, v.author, v.created]
-                   for k, v in self.entries.items() if k in keep}
+                   for k, v in self.entries.items() if k in keep or len(self.entries) <= MAX_ENTRIES}
+        signed = self.signed if len(self.signed) <= MAX_ENTRIES else {}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, json.dumps({"stamp": self.stamp, "entries": entries}, sort_keys=True))
+            write_atomic(self.path, json.dumps({"stamp": self.stamp, "entries": entries, "signed": signed},
+                                               sort_keys=True))
         except (OSError, StackpinError):
             pass
