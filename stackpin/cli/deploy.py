@@ -158,7 +158,8 @@ def _print_status(report: StatusReport) -> None:
                        f"{report.revisions} revision(s))"),
         ("stack", f"{report.stack or '-'}  {report.stack_digest or '-'}"),
         ("revision", revision),
-        ("applied", f"{last.applied_at} by {last.applied_by}" if last else "-"),
+        ("applied", f"{last.applied_at} by {last.applied_by}" if last else
+                    "- (not in the record: see the problem below)" if report.record_behind else "-"),
     ]
     if report.lock:
         verdict = "matches" if report.lock.matches else f"differs (lock {report.lock.stack} {report.lock.stack_digest})"

@@ -43,7 +43,7 @@ def cluster_history(cluster: Cluster, deployment: str, namespace: str) -> Cluste
         live = next((i for i in range(len(entries) - 1, -1, -1)
                      if (entries[i].stack_digest, entries[i].revision) == (report.stack_digest, report.revision)),
                     None)
-        if live is None:
+        if live is None and not report.record_behind:  # status already says the record is behind
             problems.append(f"the live objects carry stack digest {report.stack_digest}, which no entry of the "
                             "record has (applied by another tool?)")
     elif not report.objects:

@@ -4,11 +4,16 @@ ApplySet parent and its record, the members), so it gives the same answer on any
 - the live stack digest and revision (the annotations stackpin apply writes on every object);
 - whether they match a lock (one given, or the lockfile of the live stack in the lock directory);
 - drift: fields another field manager changed since stackpin applied (`drift.py`);
-- readiness of the DynamoGraphDeployment and each of its components (`readiness.py`).
+- readiness of the DynamoGraphDeployment and each of its components (`readiness.py`);
+- what makes the live state wrong whatever the lock: the record behind the live objects (an apply
+  stopped between its last object and its record entry: the objects, not the record, say what is
+  live, and no other stack's entry is shown as live), a member being deleted, a ConfigMap the
+  DynamoGraphDeployment's pods mount or read that does not exist.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,6 +56,7 @@ class StatusReport:
     readiness: Readiness | None
     problems: tuple[str, ...]
     entries: tuple[AppliedRevision, ...] = ()  # the whole record, oldest first (history --cluster)
+    record_behind: bool = False  # the live objects carry a stack the record's newest entry is not
 
     @property
     def in_sync(self) -> bool:
@@ -65,7 +71,7 @@ class StatusReport:
             "lastApplied": None if last is None else {"stack": last.stack, "stackDigest": last.stack_digest,
                                                       "revision": last.revision, "appliedAt": last.applied_at,
                                                       "appliedBy": last.applied_by},
-            "revisions": self.revisions,
+            "revisions": self.revisions, "recordBehind": self.record_behind,
             "objects": [{"object": o.subject, "stackDigest": o.stack_digest, "revision": o.revision}
                         for o in self.objects],
             "lock": None if self.lock is None else {"path": self.lock.path, "stack": self.lock.stack,
@@ -111,9 +117,6 @@ def deployment_status(cluster: Cluster, deployment: str, namespace: str, *, lock
             members += cluster.list(res, ns, member_selector(parent))
     members.sort(key=lambda m: (apply_rank(key_of(m)), key_of(m)))
     subjects = {key_of(m).subject for m in members}
-    latest = parent.latest
-    if latest:
-        problems += [f"{s} is missing (deleted outside stackpin?)" for s in latest.objects if s not in subjects]
     objects = tuple(LiveObject(key_of(m).subject, (m["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION),
                                (m["metadata"].get("annotations") or {}).get(REVISION_ANNOTATION)) for m in members)
     digests = {o.stack_digest for o in objects}
@@ -121,14 +124,54 @@ def deployment_status(cluster: Cluster, deployment: str, namespace: str, *, lock
         problems.append("the objects carry different stack digests (an apply stopped part way?): "
                         + ", ".join(f"{o.subject} {o.stack_digest}" for o in objects))
     dgd = next((m for m in members if m["kind"] == DGD_KIND), None)
+    latest = parent.latest
     digest = (dgd["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION) if dgd else \
         next(iter(digests), None)
-    stack = (dgd["metadata"].get("labels") or {}).get(STACK_LABEL) if dgd else (latest.stack if latest else None)
     revision_text = (dgd["metadata"].get("annotations") or {}).get(REVISION_ANNOTATION) if dgd else None
     revision = int(revision_text) if revision_text and revision_text.isdigit() else None
+    # The record entry of what is live: the newest one with the live digest and revision.
+    live_entry = next((e for e in reversed(parent.record) if (e.stack_digest, e.revision) == (digest, revision)),
+                      None) if members else latest
+    behind = bool(members) and digest is not None and latest is not None and live_entry is not latest
+    if behind:
+        assert latest is not None
+        problems.append(f"the record is behind the live objects: they carry stack digest {digest}"
+                        f"{f' (revision {revision})' if revision is not None else ''}, the record's newest entry is "
+                        f"{latest.stack} {latest.stack_digest}: an apply stopped before writing its record entry "
+                        "(run it again: it converges)")
+    if live_entry is not None and not behind:
+        problems += [f"{s} is missing (deleted outside stackpin?)" for s in live_entry.objects if s not in subjects]
+    for m in members:
+        if since := m["metadata"].get("deletionTimestamp"):
+            finalizers = ", ".join(m["metadata"].get("finalizers") or []) or "none"
+            problems.append(f"{key_of(m).subject} is being deleted (since {since}; waiting on finalizers: "
+                            f"{finalizers})")
+    if dgd is not None:
+        for name in sorted(set(referenced_config_maps(dgd.get("spec")))):
+            if f"configmap/{name}" not in subjects and cluster.get(CONFIGMAPS, namespace, name) is None:
+                problems.append(f"configmap/{name}, which {key_of(dgd).subject} mounts or reads, does not exist: "
+                                "its pods cannot start")
+    stack = (dgd["metadata"].get("labels") or {}).get(STACK_LABEL) if dgd else (latest.stack if latest else None)
     drift = tuple(d for m in members for d in drifted_fields(m, key_of(m).subject))
     return StatusReport(
         deployment=deployment, namespace=namespace, record=parent.subject, stack=stack, stack_digest=digest,
-        revision=revision, last_applied=latest, revisions=len(parent.record), objects=objects,
+        revision=revision, last_applied=live_entry, revisions=len(parent.record), objects=objects,
         lock=_lock_check(lock, stack, lockdir, digest), drift=drift,
-        readiness=readiness(dgd) if dgd else None, problems=tuple(problems), entries=parent.record)
+        readiness=readiness(dgd) if dgd else None, problems=tuple(problems), entries=parent.record,
+        record_behind=behind)
+
+
+def referenced_config_maps(node: Any) -> Iterator[str]:
+    """Names of the ConfigMaps a pod spec anywhere under `node` uses: volumes (`configMap`, projected
+    sources), `envFrom[].configMapRef`, `env[].valueFrom.configMapKeyRef` (optional ones left out:
+    the pod starts without them)."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("configMap", "configMapRef", "configMapKeyRef") and isinstance(value, dict) and \
+                    isinstance(value.get("name"), str) and not value.get("optional"):
+                yield value["name"]
+            else:
+                yield from referenced_config_maps(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from referenced_config_maps(item)
