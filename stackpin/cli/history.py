@@ -420,7 +420,8 @@ def _verify(store: HistoryStore, keys: list[DeploymentKey], output: str) -> None
             signed = sorted({link.signer for link in links if link.signer})
             results.append({"deployment": str(key), "verified": True, "revisions": len(links), "signers": signed})
         except StackpinError as exc:
-            results.append({"deployment": str(key), "verified": False, "error": exc.lines()[0]})
+            results.append({"deployment": str(key), "verified": False, "error": exc.message.splitlines()[0],
+                            "hint": exc.hint})
     failed = [r for r in results if not r["verified"]]
     if output != "text":
         emit({"history": str(store.root), "allowedSigners": str(signers.path) if signers else None,
@@ -429,6 +430,8 @@ def _verify(store: HistoryStore, keys: list[DeploymentKey], output: str) -> None
         for r in results:
             if not r["verified"]:
                 click.echo(f"FAILED    {r['deployment']}: {r['error']}")
+                if r["hint"]:
+                    click.echo(f"          ({r['hint']})")
             elif signers is None:
                 click.echo(f"verified  {r['deployment']}: {r['revisions']} revision(s), digests, chain and head "
                            "(signatures not checked: no allowed signers)")

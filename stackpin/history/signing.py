@@ -198,7 +198,8 @@ class AllowedSigners:
         try:
             key = check_signature(message, armored, NAMESPACE)
         except InvalidSignature as exc:
-            raise SignatureError(f"the signature does not verify ({clip(str(exc)) or 'not this content'})") from None
+            why = clip(str(exc)) or "it is not a signature of this file's bytes"
+            raise SignatureError(f"the signature does not verify: {why}") from None
         except NotImplementedError as exc:
             raise SignatureError(f"the signature cannot be checked here: {clip(str(exc))}") from None
         except Exception as exc:  # noqa: BLE001 - a malformed envelope (struct.error, binascii.Error, ...)
