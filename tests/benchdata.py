@@ -50,18 +50,34 @@ def controls(*, trace: str = TRACE, model: str = "deepseek-ai/DeepSeek-V4.1-Flas
 
 
 def point(agents: int, speed: float, ttft: float, gpus: int, with_log: bool = True) -> Point:
-    samples = tuple(speed * (0.95 + 0.1 * i / max(1, agents - 1)) for i in range(min(agents, 16)))
+    """One point. With a log, its figures are computed from it as a run computes them (`build_point`), so
+    the result reads back verified: up to 7 agents (one per session) spread +-5% around `speed`, TTFTs of
+    0.5, 0.8 and 1x `ttft` (p90 `ttft`), and a wall time giving `agents * speed` tok/s."""
+    from stackpin.bench.stats import build_point
+
+    if not with_log:
+        samples = tuple(speed * (0.95 + 0.1 * i / max(1, agents - 1)) for i in range(min(agents, 16)))
+        return Point(agents=agents, duration_s=60.0, requests=agents, errors=0,
+                     ttft_s=dist([ttft * 0.5, ttft * 0.8, ttft]), itl_s=dist([1 / speed]),
+                     agent_tps=dist(list(samples)), agent_tps_samples=samples, output_tps=agents * speed,
+                     output_tps_per_gpu=agents * speed / gpus, cache_hit_rate=0.74,
+                     slo_met=speed >= 80 and ttft <= 10)
+    outputs = OUTPUTS * 2
+    sessions = -(-len(outputs) // SESSION_TURNS)
+    spread = min(agents, sessions)
     log: list[Request] = []
-    if with_log:
-        for i, out in enumerate(OUTPUTS * 2):
-            log.append(Request(agent=(i // SESSION_TURNS) % 4, session=f"s{i // SESSION_TURNS}", turn=i % SESSION_TURNS,
-                               start_s=float(i), ttft_s=ttft, end_s=i + ttft + out / speed, prompt_tokens=27000,
-                               cached_tokens=20000, output_tokens=out))
-    return Point(agents=agents, duration_s=60.0, requests=len(log) or agents, errors=0,
-                 ttft_s=dist([ttft * 0.5, ttft * 0.8, ttft]), itl_s=dist([1 / speed]),
-                 agent_tps=dist(list(samples)), agent_tps_samples=samples, output_tps=agents * speed,
-                 output_tps_per_gpu=agents * speed / gpus, cache_hit_rate=0.74, slo_met=speed >= 80 and ttft <= 10,
-                 request_log=tuple(log))
+    clock = 0.0
+    for i, out in enumerate(outputs):
+        session = i // SESSION_TURNS
+        agent = session % spread
+        rate = speed * (0.95 + 0.1 * agent / max(1, spread - 1))
+        first = ttft * (0.5, 0.8, 1.0)[i % 3]
+        log.append(Request(agent=agent, session=f"s{session}", turn=i % SESSION_TURNS, start_s=clock, ttft_s=first,
+                           end_s=clock + first + out / rate, prompt_tokens=27000, cached_tokens=20000,
+                           output_tokens=out, itl_mean_s=1 / rate))
+        clock += 1.0
+    duration = sum(outputs) / (agents * speed)
+    return build_point(agents, duration, log, gpus, SLO)
 
 
 def result(name: str, *, platform: str = "gb300-nvl72", gpus: int = 72, single: float = 596, knee: float = 60,

@@ -113,6 +113,49 @@ def test_a_hand_edited_result_is_refused_naming_the_field(tmp_path: Path, case: 
     assert str(path) in line and says in line, line
 
 
+def _scaled(path: str, factor: float) -> Callable[[dict[str, Any]], None]:
+    def edit(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        node: Any = data
+        for part in parents:
+            node = node[int(part)] if part.isdigit() else node[part]
+        node[last] = node[last] * factor
+    return edit
+
+
+# Numbers edited consistently with every range check, but not with the request log they summarise.
+LOGGED_EDITS = {
+    "throughput doubled": (_scaled("points.2.output_tps", 2), "points.2.output_tps: is"),
+    "per-GPU throughput": (_scaled("points.2.output_tps_per_gpu", 1.5), "points.2.output_tps_per_gpu: is"),
+    "an agent's speed": (lambda d: d["points"][0].update(agent_tps_samples=[700.0]), "points.0.agent_tps_samples"),
+    "TTFT percentiles": (lambda d: d["points"][3]["ttft_s"].update(p90=0.1, p50=0.1), "points.3.ttft_s"),
+    "a logged request": (_scaled("points.1.request_log.0.output_tokens", 3), "not what its request log gives"),
+    "the score": (_scaled("score.max_agents", 4), "score: is not what the points give"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(LOGGED_EDITS))
+@pytest.mark.parametrize("command", ["compare", "plan"])
+def test_headline_figures_must_be_what_the_request_log_gives(tmp_path: Path, case: str, command: str) -> None:
+    from stackpin.bench.stats import score
+    from tests.benchdata import SLO, launch
+
+    result = launch()
+    result = result.model_copy(update={"score": score(result.points, SLO)})
+    data = json.loads(result_json(result))
+    clean = tmp_path / "clean.json"
+    clean.write_text(json.dumps(data))
+    LOGGED_EDITS[case][0](data)
+    path = tmp_path / "edited.json"
+    path.write_text(json.dumps(data))
+    args = {"compare": ["bench", "compare"], "plan": ["plan", "--agents", "100", "--slo", "tps=80,ttft=10s"]}[command]
+    assert CliRunner().invoke(main, [*args, str(clean), *([str(clean)] if command == "compare" else [])]).exit_code == 0
+    outcome = CliRunner().invoke(main, [*args, str(path), *([str(clean)] if command == "compare" else [])])
+    assert outcome.exit_code == 2, outcome.output
+    [line] = outcome.stderr.splitlines()
+    assert str(path) in line and LOGGED_EDITS[case][1] in line, line
+
+
 @pytest.mark.parametrize("special", ["fifo", "directory"])
 def test_a_result_that_is_not_a_regular_file_is_refused_without_reading_it(tmp_path: Path, special: str) -> None:
     path = tmp_path / "r.json"

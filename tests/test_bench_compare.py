@@ -37,7 +37,8 @@ SLO = Slo(tps=50, ttft_s=2.0)
 
 
 def make_result(lock_path: Path, tps: float, ttft: float, seed: int, slo: Slo | None = SLO,
-                trace_digest: str = "sha256:" + "a" * 64, agents: tuple[int, ...] = (1, 4)) -> BenchResult:
+                trace_digest: str = "sha256:" + "a" * 64, agents: tuple[int, ...] = (1, 4),
+                gpus: int = 72) -> BenchResult:
     """Per-request speeds ~ N(tps, 5%) and TTFTs ~ N(ttft, 10%), 40 requests an agent count."""
     rng = random.Random(seed)
     lock = read_lock(lock_path)
@@ -51,10 +52,10 @@ def make_result(lock_path: Path, tps: float, ttft: float, seed: int, slo: Slo | 
                                     end_s=clock + first + 100 / speed, prompt_tokens=1000, output_tokens=100,
                                     itl_mean_s=1 / speed))
             clock += first + 100 / speed
-        points.append(build_point(count, clock / count, requests, 72, slo))
+        points.append(build_point(count, clock / count, requests, gpus, slo))
     c = controls(lock, trace_digest, agents, slo)
     return BenchResult(
-        stack=StackRef(digest=lock.stack_digest, name=lock.metadata.name, platform="gb300-nvl72", gpus=72),
+        stack=StackRef(digest=lock.stack_digest, name=lock.metadata.name, platform="gb300-nvl72", gpus=gpus),
         controls=c, fingerprint=controls_fingerprint(c), endpoint="http://127.0.0.1:1", started="2026-01-01T00:00:00Z",
         finished="2026-01-01T00:01:00Z", client=ClientInfo(workers=1, cpu_seconds=0.1, saturated=False),
         points=tuple(points), score=score(points, slo) if slo else None)
@@ -229,8 +230,7 @@ def test_stacks_served_on_different_gpu_counts_compare_agents_per_gpu(tmp_path: 
     # A share of a stack (sim serve --share) or another topology: the same agent count is another load
     # per GPU, so max agents compare per GPU and TTFT at one agent count is left out, with a note.
     a_result = make_result(LAUNCH, tps=100, ttft=0.5, seed=1)
-    b_result = make_result(TUNED, tps=100, ttft=0.5, seed=2)
-    b_result = b_result.model_copy(update={"stack": b_result.stack.model_copy(update={"gpus": 4})})
+    b_result = make_result(TUNED, tps=100, ttft=0.5, seed=2, gpus=4)
     a, b = save(tmp_path, "a.json", a_result), save(tmp_path, "b.json", b_result)
     code, out, err = cli(["bench", "compare", a, b, "-o", "json"])
     assert code == 0, err

@@ -13,7 +13,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
-from stackpin.bench.result import Dist, Point, Request, Score, Slo
+from stackpin.bench.result import BenchResult, Dist, Point, Request, Score, Slo
 
 
 def percentile(ordered: Sequence[float], q: float) -> float:
@@ -101,4 +101,40 @@ def next_search(points: Sequence[Point], slo: Slo) -> int | None:
             middle = (low + point.agents) // 2
             return middle if middle > low and middle != point.agents else None
         low = point.agents
+    return None
+
+
+def _close(a: object, b: object) -> bool:
+    """Equal, floats within rounding (a result's numbers went through JSON and back)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
+        return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
+        return math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12)
+    return a == b
+
+
+HEADLINE = ("requests", "errors", "ttft_s", "itl_s", "agent_tps", "agent_tps_samples", "output_tps",
+            "output_tps_per_gpu", "cache_hit_rate", "slo_met")
+
+
+def inconsistency(result: BenchResult) -> tuple[str, str] | None:
+    """(field, what is wrong) when a figure is not what the request log it summarises gives (recomputed
+    as `build_point` and `score` computed it), or None: an edited number is caught on read."""
+    slo, gpus = result.controls.slo, result.stack.gpus
+    for i, point in enumerate(result.points):
+        if not point.request_log:
+            continue
+        again = build_point(point.agents, point.duration_s, point.request_log, gpus, slo, point.searched)
+        for name in HEADLINE:
+            have, want = getattr(point, name), getattr(again, name)
+            if isinstance(have, Dist) and isinstance(want, Dist):
+                have, want = have.model_dump(), want.model_dump()
+            if not _close(have, want):
+                return f"points.{i}.{name}", f"is {have!r}, not what its request log gives ({want!r}; edited by hand?)"
+    if result.score is not None and slo is not None and all(p.request_log for p in result.points) and result.points:
+        want_score = score(result.points, slo)
+        if not _close(result.score.model_dump(), want_score.model_dump()):
+            return "score", f"is not what the points give ({want_score.model_dump()}; edited by hand?)"
     return None
