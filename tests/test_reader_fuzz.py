@@ -1,7 +1,8 @@
 """Every reader of a file or request stackpin did not write, fed what hypothesis makes of it (issue 18,
-section 5): a revision, a bench result, a trace, a kubeconfig, an engine package and the simulator's request
-body. Each must answer with its own one-line error or a value, never a traceback, and never hang (each call
-runs on data in memory or a small file, so a hang would stall the test)."""
+section 5): a revision, a bench result, a trace, a kubeconfig, an engine package, the simulator's request
+body, a revision's signature and an allowed-signers file. Each must answer with its own one-line error or a
+value, never a traceback, and never hang (each call runs on data in memory or a small file, so a hang would
+stall the test)."""
 
 from __future__ import annotations
 
@@ -118,4 +119,40 @@ def test_the_simulators_request_body(body: bytes) -> None:
     try:
         _parse_chat(body)
     except ValueError:
+        pass
+
+
+ARMOR = st.binary(max_size=300).map(
+    lambda raw: ("-----BEGIN SSH SIGNATURE-----\n" + __import__("base64").b64encode(b"SSHSIG" + raw).decode()
+                 + "\n-----END SSH SIGNATURE-----\n").encode())
+
+
+@FUZZ
+@given(signature=st.binary(max_size=300) | ARMOR)
+def test_a_revision_signature(tmp_path: Path, signature: bytes) -> None:
+    from datetime import UTC, datetime
+
+    from stackpin.history.signing import AllowedSigners, load_allowed_signers
+
+    signers = tmp_path / "allowed_signers"
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIDvTEFGOq9QVFk2DY0xm81OdJ+MEWcAnm8fkZ26Zug6c"
+    signers.write_text(f"*@example.org {key}\n")
+    allowed: AllowedSigners = load_allowed_signers(signers)
+    try:
+        allowed.verify(b"revision bytes", signature, "ada@example.org", datetime(2026, 1, 1, tzinfo=UTC))
+    except StackpinError:
+        return
+    raise AssertionError("a made-up signature verified")
+
+
+@FUZZ
+@given(text=st.text(max_size=200) | st.binary(max_size=200).map(lambda b: b.decode("latin-1")))
+def test_an_allowed_signers_file(tmp_path: Path, text: str) -> None:
+    from stackpin.history.signing import load_allowed_signers
+
+    path = tmp_path / "allowed_signers"
+    path.write_bytes(text.encode("utf-8", "surrogateescape"))
+    try:
+        load_allowed_signers(path)
+    except StackpinError:
         pass
