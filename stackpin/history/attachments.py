@@ -14,7 +14,7 @@ from pathlib import Path
 from stackpin.errors import StackpinError
 from stackpin.history.model import DeploymentKey, file_name
 from stackpin.history.store import HistoryStore
-from stackpin.yamlio import create_exclusive, write_atomic
+from stackpin.yamlio import MAX_INPUT_BYTES, create_exclusive, read_regular, write_atomic
 
 KIND = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
@@ -37,17 +37,14 @@ def attach(store: HistoryStore, key: DeploymentKey, number: int, kind: str, text
             return path, "created"
         except FileExistsError:
             pass
-        if path.read_text(encoding="utf-8") == text:
+        try:
+            same = read_regular(path, MAX_INPUT_BYTES, follow=False) == text.encode("utf-8")
+        except OSError:  # a link, a FIFO, a huge file where the record should be: replaced only if asked
+            same = False
+        if same:
             return path, "unchanged"
         if not replace:
             raise StackpinError(f"revision {number} of {key} already has a {kind} record ({path}) that differs; "
                                 "--replace to replace it")
         write_atomic(path, text)
         return path, "replaced"
-
-
-def read_attachment(store: HistoryStore, key: DeploymentKey, number: int, kind: str) -> str | None:
-    try:
-        return attachment_path(store, key, number, kind).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
