@@ -50,6 +50,32 @@ def connect_cluster(kubeconfig: str | None, context: str | None) -> Any:
     return connect(kubeconfig, context, REQUEST_TIMEOUT_S if given is None else given)
 
 
+LOCK_TIMEOUT_KEY = "lock_timeout"
+
+
+def _keep_lock_timeout(ctx: click.Context, _param: click.Parameter, value: float | None) -> None:
+    ctx.meta[LOCK_TIMEOUT_KEY] = value
+
+
+# For the commands that write a cluster (apply, rollback --apply); read with lock_timeout().
+LOCK_TIMEOUT = click.option(
+    "--lock-timeout", type=finite(min=0), metavar="SECONDS", expose_value=False, callback=_keep_lock_timeout,
+    help="Wait this long for another stackpin writing the deployment (it holds the Lease "
+         "stackpin-<deployment>) to finish; 0 refuses at once, naming the holder.  [default: 0]")
+
+
+def lock_timeout() -> float:
+    given = click.get_current_context().meta.get(LOCK_TIMEOUT_KEY)
+    return 0.0 if given is None else float(given)
+
+
+def cluster_flags_given() -> list[str]:
+    """--request-timeout and --lock-timeout, when given (commands where they mean nothing refuse them)."""
+    meta = click.get_current_context().meta
+    return [flag for flag, key in (("--request-timeout", REQUEST_TIMEOUT), ("--lock-timeout", LOCK_TIMEOUT_KEY))
+            if meta.get(key) is not None]
+
+
 def cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--kubeconfig, --context, -n/--namespace and --request-timeout, spelled and defaulted as kubectl
     does, for every command that reads or writes a cluster (apply, status, bench against a live stack).

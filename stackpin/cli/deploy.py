@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stackpin.cli.common import OUTPUT, cluster_options, connect_cluster, emit, finite, user_errors
+from stackpin.cli.common import (
+    LOCK_TIMEOUT,
+    OUTPUT,
+    cluster_options,
+    connect_cluster,
+    emit,
+    finite,
+    lock_timeout,
+    user_errors,
+)
 from stackpin.cli.history import HISTORY
 
 if TYPE_CHECKING:
@@ -25,12 +34,6 @@ def progress(message: str) -> None:
 
 def warn(message: str) -> None:
     click.echo(f"warning: {message}", err=True)
-
-
-LOCK_TIMEOUT = click.option(
-    "--lock-timeout", type=finite(min=0), default=0.0, metavar="SECONDS",
-    help="Wait this long for another stackpin writing the deployment (it holds the Lease "
-         "stackpin-<deployment>) to finish; 0 refuses at once, naming the holder.  [default: 0]")
 
 
 @click.command()
@@ -53,8 +56,8 @@ LOCK_TIMEOUT = click.option(
 @OUTPUT
 @user_errors
 def apply(source: str, lockdir: str, history_dir: str, dry_run: bool, force_conflicts: bool, allow_recreate: bool,
-          create_namespace: bool, wait: bool, timeout: float | None, lock_timeout: float, kubeconfig: str | None,
-          context: str | None, namespace: str | None, output: str) -> None:
+          create_namespace: bool, wait: bool, timeout: float | None, kubeconfig: str | None, context: str | None,
+          namespace: str | None, output: str) -> None:
     """Apply a locked stack to a cluster (server-side apply, field manager `stackpin`): a lockfile, or a
     revision of a deployment's history (DEPLOYMENT@REV; DEPLOYMENT alone is its newest revision).
 
@@ -74,7 +77,7 @@ def apply(source: str, lockdir: str, history_dir: str, dry_run: bool, force_conf
     limit = timeout if timeout is not None else default_timeout_s(stack)
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
                            allow_recreate=allow_recreate, create_namespace=create_namespace, timeout_s=limit,
-                           lock_timeout_s=lock_timeout)
+                           lock_timeout_s=lock_timeout())
     result = apply_stack(cluster, stack, options, progress=progress, warn=warn)
     if output == "text":
         print_applied(result)

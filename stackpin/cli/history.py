@@ -14,7 +14,17 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli.common import OUTPUT, cluster_options, emit, finite, user_errors
+from stackpin.cli.common import (
+    LOCK_TIMEOUT,
+    OUTPUT,
+    cluster_flags_given,
+    cluster_options,
+    connect_cluster,
+    emit,
+    finite,
+    lock_timeout,
+    user_errors,
+)
 
 if TYPE_CHECKING:
     from stackpin.history.deployed import DeploymentCheck
@@ -127,6 +137,7 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
 @click.option("--timeout", type=finite(min=0, min_open=True), metavar="SECONDS",
               help="With --apply: limit for --wait and for a recreated object to be gone "
                    "(default: the stack's start-up budget).")
+@LOCK_TIMEOUT
 @SIGNING_KEY
 @cluster_options
 @OUTPUT
@@ -147,7 +158,8 @@ def rollback(deployment: str, to: int | None, message: str | None, if_regressed:
     key = store.resolve(deployment)
     cluster_flags = {"--dry-run": dry_run, "--force-conflicts": force_conflicts, "--allow-recreate": allow_recreate,
                      "--wait": wait, "--timeout": timeout is not None, "--kubeconfig": kubeconfig is not None,
-                     "--context": context is not None, "--namespace": namespace is not None}
+                     "--context": context is not None, "--namespace": namespace is not None,
+                     **dict.fromkeys(cluster_flags_given(), True)}
     if not apply_it and (given := [name for name, on in cluster_flags.items() if on]):
         raise click.UsageError(f"{', '.join(given)} only with --apply")
     comparison = None
@@ -181,13 +193,12 @@ def _rollback_apply(store: HistoryStore, key: DeploymentKey, deployments: Path, 
 
     from stackpin.cli.deploy import print_applied, progress, warn
     from stackpin.deploy.apply import ApplyOptions, wait_applied
-    from stackpin.deploy.kube import connect
     from stackpin.deploy.rollback import rollback_apply
     from stackpin.deploy.wait import WaitTimeout
 
-    cluster = connect(kubeconfig, context)
+    cluster = connect_cluster(kubeconfig, context)
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
-                           allow_recreate=allow_recreate, timeout_s=timeout)
+                           allow_recreate=allow_recreate, timeout_s=timeout, lock_timeout_s=lock_timeout())
     done = rollback_apply(cluster, store, key, deployments, options, to=to, message=message, progress=progress,
                           warn=warn)
     revision, result = done.revision, done.applied
@@ -383,7 +394,6 @@ def _print_deployments(store: HistoryStore, summaries: list[DeploymentSummary], 
 def _cluster_history(deployment: str, kubeconfig: str | None, context: str | None, namespace: str | None,
                      output: str) -> None:
     from stackpin.deploy.clusterhistory import cluster_history
-    from stackpin.deploy.kube import connect
     from stackpin.errors import StackpinError
     from stackpin.profile.k8s_names import DNS_LABEL
     from stackpin.profile.model import Metadata
@@ -391,7 +401,7 @@ def _cluster_history(deployment: str, kubeconfig: str | None, context: str | Non
     if not re.fullmatch(DNS_LABEL, deployment):
         raise StackpinError(f"{deployment!r}: --cluster takes the deployment's name (metadata.deployment, e.g. "
                             "dsv41-flash), not a history key", "name the namespace with -n")
-    cluster = connect(kubeconfig, context)
+    cluster = connect_cluster(kubeconfig, context)
     ns = namespace or cluster.context_namespace or str(Metadata.model_fields["namespace"].default)
     found = cluster_history(cluster, deployment, ns)
     if output != "text":
