@@ -285,3 +285,72 @@ def test_an_enum_member_dumps_as_its_value() -> None:
     plain = {k: v.value for k, v in data.items()}
     assert dump_yaml(data) == dump_yaml(plain)
     assert canonical_json(data) == canonical_json(plain)
+
+
+# --- every figure names its source (issue 19, "Facts that public sources contradict") ----------------
+
+def _sourced_entries() -> list[tuple[str, object]]:
+    catalog = load_catalog()
+    return [(f"{kind}.{key}", entry) for kind in ("gpus", "platforms", "models")
+            for key, entry in getattr(catalog, kind).items()]
+
+
+@pytest.mark.parametrize(("where", "entry"), _sourced_entries(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_catalog_figure_names_its_source(where: str, entry: object) -> None:
+    from stackpin.catalog import _Sourced
+
+    assert isinstance(entry, _Sourced)
+    assert entry.figures(), where
+    assert entry.unsourced() == (), f"{where}: figures without a source: {entry.unsourced()}"
+    assert set(entry.estimates) <= set(entry.figures()), where
+
+
+def test_a_figure_with_neither_source_nor_estimate_is_found() -> None:
+    # The check the test above relies on: strip one citation from a real entry and it is reported.
+    gpu = load_catalog().gpus["gb200"]
+    stripped = gpu.model_copy(update={"sources": {k: v for k, v in gpu.sources.items() if k != "hbm_gib"}})
+    assert stripped.unsourced() == ("hbm_gib",)
+    # ... and a derivation or citation naming no figure, or saying nothing, is refused at load.
+    from pydantic import ValidationError
+
+    from stackpin.catalog import Gpu
+
+    data = gpu.model_dump()
+    for bad in ({"estimates": {"hbm_gb": "typo"}}, {"sources": {**gpu.sources, "hbm_gib": " "}}):
+        with pytest.raises(ValidationError):
+            Gpu.model_validate({**data, **bad})
+
+
+def test_step_model_figures_name_their_source() -> None:
+    """roofline.yaml's published figures: each GPU's peaks carry a source, estimates name a precision
+    the entry has, and every catalog GPU has peaks (so sim and plan work on every platform)."""
+    from stackpin.sim.roofline import load_params
+
+    params = load_params()
+    catalog = load_catalog()
+    assert set(params["compute_tflops"]) == set(catalog.gpus)
+    for gpu, peaks in params["compute_tflops"].items():
+        assert str(peaks.get("source", "")).strip(), gpu
+        precisions = {k for k in peaks if k not in ("source", "estimates")}
+        assert precisions and all(isinstance(peaks[k], (int, float)) for k in precisions), gpu
+        assert set(peaks.get("estimates", {})) <= precisions, gpu
+    assert str(params["experts"]["source"]).strip()
+    assert str(params["fitted"]["source"]).strip()
+
+
+def test_contradicted_facts_stay_corrected() -> None:
+    """What issue 19 found public sources contradicting (docs/facts.md#corrections)."""
+    from stackpin.sim.roofline import load_params
+
+    catalog = load_catalog()
+    v41 = catalog.models["deepseek-v4.1-flash"]
+    assert v41.kv_bytes_per_token == 890 and v41.is_estimate("kv_bytes_per_token")
+    assert load_params()["experts"] == {**load_params()["experts"], "routed": 384, "top_k": 6}
+    rubin = load_params()["compute_tflops"]["rubin"]
+    assert rubin["fp4"] == 25000 and {"fp4", "fp8"} <= set(rubin["estimates"])
+    gb300 = catalog.gpus["gb300"]
+    assert gb300.hbm_gib < 279 and gb300.is_estimate("hbm_gib")
+    assert catalog.platforms["gb300-nvl72"].is_estimate("power_kw")
+    for name in ("gb300-nvl72", "vera-rubin-nvl72"):
+        assert catalog.platforms[name].is_estimate("node_labels"), name
+    assert not catalog.platforms["gb200-nvl72"].is_estimate("node_labels")

@@ -112,6 +112,17 @@ CASES = [
          {"spec.target.platform": "h200", f"{W}.replicas": 1, f"{W}.tensorParallel": 8}, label="h200-error"),
     Case("SP122", "error", W, {f"{W}.replicas": 1, f"{W}.dataParallel": 19},
          {f"{W}.replicas": 1, f"{W}.dataParallel": 18}),
+    # An 8-GPU HGX B200 node is its own NVLink domain: a replica past 8 GPUs has no NVLink to span (issue 19).
+    Case("SP122", "error", W, {"spec.target.platform": "b200", f"{W}.replicas": 1, f"{W}.dataParallel": 4},
+         {"spec.target.platform": "b200", f"{W}.replicas": 1, f"{W}.dataParallel": 2}, label="b200-domain"),
+    # ... while a GB200 NVL72 rack spans trays over NVLink, as GB300's does.
+    Case("SP121", "warning", f"{W}.tensorParallel",
+         {"spec.target.platform": "gb200-nvl72", f"{W}.tensorParallel": 8, f"{W}.replicas": 9},
+         {"spec.target.platform": "gb200-nvl72", f"{W}.tensorParallel": 4, f"{W}.replicas": 18},
+         label="gb200-warning"),
+    Case("SP123", "error", "spec.placement.pools",
+         {"spec.target.platform": "b200", f"{W}.replicas": 3},
+         {"spec.target.platform": "b200", f"{W}.replicas": 3, "spec.target.count": 2}, label="b200-nodes"),
     Case("SP123", "error", "spec.placement.pools", {f"{W}.replicas": 19},
          {f"{W}.replicas": 19, "spec.target.count": 2}),
     Case("SP124", "error", f"{W}.nodesPerReplica", {f"{W}.nodesPerReplica": 2}, {f"{W}.nodesPerReplica": 1}),
@@ -123,8 +134,11 @@ CASES = [
     # memory
     Case("SP131", "error", W, {f"{W}.tensorParallel": 1, f"{W}.replicas": 72},
          {f"{W}.tensorParallel": 2, f"{W}.replicas": 36}),
-    Case("SP132", "error", W, {f"{W}.tensorParallel": 2, f"{W}.replicas": 36, f"{W}.gpuMemoryUtilization": 0.87},
-         {f"{W}.tensorParallel": 2, f"{W}.replicas": 36, f"{W}.gpuMemoryUtilization": 0.9}),
+    # V4.1's KV is 890 B/token (docs/facts.md#models): one 1M-token sequence needs 0.87 GiB.
+    Case("SP132", "error", W, {f"{W}.tensorParallel": 2, f"{W}.replicas": 36, f"{W}.gpuMemoryUtilization": 0.875,
+                               "spec.model.maxModelLen": 1048576},
+         {f"{W}.tensorParallel": 2, f"{W}.replicas": 36, f"{W}.gpuMemoryUtilization": 0.88,
+          "spec.model.maxModelLen": 1048576}),
     Case("SP133", "warning", f"{W}.gpuMemoryUtilization", {f"{W}.gpuMemoryUtilization": 0.97},
          {f"{W}.gpuMemoryUtilization": 0.94}),
     Case("SP134", "error", "spec.model.maxModelLen", {"spec.model.maxModelLen": 1048577},

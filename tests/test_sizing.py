@@ -68,7 +68,7 @@ def test_sm100_family_is_catalog_data() -> None:
     catalog = load_catalog()
     engine = catalog.engine
     family = {name for name, gpu in catalog.gpus.items() if gpu.sm_arch in engine.sm100_family}
-    assert family == {"b200", "gb300", "rubin"}
+    assert family == {"b200", "gb200", "gb300", "rubin"}
     assert engine.max_capture_ceiling(catalog.gpus["gb300"].sm_arch) == engine.default_max_capture_size.sm100_family
     assert engine.max_capture_ceiling(catalog.gpus["h200"].sm_arch) == engine.default_max_capture_size.default
 

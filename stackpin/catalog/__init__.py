@@ -22,7 +22,47 @@ class _Fact(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class Gpu(_Fact):
+class _Sourced(_Fact):
+    """A catalog entry whose figures each name their source (`sources`: field -> citation) and say
+    whether they are estimates (`estimates`: field -> how it was derived). Every figure a rule, the
+    step model or plan reads must appear in `sources` (tests/test_facts.py holds that)."""
+
+    sources: dict[str, str] = {}
+    estimates: dict[str, str] = {}
+
+    @model_validator(mode="after")
+    def _figures_name_fields(self) -> _Sourced:
+        known = set(type(self).model_fields) - {"sources", "estimates", "source"}
+        unknown = sorted((set(self.sources) | set(self.estimates)) - known)
+        if unknown:
+            raise ValueError(f"sources/estimates name no field of this entry: {', '.join(unknown)}")
+        empty = sorted(k for k, v in {**self.sources, **self.estimates}.items() if not v.strip())
+        if empty:
+            raise ValueError(f"empty source or derivation for: {', '.join(empty)}")
+        return self
+
+    def is_estimate(self, figure: str) -> bool:
+        return figure in self.estimates
+
+    def figures(self) -> tuple[str, ...]:
+        """The entry's figures: numbers (a sub-model of numbers counts as one) and node labels."""
+        def number(value: object) -> bool:
+            return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+        out = []
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if name == "node_labels" or number(value) or (
+                    isinstance(value, _Fact) and all(number(getattr(value, f)) for f in type(value).model_fields)):
+                out.append(name)
+        return tuple(out)
+
+    def unsourced(self) -> tuple[str, ...]:
+        """Figures with no citation in `sources`: each is a finding (tests/test_facts.py)."""
+        return tuple(f for f in self.figures() if f not in self.sources)
+
+
+class Gpu(_Sourced):
     name: str
     device_name: str
     sm_arch: str
@@ -45,7 +85,7 @@ class Gpu(_Fact):
         return self.compute_capability[0]
 
 
-class Platform(_Fact):
+class Platform(_Sourced):
     kind: Literal["rack", "node"]
     gpu: str
     gpus_per_node: int
@@ -78,7 +118,7 @@ class ModelPrecision(_Fact):
     routed_experts: str
 
 
-class ModelFacts(_Fact):
+class ModelFacts(_Sourced):
     hf_ids: tuple[str, ...]
     model_type: str
     params_b: float
