@@ -1,0 +1,163 @@
+"""The serving content of two DGDs, compared item by item: recipe parity and import round trips.
+
+Components are matched by serving role (frontend, worker, prefill, decode), not by name: upstream calls
+them VllmDecodeWorker, stackpin `decode`. A role comes from what the worker runs (`--disaggregation-mode`,
+the older `--is-prefill-worker` / `--is-decode-worker`), else its declared type; with no prefill component
+at all, a worker declared `decode` serves aggregated (Dynamo's default mode), as the V4 Flash GB200 recipe's
+does. Flags compare as option -> value (argparse semantics: the last occurrence wins, `--a=b` is `--a b`);
+a JSON object value compares key by key (`--compilation-config.cudagraph_mode`), so formatting and key
+order never count and each differing key gets its own reason.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from stackpin.imports.dgd import Component, Dgd
+
+SWITCH = "(switch)"
+ABSENT = None
+WORKER_MODULES = ("dynamo.vllm",)
+FRONTEND_MODULE = "dynamo.frontend"
+
+
+@dataclass(frozen=True)
+class Difference:
+    component: str  # serving role
+    item: str  # "flag --x", "flag --x.key", "env NAME", "gpus", "replicas", "nodes", "claims", "component"
+    upstream: str | None  # None: not set there
+    stackpin: str | None
+
+    def key(self) -> tuple[str, str, str | None, str | None]:
+        return (self.component, self.item, self.upstream, self.stackpin)
+
+
+def options(argv: Iterable[str]) -> dict[str, str]:
+    """option -> value ("(switch)" for a bare flag); positional words are ignored (dynamo.vllm takes none)."""
+    words = list(argv)
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("--"):
+            continue
+        if "=" in word:
+            name, value = word.split("=", 1)
+            out[name] = value
+        elif i < len(words) and not words[i].startswith("--"):
+            out[word] = words[i]
+            i += 1
+        else:
+            out[word] = SWITCH
+    return out
+
+
+def flag_items(argv: Iterable[str]) -> dict[str, str]:
+    """`options`, with each JSON-object value split into `--flag.key` items (values as canonical JSON)."""
+    out: dict[str, str] = {}
+    for name, value in options(argv).items():
+        parsed = _json_object(value)
+        if parsed is None:
+            out[name] = value
+            continue
+        if not parsed:
+            out[name] = "{}"
+        for key, inner in parsed.items():
+            out[f"{name}.{key}"] = json.dumps(inner, sort_keys=True, separators=(",", ":"))
+    return out
+
+
+def _json_object(value: str) -> dict[str, object] | None:
+    if not value.lstrip().startswith("{"):
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _mode(comp: Component) -> str | None:
+    opts = options(comp.entry.argv) if comp.entry else {}
+    if "--disaggregation-mode" in opts:
+        return opts["--disaggregation-mode"]
+    if "--is-prefill-worker" in opts:
+        return "prefill"
+    if "--is-decode-worker" in opts:
+        return "decode"
+    return comp.type if comp.type in ("prefill", "decode") else None
+
+
+def is_worker(comp: Component) -> bool:
+    if comp.entry is not None:
+        return comp.entry.module in WORKER_MODULES
+    return comp.type in ("worker", "prefill", "decode") and comp.gpus > 0
+
+
+def is_frontend(comp: Component) -> bool:
+    return comp.type == "frontend" or (comp.entry is not None and comp.entry.module == FRONTEND_MODULE)
+
+
+def roles(dgd: Dgd) -> dict[str, Component]:
+    """role -> component; a second component of one role is `role#2`. Planners and other components that
+    serve no requests are left out (callers report them)."""
+    workers = [c for c in dgd.components if is_worker(c) and not is_frontend(c)]
+    disaggregated = any(_mode(c) == "prefill" for c in workers)
+    out: dict[str, Component] = {}
+
+    def put(role: str, comp: Component) -> None:
+        name, n = role, 1
+        while name in out:
+            n += 1
+            name = f"{role}#{n}"
+        out[name] = comp
+
+    for comp in dgd.components:
+        if is_frontend(comp):
+            put("frontend", comp)
+    for comp in workers:
+        mode = _mode(comp)
+        put(("prefill" if mode == "prefill" else "decode") if disaggregated else "worker", comp)
+    return out
+
+
+def other_components(dgd: Dgd) -> list[Component]:
+    served = {id(c) for c in roles(dgd).values()}
+    return [c for c in dgd.components if id(c) not in served]
+
+
+def _env_items(comp: Component) -> dict[str, str]:
+    return {e.name: e.value if e.value is not None else f"({e.source})" for e in comp.env}
+
+
+def _diff_maps(role: str, prefix: str, a: dict[str, str], b: dict[str, str]) -> list[Difference]:
+    return [Difference(role, f"{prefix} {k}", a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
+            if a.get(k) != b.get(k)]
+
+
+def compare(upstream: Dgd, ours: Dgd, *, shape: bool = False) -> list[Difference]:
+    """Every serving item that differs, per role: flags and env; with `shape` also GPUs per pod, replicas,
+    nodes per replica and the claims each container makes."""
+    mine, theirs = roles(ours), roles(upstream)
+    out: list[Difference] = []
+    for role in sorted(set(mine) | set(theirs)):
+        a, b = theirs.get(role), mine.get(role)
+        if a is None or b is None:
+            out.append(Difference(role, "component", a.name if a else None, b.name if b else None))
+            continue
+        a_flags = flag_items(a.entry.argv) if a.entry else {}
+        b_flags = flag_items(b.entry.argv) if b.entry else {}
+        if a.entry and b.entry and a.entry.module != b.entry.module:
+            out.append(Difference(role, "entry", a.entry.module, b.entry.module))
+        out += _diff_maps(role, "flag", a_flags, b_flags)
+        out += _diff_maps(role, "env", _env_items(a), _env_items(b))
+        if shape:
+            for item, x, y in (("gpus", a.gpus, b.gpus), ("replicas", a.replicas, b.replicas),
+                               ("nodes", a.node_count, b.node_count),
+                               ("claims", ",".join(sorted(a.claims)), ",".join(sorted(b.claims)))):
+                if x != y:
+                    out.append(Difference(role, item, str(x), str(y)))
+    return out
