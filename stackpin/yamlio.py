@@ -168,6 +168,38 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
         loader.dispose()
 
 
+def parse_yaml_all(text: str, file: str) -> list[tuple[Any, Positions]]:
+    """Every document of a multi-document stream (`---`), each as `parse_yaml` builds one: positions kept,
+    merge keys and duplicate keys refused, MAX_NODES counted over the whole stream."""
+    try:
+        yaml.reader.Reader(text)
+    except yaml.reader.ReaderError as exc:
+        raise InputError([Problem(Location(file), "", f"invalid YAML: {exc.reason}")]) from None
+    loader = _Loader(text)
+    docs: list[tuple[Any, Positions]] = []
+    total = 0
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None:
+                continue
+            marks: dict[FieldPath, tuple[int, int]] = {}
+            docs.append((_build(node, (), marks, loader, file), Positions(file, marks)))
+            total += len(marks)
+            if total > MAX_NODES:
+                raise InputError([Problem(Location(file), "", f"invalid YAML: more than {MAX_NODES} values")])
+        return docs
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
+        reason = exc.problem or exc.context or "invalid YAML"
+        raise InputError([Problem(Location(file, line, col), "", f"invalid YAML: {reason}")]) from None
+    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
+        raise InputError([Problem(Location(file), "", f"invalid YAML: {exc}")]) from None
+    finally:
+        loader.dispose()
+
+
 class _CanonicalDumper(yaml.SafeDumper):
     """Block style, no aliases, stable string quoting: the same data always gives the same bytes.
 
