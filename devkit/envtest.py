@@ -455,14 +455,14 @@ class GarbageCollector:
                 return
 
 
-USERS = {"admin": "system:masters", "viewer": "", "deployer": ""}
+USERS = {"admin": "system:masters", "viewer": "", "deployer": "", "ci-deployer": ""}
 
 
 @contextmanager
 def start_envtest(workdir: Path, *, crds: bool = True) -> Iterator[Envtest]:
     """etcd + kube-apiserver under `workdir`, with the bundled CRDs installed; stopped on exit.
 
-    Users: `admin` (system:masters), and `viewer` and `deployer`, who have no rights until a test
+    Users: `admin` (system:masters), and `viewer`, `deployer` and `ci-deployer`, who have no rights until a test
     binds them with RBAC. Tokens are random per run."""
     apiserver_bin = find_apiserver()
     find_tool("etcd")
