@@ -10,6 +10,7 @@ from stackpin.cli.deploy import apply, status
 from stackpin.cli.diff import diff, show
 from stackpin.cli.engines import engines
 from stackpin.cli.history import history, promote, rollback
+from stackpin.cli.importcmd import import_
 from stackpin.cli.lock import lock
 from stackpin.cli.plan import plan
 from stackpin.cli.plot import plot
@@ -34,4 +35,5 @@ main.add_command(trace)
 main.add_command(sim)
 main.add_command(plan)
 main.add_command(report)
+main.add_command(import_)
 bench.add_command(plot)

@@ -1,0 +1,59 @@
+"""`stackpin import`: an existing DynamoGraphDeployment (file or kustomize directory) -> a stackpin profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from stackpin.cli.common import emit, user_errors
+
+
+@click.command(name="import")
+@click.argument("source", metavar="DGD.yaml|DIR")
+@click.option("--out", "out", metavar="PROFILE.yaml", type=click.Path(dir_okay=False),
+              help="Write the profile here (default: stdout). An existing file is refused unless --force.")
+@click.option("--force", is_flag=True, help="Replace an existing --out file.")
+@click.option("--platform", metavar="NAME", help="Target platform when the node selector names none.")
+@click.option("--dynamo", metavar="VERSION", help="Pin this Dynamo release instead of the image tag's.")
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: the profile (stdout or --out), what was not carried over on stderr; json: both on stdout.")
+@user_errors
+def import_(source: str, out: str | None, force: bool, platform: str | None, dynamo: str | None, output: str) -> None:
+    """Write the stackpin profile equivalent to an existing DynamoGraphDeployment (v1alpha1 or v1beta1), with
+    a report of what could not be carried over. Exit 0 written, 2 bad input."""
+    from stackpin.errors import InputError, Location, Problem
+    from stackpin.imports.profile import import_dgd
+    from stackpin.imports.source import read_dgds
+    from stackpin.profile.model import StackProfile
+    from stackpin.yamlio import dump_yaml, write_output
+
+    dgds = read_dgds(Path(source))
+    if len(dgds) != 1:
+        raise InputError([Problem(Location(source), "", f"holds {len(dgds)} DynamoGraphDeployments "
+                                  f"({', '.join(d.name for d in dgds)}); import one file each")])
+    imported = import_dgd(dgds[0], platform=platform, dynamo=dynamo)
+    try:
+        StackProfile.model_validate(imported.profile)
+    except ValueError as exc:  # the importer's own output must be a valid profile; say which field if not
+        first = str(exc).splitlines()
+        why = " ".join(first[:3])
+        raise InputError([Problem(Location(source), "", f"the imported profile is not valid: {why}")]) from None
+    text = f"# Imported by `stackpin import` from {source}\n" + dump_yaml(imported.profile, sort_keys=False)
+    if out is not None:
+        target = Path(out)
+        if (target.exists() or target.is_symlink()) and not force:
+            raise InputError([Problem(Location(out), "", "exists; pass --force to replace it")])
+        if target.is_symlink():
+            raise InputError([Problem(Location(out), "", "is a symbolic link; stackpin writes only the file named")])
+        write_output(target, text)
+    if output == "json":
+        emit({"profile": imported.profile, "notCarried": [
+            {"component": n.component, "item": n.item, "message": n.message} for n in imported.notes]}, "json")
+        return
+    if out is None:
+        click.echo(text, nl=False)
+    for note in imported.notes:
+        click.echo(f"not carried: {note}", err=True)
+    if out is not None:
+        click.echo(f"wrote {out} ({len(imported.notes)} note(s) above)", err=True)

@@ -1,0 +1,349 @@
+"""A DynamoGraphDeployment -> the equivalent stackpin profile, and what could not be carried over.
+
+What stackpin models is mapped onto the profile (pools and their parallelism, placement, KV cache, kernels,
+CUDA graphs from --compilation-config, speculative settings, env, image, model store); every other worker
+flag goes into the pool's `engineArgs` (vLLM's) or `dynamoArgs` (Dynamo's, by the pinned Dynamo's flag
+catalog), so rendering the profile gives the same argv. Settings stackpin models once per stack (the KV
+cache, kernels, CUDA graphs, env) come from the decode (or aggregated) worker; a prefill worker that differs
+is reported. Nothing is guessed silently: each default the DGD does not state is reported with its value.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from stackpin.catalog import Catalog, load_catalog
+from stackpin.catalog.flags import dynamo_catalog, vllm_catalog
+from stackpin.errors import StackpinError
+from stackpin.imports.compare import SWITCH, options, other_components, roles
+from stackpin.imports.dgd import GPU, Component, Dgd
+from stackpin.profile.k8s_names import DNS_LABEL_PATTERN
+
+# Flags the profile models (consumed here; render writes them back from the profile).
+_MODELLED = {"--model", "--revision", "--tokenizer-mode", "--tensor-parallel-size", "--pipeline-parallel-size",
+             "--data-parallel-size", "--enable-expert-parallel", "--max-model-len", "--max-num-seqs",
+             "--max-num-batched-tokens", "--gpu-memory-utilization", "--kv-cache-dtype", "--block-size",
+             "--enable-prefix-caching", "--no-enable-prefix-caching", "--attention-backend", "--moe-backend",
+             "--linear-backend", "--all2all-backend", "--compilation-config", "--speculative-config",
+             "--no-enable-flashinfer-autotune", "--kv-transfer-config", "--kv-events-config",
+             "--disaggregation-mode", "--is-prefill-worker", "--is-decode-worker", "--dyn-tool-call-parser",
+             "--dyn-reasoning-parser", "--max-cudagraph-capture-size"}
+_STACK_WIDE = ("--model", "--revision", "--tokenizer-mode", "--max-model-len", "--kv-cache-dtype", "--block-size",
+               "--attention-backend", "--moe-backend", "--linear-backend", "--all2all-backend",
+               "--compilation-config", "--speculative-config", "--no-enable-flashinfer-autotune",
+               "--no-enable-prefix-caching", "--dyn-tool-call-parser", "--dyn-reasoning-parser")
+# Env render derives from the stack: carried as the profile setting it comes from, never as kernels.env.
+_DERIVED_ENV = {"VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", "HF_HOME", "HF_HUB_OFFLINE"}
+# What render sets on every worker that joins a ComputeDomain (a stack crossing trays of an MNNVL rack).
+_DOMAIN_ENV = {"NCCL_MNNVL_ENABLE", "NCCL_CUMEM_ENABLE", "UCX_CUDA_IPC_ENABLE_MNNVL"}
+_SPECULATIVE = {"method": "method", "num_speculative_tokens": "numSpeculativeTokens", "model": "draftModel",
+                "revision": "draftRevision", "draft_tensor_parallel_size": "draftTensorParallelSize",
+                "draft_sample_method": "draftSampleMethod", "rejection_sample_method": "rejectionSampleMethod",
+                "enable_adaptive_verification": "adaptiveVerification"}
+_GRAPHS = {"cudagraph_mode": "mode", "cudagraph_capture_sizes": "captureSizes",
+           "max_cudagraph_capture_size": "maxCaptureSize"}
+_VERSION = re.compile(r":(?:v)?([0-9]+\.[0-9]+\.[0-9]+)")
+# spec.service is the target a stack is tuned for; no DGD states one.
+SERVICE_PLACEHOLDER = {"perAgentTokS": 80, "ttftSeconds": 10, "agents": 1}
+
+
+class ImportError_(StackpinError):
+    """The DGD cannot become a profile (exit 2, one line)."""
+
+
+@dataclass(frozen=True)
+class Note:
+    component: str
+    item: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.component}: {self.item}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Imported:
+    profile: dict[str, Any]  # the profile document, in the order a person reads it
+    notes: tuple[Note, ...]  # what was not carried over, or was assumed
+
+
+def _json(value: str) -> Any:
+    try:
+        return json.loads(value)
+    except ValueError:
+        return None
+
+
+def _number(value: str) -> int | float | str:
+    for kind in (int, float):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    return value
+
+
+def _versions(image: str | None, given: str | None, catalog: Catalog, notes: list[Note]) -> dict[str, Any]:
+    pins = catalog.versions.dynamo
+    found = _VERSION.search(image or "")
+    version = given or (found.group(1) if found else None)
+    if version not in pins:
+        newer = sorted((v for v in pins if version and _key(v) >= _key(version)), key=_key)
+        chosen = newer[0] if newer else sorted(pins, key=_key)[-1]
+        notes.append(Note("stack", "versions.dynamo", f"Dynamo {version or '(no version in the image tag)'} is not in "
+                          f"stackpin's version catalog; pinned {chosen}, the nearest it has (--dynamo to choose)"))
+        version = chosen
+    pin = pins[version]
+    return {"dynamo": version, "vllm": pin.vllm, "flashinfer": catalog.versions.vllm[pin.vllm].flashinfer,
+            "nixl": pin.nixl, "runtimeImage": image or f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{version}"}
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"[0-9]+", version)[:3])
+
+
+def _platform(worker: Component, given: str | None, catalog: Catalog) -> str:
+    if given:
+        if given not in catalog.platforms:
+            raise ImportError_(f"--platform {given}: not a platform stackpin knows ({', '.join(catalog.platforms)})")
+        return given
+    labels = dict(worker.node_selector)
+    matches = [name for name, p in catalog.platforms.items()
+               if p.node_labels and all(labels.get(k) == v for k, v in p.node_labels.items())]
+    if not matches:
+        raise ImportError_(f"{worker.name}: its node selector names no platform stackpin knows; pass --platform "
+                           f"({', '.join(catalog.platforms)})")
+    # A rack platform and a node platform may share a GPU label; the rack when replicas span nodes.
+    return sorted(matches, key=lambda n: catalog.platforms[n].kind != "rack" if worker.node_count > 1 else 0)[0]
+
+
+def _engine_value(value: str) -> Any:
+    if value == SWITCH:
+        return True
+    parsed = _json(value) if value.lstrip().startswith("{") else None
+    # YAML types: validation checks a flag's value type against the pinned engine's (an int flag needs an int).
+    return parsed if isinstance(parsed, dict) else _number(value)
+
+
+def _pool(comp: Component, opts: dict[str, str], vllm: Any, dynamo: Any, notes: list[Note],
+          role: str) -> dict[str, Any]:
+    pool: dict[str, Any] = {"replicas": comp.replicas}
+    for option, field in (("--tensor-parallel-size", "tensorParallel"), ("--data-parallel-size", "dataParallel"),
+                          ("--pipeline-parallel-size", "pipelineParallel"), ("--max-num-seqs", "maxNumSeqs"),
+                          ("--max-num-batched-tokens", "maxNumBatchedTokens")):
+        if option in opts:
+            pool[field] = int(opts[option]) if opts[option].isdigit() else opts[option]
+    if "--enable-expert-parallel" in opts:
+        pool["expertParallel"] = True
+    if "--gpu-memory-utilization" in opts:
+        pool["gpuMemoryUtilization"] = _number(opts["--gpu-memory-utilization"])
+    if comp.node_count > 1:
+        pool["nodesPerReplica"] = comp.node_count
+    engine: dict[str, Any] = {}
+    dyn: dict[str, Any] = {}
+    for option, value in sorted(opts.items()):
+        if option in _MODELLED:
+            continue
+        # dynamo.vllm takes Dynamo's options and vLLM's: an option only Dynamo has is a dynamoArg.
+        dynamo_only = (dynamo is not None and dynamo.accepts(option) and not (vllm and vllm.accepts(option))) or \
+            (dynamo is None and option.startswith("--dyn-"))
+        (dyn if dynamo_only else engine)[option] = _engine_value(value)
+    if engine:
+        pool["engineArgs"] = engine
+    if dyn:
+        pool["dynamoArgs"] = dyn
+    tp, dp, pp = (int(pool.get(k, 1)) for k in ("tensorParallel", "dataParallel", "pipelineParallel"))
+    gpus_expected = tp * dp * pp // comp.node_count
+    if comp.gpus and comp.gpus != gpus_expected:
+        notes.append(Note(role, "resources", f"{comp.gpus} GPUs per pod, but TP x DP x PP / nodes = {gpus_expected}; "
+                          "stackpin requests what the parallel sizes need"))
+    return pool
+
+
+def _stack_settings(opts: dict[str, str], spec: dict[str, Any], notes: list[Note], role: str,
+                    events: bool) -> None:
+    kv: dict[str, Any] = {}
+    if "--kv-cache-dtype" in opts:
+        kv["dtype"] = opts["--kv-cache-dtype"]
+    if "--block-size" in opts:
+        kv["blockSize"] = int(opts["--block-size"])
+    if "--no-enable-prefix-caching" in opts:
+        kv["prefixCaching"] = False
+    kv["events"] = events
+    spec["kvCache"] = kv
+    kernels = {field: opts[option] for option, field in (("--attention-backend", "attention"),
+               ("--moe-backend", "moe"), ("--linear-backend", "linear"), ("--all2all-backend", "all2all"))
+               if option in opts}
+    spec["kernels"] = kernels
+    graphs: dict[str, Any] = {}
+    compilation = _json(opts.get("--compilation-config", "{}")) or {}
+    for key, value in compilation.items():
+        if key in _GRAPHS:
+            graphs[_GRAPHS[key]] = value
+        else:
+            notes.append(Note(role, f"--compilation-config.{key}", f"{json.dumps(value)} is not modelled "
+                              "(spec.cudaGraphs carries only the CUDA graph fields); not carried over"))
+    if "--max-cudagraph-capture-size" in opts:
+        graphs["maxCaptureSize"] = int(opts["--max-cudagraph-capture-size"])
+    if graphs:
+        spec["cudaGraphs"] = graphs
+    speculative = _json(opts["--speculative-config"]) if "--speculative-config" in opts else None
+    if isinstance(speculative, dict):
+        spec["speculative"] = {_SPECULATIVE[k]: v for k, v in speculative.items() if k in _SPECULATIVE
+                               and k != "revision"}
+        for key in sorted(set(speculative) - set(_SPECULATIVE)):
+            notes.append(Note(role, f"--speculative-config.{key}", "not modelled; not carried over"))
+    elif "--speculative-config" in opts:
+        notes.append(Note(role, "--speculative-config", f"{opts['--speculative-config'][:60]!r} is not JSON stackpin "
+                          "can read (a variable set outside the input?); not carried over"))
+    spec["autotune"] = {"mode": "off" if "--no-enable-flashinfer-autotune" in opts else "tune"}
+
+
+def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = None,
+               catalog: Catalog | None = None) -> Imported:
+    catalog = catalog or load_catalog()
+    notes: list[Note] = []
+    by_role = roles(dgd)
+    for comp in other_components(dgd):
+        notes.append(Note(comp.name, "component", f"a {comp.type} component (not a vLLM worker or the frontend); "
+                          "not carried over"))
+    for role in [r for r in by_role if "#" in r]:
+        notes.append(Note(by_role.pop(role).name, "component", f"a second {role.split('#')[0]} component; "
+                          "stackpin runs one pool per role: not carried over"))
+    workers = {r: c for r, c in by_role.items() if r != "frontend"}
+    if not workers:
+        raise ImportError_(f"{dgd.name}: no vLLM worker (python3 -m dynamo.vllm) found")
+    main = workers.get("decode") or workers.get("worker") or next(iter(workers.values()))
+    main_opts = options(main.entry.argv) if main.entry else {}
+    if "--model" not in main_opts:
+        raise ImportError_(f"{dgd.name}: {main.name} names no --model")
+    versions = _versions(main.image, dynamo, catalog, notes)
+    vllm, dyn = vllm_catalog(versions["vllm"]), dynamo_catalog(versions["dynamo"], "worker_vllm")
+    model_id = main_opts["--model"]
+    found = catalog.model_for(model_id)
+    model: dict[str, Any] = {"id": model_id}
+    if "--revision" in main_opts:
+        model["revision"] = main_opts["--revision"]
+    if found:
+        facts = found[1]
+        model["weights"] = "fp8-fp4" if (facts.precision.dense, facts.precision.routed_experts) == ("fp8", "fp4") \
+            else facts.precision.dense
+    else:
+        model["weights"] = "bf16"
+        notes.append(Note("stack", "model.weights", f"{model_id} is not in stackpin's model catalog: weights "
+                          "assumed bf16 and validate checks none of its facts"))
+    if "--max-model-len" in main_opts:
+        model["maxModelLen"] = int(main_opts["--max-model-len"])
+    else:
+        model["maxModelLen"] = found[1].max_context if found else 32768
+        notes.append(Note(main.name, "--max-model-len", f"not set (vLLM takes the model's own); the profile states "
+                          f"{model['maxModelLen']}{' (the catalog maximum)' if found else ' (a placeholder: set it)'}"))
+    if "--tokenizer-mode" in main_opts:
+        model["tokenizerMode"] = main_opts["--tokenizer-mode"]
+    for option, field in (("--dyn-tool-call-parser", "toolCallParser"), ("--dyn-reasoning-parser", "reasoningParser")):
+        if option in main_opts:
+            model[field] = main_opts[option]
+        elif found and getattr(found[1], "serving", None) is not None:
+            model[field] = "none"  # the DGD runs without it; the catalog default would add one
+    spec: dict[str, Any] = {"model": model, "target": {"platform": _platform(main, platform, catalog)},
+                            "versions": versions}
+    # One switch per stack: any worker that publishes KV events turns them on (the router reads them all).
+    events = any("--kv-events-config" in options(c.entry.argv) for c in workers.values() if c.entry)
+    _stack_settings(main_opts, spec, notes, main.name, events)
+    for comp in workers.values():
+        has = comp.entry is not None and "--kv-events-config" in options(comp.entry.argv)
+        if events:
+            notes.append(Note(comp.name, "--kv-events-config", "KV events are one switch per stack "
+                              "(spec.kvCache.events), and render writes its own publisher settings" +
+                              ("" if has else "; this worker published none and will publish them")))
+    disaggregated = "prefill" in workers
+    transfer = _json(main_opts.get("--kv-transfer-config", "{}")) or {}
+    frontend = by_role.get("frontend")
+    fe_opts = options(frontend.entry.argv) if frontend and frontend.entry else {}
+    fe_env = frontend.env_values() if frontend else {}
+    router = fe_opts.get("--router-mode") or fe_env.get("DYN_ROUTER_MODE") or "round-robin"
+    placement: dict[str, Any] = {"mode": "disaggregated" if disaggregated else "colocated", "router": router}
+    if transfer.get("kv_connector"):
+        placement["kvConnector"] = transfer["kv_connector"]
+    for key in sorted(set(transfer) - {"kv_connector", "kv_role"}):
+        notes.append(Note(main.name, f"--kv-transfer-config.{key}", f"{json.dumps(transfer[key])} is not modelled; "
+                          "not carried over"))
+    pools = {}
+    for role, comp in sorted(workers.items()):
+        opts = options(comp.entry.argv) if comp.entry else {}
+        pools[role] = _pool(comp, opts, vllm, dyn, notes, role)
+        if comp is not main:
+            for option in _STACK_WIDE:
+                if opts.get(option) != main_opts.get(option):
+                    notes.append(Note(comp.name, option, f"{opts.get(option)!r} differs from {main.name}'s "
+                                      f"{main_opts.get(option)!r}; stackpin sets it once per stack: {main.name}'s"))
+        if comp.entry:
+            for line in comp.entry.shell:
+                notes.append(Note(comp.name, "launch script", f"`{line[:80]}` is not carried over (stackpin starts "
+                                  "the engine directly, without a shell)"))
+    placement["pools"] = pools
+    spec["placement"] = placement
+    per_unit = catalog.platforms[spec["target"]["platform"]]
+    gpus = sum(c.replicas * c.node_count * max(c.gpus, 1) for c in workers.values())
+    unit = per_unit.gpus_per_node * per_unit.nodes  # one rack, or one node
+    if gpus > unit:
+        spec["target"]["count"] = -(-gpus // unit)
+    for option in sorted(set(fe_opts) - {"--router-mode", "--http-port", "--no-router-kv-events"}):
+        notes.append(Note(frontend.name if frontend else "frontend", option,
+                          "a frontend flag stackpin does not model; not carried over"))
+    target = catalog.platforms[spec["target"]["platform"]]
+    in_domain = target.multinode_nvlink and (disaggregated or any(c.node_count > 1 for c in workers.values()))
+    derived = _DERIVED_ENV | (_DOMAIN_ENV if in_domain else set())
+    env: dict[str, str] = {}
+    for var in main.env:
+        if var.value is None:
+            notes.append(Note(main.name, f"env {var.name}", f"from {var.source}; not carried over"))
+        elif var.source is not None:
+            notes.append(Note(main.name, f"env {var.name}", f"from {var.source}, read from the input; the launch "
+                              "script's use of it is carried in the flags, the variable is not"))
+        elif var.name not in derived:
+            env[var.name] = var.value
+    if env:
+        spec["kernels"]["env"] = env
+    for comp in workers.values():
+        if comp is main:
+            continue
+        theirs, mine = comp.env_values(), main.env_values()
+        for name in sorted(set(theirs) ^ set(mine) | {n for n in theirs if theirs[n] != mine.get(n)}):
+            if name not in derived:
+                notes.append(Note(comp.name, f"env {name}", f"{theirs.get(name)!r} here, {mine.get(name)!r} on "
+                                  f"{main.name}; spec.kernels.env is one set per stack: {main.name}'s"))
+    if main.pvc_mounts:
+        claim, mount = main.pvc_mounts[0]
+        store: dict[str, Any] = {"pvc": claim, "mountPath": mount,
+                                 "offline": main.env_values().get("HF_HUB_OFFLINE") == "1"}
+        secrets = [ref.split(" ", 1)[1] for ref in main.env_from if ref.startswith("secret ")]
+        if secrets:
+            store["tokenSecret"] = secrets[0]
+        spec["modelStore"] = store
+        if "HF_HUB_OFFLINE" not in main.env_values():
+            notes.append(Note(main.name, "env HF_HUB_OFFLINE", "unset (the Hub reachable); stackpin writes 0"))
+        if frontend and "HF_HOME" not in frontend.env_values():
+            notes.append(Note(frontend.name, "env HF_HOME", "the frontend sets no HF_HOME; stackpin's reads "
+                              "the tokenizer from the model store like the workers (HF_HOME, HF_HUB_OFFLINE)"))
+    for name, value in main.requests:
+        if name not in (GPU, "cpu", "memory"):
+            notes.append(Note(main.name, f"resources {name}", f"{value} (site-specific); not carried over"))
+    if main.shared_memory and main.shared_memory != catalog.engine.worker_shared_memory:
+        notes.append(Note(main.name, "sharedMemory", f"{main.shared_memory}; stackpin renders "
+                          f"{catalog.engine.worker_shared_memory}"))
+    if frontend and frontend.image and frontend.image != versions["runtimeImage"]:
+        notes.append(Note(frontend.name, "image",
+                          f"{frontend.image}; stackpin runs the frontend from the runtime image"))
+    spec["service"] = dict(SERVICE_PLACEHOLDER)
+    notes.append(Note("stack", "service", "the target the stack is tuned for is not in a DGD; placeholder "
+                      f"{SERVICE_PLACEHOLDER}: set it"))
+    name = dgd.name.lower()[:40].strip("-") or "imported"
+    if not re.fullmatch(DNS_LABEL_PATTERN, name):
+        name = "imported"
+    profile = {"apiVersion": "stackpin.dev/v1", "kind": "StackProfile",
+               "metadata": {"name": name, "deployment": name}, "spec": spec}
+    return Imported(profile, tuple(notes))
