@@ -10,7 +10,7 @@ from click.testing import CliRunner
 from stackpin.cli.main import main
 from stackpin.lock.lockfile import read_lock
 from stackpin.render.build import build_objects
-from stackpin.render.capture import capture_objects, vllm_serve_args
+from stackpin.render.capture import capture_objects, dynamo_only_options, vllm_serve_args
 from stackpin.validate.manifests import validate_objects
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,9 +37,14 @@ def test_capture_runs_the_serving_flags_with_autotune_on() -> None:
     [_, job] = capture_objects(_lock("gb300-tuned"))
     container = job["spec"]["template"]["spec"]["containers"][0]
     args = container["args"]
-    # Identical engine flags (vLLM hashes them into the cache path), minus Dynamo's own flag.
-    assert args == vllm_serve_args(tuple(serving))
+    # Identical engine flags (vLLM hashes them into the cache path), minus Dynamo's own flags (`vllm serve`
+    # would refuse the parsers and the disaggregation mode; vLLM's config never sees them).
+    assert args == vllm_serve_args(tuple(serving), dynamo_only_options(_lock("gb300-tuned")))
     assert args[0] == "deepseek-ai/DeepSeek-V4.1-Flash" and "--disaggregation-mode" not in args
+    assert "--dyn-tool-call-parser" in serving and not any(a.startswith("--dyn-") for a in args)
+    dropped = [a for a in serving if a not in args and a != "--model"]
+    assert dropped == ["--disaggregation-mode", "agg", "--dyn-tool-call-parser", "deepseek_v41",
+                       "--dyn-reasoning-parser", "deepseek_v41"]
     assert "--no-enable-flashinfer-autotune" not in args
     env = {e["name"]: e["value"] for e in container["env"]}
     assert env["VLLM_CACHE_ROOT"] == "/cache" and "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR" not in env
@@ -80,3 +85,31 @@ def test_cli_prints_yaml_and_refuses_a_stale_lock(tmp_path: Path) -> None:
                        .replace("agents: 1024", "agents: 1000"))
     stale = runner.invoke(main, ["autotune", "capture-job", "--lockdir", str(ROOT / "lockfiles"), str(profile)])
     assert stale.exit_code == 2 and "stale" in stale.output and "Traceback" not in stale.output
+
+
+def test_multi_node_capture_runs_the_data_parallel_flags_the_operator_gives_served_pods(tmp_path: Path) -> None:
+    """The capture script, run by bash with a stand-in `vllm` that records its argv (the engine itself needs
+    GPUs): every node runs hybrid load balancing with its own start rank and the operator's RPC port 13445,
+    as Dynamo's operator injects into the served pods (render/capture.py cites it); nobody runs headless."""
+    import os
+    import subprocess
+
+    from stackpin.render.capture import CAPTURE_SCRIPT
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vllm").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > "$ARGV_OUT"\n')
+    (bin_dir / "vllm").chmod(0o755)
+    seen = {}
+    for index in (0, 2):
+        out = tmp_path / f"argv-{index}"
+        env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "ARGV_OUT": str(out), "JOB_COMPLETION_INDEX": str(index),
+               "STACKPIN_NODES": "4", "STACKPIN_DP_LOCAL": "2", "STACKPIN_LEADER": "leader.svc",
+               "STACKPIN_DP_RPC_PORT": "13445", "STACKPIN_POOL": "decode", "VLLM_CACHE_ROOT": str(tmp_path)}
+        subprocess.run(["bash", "-c", CAPTURE_SCRIPT, "stackpin-capture", "model", "--data-parallel-size", "8"],
+                       env=env, capture_output=True, timeout=60, check=False)
+        seen[index] = out.read_text().split("\n")[:-1]
+    for index, argv in seen.items():
+        assert argv == ["serve", "model", "--data-parallel-size", "8", "--data-parallel-hybrid-lb",
+                        "--data-parallel-size-local", "2", "--data-parallel-start-rank", str(2 * index),
+                        "--data-parallel-address", "leader.svc", "--data-parallel-rpc-port", "13445"], argv

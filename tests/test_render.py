@@ -144,8 +144,9 @@ def test_multinode_decode_gets_compute_domain_claims_and_node_count() -> None:
     assert env["UCX_CUDA_IPC_ENABLE_MNNVL"] == "y"
     term = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
     assert term["topologyKey"] == "nvidia.com/gpu.clique"
-    # Scoped to one replica (its Grove scaling group), not to every decode pod of the stack.
-    assert term["matchLabelKeys"] == ["grove.io/podcliquescalinggroup"]
+    # Scoped to one replica (its Grove scaling group and replica index), not to every decode pod of the pool.
+    assert term["matchLabelKeys"] == ["grove.io/podcliquescalinggroup",
+                                      "grove.io/podcliquescalinggroup-replica-index"]
     assert "multinode" not in comps["prefill"]  # TP4 fits one tray
     assert "resourceClaims" not in comps["frontend"]["podTemplate"]["spec"]
     # Single-node stacks need no ComputeDomain.

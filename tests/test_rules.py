@@ -325,6 +325,16 @@ CASES = [
     Case("SP218", "warning", "spec.kvCache.dtype", {"spec.kvCache.dtype": "fp8"},
          {"spec.kvCache.dtype": "nvfp4_ds_mla"}),
     Case("SP219", "warning", "spec.versions.vllm", PINS_1_5, {}),
+    # The model's parsers (profile/serving.py): a name the pinned Dynamo lacks stops every worker ...
+    Case("SP227", "error", "spec.model.toolCallParser", {"spec.model.toolCallParser": "deepseek_v5"},
+         {"spec.model.toolCallParser": "hermes"}),
+    Case("SP227", "error", f"{W}.dynamoArgs.--dyn-reasoning-parser",
+         {f"{W}.dynamoArgs": {"--dyn-reasoning-parser": "deepseek_v5"}},
+         {f"{W}.dynamoArgs": {"--dyn-reasoning-parser": "deepseek_v4"}}, label="pool"),
+    # ... Dynamo 1.5.1 has no deepseek_v41 parsers: render leaves them out (tool calls come back as text) ...
+    Case("SP228", "warning", "spec.versions.dynamo", PINS_1_5, {}),
+    # ... and a Dynamo whose parser lists stackpin lacks is unchecked.
+    Case("SP229", "warning", "spec.versions.dynamo", OLD_PINS, {}),
     Case("SP214", "warning", "spec.kernels.linear", {"spec.kernels.linear": "triton"}, {}, base="gb300-tuned",
          label="linear"),
 ]

@@ -79,10 +79,18 @@ def test_every_stage_reads_the_same_shape(name: str) -> None:
     assert list(workers) == list(topology.roles)
     for pool in topology.pools:
         comp = workers[pool.role]
-        limits = comp["podTemplate"]["spec"]["containers"][0]["resources"]["limits"]
-        assert limits == {"nvidia.com/gpu": str(pool.gpus_per_pod)}
+        resources = comp["podTemplate"]["spec"]["containers"][0]["resources"]
+        assert resources["limits"] == {"nvidia.com/gpu": str(pool.gpus_per_pod)}
+        host = load_catalog().engine.worker_host_per_gpu  # CPU and memory requested per GPU, never limited
+        gpus = pool.gpus_per_pod
+        assert resources["requests"] == {"nvidia.com/gpu": str(gpus), "cpu": str(host.cpu * gpus),
+                                         "memory": f"{host.memory_gib * gpus}Gi"}
         assert comp.get("multinode", {"nodeCount": 1})["nodeCount"] == pool.nodes_per_replica
-    assert any(o["kind"] == "ComputeDomain" for o in build_objects(lock)) == topology.spans_nodes
+    # A ComputeDomain where NVLink crosses the trays a stack uses: a replica spanning nodes, or prefill and
+    # decode on different trays moving KV over MNNVL.
+    crosses = topology.spans_nodes or topology.mode == "disaggregated"
+    multinode_nvlink = load_catalog().platforms[lock.stack_profile.spec.target.platform].multinode_nvlink
+    assert any(o["kind"] == "ComputeDomain" for o in build_objects(lock)) == (crosses and multinode_nvlink)
     # capture: one Job per pool, indexed over the replica's nodes
     jobs = {o["metadata"]["name"].rsplit("-", 1)[1]: o for o in capture_objects(lock) if o["kind"] == "Job"}
     for pool in topology.pools:
@@ -205,10 +213,11 @@ def shape_computations(source: str) -> list[str]:
 
 
 # Modules that may: the topology itself, the catalog (a rack's size is GPUs per node x nodes),
-# args.py, which writes the TP size into the engine argv, and profile/engine_args.py, which names that
-# flag as one stackpin renders (so that engineArgs cannot set it).
+# args.py, which writes the TP size into the engine argv, profile/engine_args.py, which names that
+# flag as one stackpin renders (so that engineArgs cannot set it), and imports/profile.py, args.py's
+# inverse: it reads the TP size from someone else's argv and sizes the target (racks) a DGD needs.
 ALLOWED = {TOPOLOGY, PACKAGE / "catalog" / "__init__.py", PACKAGE / "render" / "args.py",
-           PACKAGE / "profile" / "engine_args.py"}
+           PACKAGE / "profile" / "engine_args.py", PACKAGE / "imports" / "profile.py"}
 
 
 def test_no_module_outside_topology_computes_the_shape() -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, model_validator
 
 from stackpin.catalog.search import site_dirs
 from stackpin.catalog.version import PackageVersion, parse_version
@@ -118,6 +118,15 @@ class ModelPrecision(_Fact):
     routed_experts: str
 
 
+class ModelServing(_Fact):
+    """Dynamo worker settings a model needs whatever the stack: its tool-call and reasoning parsers (without
+    them a coding agent's tool calls come back as plain text). A profile may override each."""
+
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    source: str
+
+
 class ModelFacts(_Sourced):
     hf_ids: tuple[str, ...]
     model_type: str
@@ -134,7 +143,17 @@ class ModelFacts(_Sourced):
     attention_backends: tuple[str, ...]
     rejected_attention_backends: dict[str, str]
     kv_cache_dtypes: tuple[str, ...]
+    serving: ModelServing | None = None
     source: str
+
+
+class DynamoParsers(_Fact):
+    """The parser names one Dynamo release accepts (catalog/dynamo_parsers.yaml, from its runtime wheel)."""
+
+    wheel: str
+    sha256: str
+    tool: tuple[str, ...]
+    reasoning: tuple[str, ...]
 
 
 class DynamoPin(_Fact):
@@ -235,6 +254,13 @@ class StartupEstimate(_Fact):
     probe_period_s: int
 
 
+class HostPerGpu(_Fact):
+    """CPU and memory a GPU pod requests for each of its GPUs."""
+
+    cpu: PositiveInt
+    memory_gib: PositiveInt
+
+
 class Engine(_Fact):
     cudagraph_modes: tuple[str, ...]  # the closed set profiles choose from (profile.model.CudaGraphMode)
     full_decode_modes: tuple[str, ...]
@@ -251,6 +277,7 @@ class Engine(_Fact):
     startup_estimate: StartupEstimate
     startup_unknown_checkpoint_gib: float
     worker_shared_memory: str
+    worker_host_per_gpu: HostPerGpu
     autotune_files: AutotuneFiles
     grove_name_limit: int
 
@@ -274,6 +301,7 @@ class Catalog(_Fact):
     models: dict[str, ModelFacts]
     versions: Versions
     engine: Engine
+    dynamo_parsers: dict[str, DynamoParsers]
 
     def model_for(self, model_id: str) -> tuple[str, ModelFacts] | None:
         """Catalog entry for a Hugging Face id (or a catalog key), if the catalog knows the model."""
@@ -345,6 +373,7 @@ def _load(sites: tuple[Path, ...]) -> Catalog:
         models=models["models"],
         versions=_versions(sites),
         engine=_read("engine.yaml"),
+        dynamo_parsers=_read("dynamo_parsers.yaml")["dynamo"],
     )
 
 

@@ -125,6 +125,12 @@ class ModelSpec(_Model):
     weights: Precision = Field(description="Precision of the weights as served.")
     max_model_len: PositiveInt
     tokenizer_mode: str = "auto"
+    tool_call_parser: str | None = Field(
+        None, description="Dynamo's --dyn-tool-call-parser for every worker; default the model catalog's (coding "
+        "agents' tool calls come back as plain text without one); `none` for no parser.")
+    reasoning_parser: str | None = Field(
+        None, description="Dynamo's --dyn-reasoning-parser for every worker; default the model catalog's; `none` "
+        "for no parser.")
 
     # A model id and a revision become a cache path and a URL at lock time: never a path, never a URL.
     @field_validator("id")

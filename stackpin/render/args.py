@@ -136,8 +136,9 @@ def kv_events_enabled(profile: StackProfile) -> bool:
 
 
 def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_revision: str,
-                 vllm: FlagCatalog | None = None) -> list[Flag]:
-    """The flags of `python3 -m dynamo.vllm` for one pool, in a fixed order: the modelled ones, then
+                 vllm: FlagCatalog | None = None, serving: tuple[Flag, ...] = ()) -> list[Flag]:
+    """The flags of `python3 -m dynamo.vllm` for one pool, in a fixed order: the modelled ones, the model's
+    serving flags (`serving`: its parsers, profile/serving.py) unless the pool's dynamoArgs set them, then
     the pool's engineArgs and dynamoArgs (each sorted by option)."""
     spec = profile.spec
     flags: list[Flag] = [("--model", spec.model.id), ("--revision", model_revision)]
@@ -180,6 +181,7 @@ def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_r
     if kv_events_enabled(profile):
         flags.append(("--kv-events-config", json_arg(KV_EVENTS)))
     flags.append(("--disaggregation-mode", _DISAGGREGATION_MODE[role]))
+    flags += [(option, value) for option, value in serving if option not in pool.dynamo_args]
     # What the profile passes through comes last, in a fixed order: vLLM's flags, then Dynamo's.
     return flags + passed_flags(pool.engine_args) + passed_flags(pool.dynamo_args)
 
@@ -192,9 +194,9 @@ def passed_flags(args: dict[str, EngineArgValue]) -> list[Flag]:
 
 
 def engine_args(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_revision: str,
-                vllm: FlagCatalog | None = None) -> list[str]:
+                vllm: FlagCatalog | None = None, serving: tuple[Flag, ...] = ()) -> list[str]:
     """argv after `python3 -m dynamo.vllm` for one pool."""
-    return flatten(engine_flags(profile, role, pool, model_revision=model_revision, vllm=vllm))
+    return flatten(engine_flags(profile, role, pool, model_revision=model_revision, vllm=vllm, serving=serving))
 
 
 def frontend_flags(profile: StackProfile) -> list[Flag]:

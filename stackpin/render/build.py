@@ -19,7 +19,8 @@ from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.search import profile_catalogs
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
-from stackpin.profile.model import AutotuneMode, StackProfile
+from stackpin.profile.model import AutotuneMode, Placement, StackProfile
+from stackpin.profile.serving import parser_choices
 from stackpin.profile.sizing import capture_size_count
 from stackpin.profile.topology import topology_of
 from stackpin.render import args as argmod
@@ -35,7 +36,10 @@ LABEL_PREFIX = "stackpin.dev/"
 DGD_GROUP = "nvidia.com"
 COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
 SYSTEM_PORT = 9090  # Dynamo's worker system server (/health, /live); the upstream recipes probe it
-GROVE_SCALING_GROUP = "grove.io/podcliquescalinggroup"  # set by Grove on every pod of one multinode replica
+# Set by Grove on the pods of a multi-node pool (ai-dynamo/grove operator/api/common/labels.go, commit fcc3b3bb,
+# lines 39-41): the scaling group's name, shared by every replica of the pool, and one replica's index.
+GROVE_SCALING_GROUP = "grove.io/podcliquescalinggroup"
+GROVE_REPLICA_INDEX = "grove.io/podcliquescalinggroup-replica-index"
 MNNVL_ENV = {"NCCL_CUMEM_ENABLE": "1", "NCCL_MNNVL_ENABLE": "1", "UCX_CUDA_IPC_ENABLE_MNNVL": "y"}
 
 
@@ -103,9 +107,12 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
         # No pod spec can express this layout (SP124 / SP125 refuse such a profile before any lock).
         if (layout := pool.layout_problem()) is not None:
             raise RenderError(layout)
-    # IMEX channels exist only where NVLink crosses nodes; elsewhere a multi-node replica talks over
-    # the network and needs no ComputeDomain.
-    domain = f"{deployment}-compute-domain" if topology.spans_nodes and platform.multinode_nvlink else None
+    # IMEX channels exist only where NVLink crosses nodes; elsewhere a multi-node replica talks over the
+    # network and needs no ComputeDomain. On such a rack a disaggregated stack joins one too even when no
+    # replica spans nodes: prefill and decode run on different trays and NIXL moves the KV cache between
+    # them over MNNVL (Dynamo's disaggregated GB200 recipes claim the channel on every worker).
+    crosses_trays = topology.spans_nodes or spec.placement.mode == Placement.disaggregated
+    domain = f"{deployment}-compute-domain" if crosses_trays and platform.multinode_nvlink else None
 
     period = catalog.engine.startup_estimate.probe_period_s
     budget = startup_budget_s(profile, catalog)
@@ -144,9 +151,16 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
         node_selector=((ARCH_KEY, platform.cpu_arch),),
         pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": "frontend"}.items())),
     )]
+    parsers = parser_choices(profile, catalog)
+    # SP227 refuses a parser the profile names that the pinned Dynamo lacks; a lock made around it must not render.
+    problems += [f"spec.model.{c.field}: Dynamo {spec.versions.dynamo} has no {c.kind} parser {c.value!r}"
+                 for c in parsers if not c.accepted and c.given]
+    serving = tuple((c.option, c.rendered) for c in parsers if c.rendered is not None)
+    host = catalog.engine.worker_host_per_gpu
     for pool in topology.pools:
         role = pool.role
-        flags = argmod.engine_flags(profile, role, pool.spec, model_revision=lock.resolved.model.revision, vllm=vllm)
+        flags = argmod.engine_flags(profile, role, pool.spec, model_revision=lock.resolved.model.revision, vllm=vllm,
+                                    serving=serving)
         # SP221-SP225 refuse these passed-through flags; a lock made around validation must not render either.
         problems += flag_problems(profile, role, pool.spec, vllm)
         if worker_catalogs:
@@ -162,6 +176,8 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
             compute_domain=domain, clique_affinity=domain is not None and pool.spans_nodes,
             autotune_image=cache.pinned if cache else None, autotune_tree=tree, model_store=store,
             shared_memory=catalog.engine.worker_shared_memory,
+            host_requests=(("cpu", str(host.cpu * pool.gpus_per_pod)),
+                           ("memory", f"{host.memory_gib * pool.gpus_per_pod}Gi")),
             node_selector=node_selector,
             pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": role}.items())),
         ))
@@ -211,11 +227,12 @@ def _metadata(plan: StackPlan, name: str) -> dict[str, Any]:
 def _serving_pod(plan: StackPlan, comp: ComponentPlan, gpu_resource: str) -> Pod:
     """The pod both versions run for a component, with its probes (v1alpha1 puts the container in
     mainContainer, the pod fields in extraPodSpec and the resources beside them)."""
-    # As in the upstream GB200 recipes, matchLabelKeys scopes the clique term to the replica's own
-    # Grove scaling group, whose value the operator generates.
+    # matchLabelKeys scopes the clique term to one replica: its scaling group and its replica index. The
+    # group alone (as the upstream GB200 recipes write it) holds every replica of the pool, which would put
+    # all of them into one NVLink clique.
     same_clique = {"labelSelector": {"matchExpressions": [
         {"key": "app.kubernetes.io/managed-by", "operator": "In", "values": ["grove-operator"]}]},
-        "matchLabelKeys": [GROVE_SCALING_GROUP]} if comp.clique_affinity else None
+        "matchLabelKeys": [GROVE_SCALING_GROUP, GROVE_REPLICA_INDEX]} if comp.clique_affinity else None
     pod = assemble_pod(plan, comp, command=comp.command, args=comp.args, env=comp.env, same_clique=same_clique,
                        gpu_resource=gpu_resource)
     pod.container.update(readinessProbe=comp.readiness.as_dict(), livenessProbe=comp.liveness.as_dict())

@@ -4,8 +4,8 @@ with FlashInfer autotuning on, writing the cache to a volume, so it can be packe
 vLLM names a captured cache by a hash of its whole engine configuration, so the capture must run
 exactly the flags the stack serves with: this module takes the stack's own render plan with the
 autotune mode switched to `tune` and runs each worker pool's command under `vllm serve` (the same
-engine arguments; only Dynamo's own `--disaggregation-mode` is left out). A pool whose replica
-spans nodes becomes an Indexed Job, one pod per node, using vLLM's multi-node data parallelism.
+engine arguments; only Dynamo's own flags are left out). A pool whose replica spans nodes becomes an
+Indexed Job, one pod per node, with the data-parallel flags Dynamo's operator gives the served pods.
 """
 
 from __future__ import annotations
@@ -21,18 +21,21 @@ from stackpin.render.plan import ComponentPlan, StackPlan
 from stackpin.render.pod import Volume, assemble_pod
 
 CACHE_ROOT = "/cache"  # VLLM_CACHE_ROOT: vLLM writes flashinfer_autotune_cache/<fi>/<arch>/<hash>/ below it
-DP_RPC_PORT = "13345"
+# A multi-node data-parallel pool runs with the flags Dynamo's operator injects into the served pods
+# (deploy/operator/internal/dynamo/backend_vllm.go injectDataParallelLaunchFlags, read at upstream commit
+# 2a6da14c: --data-parallel-hybrid-lb, the local size, the node's start rank, the leader's address and RPC
+# port 13445 on every node, no --headless), so the capture's engine configuration is the served one.
+DP_RPC_PORT = "13445"
 # `vllm serve` until the API answers /health (the cache is written during warm-up, before that),
-# then stop. Secondary nodes of a multi-node replica run headless and stop when rank 0 is done.
-# Engine arguments arrive as "$@": nothing from the profile is spliced into this text.
+# then stop. Every node of a multi-node replica serves its own ranks (hybrid load balancing, as served)
+# and stops when rank 0 is done. Engine arguments arrive as "$@": nothing from the profile is spliced in.
 CAPTURE_SCRIPT = r"""set -euo pipefail
 extra=()
 index="${JOB_COMPLETION_INDEX:-0}"
 if [ "$STACKPIN_NODES" -gt 1 ]; then
-  extra+=(--data-parallel-size-local "$STACKPIN_DP_LOCAL"
+  extra+=(--data-parallel-hybrid-lb --data-parallel-size-local "$STACKPIN_DP_LOCAL"
           --data-parallel-start-rank "$((index * STACKPIN_DP_LOCAL))"
           --data-parallel-address "$STACKPIN_LEADER" --data-parallel-rpc-port "$STACKPIN_DP_RPC_PORT")
-  if [ "$index" -gt 0 ]; then extra+=(--headless); fi
 fi
 done_marker="$VLLM_CACHE_ROOT/.stackpin-captured-$STACKPIN_POOL"
 vllm serve "$@" "${extra[@]}" &
@@ -65,14 +68,27 @@ def _tune_lock(lock: StackLock) -> StackLock:
     return lock.model_copy(update={"profile": profile, "resolved": resolved})
 
 
-def vllm_serve_args(args: tuple[str, ...]) -> list[str]:
-    """A dynamo.vllm argv as `vllm serve` argv: the model goes first, Dynamo's own flag goes."""
+def dynamo_only_options(lock: StackLock) -> frozenset[str]:
+    """Options of the pinned Dynamo worker that vLLM does not have (the parsers, `--disaggregation-mode`, a
+    pool's dynamoArgs): Dynamo's own, which `vllm serve` would refuse and which vLLM's config never sees."""
+    from stackpin.catalog.flags import dynamo_catalog, vllm_catalog
+
+    versions = lock.stack_profile.spec.versions
+    dynamo, vllm = dynamo_catalog(versions.dynamo, "worker_vllm"), vllm_catalog(versions.vllm)
+    known = frozenset(o for o in dynamo.options if vllm is None or not vllm.accepts(o)) if dynamo else frozenset()
+    return known | {"--disaggregation-mode", "--dyn-tool-call-parser", "--dyn-reasoning-parser"}
+
+
+def vllm_serve_args(args: tuple[str, ...], dynamo_only: frozenset[str] = frozenset({"--disaggregation-mode"})
+                    ) -> list[str]:
+    """A dynamo.vllm argv as `vllm serve` argv: the model goes first, Dynamo's own flags go (with their
+    value: the next token when it is not an option)."""
     out, model, i = [], None, 0
     while i < len(args):
         if args[i] == "--model":
             model, i = args[i + 1], i + 2
-        elif args[i] == "--disaggregation-mode":
-            i += 2
+        elif args[i] in dynamo_only:
+            i += 2 if i + 1 < len(args) and not args[i + 1].startswith("--") else 1
         else:
             out.append(args[i])
             i += 1
@@ -81,7 +97,7 @@ def vllm_serve_args(args: tuple[str, ...]) -> list[str]:
     return [model, *out]
 
 
-def _job(plan: StackPlan, comp: ComponentPlan, pvc: str) -> list[dict[str, Any]]:
+def _job(plan: StackPlan, comp: ComponentPlan, pvc: str, dynamo_only: frozenset[str]) -> list[dict[str, Any]]:
     shape = comp.shape
     assert shape is not None  # worker pools only
     name = f"{plan.name}-autotune-{comp.name}"
@@ -106,8 +122,8 @@ def _job(plan: StackPlan, comp: ComponentPlan, pvc: str) -> list[dict[str, Any]]
     # One replica's pods inside one NVLink clique, as the serving stack requires.
     same_clique = {"labelSelector": {"matchLabels": {"job-name": name}}} if shape.spans_nodes else None
     built = assemble_pod(plan, comp, command=("bash", "-c", CAPTURE_SCRIPT, "stackpin-capture"),
-                         args=vllm_serve_args(comp.args), env=tuple(sorted(env.items())), extra_volumes=scratch,
-                         same_clique=same_clique)
+                         args=vllm_serve_args(comp.args, dynamo_only), env=tuple(sorted(env.items())),
+                         extra_volumes=scratch, same_clique=same_clique)
     container = {**built.container, "resources": built.resources}
     pod: dict[str, Any] = {"restartPolicy": "Never", **built.fields, "containers": [container]}
     spec: dict[str, Any] = {"backoffLimit": 0, "template": {"metadata": {"labels": labels}, "spec": pod}}
@@ -140,9 +156,10 @@ def capture_objects(lock: StackLock, catalog: Catalog | None = None, storage: st
         # Every pod of every pool writes its own files into the one tree that gets packed.
         "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": storage}}},
     }]
+    dynamo_only = dynamo_only_options(lock)
     for comp in plan.components:
         if comp.name != "frontend":
-            objects += _job(plan, comp, pvc)
+            objects += _job(plan, comp, pvc, dynamo_only)
     if plan.compute_domain:
         objects.append(compute_domain(plan))
     return objects

@@ -46,6 +46,7 @@ class ComponentPlan:
     shared_memory: str | None = None
     node_selector: tuple[tuple[str, str], ...] = ()
     pod_labels: tuple[tuple[str, str], ...] = ()
+    host_requests: tuple[tuple[str, str], ...] = ()  # CPU and memory a GPU pod requests (engine.yaml)
 
     @property
     def gpus_per_pod(self) -> int:

@@ -99,11 +99,14 @@ def stack_volumes(comp: ComponentPlan) -> list[Volume]:
 
 
 def gpu_resources(comp: ComponentPlan, resource: str = GPU_RESOURCE) -> dict[str, Any] | None:
-    """GPU limits and requests of one pod, with the ComputeDomain channel claim when it joins one."""
+    """GPU limits and requests of one pod (and its CPU and memory requests), with the ComputeDomain channel
+    claim when it joins one."""
     if not comp.gpus_per_pod:
         return None
     gpus = {resource: str(comp.gpus_per_pod)}
-    out: dict[str, Any] = {"limits": dict(gpus), "requests": dict(gpus)}
+    # CPU and memory requested, not limited: a memory limit would OOM-kill a worker whose pinned NIXL
+    # buffers or weight loading briefly need more (Dynamo's V4 recipes request them the same way).
+    out: dict[str, Any] = {"limits": dict(gpus), "requests": {**dict(comp.host_requests), **gpus}}
     if comp.compute_domain:
         out["claims"] = [{"name": CLAIM}]
     return out

@@ -110,6 +110,7 @@ def _load_rules() -> None:
         placement,
         precision,
         provenance,
+        serving,
         speculative,
         upgrade,
         versions,
