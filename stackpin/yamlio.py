@@ -139,24 +139,26 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, Positions]:
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
+def _printable(text: str, file: str) -> None:
+    """PyYAML's check for unprintable characters (NUL, ...), as a located one-line problem."""
     try:
-        yaml.reader.Reader(text)  # PyYAML's check for unprintable characters (NUL, ...), with a position
+        yaml.reader.Reader(text)
     except yaml.reader.ReaderError as exc:
         line = text.count("\n", 0, exc.position) + 1
         col = exc.position - text.rfind("\n", 0, exc.position)
         char = exc.character if isinstance(exc.character, int) else ord(exc.character)
         raise InputError([Problem(Location(file, line, col), "", f"invalid YAML: unacceptable character "
                                   f"#x{char:04x}: {exc.reason}")]) from None
+
+
+@contextmanager
+def _parsing(text: str, file: str) -> Iterator[Any]:
+    """A loader over `text` whose errors become one located InputError each."""
+    _printable(text, file)
     # libyaml parses ~10x faster than PyYAML's Python parser and gives the same nodes and marks.
     loader = _Loader(text)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None, Positions(file, {})
-        marks: dict[FieldPath, tuple[int, int]] = {}
-        data = _build(node, (), marks, loader, file)
-        return data, Positions(file, marks)
+        yield loader
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
@@ -168,17 +170,22 @@ def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
         loader.dispose()
 
 
+def parse_yaml(text: str, file: str) -> tuple[Any, Positions]:
+    with _parsing(text, file) as loader:
+        node = loader.get_single_node()
+        if node is None:
+            return None, Positions(file, {})
+        marks: dict[FieldPath, tuple[int, int]] = {}
+        data = _build(node, (), marks, loader, file)
+        return data, Positions(file, marks)
+
+
 def parse_yaml_all(text: str, file: str) -> list[tuple[Any, Positions]]:
     """Every document of a multi-document stream (`---`), each as `parse_yaml` builds one: positions kept,
     merge keys and duplicate keys refused, MAX_NODES counted over the whole stream."""
-    try:
-        yaml.reader.Reader(text)
-    except yaml.reader.ReaderError as exc:
-        raise InputError([Problem(Location(file), "", f"invalid YAML: {exc.reason}")]) from None
-    loader = _Loader(text)
     docs: list[tuple[Any, Positions]] = []
     total = 0
-    try:
+    with _parsing(text, file) as loader:
         while loader.check_node():
             node = loader.get_node()
             if node is None:
@@ -188,16 +195,7 @@ def parse_yaml_all(text: str, file: str) -> list[tuple[Any, Positions]]:
             total += len(marks)
             if total > MAX_NODES:
                 raise InputError([Problem(Location(file), "", f"invalid YAML: more than {MAX_NODES} values")])
-        return docs
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line, col = (mark.line + 1, mark.column + 1) if mark else (0, 0)
-        reason = exc.problem or exc.context or "invalid YAML"
-        raise InputError([Problem(Location(file, line, col), "", f"invalid YAML: {reason}")]) from None
-    except (yaml.YAMLError, ValueError, TypeError, RecursionError) as exc:
-        raise InputError([Problem(Location(file), "", f"invalid YAML: {exc}")]) from None
-    finally:
-        loader.dispose()
+    return docs
 
 
 class _CanonicalDumper(yaml.SafeDumper):
