@@ -77,6 +77,22 @@ def test_recreate_reasons_of_v1alpha1_services_and_backend() -> None:
                                            "backendFramework vllm -> sglang"]
 
 
+def test_recreate_reasons_follow_the_webhook_on_node_count_backend_and_type() -> None:
+    # The roles-era webhook refuses any multinode.nodeCount change (docs/facts.md#admission-and-rollouts);
+    # backendFramework unset -> vllm is a change; a component's type is immutable nowhere.
+    live = dgd("gb300-disagg-wide-ep")
+    new = json.loads(json.dumps(live))
+    [decode] = [c for c in new["spec"]["components"] if c["name"] == "decode"]
+    decode["multinode"]["nodeCount"] = 2
+    assert recreate_reasons(live, new) == ["component decode multinode.nodeCount 4 -> 2 (immutable)"]
+    del live["spec"]["backendFramework"]
+    assert recreate_reasons(live, dgd("gb300-disagg-wide-ep")) == ["backendFramework unset -> vllm"]
+    typed = dgd("gb300-disagg-wide-ep")
+    [decode] = [c for c in typed["spec"]["components"] if c["name"] == "decode"]
+    decode["type"] = "worker"
+    assert recreate_reasons(dgd("gb300-disagg-wide-ep"), typed) == []
+
+
 def status_of(**status: Any) -> dict[str, Any]:
     obj = dgd("gb300-tuned")
     obj["metadata"]["generation"] = 2

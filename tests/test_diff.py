@@ -8,6 +8,7 @@ import pytest
 from pydantic import BaseModel
 
 from stackpin.catalog import load_catalog
+from stackpin.deploy.recreate import recreate_reasons
 from stackpin.diff.engine import diff_stacks
 from stackpin.diff.fields import Side, group_of, has_group, rollout
 from stackpin.diff.inputs import Stack
@@ -111,6 +112,9 @@ def test_impact_restart_names_the_pools_that_roll() -> None:
     ("gb300-disagg-wide-ep", {f"{D}.dataParallel": 1, f"{D}.nodesPerReplica": NULL},
      "decode changes from multinode to single-node (4 -> 1 nodes per replica)"),
     ("gb300-tuned", {f"{W}.tensorParallel": 8}, "worker changes from single-node to multinode (1 -> 2 nodes"),
+    # Multinode on both sides: the 1.6 webhook holds multinode.nodeCount immutable.
+    ("gb300-disagg-wide-ep", {f"{D}.dataParallel": 4, f"{D}.nodesPerReplica": 2},
+     "decode's multinode.nodeCount changes (4 -> 2)"),
 ])
 def test_impact_recreate_where_the_admission_webhook_refuses(name: str, changes: dict[str, Any], reason: str) -> None:
     diff = diff_docs(base_doc(name), apply(base_doc(name), changes))
@@ -232,11 +236,12 @@ def _components(lock: StackLock) -> dict[str, dict[str, Any]]:
 
 
 def _rendered_rollout(a: StackLock, b: StackLock) -> tuple[Impact, set[str]]:
-    """What render says: components added, removed or switching single-node <-> multinode force a
+    """What render says: where `apply` would delete and recreate the rendered DGD (deploy.recreate), a
     recreate; otherwise the components whose pod template (or shape) differs roll."""
-    ca, cb = _components(a), _components(b)
-    if set(ca) != set(cb) or any(("multinode" in ca[n]) != ("multinode" in cb[n]) for n in ca):
+    [da], [db] = ([o for o in build_objects(x) if o["kind"] == "DynamoGraphDeployment"] for x in (a, b))
+    if recreate_reasons(da, db):
         return Impact.recreate, set()
+    ca, cb = _components(a), _components(b)
     rolled = {n for n in ca if ca[n] != cb[n]}
     return (Impact.restart if rolled else Impact.none), rolled
 
@@ -256,6 +261,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("gb300-tuned", {f"{W}.replicas": 9}, {}),
     ("gb300-tuned", {f"{W}.speculative": {"method": None}}, {}),
     ("gb300-tuned", {f"{W}.tensorParallel": 8}, {}),
+    ("gb300-disagg-wide-ep", {f"{D}.dataParallel": 4, f"{D}.nodesPerReplica": 2}, {}),
     ("gb300-tuned", {"spec.fallbacks.cpuOffloadGib": 4}, {}),
     ("gb300-tuned", {"spec.fallbacks.precisionEmulation": ["fp8"]}, {}),
     ("gb300-tuned", {"spec.target.count": 2}, {}),

@@ -1,9 +1,11 @@
 """Which changes to a live DynamoGraphDeployment cannot be made in place.
 
 Dynamo's admission webhook (docs/facts.md#admission-and-rollouts) rejects an update that adds or
-removes a component, switches a component between single-node and multi-node, or changes
-`backendFramework` or a component's type: those take a delete and a create (the serving pods go
-down). Pure: live object and new object in, reasons out (empty: an in-place update will do).
+removes a component, switches a component between single-node and multi-node, changes a multi-node
+component's `multinode.nodeCount`, or changes `backendFramework` (unset -> vllm included): those take
+a delete and a create (the serving pods go down). A component's type is not among them: no webhook or
+CEL rule refuses its change. Pure: live object and new object in, reasons out (empty: an in-place
+update will do).
 """
 
 from __future__ import annotations
@@ -57,12 +59,13 @@ def recreate_reasons(live: dict[str, Any], new: dict[str, Any]) -> list[str]:
         reasons.append(f"components {', '.join(before)} -> {', '.join(after)}")
     for name in sorted(set(before) & set(after)):
         old, cur = before[name], after[name]
-        if old.type != cur.type:
-            reasons.append(f"component {name} type {old.type} -> {cur.type}")
         if old.multinode != cur.multinode:
             reasons.append(f"component {name} {_shape(old)} -> {_shape(cur)}")
-    old_backend = (live.get("spec") or {}).get("backendFramework")
-    new_backend = (new.get("spec") or {}).get("backendFramework")
-    if old_backend and new_backend and old_backend != new_backend:
-        reasons.append(f"backendFramework {old_backend} -> {new_backend}")
+        elif old.multinode and old.nodes != cur.nodes:
+            reasons.append(f"component {name} multinode.nodeCount {old.nodes} -> {cur.nodes} (immutable)")
+    # Any change is refused, from or to unset too (the webhook compares the strings).
+    old_backend = (live.get("spec") or {}).get("backendFramework") or ""
+    new_backend = (new.get("spec") or {}).get("backendFramework") or ""
+    if old_backend != new_backend:
+        reasons.append(f"backendFramework {old_backend or 'unset'} -> {new_backend or 'unset'}")
     return reasons

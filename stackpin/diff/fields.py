@@ -178,8 +178,11 @@ def rollout(path: Path, a: Side, b: Side, catalog: Catalog) -> Rollout:
         arch_a = catalog.platforms[a.profile.spec.target.platform].cpu_arch
         arch_b = catalog.platforms[b.profile.spec.target.platform].cpu_arch
         impact, names, note = _restart(pools | ({FRONTEND} if arch_a != arch_b else set()))
-        return (Impact.recreate, names, "a pool changes between single-node and multinode") \
-            if _spans_differ(a, b) else (impact, names, note)
+        if _spans_differ(a, b):
+            return Impact.recreate, names, "a pool changes between single-node and multinode"
+        if _node_counts_differ(a, b):
+            return Impact.recreate, names, "a multinode pool's nodeCount changes"
+        return impact, names, note
     if head == ("spec", "model"):
         if rest[:1] == ("weights",):
             return _none(NOT_RENDERED)
@@ -275,6 +278,16 @@ def _spans_differ(a: Side, b: Side, roles: Iterable[str] | None = None) -> bool:
     return False
 
 
+def _node_counts_differ(a: Side, b: Side, roles: Iterable[str] | None = None) -> bool:
+    """A pool multinode on both sides changes its nodeCount: the webhook refuses it in place."""
+    for role in roles if roles is not None else set(a.roles) & set(b.roles):
+        pa, pb = a.pool(role), b.pool(role)
+        if pa is not None and pb is not None and pa.spans_nodes and pb.spans_nodes \
+                and pa.nodes_per_replica != pb.nodes_per_replica:
+            return True
+    return False
+
+
 _LAYOUT = {"tensorParallel", "dataParallel", "pipelineParallel", "nodesPerReplica"}
 
 
@@ -306,6 +319,8 @@ def _placement_rollout(rest: Path, a: Side, b: Side, pools: set[str], everything
         return _restart(_speculative_differs(a, b) & {role}, empty="the same effective settings")
     if leaf in _LAYOUT and _spans_differ(a, b, [role]):
         return Impact.recreate, set(), f"{role} changes between single-node and multinode"
+    if leaf in _LAYOUT and _node_counts_differ(a, b, [role]):
+        return Impact.recreate, set(), f"{role}'s multinode.nodeCount changes"
     return _restart({role})
 
 
@@ -328,10 +343,16 @@ def recreate_reasons(a: Side, b: Side, changed: Mapping[GroupId, Sequence[str]])
             "refuses adding or removing a component")
     for role in (r for r in b.roles if r in a.roles):
         pa, pb = a.pool(role), b.pool(role)
-        if pa is None or pb is None or pa.spans_nodes == pb.spans_nodes:
+        if pa is None or pb is None or pa.nodes_per_replica == pb.nodes_per_replica:
             continue
-        reason = (f"{role} changes from {_nodes(pa)} to {_nodes(pb)} ({pa.nodes_per_replica} -> "
-                  f"{pb.nodes_per_replica} nodes per replica): the Dynamo admission webhook refuses it in place")
+        if pa.spans_nodes != pb.spans_nodes:
+            reason = (f"{role} changes from {_nodes(pa)} to {_nodes(pb)} ({pa.nodes_per_replica} -> "
+                      f"{pb.nodes_per_replica} nodes per replica): the Dynamo admission webhook refuses it in place")
+        elif pa.spans_nodes:
+            reason = (f"{role}'s multinode.nodeCount changes ({pa.nodes_per_replica} -> {pb.nodes_per_replica}): "
+                      "the Dynamo admission webhook (1.6) holds it immutable")
+        else:
+            continue
         if any(p.startswith(f"spec.placement.pools.{role}.") for p in changed.get(GroupId.placement, ())):
             out.setdefault(GroupId.placement, []).append(reason)
         if "spec.target.platform" in changed.get(GroupId.target, ()):
