@@ -54,9 +54,22 @@ def envtest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Envtest]:
             pytest.fail(f"cluster tests cannot run (STACKPIN_REQUIRE_ENVTEST=1): {reason}", pytrace=False)
         pytest.skip(f"no Kubernetes API server for the cluster tests: {reason}")
     try:
+        add_rack_nodes(env)
         yield env
     finally:
         starting.__exit__(None, None, None)
+
+
+def add_rack_nodes(env: Envtest) -> None:
+    """One Node per shipped platform, labelled as the catalog says its GPU nodes are: a stand-in for the racks
+    (no kubelet runs here; the API server stores Node objects like any other). apply's preflight looks for a
+    node matching each pool's nodeSelector (stackpin/deploy/clusterfacts.py) and warns when there is none."""
+    from stackpin.catalog import load_catalog
+
+    for name, platform in sorted(load_catalog().platforms.items()):
+        labels = {**platform.node_labels, "kubernetes.io/arch": platform.cpu_arch}
+        env.ok("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
+                                         "metadata": {"name": f"{name}-node-0", "labels": labels}})
 
 
 def dead_kubeconfig(directory: Path) -> tuple[Path, int]:

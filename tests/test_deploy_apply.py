@@ -102,8 +102,10 @@ def test_a_restart_class_change_is_applied_in_place(kube: Kube) -> None:
 def test_a_recreate_class_change_is_refused_then_done_computedomain_first(kube: Kube) -> None:
     """gb300-launch -> gb300-disagg-wide-ep: decode goes single-node -> multi-node, which Dynamo cannot
     do in place. Refused (nothing changes), then with --allow-recreate: the old DynamoGraphDeployment is
-    deleted (foreground) and gone before the new one is created, and its ComputeDomain exists first."""
+    deleted (foreground) and gone before the new one is created, and the ComputeDomain both use (the launch
+    stack is disaggregated across trays: it joins one too) is applied first and never deleted."""
     assert kube.apply("gb300-launch").exit_code == 0
+    assert kube.compute_domain() is not None
     before = kube.everything()
     old_uid = kube.dgd()["metadata"]["uid"]  # type: ignore[index]
     refused = kube.apply("gb300-disagg-wide-ep")
@@ -111,16 +113,16 @@ def test_a_recreate_class_change_is_refused_then_done_computedomain_first(kube: 
     [line] = refused.stderr.splitlines()
     assert f"{DGD_SUBJECT} in namespace {kube.namespace} needs delete and recreate" in line
     assert "component decode single-node -> multi-node (4 nodes)" in line and "--allow-recreate" in line
-    assert kube.everything() == before and kube.compute_domain() is None
+    assert kube.everything() == before
 
     with garbage_collector(kube) as events:
         allowed = kube.apply("gb300-disagg-wide-ep", "--allow-recreate")
     assert allowed.exit_code == 0, allowed.output
-    assert engines(allowed.stdout.splitlines())[:2] == [f"{CD_SUBJECT} created", f"{DGD_SUBJECT} recreated"]
+    assert engines(allowed.stdout.splitlines())[:2] == [f"{CD_SUBJECT} configured", f"{DGD_SUBJECT} recreated"]
     dgd = kube.dgd()
     assert dgd is not None and dgd["metadata"]["uid"] != old_uid
     assert [(t, k) for _, t, k, _ in sorted(events) if t != "MODIFIED"] == [
-        ("DELETED", "DynamoGraphDeployment"), ("ADDED", "ComputeDomain"), ("ADDED", "DynamoGraphDeployment")]
+        ("DELETED", "DynamoGraphDeployment"), ("ADDED", "DynamoGraphDeployment")]
 
 
 def test_switching_to_colocated_recreates_and_prunes_the_computedomain_after_its_user(kube: Kube) -> None:
@@ -190,7 +192,7 @@ def test_a_user_rbac_forbids_gets_one_line_and_nothing_is_written(kube: Kube) ->
     assert 'User "deployer" cannot get resource "leases"' in line
     assert kube.everything() == {}
     # With the Lease allowed, the first write refused is the first object applied: one line after the
-    # warnings on what preflight could not check (deployer may not read CRDs).
+    # warnings on what preflight could not check (deployer may read neither CRDs nor Nodes).
     kube.env.ok("POST", f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles", {
         "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "lease"},
         "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
@@ -205,7 +207,7 @@ def test_a_user_rbac_forbids_gets_one_line_and_nothing_is_written(kube: Kube) ->
     *warnings, line = result.stderr.splitlines()
     assert [w.split(" (forbidden)")[0] for w in warnings] == [
         "warning: cannot read CRD dynamographdeployments.nvidia.com",
-        "warning: cannot read CRD computedomains.resource.nvidia.com"]
+        "warning: cannot read CRD computedomains.resource.nvidia.com", "warning: cannot list nodes"]
     assert line.startswith(f"error: {attestation('gb300-disagg-wide-ep')}: ")  # the first object applied
     assert 'User "deployer" cannot patch resource "configmaps"' in line
     assert kube.everything() == {}

@@ -97,11 +97,11 @@ def test_diff_live_shows_the_prune_and_the_recreate_of_a_switch_to_colocated(kub
 
 
 def test_diff_live_shows_a_new_computedomain_created(kube: Kube) -> None:
-    assert kube.apply("gb300-launch").exit_code == 0
+    assert kube.apply("gb300-tuned").exit_code == 0  # colocated on one tray: no ComputeDomain
     code, data = live_diff(kube, lockfile("gb300-disagg-wide-ep"))
     assert code == 1
     assert actions(data) == [(attestation("gb300-disagg-wide-ep"), "created"), (CD_SUBJECT, "created"),
-                             (DGD_SUBJECT, "recreated"), (attestation("gb300-launch"), "pruned")]
+                             (DGD_SUBJECT, "recreated"), (attestation("gb300-tuned"), "pruned")]
     lines = the(data, CD_SUBJECT)["diff"].splitlines()
     assert lines[:2] == ["--- /dev/null", f"+++ dry-run/{CD_SUBJECT}"]
     assert "+kind: ComputeDomain" in lines and f"+  namespace: {kube.namespace}" in lines
@@ -177,8 +177,9 @@ def test_rollback_apply_refuses_a_recreate_writing_nothing_then_records_and_appl
     assert data["history"]["revision"] == 4 and data["history"]["recorded"] is True
     assert data["history"]["action"] == {"kind": "rollback", "revision": 2}
     assert data["apply"]["revision"] == 4 and data["apply"]["stack"] == "gb300-tuned"
+    # The launch stack's ComputeDomain (disaggregated across trays) goes with it: the tuned stack has none.
     assert actions(data["apply"]) == [(attestation("gb300-tuned"), "created"), (DGD_SUBJECT, "recreated"),
-                                      (attestation("gb300-launch"), "pruned")]
+                                      (attestation("gb300-launch"), "pruned"), (CD_SUBJECT, "pruned")]
     assert (history / "dynamo" / GB300 / "000004.yaml").is_file()
     dgd = kube.dgd()
     assert dgd is not None and dgd["metadata"]["annotations"]["stackpin.dev/revision"] == "4"

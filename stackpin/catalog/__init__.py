@@ -261,6 +261,14 @@ class HostPerGpu(_Fact):
     memory_gib: PositiveInt
 
 
+class ImageVolume(_Fact):
+    """The Kubernetes releases that have image volumes (behind a feature gate) and turn them on by default."""
+
+    since: str
+    default_on: str
+    feature_gate: str
+
+
 class Engine(_Fact):
     cudagraph_modes: tuple[str, ...]  # the closed set profiles choose from (profile.model.CudaGraphMode)
     full_decode_modes: tuple[str, ...]
@@ -278,6 +286,7 @@ class Engine(_Fact):
     startup_unknown_checkpoint_gib: float
     worker_shared_memory: str
     worker_host_per_gpu: HostPerGpu
+    image_volume: ImageVolume
     autotune_files: AutotuneFiles
     grove_name_limit: int
 

@@ -69,11 +69,30 @@ def lock_timeout() -> float:
     return 0.0 if given is None else float(given)
 
 
+STRICT_KEY = "strict_preflight"
+
+
+def _keep_strict(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    ctx.meta[STRICT_KEY] = value or None
+
+
+# For the commands that write a cluster (apply, rollback --apply); read with strict_preflight().
+STRICT = click.option(
+    "--strict", is_flag=True, expose_value=False, callback=_keep_strict,
+    help="Refuse, writing nothing, when preflight finds what would keep the pods from running as rendered "
+         "(no node matches a pool's nodeSelector, a server without image volumes); otherwise a warning.")
+
+
+def strict_preflight() -> bool:
+    return bool(click.get_current_context().meta.get(STRICT_KEY))
+
+
 def cluster_flags_given() -> list[str]:
-    """--request-timeout and --lock-timeout, when given (commands where they mean nothing refuse them)."""
+    """--request-timeout, --lock-timeout and --strict, when given (commands where they mean nothing refuse
+    them)."""
     meta = click.get_current_context().meta
-    return [flag for flag, key in (("--request-timeout", REQUEST_TIMEOUT), ("--lock-timeout", LOCK_TIMEOUT_KEY))
-            if meta.get(key) is not None]
+    return [flag for flag, key in (("--request-timeout", REQUEST_TIMEOUT), ("--lock-timeout", LOCK_TIMEOUT_KEY),
+                                   ("--strict", STRICT_KEY)) if meta.get(key) is not None]
 
 
 def cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -12,11 +12,13 @@ import click
 from stackpin.cli.common import (
     LOCK_TIMEOUT,
     OUTPUT,
+    STRICT,
     cluster_options,
     connect_cluster,
     emit,
     finite,
     lock_timeout,
+    strict_preflight,
     user_errors,
 )
 from stackpin.cli.history import HISTORY
@@ -52,6 +54,7 @@ def warn(message: str) -> None:
 @click.option("--timeout", type=finite(min=0, min_open=True), metavar="SECONDS",
               help="Limit for --wait, and for a recreated object to be gone (default: the stack's start-up budget).")
 @LOCK_TIMEOUT
+@STRICT
 @cluster_options
 @OUTPUT
 @user_errors
@@ -77,7 +80,7 @@ def apply(source: str, lockdir: str, history_dir: str, dry_run: bool, force_conf
     limit = timeout if timeout is not None else default_timeout_s(stack)
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
                            allow_recreate=allow_recreate, create_namespace=create_namespace, timeout_s=limit,
-                           lock_timeout_s=lock_timeout())
+                           lock_timeout_s=lock_timeout(), strict=strict_preflight())
     result = apply_stack(cluster, stack, options, progress=progress, warn=warn)
     if output == "text":
         print_applied(result)

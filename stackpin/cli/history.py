@@ -17,12 +17,14 @@ import click
 from stackpin.cli.common import (
     LOCK_TIMEOUT,
     OUTPUT,
+    STRICT,
     cluster_flags_given,
     cluster_options,
     connect_cluster,
     emit,
     finite,
     lock_timeout,
+    strict_preflight,
     user_errors,
 )
 
@@ -138,6 +140,7 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
               help="With --apply: limit for --wait and for a recreated object to be gone "
                    "(default: the stack's start-up budget).")
 @LOCK_TIMEOUT
+@STRICT
 @SIGNING_KEY
 @cluster_options
 @OUTPUT
@@ -198,7 +201,8 @@ def _rollback_apply(store: HistoryStore, key: DeploymentKey, deployments: Path, 
 
     cluster = connect_cluster(kubeconfig, context)
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
-                           allow_recreate=allow_recreate, timeout_s=timeout, lock_timeout_s=lock_timeout())
+                           allow_recreate=allow_recreate, timeout_s=timeout, lock_timeout_s=lock_timeout(),
+                           strict=strict_preflight())
     done = rollback_apply(cluster, store, key, deployments, options, to=to, message=message, progress=progress,
                           warn=warn)
     revision, result = done.revision, done.applied

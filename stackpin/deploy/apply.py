@@ -33,6 +33,7 @@ from stackpin.deploy.applyset import (
     read_parent,
     with_entry,
 )
+from stackpin.deploy.clusterfacts import cluster_facts
 from stackpin.deploy.kube import CONFIGMAPS, NAMESPACES, ApiResource, Cluster, ClusterError, Conflicts, Unreachable
 from stackpin.deploy.lease import LeaseLost, holding
 from stackpin.deploy.objects import DGD_KIND, ObjectKey, StackObjects, apply_rank, as_member, key_of, stack_objects
@@ -67,6 +68,7 @@ class ApplyOptions:
     create_namespace: bool = False
     timeout_s: float | None = None  # for a recreated object to be gone; default: the stack's start-up budget
     lock_timeout_s: float = 0.0  # how long to wait for another writer's Lease on the deployment (0: refuse at once)
+    strict: bool = False  # cluster_facts findings (no node for a pool, no image volumes) refuse instead of warn
 
 
 @dataclass(frozen=True)
@@ -273,6 +275,14 @@ def read_plan(cluster: Cluster, source: StackSource, options: ApplyOptions, note
     pre = preflight(cluster, stack.objects, ns)
     for note in pre.notes:
         notes.add(note)
+    facts = cluster_facts(cluster, stack.objects)
+    for note in facts.notes:
+        notes.add(note)
+    if facts.findings and options.strict:
+        raise ClusterError("\n".join(facts.findings), "fix the cluster or spec.target.nodeLabels, or apply without "
+                           "--strict to be warned only")
+    for finding in facts.findings:
+        notes.add(f"warning: {finding}")
     if pre.namespace_missing and not options.create_namespace:
         raise ClusterError(f"namespace {ns} does not exist", "create it, or pass --create-namespace")
     parent = read_parent(cluster.get(CONFIGMAPS, ns, parent_name(stack.deployment)), stack.deployment, ns)

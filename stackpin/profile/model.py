@@ -154,6 +154,18 @@ class KvCache(_Model):
 class Target(_Model):
     platform: PlatformName
     count: PositiveInt = Field(1, description="Racks (or nodes, for node platforms) the stack may use.")
+    node_labels: dict[str, str] | None = Field(
+        None, description="The labels this site's GPU nodes carry, replacing the platform's in every worker's "
+        "nodeSelector: for a label the catalog only estimates (GB300, Vera Rubin), or a site's own. "
+        "`stackpin apply` says before writing when no node matches.")
+
+    @field_validator("node_labels")
+    @classmethod
+    def _kubernetes_labels(cls, labels: dict[str, str] | None) -> dict[str, str] | None:
+        problems = label_problems(labels or {})
+        if problems:
+            raise ValueError("; ".join(problems))
+        return labels
 
 
 class Versions(_Model):

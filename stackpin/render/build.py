@@ -33,6 +33,7 @@ from stackpin.validate.graphs import empty_capture_list
 from stackpin.validate.placement import speculative_mismatch
 
 LABEL_PREFIX = "stackpin.dev/"
+ESTIMATES_ANNOTATION = f"{LABEL_PREFIX}estimates"  # cluster-facing facts the objects rest on that are estimates
 DGD_GROUP = "nvidia.com"
 COMPUTE_DOMAIN_API = "resource.nvidia.com/v1beta1"
 SYSTEM_PORT = 9090  # Dynamo's worker system server (/health, /live); the upstream recipes probe it
@@ -139,7 +140,9 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
                         "remove it from the profile")
     worker_env = tuple(sorted({**spec.kernels.env, **generated_env}.items()))
 
-    node_selector = tuple(sorted({**platform.node_labels, ARCH_KEY: platform.cpu_arch}.items()))
+    site_labels = spec.target.node_labels
+    node_labels = site_labels if site_labels is not None else platform.node_labels
+    node_selector = tuple(sorted({**node_labels, ARCH_KEY: platform.cpu_arch}.items()))
     fe_flags = argmod.frontend_flags(profile)
     if frontend_catalog:
         problems += argmod.check_flags(fe_flags, [frontend_catalog])
@@ -208,6 +211,11 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     }
     if cache:
         annotations[f"{LABEL_PREFIX}autotune-cache"] = cache.pinned
+    if site_labels is None and platform.is_estimate("node_labels"):
+        # A wrong label leaves every worker Pending with no hint: say on the object what it rests on.
+        selected = ", ".join(f"{k}={v}" for k, v in sorted(platform.node_labels.items()))
+        annotations[ESTIMATES_ANNOTATION] = (f"nodeSelector {selected}: the catalog's estimate for "
+                                             f"{spec.target.platform} (set spec.target.nodeLabels to your nodes')")
     return StackPlan(
         name=profile.name, deployment=deployment, namespace=profile.metadata.namespace, crd_version=pin.crd,
         image=image, cpu_arch=platform.cpu_arch,
