@@ -38,9 +38,19 @@ def test_upstream_examples_are_all_here() -> None:
     assert len(UPSTREAM_FILES) == 12
 
 
+# Upstream's own files that Dynamo's webhook, as read (docs/facts.md#admission-and-rollouts), refuses:
+# a 17-character multinode service leaves the PodCliqueSet name 8 characters, one over the Grove budget.
+REFUSED_UPSTREAM = {
+    "recipes_deepseek-v4_deepseek-v4-pro_vllm_disagg_gb200_deploy.yaml": [
+        "spec.services.VllmPrefillWorker: Grove names of 'VllmPrefillWorker' are 46 characters"],
+}
+
+
 @pytest.mark.parametrize("path", UPSTREAM_FILES, ids=lambda p: p.name)
 def test_upstream_example_validates(path: Path) -> None:
-    assert [str(e) for e in validate_paths([path])] == []
+    errors = [f"{e.path}: {e.reason}" for e in validate_paths([path])]
+    expected = REFUSED_UPSTREAM.get(path.name, [])
+    assert len(errors) == len(expected) and all(e.startswith(x) for e, x in zip(errors, expected, strict=True)), errors
 
 
 def test_upstream_examples_cover_every_bundled_kind() -> None:

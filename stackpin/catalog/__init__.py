@@ -288,7 +288,6 @@ class Engine(_Fact):
     worker_host_per_gpu: HostPerGpu
     image_volume: ImageVolume
     autotune_files: AutotuneFiles
-    grove_name_limit: int
 
     def max_capture_ceiling(self, sm_arch: str) -> int:
         """The cap of vLLM's default max capture size on a GPU of this SM arch (1024 on the SM100 family)."""
@@ -304,6 +303,35 @@ class Engine(_Fact):
         return self
 
 
+class GroveNames(_Sourced):
+    """The Grove name budget Dynamo's webhook checks (dynamo_admission.yaml says how it is counted)."""
+
+    limit: PositiveInt
+    role_suffixes: tuple[str, ...]
+    min_pcs_name: PositiveInt
+    hash_hex: PositiveInt
+
+
+class AdmissionRule(_Fact):
+    """A create rule of Dynamo's (webhook or newer CRD) as CEL over the value at `path`."""
+
+    api_version: str
+    kind: str = "DynamoGraphDeployment"
+    path: str
+    field: str
+    rule: str
+    message: str
+    optional_old_self: bool = False
+    origin: Literal["webhook", "cel"]
+    source: str
+
+
+class DynamoAdmission(_Fact):
+    source: str
+    grove_names: GroveNames
+    rules: tuple[AdmissionRule, ...]
+
+
 class Catalog(_Fact):
     gpus: dict[str, Gpu]
     platforms: dict[str, Platform]
@@ -311,6 +339,7 @@ class Catalog(_Fact):
     versions: Versions
     engine: Engine
     dynamo_parsers: dict[str, DynamoParsers]
+    dynamo_admission: DynamoAdmission
 
     def model_for(self, model_id: str) -> tuple[str, ModelFacts] | None:
         """Catalog entry for a Hugging Face id (or a catalog key), if the catalog knows the model."""
@@ -383,6 +412,7 @@ def _load(sites: tuple[Path, ...]) -> Catalog:
         versions=_versions(sites),
         engine=_read("engine.yaml"),
         dynamo_parsers=_read("dynamo_parsers.yaml")["dynamo"],
+        dynamo_admission=_read("dynamo_admission.yaml"),
     )
 
 

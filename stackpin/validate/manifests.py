@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
     from jsonschema.protocols import Validator
 
+    from stackpin.validate.admission import CelRule
+
 __all__ = ["ManifestError", "validate_objects", "validate_paths"]
 
 _CRD_DIR = Path(__file__).with_name("crds")
@@ -166,6 +168,11 @@ def _validate_object(origin: str, obj: Any) -> list[ManifestError]:
     if validator is None:
         return [ManifestError(origin, resource, "", f"no schema for {api_version}/{kind}")]
     findings = {finding for error in validator.iter_errors(obj) for finding in _findings(error)}
+    rules = _crd_cel_rules().get((api_version, kind))
+    if rules is not None and not findings:  # CEL runs on objects that pass the schema, as in the API server
+        from stackpin.validate.admission import admission_problems
+
+        findings.update(admission_problems(api_version, kind, obj, rules))
     return [
         ManifestError(origin, resource, _format_path(path), reason)
         for path, reason in sorted(findings, key=lambda f: (_path_key(f[0]), f[1]))
@@ -331,18 +338,41 @@ def crd_json_schema(openapi_schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def crd_extract() -> str:
-    """The text of crds/crd-json-schemas.json for the bundled CRDs."""
-    schemas = {f"{api}|{kind}": crd_json_schema(schema) for (api, kind), schema in crd_schemas_from_yaml().items()}
-    return json.dumps({"sources": _crd_sources(), "schemas": schemas}, sort_keys=True) + "\n"
+    """The text of crds/crd-json-schemas.json for the bundled CRDs: JSON Schemas and CEL rules."""
+    from stackpin.validate.admission import crd_rules, rule_to_json
+
+    yaml_schemas = crd_schemas_from_yaml()
+    schemas = {f"{api}|{kind}": crd_json_schema(schema) for (api, kind), schema in yaml_schemas.items()}
+    cel = {f"{api}|{kind}": [rule_to_json(r) for r in crd_rules(schema)]
+           for (api, kind), schema in yaml_schemas.items()}
+    return json.dumps({"sources": _crd_sources(), "schemas": schemas, "cel": cel}, sort_keys=True) + "\n"
+
+
+@functools.cache
+def _crd_extract() -> dict[str, Any]:
+    if _CRD_EXTRACT.is_file():
+        extract: dict[str, Any] = json.loads(_CRD_EXTRACT.read_text(encoding="utf-8"))
+        if extract.get("sources") == _crd_sources():
+            return extract
+    return dict(json.loads(crd_extract()))
 
 
 @functools.cache
 def _crd_json_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    if _CRD_EXTRACT.is_file():
-        extract = json.loads(_CRD_EXTRACT.read_text(encoding="utf-8"))
-        if extract.get("sources") == _crd_sources():
-            return {tuple(key.split("|", 1)): schema for key, schema in extract["schemas"].items()}
-    return {key: crd_json_schema(schema) for key, schema in crd_schemas_from_yaml().items()}
+    return {_key(key): schema for key, schema in _crd_extract()["schemas"].items()}
+
+
+@functools.cache
+def _crd_cel_rules() -> dict[tuple[str, str], list[CelRule]]:
+    """(apiVersion, kind) -> the CRD's CEL rules, for every served version of every bundled CRD."""
+    from stackpin.validate.admission import rule_from_json
+
+    return {_key(key): [rule_from_json(r) for r in rules] for key, rules in _crd_extract()["cel"].items()}
+
+
+def _key(text: str) -> tuple[str, str]:
+    api, kind = text.split("|", 1)
+    return api, kind
 
 
 def _structural_to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
