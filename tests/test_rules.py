@@ -335,6 +335,9 @@ CASES = [
     Case("SP228", "warning", "spec.versions.dynamo", PINS_1_5, {}),
     # ... and a Dynamo whose parser lists stackpin lacks is unchecked.
     Case("SP229", "warning", "spec.versions.dynamo", OLD_PINS, {}),
+    # Extra --compilation-config keys (Dynamo's recipes set custom_ops): only CompilationConfig's own.
+    Case("SP230", "error", "spec.cudaGraphs.compilation", {"spec.cudaGraphs.compilation": {"custom_opz": ["all"]}},
+         {"spec.cudaGraphs.compilation": {"custom_ops": ["all"], "pass_config": {"fuse_allreduce_rms": True}}}),
     Case("SP214", "warning", "spec.kernels.linear", {"spec.kernels.linear": "triton"}, {}, base="gb300-tuned",
          label="linear"),
 ]

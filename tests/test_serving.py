@@ -74,3 +74,34 @@ def test_parser_lists_are_what_the_runtime_wheel_says() -> None:
     committed = load_catalog().dynamo_parsers["1.6.1"]
     assert (tuple(fresh["tool"]), tuple(fresh["reasoning"]), fresh["sha256"]) == (
         committed.tool, committed.reasoning, committed.sha256)
+
+
+def test_compilation_extras_and_a_pools_own_env_reach_its_workers() -> None:
+    """What Dynamo's V4 recipes set that the CUDA graph fields do not model (`custom_ops`, `pass_config` in
+    --compilation-config) and env for one pool only (the V4 Pro recipe tunes its prefill workers)."""
+    import json
+
+    lock = shipped_locks()["gb300-disagg-wide-ep"]
+    lock = with_profile_value(lock, ("spec", "cudaGraphs", "compilation"),
+                              {"custom_ops": ["all"], "pass_config": {"fuse_allreduce_rms": True}})
+    lock = with_profile_value(lock, ("spec", "placement", "pools", "prefill", "env"),
+                              {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": "1024"})
+    dgd = build_objects(lock)[0]
+    containers = {c["name"]: c["podTemplate"]["spec"]["containers"][0] for c in dgd["spec"]["components"]}
+    for role in ("prefill", "decode"):
+        args = containers[role]["args"]
+        config = json.loads(args[args.index("--compilation-config") + 1])
+        assert config["custom_ops"] == ["all"] and config["pass_config"] == {"fuse_allreduce_rms": True}
+        assert config["cudagraph_mode"] == "FULL_AND_PIECEWISE"  # the modelled keys stay the profile's
+    env = {role: {e["name"]: e["value"] for e in c["env"]} for role, c in containers.items() if role != "frontend"}
+    assert env["prefill"]["VLLM_SPARSE_INDEXER_MAX_LOGITS_MB"] == "1024"
+    assert "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB" not in env["decode"]
+    # A pool's env may not set what render derives, and a modelled compilation key belongs to cudaGraphs.
+    clash = with_profile_value(lock, ("spec", "placement", "pools", "decode", "env"), {"HF_HOME": "/elsewhere"})
+    with pytest.raises(RenderError, match="spec.placement.pools.decode.env sets HF_HOME"):
+        build_objects(clash)
+    from pydantic import ValidationError
+
+    modelled = with_profile_value(lock, ("spec", "cudaGraphs", "compilation"), {"cudagraph_mode": "NONE"})
+    with pytest.raises(ValidationError, match="cudagraph_mode: set by cudaGraphs.mode"):
+        modelled.stack_profile  # noqa: B018 - reading it validates the profile

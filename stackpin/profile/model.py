@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 from pydantic.alias_generators import to_camel
 
 from stackpin.catalog import load_catalog
@@ -181,6 +181,15 @@ class Versions(_Model):
         return _checked(value, image_ref_problem)
 
 
+def checked_env(env: dict[str, str]) -> dict[str, str]:
+    """Environment variables a container can carry: valid names, no NUL in a value."""
+    problems = [f"{name[:80]!r} {env_name_problem(name)}" for name in env if env_name_problem(name)]
+    problems += [f"{name}: the value holds a NUL byte" for name, value in env.items() if "\0" in value]
+    if problems:
+        raise ValueError("; ".join(problems))
+    return env
+
+
 class Kernels(_Model):
     attention: str | None = None
     moe: str | None = None
@@ -191,11 +200,7 @@ class Kernels(_Model):
     @field_validator("env")
     @classmethod
     def _env(cls, env: dict[str, str]) -> dict[str, str]:
-        problems = [f"{name[:80]!r} {env_name_problem(name)}" for name in env if env_name_problem(name)]
-        problems += [f"{name}: the value holds a NUL byte" for name, value in env.items() if "\0" in value]
-        if problems:
-            raise ValueError("; ".join(problems))
-        return env
+        return checked_env(env)
 
 
 class Autotune(_Model):
@@ -208,10 +213,38 @@ class Autotune(_Model):
         return _checked(value, image_ref_problem)
 
 
+# The keys of vLLM's --compilation-config that spec.cudaGraphs models (render/args.py compilation_config).
+MODELLED_COMPILATION_KEYS = frozenset({"cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size"})
+
+
 class CudaGraphs(_Model):
     mode: CudaGraphMode = CudaGraphMode.FULL_AND_PIECEWISE
     capture_sizes: list[PositiveInt] | None = None
     max_capture_size: PositiveInt | None = None
+    compilation: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Other keys of vLLM's --compilation-config, written beside the CUDA graph "
+        "keys above (Dynamo's DeepSeek V4 recipes: `custom_ops: [all]`, `mode`, `pass_config`); checked against "
+        "the pinned vLLM's CompilationConfig.")
+
+    @field_validator("compilation")
+    @classmethod
+    def _compilation(cls, extra: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        modelled = sorted(set(extra) & MODELLED_COMPILATION_KEYS)
+        if modelled:
+            raise ValueError(f"{', '.join(modelled)}: set by cudaGraphs.mode, captureSizes and maxCaptureSize")
+        if problem := value_problem(extra):
+            raise ValueError(problem)
+        return extra
+
+    def compilation_config(self) -> dict[str, Any]:
+        """vLLM's --compilation-config for these settings: the modelled CUDA graph keys and the extra ones."""
+        config: dict[str, Any] = {**self.compilation, "cudagraph_mode": self.mode.value}
+        if self.capture_sizes is not None:
+            # vLLM de-duplicates and sorts the list itself; doing it here keeps the bytes canonical.
+            config["cudagraph_capture_sizes"] = sorted(set(self.capture_sizes))
+        if self.max_capture_size is not None:
+            config["max_cudagraph_capture_size"] = self.max_capture_size
+        return config
 
 
 class Speculative(_Model):
@@ -252,6 +285,9 @@ class Pool(_Model):
     max_num_batched_tokens: PositiveInt | None = None
     gpu_memory_utilization: Annotated[Number, Field(gt=0, le=1)] = 0.9
     speculative: Speculative | None = Field(None, description="Overrides spec.speculative for this pool.")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Environment variables of this pool's workers only, over spec.kernels.env "
+        "(Dynamo's V4 Pro recipe tunes its prefill workers' FP4 MoE and indexer limits this way).")
     engine_args: dict[str, EngineArgValue] = Field(
         default_factory=dict, description="vLLM flags stackpin does not model (`--max-logprobs: 20`, `--x: true` "
         "for a switch, a mapping for a JSON config), checked against the pinned vLLM and rendered after the "
@@ -261,6 +297,11 @@ class Pool(_Model):
         "pinned Dynamo.")
     # GPUs per replica, nodes, pods and parallel sizes are derived in topology.py, nowhere else.
 
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, env: dict[str, str]) -> dict[str, str]:
+        return checked_env(env)
 
     @field_validator("engine_args", "dynamo_args", mode="before")
     @classmethod

@@ -105,14 +105,7 @@ def speculative_config(spec: Speculative, target_revision: str,
 
 
 def compilation_config(profile: StackProfile) -> dict[str, Any]:
-    graphs = profile.spec.cuda_graphs
-    config: dict[str, Any] = {"cudagraph_mode": graphs.mode.value}
-    if graphs.capture_sizes is not None:
-        # vLLM de-duplicates and sorts the list itself; doing it here keeps the bytes canonical.
-        config["cudagraph_capture_sizes"] = sorted(set(graphs.capture_sizes))
-    if graphs.max_capture_size is not None:
-        config["max_cudagraph_capture_size"] = graphs.max_capture_size
-    return config
+    return profile.spec.cuda_graphs.compilation_config()
 
 
 def autotune_flags(profile: StackProfile, vllm: FlagCatalog | None) -> list[Flag]:

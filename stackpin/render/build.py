@@ -134,11 +134,15 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     # Workers and the frontend (which loads the tokenizer) read the model from the volume.
     model_env = {"HF_HOME": store.mount_path, "HF_HUB_OFFLINE": "1" if store.offline else "0"} if store else {}
     generated_env.update(model_env)
-    clash = sorted(set(spec.kernels.env) & set(generated_env))
-    if clash:
-        problems.append(f"spec.kernels.env sets {', '.join(clash)}, which render derives from the stack; "
-                        "remove it from the profile")
-    worker_env = tuple(sorted({**spec.kernels.env, **generated_env}.items()))
+    for where, env in (("spec.kernels.env", spec.kernels.env),
+                       *((f"spec.placement.pools.{p.role}.env", p.spec.env) for p in topology.pools)):
+        clash = sorted(set(env) & set(generated_env))
+        if clash:
+            problems.append(f"{where} sets {', '.join(clash)}, which render derives from the stack; "
+                            "remove it from the profile")
+    if vllm is not None:
+        # SP230 refuses these; a lock made around validation must not render either.
+        problems += vllm.check_value("--compilation-config", argmod.compilation_config(profile))
 
     site_labels = spec.target.node_labels
     node_labels = site_labels if site_labels is not None else platform.node_labels
@@ -170,7 +174,7 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
             problems += [f"{role}: {p}" for p in argmod.check_flags(flags, worker_catalogs)]
         components.append(ComponentPlan(
             name=role, replicas=pool.replicas, command=argmod.WORKER_COMMAND, args=tuple(argmod.flatten(flags)),
-            env=worker_env,
+            env=tuple(sorted({**spec.kernels.env, **pool.spec.env, **generated_env}.items())),
             startup=Probe("/health", SYSTEM_PORT, period, math.ceil(budget / period)),
             readiness=Probe("/health", SYSTEM_PORT, period, 3),
             liveness=Probe("/live", SYSTEM_PORT, period, 6),

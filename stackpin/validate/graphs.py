@@ -219,3 +219,14 @@ def graph_downgrade(ctx: Context) -> Iterator[Hit]:
         yield Hit(_G + ("mode",), f"cudaGraphs.mode {mode} runs as {runs}: {why}; prefill and mixed batches run "
                   "without graphs", "set kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH to \"1\" (vLLM's own default for "
                   f"this model when it is unset), or declare cudaGraphs.mode: {runs}")
+
+
+@rule("SP230", Severity.error, "--compilation-config key the pinned vLLM lacks")
+def compilation_keys(ctx: Context) -> Iterator[Hit]:
+    """spec.cudaGraphs.compilation is written into vLLM's --compilation-config beside the modelled keys: vLLM
+    refuses a key its CompilationConfig does not have, and every worker fails at start."""
+    if ctx.vllm is None:
+        return
+    for problem in ctx.vllm.check_value("--compilation-config", ctx.profile.spec.cuda_graphs.compilation_config()):
+        yield Hit(("spec", "cudaGraphs", "compilation"), f"{problem}: vLLM {ctx.profile.spec.versions.vllm} refuses it "
+                  "at start", "write only keys of vLLM's CompilationConfig (docs/engine-args.md)")
