@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from stackpin.imports.dgd import Component, Dgd
+from stackpin.lock.canonical import canonical_json
 
 SWITCH = "(switch)"
 ABSENT = None
@@ -66,7 +67,7 @@ def flag_items(argv: Iterable[str]) -> dict[str, str]:
         if not parsed:
             out[name] = "{}"
         for key, inner in parsed.items():
-            out[f"{name}.{key}"] = json.dumps(inner, sort_keys=True, separators=(",", ":"))
+            out[f"{name}.{key}"] = canonical_json(inner).decode("utf-8")
     return out
 
 

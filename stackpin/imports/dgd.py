@@ -13,7 +13,6 @@ already-parsed objects and raises `DgdError` (one line) on a field of the wrong 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Any
 
 from stackpin.errors import StackpinError, clip
 from stackpin.imports.shell import ShellError, parse_script
+from stackpin.lock.canonical import canonical_json
 
 DGD_KIND = "DynamoGraphDeployment"
 GPU = "nvidia.com/gpu"
@@ -319,7 +319,7 @@ def _component(name: str, raw: Mapping[str, Any], v1alpha1: bool, where: str,
         item = _map(rc, f"{where}.resourceClaims[{i}]")
         resource_claims.append((_text(item.get("name"), f"{where}.resourceClaims[{i}].name"),
                                 _text(item.get("resourceClaimTemplateName", ""), f"{where}.resourceClaims[{i}]")))
-    tolerations = [json.dumps(_map(t, f"{where}.tolerations[{i}]"), sort_keys=True, separators=(",", ":"))
+    tolerations = [canonical_json(_map(t, f"{where}.tolerations[{i}]")).decode("utf-8")
                    for i, t in enumerate(_list(pod.get("tolerations"), f"{where}.tolerations"))]
     image = container.get("image")
     return Component(

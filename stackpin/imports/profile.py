@@ -13,14 +13,18 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.flags import dynamo_catalog, vllm_catalog
+from stackpin.catalog.version import parse_version
 from stackpin.errors import StackpinError
 from stackpin.imports.compare import SWITCH, options, other_components, roles
 from stackpin.imports.dgd import GPU, Component, Dgd
 from stackpin.profile.k8s_names import DNS_LABEL_PATTERN
+
+if TYPE_CHECKING:
+    from packaging.version import Version
 
 # Flags the profile models (consumed here; render writes them back from the profile).
 _MODELLED = {"--model", "--revision", "--tokenizer-mode", "--tensor-parallel-size", "--pipeline-parallel-size",
@@ -101,8 +105,9 @@ def _versions(image: str | None, given: str | None, catalog: Catalog, notes: lis
             "nixl": pin.nixl, "runtimeImage": image or f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{version}"}
 
 
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"[0-9]+", version)[:3])
+def _key(version: str) -> Version:
+    """Its release numbers as a PEP 440 version (an image tag's `1.2.0-deepseek-v4-cuda13-dev.3` is 1.2.0)."""
+    return parse_version(".".join(re.findall(r"[0-9]+", version)[:3]) or "0")
 
 
 def _platform(worker: Component, given: str | None, catalog: Catalog) -> str:
