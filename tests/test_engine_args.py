@@ -77,7 +77,7 @@ def test_passed_flags_follow_the_modelled_ones_sorted_vllm_then_dynamo() -> None
     plain = _worker_args(lock)
     pool = ("spec", "placement", "pools", "worker")
     lock = with_profile_value(with_profile_value(lock, (*pool, "engineArgs"), PASSED), (*pool, "dynamoArgs"),
-                    {"--router-track-active-blocks": True})
+                    {"--use-vllm-tokenizer": True})
     args = _worker_args(lock)
     # ... the modelled flags end with the disaggregation mode and the model's parsers (profile/serving.py)
     assert args[: len(plain)] == plain and plain[-6:-4] == ["--disaggregation-mode", "agg"]
@@ -85,7 +85,7 @@ def test_passed_flags_follow_the_modelled_ones_sorted_vllm_then_dynamo() -> None
     assert args[len(plain):] == [
         "--attention-config", '{"backend":"FLASHMLA","flash_attn_version":3}', "--enable-log-requests",
         "--kv-cache-memory-bytes", "64G", "--max-logprobs", "20", "--scheduling-policy", "priority",
-        "--router-track-active-blocks"]
+        "--use-vllm-tokenizer"]
     assert _worker_args(lock) == args  # same lock, same argv
 
 
@@ -101,6 +101,8 @@ def test_render_refuses_what_validation_refuses() -> None:
         with pytest.raises(RenderError, match="worker engineArgs") as info:
             build_objects(with_profile_value(lock, pool, args))
         assert says in str(info.value), str(info.value)
+    with pytest.raises(RenderError, match="worker dynamoArgs --router-mode: a router flag; routing is the frontend's"):
+        build_objects(with_profile_value(lock, (*pool[:-1], "dynamoArgs"), {"--router-mode": "round-robin"}))
 
 
 # --- the modelled-flag table is what render writes -------------------------------------------------

@@ -252,7 +252,7 @@ CASES = [
          {f"{W}.engineArgs": {"--max-logprobs": 20}}),
     # A Dynamo option passed as a vLLM one (the hint says where it belongs).
     Case("SP221", "error", f"{W}.dynamoArgs.--max-logprobs", {f"{W}.dynamoArgs": {"--max-logprobs": 20}},
-         {f"{W}.dynamoArgs": {"--router-track-active-blocks": True}}, label="wrong-half"),
+         {f"{W}.dynamoArgs": {"--use-vllm-tokenizer": True}}, label="wrong-half"),
     Case("SP222", "error", f"{W}.engineArgs.--mamba-cache-mode", {f"{W}.engineArgs": {"--mamba-cache-mode": "fancy"}},
          {f"{W}.engineArgs": {"--mamba-cache-mode": "align"}}),
     Case("SP223", "error", f"{W}.engineArgs.--enable-log-requests",
@@ -283,10 +283,17 @@ CASES = [
          label="json-key"),
     Case("SP225", "error", f"{W}.dynamoArgs.--disaggregation-mode",
          {f"{W}.dynamoArgs": {"--disaggregation-mode": "agg"}},
-         {f"{W}.dynamoArgs": {"--router-track-active-blocks": True}}, label="dynamo"),
+         {f"{W}.dynamoArgs": {"--use-vllm-tokenizer": True}}, label="dynamo"),
+    # Routing is the frontend's: --router-mode (or DYN_ROUTER_MODE) on a worker replaces it wholesale.
+    Case("SP231", "error", f"{D}.dynamoArgs.--router-mode", {f"{D}.dynamoArgs": {"--router-mode": "round-robin"}},
+         {f"{D}.dynamoArgs": {"--use-vllm-tokenizer": True}}, base="gb300-disagg-wide-ep"),
+    Case("SP231", "error", "spec.kernels.env.DYN_ROUTER_MODE", {"spec.kernels.env.DYN_ROUTER_MODE": "kv"},
+         {"spec.kernels.env.DYN_LOG": "info"}, label="env"),
+    Case("SP231", "error", f"{W}.dynamoArgs.--router-temperature", {f"{W}.dynamoArgs": {"--router-temperature": 0.5}},
+         {}, label="other-router-flag"),
     Case("SP226", "warning", f"{W}.dynamoArgs.--router-queue-policy",
          {f"{W}.dynamoArgs": {"--router-queue-policy": "fcfs"}},
-         {f"{W}.dynamoArgs": {"--router-track-active-blocks": True}}),
+         {f"{W}.dynamoArgs": {"--use-vllm-tokenizer": True}}),
     # validate --upgrade-to: no Dynamo ships vLLM 0.33.0 (quiet when the profile is on it already) ...
     Case("SP241", "error", "spec.versions.dynamo", {}, VLLM_033, upgrade="0.33.0"),
     # ... and 0.31.0 ships in Dynamo 1.6.1, whose pins the hint lists (quiet from a profile already on it).

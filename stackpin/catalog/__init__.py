@@ -269,6 +269,13 @@ class ImageVolume(_Fact):
     feature_gate: str
 
 
+class WorkerRouter(_Fact):
+    """Where Dynamo's worker takes router flags (engine.yaml says what they do there)."""
+
+    defined_in: tuple[str, ...]  # the package files of the router option groups (a catalog option's defined_in)
+    mode_flag: str  # the flag (or its env var) that makes a worker set advertise its own routing
+
+
 class Engine(_Fact):
     cudagraph_modes: tuple[str, ...]  # the closed set profiles choose from (profile.model.CudaGraphMode)
     full_decode_modes: tuple[str, ...]
@@ -288,6 +295,7 @@ class Engine(_Fact):
     worker_host_per_gpu: HostPerGpu
     image_volume: ImageVolume
     autotune_files: AutotuneFiles
+    worker_router: WorkerRouter
 
     def max_capture_ceiling(self, sm_arch: str) -> int:
         """The cap of vLLM's default max capture size on a GPU of this SM arch (1024 on the SM100 family)."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
 
+from stackpin.catalog import WorkerRouter, load_catalog
 from stackpin.catalog.flags import FlagCatalog, OptionUse, dynamo_catalog
 from stackpin.profile.engine_args import (
     MODELLED_DYNAMO,
@@ -330,15 +331,57 @@ def renders(option: str, profile: StackProfile, pool: Pool, vllm: FlagCatalog | 
     return option
 
 
+# --- routing is the frontend's ---------------------------------------------------------------------
+
+def _router_option(p: PassedFlag, facts: WorkerRouter) -> OptionUse | None:
+    """The worker router option a dynamoArgs flag reaches (engine.yaml worker_router), else None."""
+    known = _known(p) if p.kind == "dynamoArgs" else None
+    return known[1] if known is not None and known[1].option.defined_in in facts.defined_in else None
+
+
+def _router_text(flag: str, facts: WorkerRouter, router: str) -> str:
+    if flag == facts.mode_flag:
+        return (f"{flag} on a worker makes its worker set advertise its own routing, which replaces the "
+                f"frontend's (spec.placement.router: {router}) for it wholesale")
+    return (f"{flag} is a router flag: a worker reads it only with {facts.mode_flag}, which replaces the "
+            "frontend's routing; without it the flag does nothing")
+
+
+@rule("SP231", Severity.error, "router flag on a worker")
+def worker_router_flag(ctx: Context) -> Iterator[Hit]:
+    facts = ctx.catalog.engine.worker_router
+    router = str(ctx.profile.spec.placement.router)
+    hint = "routing is the frontend's: set spec.placement.router and remove it here"
+    for p in _all(ctx):
+        if (use := _router_option(p, facts)) is not None:
+            yield Hit(p.path, _router_text(use.flag, facts, router), hint)
+    catalog = dynamo_catalog(ctx.profile.spec.versions.dynamo, "worker_vllm")
+    if catalog is None:
+        return
+    # The worker's router flags read their env vars as defaults (DYN_ROUTER_MODE, ...): the same override.
+    env_flags = {o.env_var: flag for flag, o in catalog.flags.items()
+                 if o.env_var and o.defined_in in facts.defined_in}
+    envs: list[tuple[FieldPath, dict[str, str]]] = [(("spec", "kernels", "env"), ctx.profile.spec.kernels.env)]
+    envs += [((*path, "env"), pool.spec.env) for _, path, pool in pools(ctx)]
+    for where, env in envs:
+        for name in sorted(set(env) & set(env_flags)):
+            flag = env_flags[name]
+            yield Hit((*where, name), f"{name} sets {flag}: {_router_text(flag, facts, router)}", hint)
+
+
 def flag_problems(profile: StackProfile, role: Role, pool: Pool, vllm: FlagCatalog | None) -> list[str]:
-    """What makes render refuse a pool's passed flags: the errors of SP221-SP225 as one line each."""
+    """What makes render refuse a pool's passed flags: the errors of SP221-SP225 and SP231 as one line each."""
     out = []
+    facts = load_catalog().engine.worker_router
     for p in passed_flags(profile, role, pool, vllm):
         where = f"{role} {p.kind} {p.flag}"
         if p.catalog is None:
             continue
         if (known := _known(p)) is None:
             out.append(f"{where}: not an option of {p.catalog.name}")
+            continue
+        if _router_option(p, facts) is not None:
+            out.append(f"{where}: a router flag; routing is the frontend's (spec.placement.router)")
             continue
         catalog, use = known
         found = p.modelled
