@@ -123,12 +123,25 @@ def test_autotune_off_uses_what_the_pinned_vllm_has() -> None:
     assert a.autotune_flags(_profile(spec__autotune={"mode": "tune"}), a.vllm_catalog("0.31.0")) == []
 
 
+def test_migration_limit_is_the_frontends_and_checked_against_the_pinned_dynamo() -> None:
+    # Dynamo's default (0) fails every in-flight request of a lost decode pod; the profile's default is 3.
+    assert a.frontend_args(_profile())[-2:] == ["--migration-limit", "3"]
+    off = a.frontend_flags(_profile(spec__placement__migrationLimit=0))
+    assert ("--migration-limit", "0") in off
+    pinned = a.dynamo_catalog("1.6.1", "frontend")
+    assert pinned is not None and a.check_flags(off, [pinned]) == []
+    older = FlagCatalog(name="Dynamo test frontend", version="test", options=pinned.options - {"--migration-limit"})
+    assert a.check_flags(off, [older]) == ["--migration-limit is not an option of Dynamo test frontend"]
+    with pytest.raises(ValueError, match="greater than or equal to 0"):
+        _profile(spec__placement__migrationLimit=-1)
+
+
 def test_kv_events_follow_the_router_and_prefix_caching() -> None:
     on = _profile()
     pool = on.spec.placement.pools.worker
     assert pool is not None
     assert "--kv-events-config" in a.engine_args(on, "worker", pool, model_revision="x")
-    assert a.frontend_args(on) == ["--http-port", "8000", "--router-mode", "kv"]
+    assert a.frontend_args(on) == ["--http-port", "8000", "--router-mode", "kv", "--migration-limit", "3"]
     off = _profile(spec__kvCache__events=False)
     assert "--kv-events-config" not in a.engine_args(off, "worker", pool, model_revision="x")
     assert a.frontend_args(off)[-1] == "--no-router-kv-events"
@@ -136,7 +149,7 @@ def test_kv_events_follow_the_router_and_prefix_caching() -> None:
     argv = a.engine_args(no_prefix, "worker", pool, model_revision="x")
     assert "--no-enable-prefix-caching" in argv and "--kv-events-config" not in argv
     rr = _profile(spec__placement__router="round-robin")
-    assert a.frontend_args(rr) == ["--http-port", "8000", "--router-mode", "round-robin"]
+    assert a.frontend_args(rr)[:4] == ["--http-port", "8000", "--router-mode", "round-robin"]
     assert "--kv-events-config" not in a.engine_args(rr, "worker", pool, model_revision="x")
 
 

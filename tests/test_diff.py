@@ -257,6 +257,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("gb300-tuned", {"spec.cudaGraphs.captureSizes": [8, 16]}, {}),
     ("gb300-tuned", {"spec.speculative.numSpeculativeTokens": 3}, {}),
     ("gb300-tuned", {"spec.placement.router": "round-robin"}, {}),
+    ("gb300-tuned", {"spec.placement.migrationLimit": 0}, {}),
     ("gb300-tuned", {f"{W}.maxNumSeqs": 32}, {}),
     ("gb300-tuned", {f"{W}.replicas": 9}, {}),
     ("gb300-tuned", {f"{W}.speculative": {"method": None}}, {}),

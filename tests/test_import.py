@@ -32,6 +32,8 @@ STATED = {
     "flag --http-port": "dynamo.frontend's default port, stated for the probes",
     "flag --router-mode": "the DGD's router (its flag, DYN_ROUTER_MODE, or Dynamo's round-robin default), stated",
     "env DYN_ROUTER_MODE": "carried as --router-mode",
+    "flag --migration-limit": "the DGD's migration limit (its flag, DYN_MIGRATION_LIMIT, or Dynamo's 0), stated",
+    "env DYN_MIGRATION_LIMIT": "carried as --migration-limit",
     "flag --no-router-kv-events": "workers publish no KV events: the KV router predicts",
     "flag --data-parallel-size": "vLLM's default 1, stated",
     "flag --pipeline-parallel-size": "vLLM's default 1, stated",

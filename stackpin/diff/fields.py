@@ -298,6 +298,8 @@ def _placement_rollout(rest: Path, a: Side, b: Side, pools: set[str], everything
     if field == "router":
         # The frontend's --router-mode; the workers' KV event publisher follows the KV router.
         return _restart({FRONTEND} | (pools if _frontend_if_kv_events_differ(a, b) else set()))
+    if field == "migrationLimit":
+        return _restart({FRONTEND}, "the frontend's --migration-limit")
     if field == "kvConnector":
         if b.topology.mode != Placement.disaggregated:
             return _none("used only when disaggregated")

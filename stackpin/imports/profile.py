@@ -271,6 +271,14 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
     fe_env = frontend.env_values() if frontend else {}
     router = fe_opts.get("--router-mode") or fe_env.get("DYN_ROUTER_MODE") or "round-robin"
     placement: dict[str, Any] = {"mode": "disaggregated" if disaggregated else "colocated", "router": router}
+    # The DGD's request migration as it runs: its flag, DYN_MIGRATION_LIMIT, or Dynamo's default 0 (off).
+    migration = str(fe_opts.get("--migration-limit") or fe_env.get("DYN_MIGRATION_LIMIT") or "0")
+    if migration.isdigit():
+        placement["migrationLimit"] = int(migration)
+    else:
+        notes.append(Note(frontend.name if frontend else "frontend", "--migration-limit",
+                          f"{migration!r} is not a count; Dynamo's default 0 (no migration) carried over"))
+        placement["migrationLimit"] = 0
     if transfer.get("kv_connector"):
         placement["kvConnector"] = transfer["kv_connector"]
     for key in sorted(set(transfer) - {"kv_connector", "kv_role"}):
@@ -296,7 +304,7 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
     unit = per_unit.gpus_per_node * per_unit.nodes  # one rack, or one node
     if gpus > unit:
         spec["target"]["count"] = -(-gpus // unit)
-    for option in sorted(set(fe_opts) - {"--router-mode", "--http-port", "--no-router-kv-events"}):
+    for option in sorted(set(fe_opts) - {"--router-mode", "--http-port", "--no-router-kv-events", "--migration-limit"}):
         notes.append(Note(frontend.name if frontend else "frontend", option,
                           "a frontend flag stackpin does not model; not carried over"))
     target = catalog.platforms[spec["target"]["platform"]]

@@ -334,6 +334,13 @@ class PlacementSpec(_Model):
     mode: Placement
     router: RouterMode = RouterMode.kv
     kv_connector: str | None = Field(None, description="KV-transfer connector between prefill and decode.")
+    migration_limit: int = Field(
+        3, ge=0, le=2**32 - 1,
+        description="How many times the frontend may move one request to another worker when its worker goes "
+        "away, times out, ends the stream early or refuses it for overload (Dynamo's `--migration-limit`). "
+        "Dynamo's own default, 0, turns migration off, so every in-flight request of a decode pod that is "
+        "rolled, rescheduled or lost fails; an agent's turn is a long request that a client retries from the "
+        "start. 3 lets a request survive a rolling update that moves it more than once; 0 turns it off.")
     pools: Pools  # which of them the mode runs: topology.py
 
 

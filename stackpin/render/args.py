@@ -194,7 +194,8 @@ def engine_args(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_re
 
 def frontend_flags(profile: StackProfile) -> list[Flag]:
     router = profile.spec.placement.router
-    flags: list[Flag] = [("--http-port", str(FRONTEND_HTTP_PORT)), ("--router-mode", router.value)]
+    flags: list[Flag] = [("--http-port", str(FRONTEND_HTTP_PORT)), ("--router-mode", router.value),
+                         ("--migration-limit", str(profile.spec.placement.migration_limit))]
     if router == RouterMode.kv and not kv_events_enabled(profile):
         # Workers publish no KV events: the KV router must predict cache contents itself.
         flags.append(("--no-router-kv-events", None))
