@@ -343,6 +343,13 @@ CASES = [
     # ... and a Dynamo whose parser lists stackpin lacks is unchecked.
     Case("SP229", "warning", "spec.versions.dynamo", OLD_PINS, {}),
     # Extra --compilation-config keys (Dynamo's recipes set custom_ops): only CompilationConfig's own.
+    # Frontend pass-through flags: checked against the pinned Dynamo frontend, never one render writes.
+    Case("SP232", "error", "spec.placement.frontendArgs.--router-reset-states",
+         {"spec.placement.frontendArgs": {"--router-reset-states": True}},  # upstream's B200 recipe (Dynamo 1.3)
+         {"spec.placement.frontendArgs": {"--trust-remote-code": True}}),
+    Case("SP232", "error", "spec.placement.frontendArgs.--migration-limit",
+         {"spec.placement.frontendArgs": {"--migration-limit": "5"}}, {"spec.placement.migrationLimit": 5},
+         label="modelled"),
     Case("SP230", "error", "spec.cudaGraphs.compilation", {"spec.cudaGraphs.compilation": {"custom_opz": ["all"]}},
          {"spec.cudaGraphs.compilation": {"custom_ops": ["all"], "pass_config": {"fuse_allreduce_rms": True}}}),
     Case("SP214", "warning", "spec.kernels.linear", {"spec.kernels.linear": "triton"}, {}, base="gb300-tuned",

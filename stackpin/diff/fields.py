@@ -300,6 +300,8 @@ def _placement_rollout(rest: Path, a: Side, b: Side, pools: set[str], everything
         return _restart({FRONTEND} | (pools if _frontend_if_kv_events_differ(a, b) else set()))
     if field == "migrationLimit":
         return _restart({FRONTEND}, "the frontend's --migration-limit")
+    if field == "frontendArgs":
+        return _restart({FRONTEND}, "the frontend's own flags")
     if field == "kvConnector":
         if b.topology.mode != Placement.disaggregated:
             return _none("used only when disaggregated")

@@ -21,6 +21,7 @@ from stackpin.catalog.version import parse_version
 from stackpin.errors import StackpinError
 from stackpin.imports.compare import SWITCH, options, other_components, roles
 from stackpin.imports.dgd import GPU, Component, Dgd
+from stackpin.profile.engine_args import MODELLED_FRONTEND
 from stackpin.profile.k8s_names import DNS_LABEL_PATTERN
 
 if TYPE_CHECKING:
@@ -304,9 +305,19 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
     unit = per_unit.gpus_per_node * per_unit.nodes  # one rack, or one node
     if gpus > unit:
         spec["target"]["count"] = -(-gpus // unit)
+    fe_catalog = dynamo_catalog(spec["versions"]["dynamo"], "frontend")
+    frontend_args = {}
     for option in sorted(set(fe_opts) - {"--router-mode", "--http-port", "--no-router-kv-events", "--migration-limit"}):
-        notes.append(Note(frontend.name if frontend else "frontend", option,
-                          "a frontend flag stackpin does not model; not carried over"))
+        if option in MODELLED_FRONTEND:
+            notes.append(Note(frontend.name if frontend else "frontend", option, "render writes it from the profile "
+                              "(spec.kvCache.events, spec.placement); not carried over"))
+        elif fe_catalog is not None and fe_catalog.accepts(option):
+            frontend_args[option] = _engine_value(fe_opts[option])
+        else:
+            notes.append(Note(frontend.name if frontend else "frontend", option, "not an option of Dynamo "
+                              f"{spec['versions']['dynamo']}'s frontend; not carried over"))
+    if frontend_args:
+        placement["frontendArgs"] = frontend_args
     target = catalog.platforms[spec["target"]["platform"]]
     in_domain = target.multinode_nvlink and (disaggregated or any(c.node_count > 1 for c in workers.values()))
     derived = _DERIVED_ENV | (_DOMAIN_ENV if in_domain else set())

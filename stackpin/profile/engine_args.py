@@ -24,6 +24,10 @@ EngineArgValue = StrictBool | StrictInt | Annotated[float, Field(strict=True, al
     str, JsonValue]
 
 _OPTION = re.compile(r"--[a-z0-9]+(?:-[a-z0-9]+)*")
+# The dynamo.frontend flags render writes from the profile (render/args.py frontend_flags): frontendArgs may
+# not set them (SP232).
+MODELLED_FRONTEND = ("--http-port", "--router-mode", "--migration-limit", "--no-router-kv-events",
+                     "--router-kv-events")
 POOL = "{pool}"  # stands for spec.placement.pools.<role> in MODELLED's field paths
 
 

@@ -341,7 +341,21 @@ class PlacementSpec(_Model):
         "Dynamo's own default, 0, turns migration off, so every in-flight request of a decode pod that is "
         "rolled, rescheduled or lost fails; an agent's turn is a long request that a client retries from the "
         "start. 3 lets a request survive a rolling update that moves it more than once; 0 turns it off.")
+    frontend_args: dict[str, EngineArgValue] = Field(
+        default_factory=dict, description="Flags of Dynamo's `dynamo.frontend` stackpin does not model (Dynamo's "
+        "recipes: `--trust-remote-code: true`, `--kv-cache-block-size: 256`), rendered after the modelled ones and "
+        "checked against the pinned Dynamo's frontend.")
     pools: Pools  # which of them the mode runs: topology.py
+
+    @field_validator("frontend_args", mode="before")
+    @classmethod
+    def _frontend_flag_types(cls, args: Any) -> Any:
+        return Pool._flag_types(args)
+
+    @field_validator("frontend_args")
+    @classmethod
+    def _frontend_flags(cls, args: dict[str, EngineArgValue]) -> dict[str, EngineArgValue]:
+        return Pool._flags(args)
 
 
 class Fallbacks(_Model):

@@ -16,6 +16,7 @@ from stackpin.catalog.flags import dynamo_catalog as dynamo_catalog
 from stackpin.catalog.flags import vllm_catalog as vllm_catalog
 from stackpin.catalog.startup import startup_facts
 from stackpin.lock.canonical import canonical_json
+from stackpin.profile.engine_args import MODELLED_FRONTEND as MODELLED_FRONTEND
 from stackpin.profile.engine_args import EngineArgValue, scalar_text
 from stackpin.profile.model import AutotuneMode, Placement, Pool, RouterMode, Speculative, StackProfile
 from stackpin.profile.topology import Role as WorkerRole
@@ -199,7 +200,8 @@ def frontend_flags(profile: StackProfile) -> list[Flag]:
     if router == RouterMode.kv and not kv_events_enabled(profile):
         # Workers publish no KV events: the KV router must predict cache contents itself.
         flags.append(("--no-router-kv-events", None))
-    return flags
+    return flags + passed_flags(profile.spec.placement.frontend_args)
+
 
 
 def frontend_args(profile: StackProfile) -> list[str]:

@@ -150,6 +150,9 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     fe_flags = argmod.frontend_flags(profile)
     if frontend_catalog:
         problems += argmod.check_flags(fe_flags, [frontend_catalog])
+    # SP232 refuses these; a lock made around validation must not render either.
+    problems += [f"spec.placement.frontendArgs sets {option}, which render writes from the profile"
+                 for option in sorted(set(spec.placement.frontend_args) & set(argmod.MODELLED_FRONTEND))]
     components = [ComponentPlan(
         name="frontend", replicas=1, command=argmod.FRONTEND_COMMAND, args=tuple(argmod.flatten(fe_flags)),
         env=tuple(sorted(model_env.items())), startup=None, model_store=store,

@@ -60,3 +60,21 @@ def no_parser_facts(ctx: Context) -> Iterator[Hit]:
         yield Hit(("spec", "versions", "dynamo"), f"stackpin does not know which parsers Dynamo {dynamo} has "
                   "(catalog/dynamo_parsers.yaml): the tool-call and reasoning parsers went unchecked",
                   f"add it: python scripts/extract_dynamo_parsers.py {dynamo}")
+
+
+@rule("SP232", Severity.error, "frontend flag the pinned Dynamo lacks, or one stackpin writes")
+def frontend_flags(ctx: Context) -> Iterator[Hit]:
+    """spec.placement.frontendArgs pass through to `dynamo.frontend`, which refuses an unknown option or a
+    value outside its choices and does not start; the flags render writes itself may not be repeated."""
+    from stackpin.catalog.flags import dynamo_catalog
+    from stackpin.profile.engine_args import MODELLED_FRONTEND
+
+    version = ctx.profile.spec.versions.dynamo
+    catalog = dynamo_catalog(version, "frontend")
+    for option, value in ctx.profile.spec.placement.frontend_args.items():
+        path = ("spec", "placement", "frontendArgs", option)
+        if option in MODELLED_FRONTEND:
+            yield Hit(path, f"{option} is written from the profile (spec.placement)", "set it there and remove it")
+        elif catalog is not None:
+            for problem in catalog.check_value(option, value):
+                yield Hit(path, f"{problem}: Dynamo {version}'s frontend does not start", "remove it or fix it")
