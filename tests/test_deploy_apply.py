@@ -295,3 +295,13 @@ def test_an_object_still_being_deleted_is_awaited_then_created_anew(kube: Kube) 
     new = kube.dgd()
     assert new is not None and new["metadata"]["uid"] != old["metadata"]["uid"]
     assert not new["metadata"].get("deletionTimestamp")
+
+
+@pytest.mark.parametrize("stack", sorted(p.name.removesuffix(".lock.yaml") for p in LOCKS.glob("*.lock.yaml")))
+def test_every_shipped_stack_is_accepted_by_the_real_api_server(kube: Kube, stack: str) -> None:
+    """Each shipped stack, GB200 and B200 included, as a server-side dry run of every write (strict field
+    validation against the bundled CRDs): the server accepts all of it and nothing is written."""
+    result = kube.apply(stack, "--dry-run", "--strict")
+    assert result.exit_code == 0, result.output
+    assert "no node matches" not in result.stderr  # the session's stand-in nodes carry each platform's labels
+    assert kube.everything() == {}
