@@ -103,7 +103,8 @@ def test_import_validates_and_refuses_to_overwrite(tmp_path: Path) -> None:
     src = str(UPSTREAM / "recipes_deepseek-v4_deepseek-v4-flash_vllm_agg_gb200_deploy.yaml")
     first = runner.invoke(cli_main, ["import", src, "--out", str(out)])
     assert first.exit_code == 0, first.output
-    assert "not carried: VllmDecodeWorker: --compilation-config.custom_ops" in first.stderr
+    assert "not carried: stack: versions.dynamo: Dynamo 1.2.0 is not in stackpin's version catalog" in first.stderr
+    assert yaml.safe_load(out.read_text())["spec"]["cudaGraphs"]["compilation"] == {"custom_ops": ["all"]}
     assert runner.invoke(cli_main, ["validate", str(out)]).exit_code == 0
     again = runner.invoke(cli_main, ["import", src, "--out", str(out)])
     assert again.exit_code == 2 and "exists; pass --force" in again.stderr

@@ -352,6 +352,8 @@ CASES = [
          label="modelled"),
     Case("SP230", "error", "spec.cudaGraphs.compilation", {"spec.cudaGraphs.compilation": {"custom_opz": ["all"]}},
          {"spec.cudaGraphs.compilation": {"custom_ops": ["all"], "pass_config": {"fuse_allreduce_rms": True}}}),
+    Case("SP230", "error", f"{W}.compilation", {f"{W}.compilation": {"custom_opz": ["all"]}},
+         {f"{W}.compilation": {"custom_ops": ["all"]}}, label="pool"),
     Case("SP214", "warning", "spec.kernels.linear", {"spec.kernels.linear": "triton"}, {}, base="gb300-tuned",
          label="linear"),
 ]

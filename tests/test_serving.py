@@ -86,6 +86,9 @@ def test_compilation_extras_and_a_pools_own_env_reach_its_workers() -> None:
                               {"custom_ops": ["all"], "pass_config": {"fuse_allreduce_rms": True}})
     lock = with_profile_value(lock, ("spec", "placement", "pools", "prefill", "env"),
                               {"VLLM_SPARSE_INDEXER_MAX_LOGITS_MB": "1024"})
+    lock = with_profile_value(lock, ("spec", "placement", "pools", "decode", "compilation"), {"mode": 0})
+    lock = with_profile_value(lock, ("spec", "placement", "pools", "decode", "kvConnectorExtraConfig"),
+                              {"num_threads": 8})
     dgd = build_objects(lock)[0]
     containers = {c["name"]: c["podTemplate"]["spec"]["containers"][0] for c in dgd["spec"]["components"]}
     for role in ("prefill", "decode"):
@@ -93,6 +96,14 @@ def test_compilation_extras_and_a_pools_own_env_reach_its_workers() -> None:
         config = json.loads(args[args.index("--compilation-config") + 1])
         assert config["custom_ops"] == ["all"] and config["pass_config"] == {"fuse_allreduce_rms": True}
         assert config["cudagraph_mode"] == "FULL_AND_PIECEWISE"  # the modelled keys stay the profile's
+    def flag(role: str, option: str) -> dict[str, object]:
+        args = containers[role]["args"]
+        return dict(json.loads(args[args.index(option) + 1]))
+
+    # A pool's own compilation keys and NIXL extra config reach only its workers.
+    assert flag("decode", "--compilation-config")["mode"] == 0 and "mode" not in flag("prefill", "--compilation-config")
+    assert flag("decode", "--kv-transfer-config")["kv_connector_extra_config"] == {"num_threads": 8}
+    assert "kv_connector_extra_config" not in flag("prefill", "--kv-transfer-config")
     env = {role: {e["name"]: e["value"] for e in c["env"]} for role, c in containers.items() if role != "frontend"}
     assert env["prefill"]["VLLM_SPARSE_INDEXER_MAX_LOGITS_MB"] == "1024"
     assert "VLLM_SPARSE_INDEXER_MAX_LOGITS_MB" not in env["decode"]

@@ -157,6 +157,9 @@ def _pool(comp: Component, opts: dict[str, str], vllm: Any, dynamo: Any, notes: 
         dynamo_only = (dynamo is not None and dynamo.accepts(option) and not (vllm and vllm.accepts(option))) or \
             (dynamo is None and option.startswith("--dyn-"))
         (dyn if dynamo_only else engine)[option] = _engine_value(value)
+    transfer = _json(opts.get("--kv-transfer-config", "{}")) or {}
+    if isinstance(transfer, dict) and isinstance(transfer.get("kv_connector_extra_config"), dict):
+        pool["kvConnectorExtraConfig"] = transfer["kv_connector_extra_config"]
     if engine:
         pool["engineArgs"] = engine
     if dyn:
@@ -189,9 +192,8 @@ def _stack_settings(opts: dict[str, str], spec: dict[str, Any], notes: list[Note
     for key, value in compilation.items():
         if key in _GRAPHS:
             graphs[_GRAPHS[key]] = value
-        else:
-            notes.append(Note(role, f"--compilation-config.{key}", f"{json.dumps(value)} is not modelled "
-                              "(spec.cudaGraphs carries only the CUDA graph fields); not carried over"))
+        else:  # the other CompilationConfig keys ride beside the modelled ones (SP230 checks them)
+            graphs.setdefault("compilation", {})[key] = value
     if "--max-cudagraph-capture-size" in opts:
         graphs["maxCaptureSize"] = int(opts["--max-cudagraph-capture-size"])
     if graphs:
@@ -282,7 +284,7 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
         placement["migrationLimit"] = 0
     if transfer.get("kv_connector"):
         placement["kvConnector"] = transfer["kv_connector"]
-    for key in sorted(set(transfer) - {"kv_connector", "kv_role"}):
+    for key in sorted(set(transfer) - {"kv_connector", "kv_role", "kv_connector_extra_config"}):
         notes.append(Note(main.name, f"--kv-transfer-config.{key}", f"{json.dumps(transfer[key])} is not modelled; "
                           "not carried over"))
     pools = {}

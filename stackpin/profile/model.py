@@ -5,7 +5,7 @@ Loading (YAML with positions, `extends:`) lives in `loader.py`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -236,9 +236,10 @@ class CudaGraphs(_Model):
             raise ValueError(problem)
         return extra
 
-    def compilation_config(self) -> dict[str, Any]:
-        """vLLM's --compilation-config for these settings: the modelled CUDA graph keys and the extra ones."""
-        config: dict[str, Any] = {**self.compilation, "cudagraph_mode": self.mode.value}
+    def compilation_config(self, pool_keys: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """vLLM's --compilation-config for these settings: the modelled CUDA graph keys and the extra ones (a
+        pool's own extra keys over the stack's)."""
+        config: dict[str, Any] = {**self.compilation, **(pool_keys or {}), "cudagraph_mode": self.mode.value}
         if self.capture_sizes is not None:
             # vLLM de-duplicates and sorts the list itself; doing it here keeps the bytes canonical.
             config["cudagraph_capture_sizes"] = sorted(set(self.capture_sizes))
@@ -285,6 +286,12 @@ class Pool(_Model):
     max_num_batched_tokens: PositiveInt | None = None
     gpu_memory_utilization: Annotated[Number, Field(gt=0, le=1)] = 0.9
     speculative: Speculative | None = Field(None, description="Overrides spec.speculative for this pool.")
+    compilation: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Extra --compilation-config keys of this pool's workers only, over "
+        "spec.cudaGraphs.compilation (Dynamo's V4 recipes set some on decode only).")
+    kv_connector_extra_config: dict[str, JsonValue] = Field(
+        default_factory=dict, description="`kv_connector_extra_config` of this pool's --kv-transfer-config when "
+        "disaggregated (Dynamo's V4 recipes give the decode workers NIXL `num_threads: 8`).")
     env: dict[str, str] = Field(
         default_factory=dict, description="Environment variables of this pool's workers only, over spec.kernels.env "
         "(Dynamo's V4 Pro recipe tunes its prefill workers' FP4 MoE and indexer limits this way).")
@@ -302,6 +309,18 @@ class Pool(_Model):
     @classmethod
     def _env(cls, env: dict[str, str]) -> dict[str, str]:
         return checked_env(env)
+
+    @field_validator("compilation")
+    @classmethod
+    def _compilation(cls, extra: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        return CudaGraphs._compilation(extra)
+
+    @field_validator("kv_connector_extra_config")
+    @classmethod
+    def _kv_extra(cls, extra: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        if problem := value_problem(extra):
+            raise ValueError(problem)
+        return extra
 
     @field_validator("engine_args", "dynamo_args", mode="before")
     @classmethod

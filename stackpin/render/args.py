@@ -105,8 +105,8 @@ def speculative_config(spec: Speculative, target_revision: str,
     return {k: v for k, v in fields.items() if v is not None}
 
 
-def compilation_config(profile: StackProfile) -> dict[str, Any]:
-    return profile.spec.cuda_graphs.compilation_config()
+def compilation_config(profile: StackProfile, pool: Pool | None = None) -> dict[str, Any]:
+    return profile.spec.cuda_graphs.compilation_config(pool.compilation if pool else None)
 
 
 def autotune_flags(profile: StackProfile, vllm: FlagCatalog | None) -> list[Flag]:
@@ -163,7 +163,7 @@ def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_r
                           ("--linear-backend", spec.kernels.linear), ("--all2all-backend", spec.kernels.all2all)):
         if value is not None:
             flags.append((option, value))
-    flags.append(("--compilation-config", json_arg(compilation_config(profile))))
+    flags.append(("--compilation-config", json_arg(compilation_config(profile, pool))))
     speculative = speculative_config(profile.speculative_for(pool), model_revision, spec.versions.vllm)
     if speculative is not None:
         flags.append(("--speculative-config", json_arg(speculative)))
@@ -171,7 +171,10 @@ def engine_flags(profile: StackProfile, role: WorkerRole, pool: Pool, *, model_r
     if spec.placement.mode == Placement.disaggregated:
         # kv_both on both sides: the NIXL connector pulls either way (docs/facts.md#dynamo-command-lines).
         connector = spec.placement.kv_connector or DEFAULT_KV_CONNECTOR
-        flags.append(("--kv-transfer-config", json_arg({"kv_connector": connector, "kv_role": "kv_both"})))
+        transfer: dict[str, Any] = {"kv_connector": connector, "kv_role": "kv_both"}
+        if pool.kv_connector_extra_config:
+            transfer["kv_connector_extra_config"] = pool.kv_connector_extra_config
+        flags.append(("--kv-transfer-config", json_arg(transfer)))
     if kv_events_enabled(profile):
         flags.append(("--kv-events-config", json_arg(KV_EVENTS)))
     flags.append(("--disaggregation-mode", _DISAGGREGATION_MODE[role]))

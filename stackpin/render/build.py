@@ -142,7 +142,9 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
                             "remove it from the profile")
     if vllm is not None:
         # SP230 refuses these; a lock made around validation must not render either.
-        problems += vllm.check_value("--compilation-config", argmod.compilation_config(profile))
+        problems += sorted({p for pool in topology.pools
+                            for p in vllm.check_value("--compilation-config",
+                                                      argmod.compilation_config(profile, pool.spec))})
 
     site_labels = spec.target.node_labels
     node_labels = site_labels if site_labels is not None else platform.node_labels

@@ -227,6 +227,12 @@ def compilation_keys(ctx: Context) -> Iterator[Hit]:
     refuses a key its CompilationConfig does not have, and every worker fails at start."""
     if ctx.vllm is None:
         return
-    for problem in ctx.vllm.check_value("--compilation-config", ctx.profile.spec.cuda_graphs.compilation_config()):
+    graphs = ctx.profile.spec.cuda_graphs
+    for problem in ctx.vllm.check_value("--compilation-config", graphs.compilation_config()):
         yield Hit(("spec", "cudaGraphs", "compilation"), f"{problem}: vLLM {ctx.profile.spec.versions.vllm} refuses it "
                   "at start", "write only keys of vLLM's CompilationConfig (docs/engine-args.md)")
+    for _role, path, pool in pools(ctx):
+        if pool.spec.compilation:
+            for problem in ctx.vllm.check_value("--compilation-config", {**pool.spec.compilation}):
+                yield Hit((*path, "compilation"), f"{problem}: vLLM {ctx.profile.spec.versions.vllm} refuses it at "
+                          "start", "write only keys of vLLM's CompilationConfig (docs/engine-args.md)")
