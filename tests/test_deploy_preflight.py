@@ -67,8 +67,9 @@ def test_without_rights_to_read_crds_the_dry_run_still_catches_dropped_fields(ku
         "subjects": [{"kind": "User", "name": "deployer", "apiGroup": "rbac.authorization.k8s.io"}]})
     result = kube.stackpin("apply", lockfile("gb300-tuned"), kubeconfig=kube.env.token_kubeconfig("deployer"))
     assert result.exit_code == 1
-    warning, error = result.stderr.splitlines()
+    warning, nodes, error = result.stderr.splitlines()
     assert warning.startswith(f"warning: cannot read CRD {DGD_CRD} (forbidden): its storage version was not checked")
+    assert nodes.startswith("warning: cannot list nodes (forbidden)")  # Nodes are cluster-scoped too
     assert error == (f"error: {DGD_SUBJECT}: the server would drop .spec.components (a CRD without the version or "
                      "conversion webhook it needs?)")
     assert kube.everything() == {}
