@@ -18,12 +18,19 @@ from __future__ import annotations
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric import ed25519
+from cryptography.hazmat.primitives.serialization import (
+    Encoding,
+    NoEncryption,
+    PrivateFormat,
+    PublicFormat,
+)
 
 from stackpin.history.model import Action, ActionKind, DeploymentKey, Revision, new_revision, revision_text
 from stackpin.history.record import promote
@@ -84,9 +91,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-promote-") as tmp:
         work = Path(tmp)
         key_file = work / "signer"
-        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_file)], check=True)
+        key = ed25519.Ed25519PrivateKey.generate()  # what `ssh-keygen -t ed25519` writes, without needing it
+        key_file.write_bytes(key.private_bytes(Encoding.PEM, PrivateFormat.OpenSSH, NoEncryption()))
+        public = key.public_key().public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH).decode()
         signers = work / "allowed_signers"
-        signers.write_text(f"bench@stackpin.dev {' '.join(Path(str(key_file) + '.pub').read_text().split()[:2])}\n")
+        signers.write_text(f"bench@stackpin.dev {public}\n")
         for size in (1, 1000):
             build(work / f"h{size}", size, None)
             build(work / f"s{size}", size, key_file)
