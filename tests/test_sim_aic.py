@@ -156,6 +156,29 @@ def test_plan_shows_aiconfigurators_estimate_for_the_same_stack_and_slo(tmp_path
 
 
 @needs_extra
+def test_the_aiconfigurator_column_counts_whole_stacks_whatever_share_was_measured(tmp_path: Path) -> None:
+    """A result measured on a share of the stack (sim serve --share: 4 of 72 GPUs) gets the same racks as one
+    of the whole stack: the simulated curve's agents are per whole stack (issue 20: 12 racks shown for 24)."""
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import main as cli
+    from stackpin.sim.stack import load_stack
+    from tests import benchdata
+
+    racks = []
+    for gpus in (72, 4):
+        result = benchdata.result("gb300-tuned", single=848, knee=64.5, ttft_knee=1500, gpus=gpus,
+                                  digest=load_stack(TUNED).digest)
+        path = tmp_path / f"tuned-{gpus}.json"
+        benchdata.write(result, path)
+        out = CliRunner().invoke(cli, ["plan", "--agents", "10000", "--slo", "tps=80,ttft=10s", str(path), "-o",
+                                       "json"])
+        assert out.exit_code == 0, out.output
+        racks.append(json.loads(out.stdout)["stacks"][0]["aiconfigurator"]["racks"])
+    assert racks[0] == racks[1] >= 1
+
+
+@needs_extra
 def test_a_bench_result_against_it_carries_every_substitution(tmp_path: Path) -> None:
     from click.testing import CliRunner
 

@@ -80,7 +80,8 @@ def aic_column(result: BenchResult, slo: Slo, agents: int) -> AicColumn:
     simulated = curve(stack, model="aiconfigurator")
     points = [CurvePoint(p.agents, p.agent_tps, 0.0, p.output_tps_per_gpu) for p in simulated]
     op = operating_point(points, slo.model_copy(update={"ttft_s": float("inf")}), stack.gpus)
-    cap = _capacity(op, agents, result)
+    # op.agents is per whole stack (the simulated curve is the stack's), not per the share a result measured.
+    cap = _capacity(op, agents, result, stack.gpus)
     return AicColumn(op.agents_per_gpu or None, op.tps_per_gpu or None, cap.gpus, cap.racks, op.bound.value,
                      "static: stackpin's steady-state curve with aiconfigurator's step latencies on the default "
                      "AgentPerf-shaped workload; speed target only (TTFT not modelled)")

@@ -119,7 +119,9 @@ def workload_of(results: Sequence[BenchResult], turn_tokens: float | None = None
     return Workload(turn, trajectory, source)
 
 
-def _capacity(op: Operating, agents: int, result: BenchResult) -> Capacity:
+def _capacity(op: Operating, agents: int, result: BenchResult, stack_gpus: int | None = None) -> Capacity:
+    """Capacity for `agents` at `op`, whose agents count per stack instance of `stack_gpus` GPUs (default the
+    result's: the GPUs it measured, a share of the stack when the simulator served one)."""
     platform = load_catalog().platforms.get(result.stack.platform)
     if platform is None:
         raise StackpinError(f"stack {result.stack.name}: platform {result.stack.platform} is not in the catalog")
@@ -129,7 +131,7 @@ def _capacity(op: Operating, agents: int, result: BenchResult) -> Capacity:
         return Capacity(None, None, None, platform.kind, unit, power, None, None)
     gpus = math.ceil(agents / op.agents_per_gpu - _EPS)
     instances = math.ceil(agents / op.agents - _EPS)
-    racks = math.ceil(instances * result.stack.gpus / unit - _EPS)
+    racks = math.ceil(instances * (stack_gpus or result.stack.gpus) / unit - _EPS)
     return Capacity(gpus, instances, racks, platform.kind, unit, power, racks * power if power else None, per_mw)
 
 
