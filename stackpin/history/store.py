@@ -75,9 +75,10 @@ class Link:
 class Chain:
     """A deployment's revisions, oldest first, verified as a chain; each parsed when first asked for."""
 
-    def __init__(self, key: DeploymentKey, links: tuple[Link, ...]) -> None:
+    def __init__(self, key: DeploymentKey, links: tuple[Link, ...], cache: VerifiedCache) -> None:
         self.key = key
         self.links = links
+        self.cache = cache  # the verified facts this read used: a revision recorded on top joins them
         self._parsed = {link.facts.number: link.revision for link in links if link.revision is not None}
 
     def __len__(self) -> int:
@@ -253,7 +254,7 @@ class HistoryStore:
             if links[number - 1].revision_digest != digest:
                 raise RevisionError(self.path(key, number), f"is not the revision {number} the head records "
                                     "(replaced?)")
-        return Chain(key, tuple(links))
+        return Chain(key, tuple(links), cache)
 
     def _link(self, key: DeploymentKey, path: Path, number: int, cache: VerifiedCache) -> Link:
         raw = read_revision_bytes(path)
@@ -271,7 +272,7 @@ class HistoryStore:
     def remember(self, chain: Chain, revision: Revision, raw: bytes) -> None:
         """Put a revision just recorded on top of `chain` into the verified cache (its facts are known: it
         was just built and written by this process), so the next read need not parse it."""
-        cache = VerifiedCache(cache_dir(self.env), str(chain.key))
+        cache = chain.cache  # read once, by `chain`: not again from disk
         content = content_key(raw)
         cache.put(content, Verified(revision.revision, revision.revision_digest, revision.previous_digest,
                                     revision.author, revision.created))

@@ -22,6 +22,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from stackpin import __version__
 from stackpin.errors import StackpinError
@@ -87,16 +88,17 @@ class VerifiedCache:
         return self.entries.get(raw_key)
 
     def put(self, raw_key: str, facts: Verified) -> None:
-        if self.entries.get(raw_key) != facts:
-            self.entries[raw_key] = facts
-            self.dirty = True
+        self._set(self.entries, raw_key, facts)
 
     def signer(self, signed_key: str) -> str | None:
         return self.signed.get(signed_key)
 
     def put_signer(self, signed_key: str, fingerprint: str) -> None:
-        if self.signed.get(signed_key) != fingerprint:
-            self.signed[signed_key] = fingerprint
+        self._set(self.signed, signed_key, fingerprint)
+
+    def _set(self, table: dict[str, Any], key: str, value: object) -> None:
+        if table.get(key) != value:
+            table[key] = value
             self.dirty = True
 
     def save(self, keep: set[str]) -> None:

@@ -25,14 +25,15 @@ def _first_with(ctx: Context, choice: ParserChoice) -> str | None:
 @rule("SP227", Severity.error, "parser the pinned Dynamo does not have")
 def unknown_parser(ctx: Context) -> Iterator[Hit]:
     dynamo = ctx.profile.spec.versions.dynamo
-    for choice in parser_choices(ctx.profile, ctx.catalog):
+    choices = parser_choices(ctx.profile, ctx.catalog)
+    for choice in choices:
         if choice.given and not choice.accepted:
             assert choice.known is not None
             yield Hit(("spec", "model", choice.field), f"Dynamo {dynamo} has no {choice.kind} parser "
                       f"{choice.value!r}: dynamo.vllm refuses {choice.option} {choice.value} and no worker starts",
                       choices_hint(str(choice.value), choice.known, "catalog/dynamo_parsers.yaml"))
     for role, path, pool in pools(ctx):  # a pool's own dynamoArgs, which render passes instead
-        for choice in parser_choices(ctx.profile, ctx.catalog):
+        for choice in choices:
             value = pool.spec.dynamo_args.get(choice.option)
             if isinstance(value, str) and choice.known is not None and value not in choice.known:
                 yield Hit((*path, "dynamoArgs", choice.option), f"Dynamo {dynamo} has no "
