@@ -94,7 +94,9 @@ def test_protocol_models_sim_flag_and_sse_stream() -> None:
 
 
 def test_a_repeated_prefix_is_cached_and_lowers_ttft() -> None:
-    with serve_in_thread(TUNED, speed=4) as sim, httpx.Client(timeout=30) as client:
+    # At full speed: ~0.2 s of prefill against a few ms for the cached turn, a margin a busy host's
+    # HTTP overhead does not close (at --speed 4 it did).
+    with serve_in_thread(TUNED, speed=1) as sim, httpx.Client(timeout=30) as client:
         prompt = _words(60)  # 30,720 tokens: ~0.2 s of simulated prefill
         first = _stream(sim.url, prompt, 8, client)
         grown = _stream(sim.url, prompt + " " + _words(1, tag="n"), 8, client)  # the next turn adds a block

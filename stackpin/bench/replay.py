@@ -292,7 +292,10 @@ def probe(endpoint: str, timeout_s: float = 10.0) -> tuple[Simulation | None, st
 
 def run_bench(options: RunOptions, source: StackSource, progress: Progress | None = None) -> BenchResult:
     """Measure every asked agent count, then bisect for the SLO's largest count (a lone pod of a job
-    does not search: the pods could not agree; `bench merge` scores the swept points)."""
+    does not search: the pods could not agree; `bench merge` scores the swept points).
+
+    Returns with Ctrl-C ignored: what was measured is only safe once the caller has written it (a
+    terminal repeats Ctrl-C, users press it twice), so the caller puts its own handler back after."""
     progress = progress or Progress()
     simulation, simulated_digest, served = probe(options.endpoint)
     if simulated_digest and simulated_digest != source.lock.stack_digest:
@@ -306,7 +309,7 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
                simulation.speed if simulation else 1.0, stack.gpus)
     started = datetime.now(UTC)
     points: list[Point] = []
-    previous = signal.signal(signal.SIGINT, run.on_sigint)
+    signal.signal(signal.SIGINT, run.on_sigint)
     try:
         wanted = list(options.agents)
         if options.slo and 1 not in wanted:
@@ -325,7 +328,7 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
             if point is not None:
                 points.append(point)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     points.sort(key=lambda p: p.agents)
     saturated = run.busy >= BUSY_SATURATED or run.lag_p99 >= LAG_SATURATED_S
     note = ""

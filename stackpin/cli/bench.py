@@ -159,15 +159,15 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
         headers={"Authorization": f"Bearer {key}"} if key else {}, pod_index=pod_index, pods=pods,
         cache_salt="".join(c for c in cache_salt if not c.isspace()) if cache_salt is not None
         else secrets.token_hex(3))
-    with _progress() as progress:
-        result = run_bench(options, source, progress)
-    # What was measured is written whole: a second Ctrl-C now would only lose it.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # run_bench returns with Ctrl-C ignored, so that what was measured is written and reported whole.
+    original = signal.getsignal(signal.SIGINT)
     try:
+        with _progress() as progress:
+            result = run_bench(options, source, progress)
         _write_result(result, out)
+        _print_result(result, out, output)
     finally:
-        signal.signal(signal.SIGINT, previous)
-    _print_result(result, out, output)
+        signal.signal(signal.SIGINT, original)
 
 
 def _read(paths: tuple[str, ...]) -> list[BenchResult]:
