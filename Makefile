@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACKPIN := $(BIN)/stackpin
 PROFILES := profiles
 
-.PHONY: setup engine-env test-services demo demo-history demo-bench test bench lint schema docs crds clean
+.PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench test bench lint schema docs crds clean
 
 $(BIN)/stackpin: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,13 +65,23 @@ engine-env:
 		|| { mkdir -p .enginecheck; tail -n 1 .enginecheck-build.log > .enginecheck/UNAVAILABLE; rm -f .enginecheck-build.log; \
 		     echo "engine check environment not built: $$(cat .enginecheck/UNAVAILABLE)" >&2; }
 
+# The Dynamo bed's environment (`stackpin sim serve --backend dynamo`, tests/test_dynamo_bed.py): NVIDIA Dynamo
+# 1.6.1's frontend and mocker in .dynamobed/ (about a minute and 700 MB the first time, then a no-op). Where it
+# cannot be built, its tests skip and say why (.dynamobed/UNAVAILABLE); CI requires it.
+DYNAMO_ENV := .dynamobed/dynamo-1.6.1
+dynamo-env:
+	@bash scripts/install-dynamo-bed.sh $(DYNAMO_ENV) 2>.dynamobed-build.log \
+		&& rm -f .dynamobed/UNAVAILABLE .dynamobed-build.log \
+		|| { mkdir -p .dynamobed; tail -n 1 .dynamobed-build.log > .dynamobed/UNAVAILABLE; rm -f .dynamobed-build.log; \
+		     echo "Dynamo bed environment not built: $$(cat .dynamobed/UNAVAILABLE)" >&2; }
+
 # The services the tests run for real (Debian's docker-registry, openssl, chromium), installed when missing:
 # a fresh machine needs nothing done by hand before `make test`.
 test-services:
 	@bash scripts/install-test-services.sh || echo "test services not installed: the registry and report tests will say so" >&2
 
 # One worker per core (pytest-xdist): each worker starts its own registry and API server on free ports.
-test: setup engine-env test-services
+test: setup engine-env dynamo-env test-services
 	$(BIN)/pytest -n auto
 
 bench: setup
@@ -92,4 +102,4 @@ crds: setup
 	$(BIN)/python scripts/extract_crd_schemas.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .enginecheck
+	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .enginecheck .dynamobed

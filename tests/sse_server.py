@@ -32,6 +32,7 @@ class Server:
     faults: dict[int, str] = field(default_factory=dict)
     ttft_per_connection_s: float = 0.0  # TTFT grows with the open connections: a server that saturates
     sim_info: dict[str, object] | None = None  # answer GET /stackpin/sim with this (else 404)
+    model: str = "deepseek-ai/DeepSeek-V4.1-Flash"  # what GET /v1/models lists (the shipped locks' model)
     connections: int = 0
     port: int = 0
     requests_seen: int = 0
@@ -88,7 +89,7 @@ class Server:
     async def _get(self, path: str, writer: asyncio.StreamWriter) -> None:
         if path.endswith("/v1/models") or (path == "/stackpin/sim" and self.sim_info is not None):
             answer = self.sim_info if path == "/stackpin/sim" else {
-                "object": "list", "data": [{"id": "test-model", "object": "model"}]}
+                "object": "list", "data": [{"id": self.model, "object": "model"}]}
             data = json.dumps(answer).encode()
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
                          % (len(data), data))

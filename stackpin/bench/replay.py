@@ -20,7 +20,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
@@ -31,6 +31,7 @@ from stackpin.bench.result import BenchResult, ClientInfo, Point, Request, Shard
 from stackpin.bench.sessions import Context, Trace, agent_sessions, default_sessions_per_agent
 from stackpin.bench.stats import build_point, next_search, score
 from stackpin.bench.stream import Connection, Endpoint
+from stackpin.bench.words import Vocabulary
 from stackpin.deploy.source import StackSource
 from stackpin.errors import StackpinError
 
@@ -54,11 +55,13 @@ class RunOptions:
     pod_index: int = 0
     pods: int = 1
     cache_salt: str = ""  # put in every prompt word: a run does not hit the cache an earlier run filled
+    vocabulary: Vocabulary | None = None  # the served tokenizer's single-token words (bench/words.py)
+    target: str | None = None  # where requests go when not `endpoint` (the Dynamo bed's frontend)
 
 
 # One finished request as a worker sends it back: agent, session, turn, start, first token, last
-# token, end, prompt, cached, output tokens, usage seen, error.
-Record = tuple[int, str, int, float, float | None, float | None, float, int, int, int, bool, str | None]
+# token, end, prompt, cached, output tokens, usage seen, error, prompt tokens as the trace sizes them.
+Record = tuple[int, str, int, float, float | None, float | None, float, int, int, int, bool, str | None, int]
 
 
 @dataclass
@@ -81,14 +84,15 @@ class Progress:
 
 async def _agent(options: RunOptions, model: str, agent: int, agents: int, point: int, speed: float,
                  deadline: float | None, stop: asyncio.Event, out: list[Record], counters: Any, slot: int) -> None:
-    connection = Connection(Endpoint.parse(options.endpoint), options.headers)
+    connection = Connection(Endpoint.parse(options.target or options.endpoint), options.headers)
     per_agent = options.sessions if options.sessions is not None else (
         None if options.duration_s is not None else default_sessions_per_agent(options.trace, agents))
     try:
         for round_, session in agent_sessions(options.trace, agent, agents, per_agent):
             # Another run, point or round replays a session with other words: it must not hit the
             # cache an earlier replay filled (sessions still share the blocks they share in the trace).
-            context = Context(salt=f"{options.cache_salt}p{point}r{round_}-", session=session.id)
+            context = Context(salt=f"{options.cache_salt}p{point}r{round_}-", session=session.id,
+                              vocabulary=options.vocabulary)
             for number, turn in enumerate(session.turns):
                 wait = turn.delay / 1000 * options.delay_scale / speed
                 if wait > 0:
@@ -104,13 +108,13 @@ async def _agent(options: RunOptions, model: str, agent: int, agents: int, point
                 o = await connection.chat(body, options.timeout_s)
                 tokens = o.output_tokens if o.usage else o.events
                 out.append((agent, session.id, number, o.start, o.first_token, o.last_token, o.end or o.start,
-                            o.prompt_tokens, o.cached_tokens, tokens, o.usage, o.error))
+                            o.prompt_tokens, o.cached_tokens, tokens, o.usage, o.error, context.tokens))
                 counters[slot * 3] += 1
                 counters[slot * 3 + 1] += 1 if o.error else 0
                 counters[slot * 3 + 2] += tokens
                 if o.error and not o.usage:
                     break  # the answer is lost: the session cannot go on, the agent takes its next one
-                context.add_answer(o.answer)
+                context.add_answer(o.answer, o.output_tokens if o.usage else None)
     finally:
         connection.close()
 
@@ -242,7 +246,7 @@ class _Run:
     def _point(self, agents: int, searched: bool, start_at: float, shares: list[ShareResult]) -> Point:
         speed = self.speed
         requests = []
-        for agent, session, turn, start, first, last, end, prompt, cached, output, _, error in sorted(
+        for agent, session, turn, start, first, last, end, prompt, cached, output, _, error, sent in sorted(
                 (r for s in shares for r in s.records), key=lambda r: (r[3], r[0])):
             itl = (last - first) / (output - 1) * speed if first is not None and last is not None and output > 1 \
                 else None
@@ -250,7 +254,7 @@ class _Run:
                 agent=agent, session=session, turn=turn, start_s=round((start - self.started) * speed, 6),
                 ttft_s=round((first - start) * speed, 6) if first is not None else None,
                 end_s=round((end - self.started) * speed, 6), prompt_tokens=prompt, cached_tokens=cached,
-                output_tokens=output, itl_mean_s=itl, error=error))
+                output_tokens=output, itl_mean_s=itl, error=error, sent_tokens=sent))
         duration = (max(s.finished for s in shares) - start_at) * speed
         self.cpu_s += sum(s.cpu_s for s in shares)
         self.busy = max([self.busy, *(s.cpu_s / s.wall_s for s in shares if s.wall_s > 0)])
@@ -260,34 +264,58 @@ class _Run:
         return build_point(agents, duration, requests, self.gpus, self.options.slo, searched)
 
 
-def probe(endpoint: str, timeout_s: float = 10.0) -> tuple[Simulation | None, str | None, str | None]:
-    """Ask the endpoint whether it is `stackpin sim serve` (GET /stackpin/sim; 404 on a real one), and
-    which model it serves (GET /v1/models). Returns (simulation, simulated stack digest, model id)."""
+@dataclass(frozen=True)
+class Probed:
+    """What an endpoint says of itself before a run."""
+
+    simulation: Simulation | None = None
+    digest: str | None = None  # the simulated stack's
+    model: str | None = None  # the first model GET /v1/models lists
+    serving: str | None = None  # where requests go (the Dynamo bed's frontend), when not the endpoint
+    tokenizer: bytes | None = None  # the bed's tokenizer.json
+
+
+MAX_PROBE_BYTES = 64 << 20
+
+
+def probe(endpoint: str, timeout_s: float = 10.0) -> Probed:
+    """Ask the endpoint whether it is simulated (GET /stackpin/sim; 404 on a real one: stackpin's simulator
+    or its Dynamo bed, which also names its frontend and serves its tokenizer), and which model it
+    serves (GET /v1/models)."""
     base = f"{'https' if Endpoint.parse(endpoint).tls else 'http'}://" + endpoint.split("://", 1)[1].rstrip("/")
     base = base.removesuffix("/v1")
 
-    def get(path: str) -> Any:
+    def get(url: str, raw: bool = False) -> Any:
         try:
-            with urllib.request.urlopen(base + path, timeout=timeout_s) as response:  # noqa: S310 - http(s) only
-                return json.loads(response.read())
+            with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - http(s) only
+                data = response.read(MAX_PROBE_BYTES + 1)
+                if len(data) > MAX_PROBE_BYTES:
+                    raise StackpinError(f"--endpoint {endpoint}: {url} answered over {MAX_PROBE_BYTES >> 20} MiB")
+                return data if raw else json.loads(data)
         except urllib.error.HTTPError:
             return None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise StackpinError(f"--endpoint {endpoint}: cannot reach it: {getattr(exc, 'reason', exc)}") from None
 
-    sim = get("/stackpin/sim")
-    simulation, digest = None, None
+    sim = get(base + "/stackpin/sim")
+    simulation, digest, serving, tokenizer = None, None, None, None
     if isinstance(sim, dict) and sim.get("simulated") is True:
         simulation = Simulation(model=str(sim.get("model", "")),
                                 substitutions=tuple(str(s) for s in sim.get("substitutions") or ()),
                                 speed=float(sim.get("speed") or 1.0),
-                                gpus=int(sim["gpus"]) if isinstance(sim.get("gpus"), int) else None)
+                                gpus=int(sim["gpus"]) if isinstance(sim.get("gpus"), int) else None,
+                                backend=str(sim.get("backend") or "stackpin"))
         digest = str(sim["stack_digest"]) if sim.get("stack_digest") else None
-    models = get("/v1/models")
+        if isinstance(sim.get("serving"), str):
+            serving = sim["serving"].rstrip("/")
+            Endpoint.parse(serving)  # a URL the client can send to, or a one-line refusal
+            tokenizer = get(base + "/stackpin/sim/tokenizer.json", raw=True)
+    models = get((serving or base) + "/v1/models")
     model = None
     if isinstance(models, dict) and isinstance(models.get("data"), list) and models["data"]:
-        model = str(models["data"][0].get("id"))
-    return simulation, digest, model
+        first = models["data"][0]
+        model = str(first.get("id")) if isinstance(first, dict) and first.get("id") else None
+    return Probed(simulation, digest, model, serving, tokenizer)
 
 
 def run_bench(options: RunOptions, source: StackSource, progress: Progress | None = None) -> BenchResult:
@@ -297,15 +325,27 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
     Returns with Ctrl-C ignored: what was measured is only safe once the caller has written it (a
     terminal repeats Ctrl-C, users press it twice), so the caller puts its own handler back after."""
     progress = progress or Progress()
-    simulation, simulated_digest, served = probe(options.endpoint)
-    if simulated_digest and simulated_digest != source.lock.stack_digest:
-        raise StackpinError(f"--endpoint {options.endpoint} simulates stack {simulated_digest}, but the lock "
+    found = probe(options.endpoint)
+    simulation, served = found.simulation, found.model
+    if found.digest and found.digest != source.lock.stack_digest:
+        raise StackpinError(f"--endpoint {options.endpoint} simulates stack {found.digest}, but the lock "
                             f"{source.origin} is {source.lock.stack_digest}: bench the simulator of this lock")
+    locked_model = source.lock.resolved.model.id
+    if served and served != locked_model and not options.model:
+        raise StackpinError(f"--endpoint {options.endpoint} serves {served}, but the lock {source.origin} serves "
+                            f"{locked_model}: bench an endpoint of this stack, or pass --model {served} to measure "
+                            "it anyway (the result records what was served)")
+    if found.serving:
+        options = replace(options, target=found.serving)
+    if options.vocabulary is None and found.tokenizer is not None:
+        from stackpin.bench.words import from_tokenizer
+
+        options = replace(options, vocabulary=from_tokenizer(found.tokenizer, f"{options.endpoint} tokenizer.json"))
     stack = stack_ref(source)
     if simulation and simulation.gpus and simulation.gpus != stack.gpus:
         stack = stack.model_copy(update={"gpus": simulation.gpus})  # a share of the stack was served
     controls = make_controls(source.lock, options.trace.digest, options.agents, options.slo)
-    run = _Run(options, options.model or served or source.lock.resolved.model.id,
+    run = _Run(options, options.model or served or locked_model,
                simulation.speed if simulation else 1.0, stack.gpus)
     started = datetime.now(UTC)
     points: list[Point] = []
@@ -342,9 +382,10 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
     return BenchResult(
         stack=stack, controls=controls, fingerprint=controls_fingerprint(controls), endpoint=options.endpoint,
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), finished=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        interrupted=run.interrupted,
+        interrupted=run.interrupted, served_model=options.model or served,
         client=ClientInfo(workers=options.workers, cpu_seconds=round(run.cpu_s, 3), saturated=saturated, note=note,
-                          busy_fraction=round(run.busy, 3), loop_lag_p99_s=round(run.lag_p99, 6)),
+                          busy_fraction=round(run.busy, 3), loop_lag_p99_s=round(run.lag_p99, 6),
+                          tokenizer=options.vocabulary.source if options.vocabulary else None),
         simulation=simulation, points=tuple(points),
         score=score(points, options.slo) if options.slo and options.pods == 1 and points else None,
         shard=Shard(index=options.pod_index, count=options.pods) if options.pods > 1 else None)

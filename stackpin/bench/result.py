@@ -86,6 +86,9 @@ class ClientInfo(_Model):
     busy_fraction: float | None = Field(None, description="Largest CPU time / wall time of one client process.")
     loop_lag_p99_s: float | None = Field(None, description="p99 event-loop lag: how late the client's timestamps "
                                          "can be.")
+    tokenizer: str | None = Field(None, description="Whose tokens the prompts were sized in (bench run "
+                                  "--tokenizer, or the bed's); none: stackpin's words, one token each to its "
+                                  "simulator only.")
 
 
 class Simulation(_Model):
@@ -97,6 +100,8 @@ class Simulation(_Model):
                          "by it (they are the simulated stack's).")
     gpus: int | None = Field(None, description="GPUs the simulator served (a share of the stack's, --share); "
                              "stack.gpus then counts these.")
+    backend: str = Field("stackpin", description="Who served: stackpin's simulator, or `dynamo X.Y.Z` (NVIDIA "
+                         "Dynamo's frontend and mocker, stackpin sim serve --backend dynamo).")
 
 
 class Request(_Model):
@@ -113,6 +118,9 @@ class Request(_Model):
     output_tokens: NonNegativeInt = 0
     itl_mean_s: NonNegative | None = None
     error: str | None = Field(None, description="One line: what failed (http 500, stalled, dropped, bad SSE).")
+    sent_tokens: NonNegativeInt | None = Field(
+        None, description="The prompt's tokens as the trace sizes them (its turns' inputs and the answers so "
+        "far): what prompt_tokens, the server's count, should be.")
 
 
 class Point(_Model):
@@ -170,6 +178,8 @@ class BenchResult(_Model):
     started: str = Field(description="RFC 3339 UTC.")
     finished: str
     interrupted: bool = False
+    served_model: str | None = Field(None, description="The model the endpoint served (GET /v1/models), when "
+                                     "it said.")
     client: ClientInfo
     simulation: Simulation | None = None
     points: tuple[Point, ...]

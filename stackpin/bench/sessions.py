@@ -14,8 +14,12 @@ import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from stackpin.bench.trace import TraceTurn
+
+if TYPE_CHECKING:
+    from stackpin.bench.words import Vocabulary
 
 
 @dataclass(frozen=True)
@@ -56,7 +60,8 @@ class Context:
     salt: str = ""
     session: str = ""  # names the blocks a trace without hash_ids leaves unnamed
     messages: list[dict[str, str]] = field(default_factory=list)
-    tokens: int = 0  # words sent so far (user words + answers' words as the server counts them)
+    tokens: int = 0  # tokens sent so far as the trace sizes them: user words + answers' tokens
+    vocabulary: Vocabulary | None = None  # the served tokenizer's words (bench/words.py), or stackpin's
 
     def next_messages(self, turn: TraceTurn) -> list[dict[str, str]]:
         """The messages to send for `turn`: the context so far plus the turn's new words."""
@@ -65,13 +70,15 @@ class Context:
         count = max(1, turn.input_length)
         # Blocks the ids leave unnamed are fresh: named by session and turn, so no other turn has them.
         unnamed = f"{''.join(self.session.split())}.{len(self.messages) // 2}"
-        self.messages.append({"role": "user", "content": prompt_text(turn.hash_ids, count, self.salt, unnamed)})
+        self.messages.append({"role": "user", "content": prompt_text(turn.hash_ids, count, self.salt, unnamed,
+                                                                     self.vocabulary)})
         self.tokens += count
         return self.messages
 
-    def add_answer(self, text: str) -> None:
+    def add_answer(self, text: str, tokens: int | None = None) -> None:
+        """The answer joins the context; `tokens` is the server's count of it (usage), else its words."""
         self.messages.append({"role": "assistant", "content": text})
-        self.tokens += len(text.split())
+        self.tokens += tokens if tokens is not None else len(text.split())
 
 
 def default_sessions_per_agent(trace: Trace, agents: int) -> int:

@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stackpin.bench.trace import BLOCK_TOKENS, TraceTurn
 from stackpin.errors import InputError, Location, Problem, StackpinError
 from stackpin.yamlio import read_regular
+
+if TYPE_CHECKING:
+    from stackpin.bench.words import Vocabulary
 
 _KNOWN = {"session_id", "input_length", "output_length", "delay", "hash_ids", "timestamp"}
 _IGNORED = {"tools", "extra"}  # AIPerf fields that do not change lengths or timing
@@ -162,7 +165,8 @@ def trace_digest(path: Path) -> str:
     return "sha256:" + hashlib.sha256(read_regular(path, MAX_TRACE_BYTES)).hexdigest()
 
 
-def prompt_text(hash_ids: tuple[int, ...] | list[int], length: int, salt: str = "", unnamed: str = "") -> str:
+def prompt_text(hash_ids: tuple[int, ...] | list[int], length: int, salt: str = "", unnamed: str = "",
+                vocabulary: Vocabulary | None = None) -> str:
     """The `length` new words of a turn whose 512-word blocks are named by `hash_ids`: block `h` at word
     `i` is `<salt>b<h>_<i>`, so the same id gives the same words wherever it appears (a shared system
     prompt is the same bytes in every session) and a server's prefix cache sees the reuse the trace
@@ -170,8 +174,12 @@ def prompt_text(hash_ids: tuple[int, ...] | list[int], length: int, salt: str = 
     trace without ids, or ids naming only a prefix) are fresh content, `<salt>b<unnamed>.<block>_<i>`:
     give each turn its own `unnamed` so they stay fresh."""
     words: list[str] = []
-    for position in range(length):
-        block, offset = divmod(position, BLOCK_TOKENS)
+    for block in range(-(-length // BLOCK_TOKENS)):
         name = hash_ids[block] if block < len(hash_ids) else f"{unnamed}.{block}"
-        words.append(f"{salt}b{name}_{offset}")
-    return " ".join(words)
+        size = min(BLOCK_TOKENS, length - block * BLOCK_TOKENS)
+        if vocabulary is not None:  # the served tokenizer's single-token words (bench/words.py)
+            words += vocabulary.block(salt, str(name))[:size]
+        else:
+            words += [f"{salt}b{name}_{offset}" for offset in range(size)]
+    # A tokenizer's words are one token each after a space, the first word included.
+    return (" " if vocabulary is not None else "") + " ".join(words)

@@ -109,7 +109,12 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
 @click.option("--slo", "slo_text", metavar="tps=T,ttft=S[,percentile=p90]",
               help="Score: the largest agent count (searched by bisection) in which every agent holds T tok/s and "
                    "the TTFT percentile is within S, with no failed request; and single-agent speed.")
-@click.option("--model", help="Model name to send (default: the endpoint's first in /v1/models, else the lock's).")
+@click.option("--model", help="Model name to send (default: the endpoint's first in /v1/models, which must be the "
+              "lock's; naming one measures it even when it is not, and the result records it).")
+@click.option("--tokenizer", "tokenizer_file", type=click.Path(dir_okay=False), metavar="FILE",
+              help="The served model's tokenizer.json: prompts are built from its single-token words, so the "
+                   "server counts the trace's tokens (default: the Dynamo bed's own; else stackpin's words, one "
+                   "token each to its simulator only).")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="Client processes; agents are dealt among them.")
 @click.option("--duration", "duration_text", metavar="SECONDS", help="Per agent count: start no turn after this.")
@@ -129,9 +134,9 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
 @OUTPUT
 @user_errors
 def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_text: str | None,
-        model: str | None, workers: int, duration_text: str | None, sessions: int | None, delay_scale: float,
-        timeout_text: str, cache_salt: str | None, pod_index: int, pods: int, out: str, lockdir: str,
-        history_dir: str, output: str) -> None:
+        model: str | None, tokenizer_file: str | None, workers: int, duration_text: str | None,
+        sessions: int | None, delay_scale: float, timeout_text: str, cache_salt: str | None, pod_index: int,
+        pods: int, out: str, lockdir: str, history_dir: str, output: str) -> None:
     """Replay TRACE against ENDPOINT at each agent count and write one result bound to the stack.
 
     Each agent replays sessions one after another, sending the grown context each turn and waiting the
@@ -151,6 +156,18 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
         raise StackpinError(f"--pod-index {pod_index} is not below --pods {pods}")
     source = resolve_source(lock_input, Path(lockdir), Path(history_dir))
     key = os.environ.get("STACKPIN_BENCH_API_KEY")
+    vocabulary = None
+    if tokenizer_file is not None:
+        import hashlib
+
+        from stackpin.bench.words import MAX_TOKENIZER_BYTES, from_tokenizer
+        from stackpin.yamlio import read_regular
+
+        try:
+            data = read_regular(Path(tokenizer_file), MAX_TOKENIZER_BYTES)
+        except OSError as exc:
+            raise StackpinError(f"--tokenizer {tokenizer_file}: {exc.strerror or exc}") from None
+        vocabulary = from_tokenizer(data, f"{Path(tokenizer_file).name} sha256:{hashlib.sha256(data).hexdigest()[:16]}")
     options = RunOptions(
         endpoint=endpoint, trace=read_trace(Path(trace_file)), agents=parse_agents(agents_text),
         slo=parse_slo(slo_text) if slo_text else None, model=model, workers=workers,
@@ -158,16 +175,21 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
         delay_scale=delay_scale, timeout_s=parse_seconds(timeout_text, "--request-timeout"),
         headers={"Authorization": f"Bearer {key}"} if key else {}, pod_index=pod_index, pods=pods,
         cache_salt="".join(c for c in cache_salt if not c.isspace()) if cache_salt is not None
-        else secrets.token_hex(3))
-    # run_bench returns with Ctrl-C ignored, so that what was measured is written and reported whole.
+        else secrets.token_hex(3), vocabulary=vocabulary)
+    # run_bench returns with Ctrl-C ignored, so that what was measured is written and reported whole. After
+    # an interrupted run it stays ignored: the user has asked to stop and the command is ending (a terminal
+    # repeats Ctrl-C, users press it twice), and one arriving as the process exits would turn a kept
+    # result into exit 130.
     original = signal.getsignal(signal.SIGINT)
+    result = None
     try:
         with _progress() as progress:
             result = run_bench(options, source, progress)
         _write_result(result, out)
         _print_result(result, out, output)
     finally:
-        signal.signal(signal.SIGINT, original)
+        if result is None or not result.interrupted:
+            signal.signal(signal.SIGINT, original)
 
 
 def _read(paths: tuple[str, ...]) -> list[BenchResult]:

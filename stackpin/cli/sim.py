@@ -30,16 +30,44 @@ tests, e.g. error=0.1,stall=0.05,drop=0.05,malformed=0.05,after=8,seed=1.""")
 @click.option("--share", type=click.IntRange(1), default=1, show_default=True,
               help="Serve 1/N of the stack: each pool keeps 1/N of its replicas (N must divide them), so a "
                    "bench needs N times fewer agents for the same per-GPU curve.")
+@click.option("--backend", type=click.Choice(["stackpin", "dynamo"]), default="stackpin", show_default=True,
+              help="stackpin: stackpin's own simulator. dynamo: NVIDIA Dynamo's own frontend and KV router in "
+                   "front of its mocker engine, shaped like the stack and timed by the step model (its own "
+                   "environment: make dynamo-env).")
+@click.option("--dynamo-env", metavar="DIR", help="The Dynamo bed's environment (default $STACKPIN_DYNAMO_ENV, "
+              "else .dynamobed/dynamo-1.6.1).")
 @user_errors
-def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault: str, share: int) -> None:
+def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault: str, share: int, backend: str,
+          dynamo_env: str | None) -> None:
     import sys
 
+    from stackpin.errors import StackpinError
     from stackpin.sim.faults import FaultSpec
     from stackpin.sim.server import check_model
     from stackpin.sim.server import serve as run
 
     check_model(step_model)
     faults = FaultSpec.parse(fault)
+    if speed <= 0:
+        raise StackpinError(f"--speed {speed}: must be above 0")
+    if backend == "dynamo":
+        from stackpin.lock.lockfile import read_lock
+        from stackpin.sim.dynamo import plan
+        from stackpin.sim.dynamo_bed import find_env
+        from stackpin.sim.dynamo_bed import serve as run_bed
+
+        if fault:
+            raise StackpinError("--fault: the Dynamo bed injects no faults (use --backend stackpin)")
+        env = find_env(dynamo_env)
+        locked = read_lock(Path(lock))
+        from stackpin.sim.stack import sim_stack
+
+        check_model(step_model, sim_stack(locked))
+        try:
+            run_bed(plan(locked, share, speed, step_model), env, host, port, speed, step_model, sys.stderr)
+        except KeyboardInterrupt:
+            pass
+        return
 
     def announce(bound: int) -> None:
         click.echo(f"stackpin sim: {lock} on http://{host}:{bound} (simulated, {step_model}, speed {speed})",
