@@ -1,0 +1,208 @@
+"""The Dynamo bed for real: NVIDIA Dynamo 1.6.1's own frontend, KV router and mocker processes (from
+.dynamobed/, `make dynamo-env`), on loopback. They stand in for a rack's frontend and vLLM workers: the
+mocker schedules like vLLM but only sleeps each step, for the time stackpin's step model gives. The
+cross-checks hold stackpin's client to the frontend's own accounting of the same requests."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import httpx
+import pytest
+from click.testing import CliRunner
+
+from stackpin.bench.result import read_result
+from stackpin.cli.main import main
+from stackpin.errors import StackpinError
+from stackpin.sim.dynamo import Mocker, plan
+from stackpin.sim.dynamo_bed import find_env, running
+from tests.lockkit import shipped_locks
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = Path(os.environ.get("STACKPIN_DYNAMO_ENV", ROOT / ".dynamobed" / "dynamo-1.6.1"))
+UNAVAILABLE = ROOT / ".dynamobed" / "UNAVAILABLE"
+LOCKS = shipped_locks()
+LOCKFILES = ROOT / "lockfiles"
+
+
+@pytest.fixture(scope="module")
+def env() -> Path:
+    if (ENV / "bin" / "python").is_file():
+        return ENV
+    why = UNAVAILABLE.read_text().strip() if UNAVAILABLE.is_file() else "run `make dynamo-env`"
+    message = f"no Dynamo bed environment at {ENV}: {why}"
+    if os.environ.get("STACKPIN_REQUIRE_DYNAMO"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _metrics(frontend: str) -> dict[str, float]:
+    """The frontend's Prometheus counters and sums, by name and labels."""
+    with urllib.request.urlopen(frontend + "/metrics", timeout=10) as response:
+        text = response.read().decode()
+    values: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            values[name] = float(value)
+    return values
+
+
+def _one(metrics: dict[str, float], prefix: str) -> float:
+    found = [v for k, v in metrics.items() if k.startswith(prefix)]
+    assert len(found) == 1, (prefix, found)
+    return found[0]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _processes_naming(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.parametrize("name", sorted(LOCKS))
+def test_every_shipped_lock_serves_on_the_bed(env: Path, name: str) -> None:
+    lock = LOCKS[name]
+    bed_plan = plan(lock)  # the whole stack: every replica a mocker worker
+    with running(bed_plan, env) as bed:
+        info = httpx.get(bed.url + "/stackpin/sim").json()
+        assert info["simulated"] is True and info["backend"] == "dynamo 1.6.1"
+        assert info["stack_digest"] == lock.stack_digest and info["serving"] == bed.frontend
+        # Anything else on the bed's address is the frontend's (a redirect: no proxy on the path).
+        models = httpx.get(bed.url + "/v1/models", follow_redirects=True).json()
+        assert [m["id"] for m in models["data"]] == [lock.resolved.model.id]
+        words = " ".join(f"w{i}" for i in range(700))
+        reply = httpx.post(bed.frontend + "/v1/chat/completions", timeout=60, json={
+            "model": lock.resolved.model.id, "messages": [{"role": "user", "content": words}], "max_tokens": 5,
+            "ignore_eos": True, "stream": False}).json()
+        assert reply["usage"]["prompt_tokens"] == 700 and reply["usage"]["completion_tokens"] == 5
+        # The frontend learned the lock's shape from the workers it discovered (each pool's own).
+        metrics = _metrics(bed.frontend)
+        pools = bed_plan.stack.pools
+        block = int(bed_plan.mockers[-1].args[bed_plan.mockers[-1].args.index("--block-size") + 1])
+        assert _one(metrics, "dynamo_frontend_model_kv_cache_block_size") == block
+        assert _one(metrics, "dynamo_frontend_model_max_num_seqs") in {p.max_num_seqs for p in pools}
+        assert _one(metrics, "dynamo_frontend_model_total_kv_blocks") in {p.kv_tokens // block for p in pools}
+        pids = [p.popen.pid for p in bed.processes]
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    assert not _listening(int(bed.frontend.rsplit(":", 1)[1]))
+
+
+def _trace(path: Path) -> Path:
+    out = CliRunner().invoke(main, ["trace", "gen", "--sessions", "8", "--seed", "3", "--param", "turns.max=4",
+                                    "--param", "max_context=20000", "--param", "output.median=60", "--out", str(path)])
+    assert out.exit_code == 0, out.output
+    return path
+
+
+def test_the_client_agrees_with_the_frontends_own_accounting(env: Path, tmp_path: Path) -> None:
+    """TTFT and ITL as stackpin's client measured them against the frontend's histograms of the same
+    requests, and every token count against its counters; every prompt is the trace's size."""
+    trace = _trace(tmp_path / "t.jsonl")
+    lock = LOCKFILES / "gb300-tuned.lock.yaml"
+    out = tmp_path / "r.json"
+    with running(plan(LOCKS["gb300-tuned"], share=9), env) as bed:
+        before = _metrics(bed.frontend)
+        run = CliRunner().invoke(main, ["bench", "run", "--endpoint", bed.url, "--trace", str(trace), "--lock",
+                                        str(lock), "--agents", "2", "--delay-scale", "0", "--out", str(out)])
+        assert run.exit_code == 0, run.output
+        after = _metrics(bed.frontend)
+    result = read_result(out)
+    assert result.simulation is not None and result.simulation.backend == "dynamo 1.6.1"
+    assert result.served_model == "deepseek-ai/DeepSeek-V4.1-Flash"
+    assert result.client.tokenizer is not None
+    requests = [r for p in result.points for r in p.request_log]
+    assert requests and not any(r.error for r in requests)
+    assert all(r.prompt_tokens == r.sent_tokens for r in requests)
+
+    def delta(prefix: str) -> float:  # a series the frontend has not seen yet is not listed: 0
+        return _one(after, prefix) - sum(v for k, v in before.items() if k.startswith(prefix))
+
+    assert delta('dynamo_frontend_requests_total{endpoint="chat_completions",error_type="",model="deepseek-ai/'
+                 'DeepSeek-V4.1-Flash",request_type="stream"') == len(requests)
+    assert delta("dynamo_frontend_input_sequence_tokens_sum") == sum(r.prompt_tokens for r in requests)
+    assert delta("dynamo_frontend_output_sequence_tokens_sum") == sum(r.output_tokens for r in requests)
+    assert delta("dynamo_frontend_cached_tokens_sum") == sum(r.cached_tokens for r in requests)
+    # Timing: the frontend's TTFT histogram starts once the prompt is tokenized and templated (its own
+    # tokenize and template histograms time those steps); the client's clock runs from the request's
+    # first byte to the first token's. On loopback they agree to a millisecond or two, plus however late
+    # the client's own event loop ran.
+    client_ttft = sum(r.ttft_s or 0 for r in requests) / len(requests)
+    served = delta("dynamo_frontend_time_to_first_token_seconds_count")
+    server_ttft = (delta("dynamo_frontend_time_to_first_token_seconds_sum") + delta(
+        "dynamo_frontend_tokenize_seconds_sum") + delta("dynamo_frontend_template_seconds_sum")) / served
+    slack = 0.002 + (result.client.loop_lag_p99_s or 0)
+    assert abs(client_ttft - server_ttft) <= slack, (client_ttft, server_ttft)
+    gaps = sum((r.output_tokens - 1) for r in requests if r.itl_mean_s is not None)
+    client_itl = sum(r.itl_mean_s * (r.output_tokens - 1) for r in requests if r.itl_mean_s is not None) / gaps
+    server_itl = delta("dynamo_frontend_inter_token_latency_seconds_sum") / delta(
+        "dynamo_frontend_inter_token_latency_seconds_count")
+    assert client_itl == pytest.approx(server_itl, rel=0.05, abs=0.0002)
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_or_sigterm_stops_every_dynamo_process(env: Path, how: signal.Signals) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "stackpin", "sim", "serve", str(LOCKFILES / "gb300-tuned.lock.yaml"),
+                             "--backend", "dynamo", "--share", "9", "--port", "0", "--dynamo-env", str(env)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stderr is not None
+    line = proc.stderr.readline()  # the announcement, once the bed answers
+    found = re.search(r"on (http://127\.0\.0\.1:\d+) .*frontend at http://127\.0\.0\.1:(\d+)", line)
+    assert found, line
+    frontend_port = int(found.group(2))
+    assert httpx.get(found.group(1) + "/stackpin/sim").json()["simulated"] is True
+    assert _processes_naming(f"--http-port {frontend_port}")
+    os.killpg(proc.pid, how)  # as a terminal's Ctrl-C (the whole group), or a supervisor's SIGTERM
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    deadline = time.monotonic() + 5
+    while _processes_naming(f"--http-port {frontend_port}") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _processes_naming(f"--http-port {frontend_port}")
+    assert not _listening(frontend_port)
+
+
+def test_a_mocker_that_fails_is_one_line_and_nothing_is_left(env: Path) -> None:
+    good = plan(LOCKS["gb300-tuned"], share=9)
+    bad = good.mockers[0]
+    args = list(bad.args)
+    args[args.index("--num-workers") + 1] = "0"  # the mocker refuses: --num-workers must be at least 1
+    broken = type(good)(**{**good.__dict__, "mockers": (Mocker(bad.role, tuple(args), bad.table),)})
+    before = set(_processes_naming("dynamo.frontend"))
+    with pytest.raises(StackpinError, match=r"the Dynamo mocker \(worker\) exited with \d+") as caught:
+        with running(broken, env):
+            pass
+    assert "\n" not in str(caught.value)
+    assert set(_processes_naming("dynamo.frontend")) <= before
+
+
+def test_a_missing_environment_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(StackpinError, match="is not installed at .*make dynamo-env"):
+        find_env(str(tmp_path / "nothing"))
+    result = CliRunner().invoke(main, ["sim", "serve", str(LOCKFILES / "gb300-tuned.lock.yaml"), "--backend", "dynamo",
+                                       "--dynamo-env", str(tmp_path / "nothing")])
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1, result.output
+    faulty = CliRunner().invoke(main, ["sim", "serve", str(LOCKFILES / "gb300-tuned.lock.yaml"), "--backend", "dynamo",
+                                       "--fault", "error=0.1"])
+    assert faulty.exit_code == 2 and "injects no faults" in faulty.output
