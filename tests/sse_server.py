@@ -33,6 +33,7 @@ class Server:
     ttft_per_connection_s: float = 0.0  # TTFT grows with the open connections: a server that saturates
     sim_info: dict[str, object] | None = None  # answer GET /stackpin/sim with this (else 404)
     model: str = "deepseek-ai/DeepSeek-V4.1-Flash"  # what GET /v1/models lists (the shipped locks' model)
+    tokens_per_word: int = 1  # prompt tokens the usage counts a word as (a tokenizer the prompt was not built for)
     connections: int = 0
     port: int = 0
     requests_seen: int = 0
@@ -137,8 +138,9 @@ class Server:
             elif i % 64 == 63:
                 await writer.drain()
         usage = {"id": f"cmpl-{number}", "object": "chat.completion.chunk", "created": 0, "model": "test-model",
-                 "choices": [], "usage": {"prompt_tokens": len(words), "completion_tokens": tokens,
-                                          "total_tokens": len(words) + tokens,
+                 "choices": [], "usage": {"prompt_tokens": len(words) * self.tokens_per_word,
+                                          "completion_tokens": tokens,
+                                          "total_tokens": len(words) * self.tokens_per_word + tokens,
                                           "prompt_tokens_details": {"cached_tokens": cached}}}
         tail = b"data: %s\n\ndata: [DONE]\n\n" % json.dumps(usage).encode()
         writer.write(b"%x\r\n%s\r\n0\r\n\r\n" % (len(tail), tail))

@@ -106,3 +106,26 @@ def test_an_endpoint_serving_another_model_is_refused_or_recorded(tmp_path: Path
         kept = CliRunner().invoke(main, [*args, "--model", "someone/else", "-o", "json"])
     assert kept.exit_code == 0, kept.output
     assert json.loads(out.read_text())["served_model"] == "someone/else"
+
+
+def test_prompts_the_server_counts_otherwise_mark_the_result(tmp_path: Path) -> None:
+    """The issue's case: each word several tokens to the served tokenizer; the result says so."""
+    from stackpin.bench.headline import headline
+    from stackpin.bench.result import read_result
+
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"session_id": "s", "input_length": 100, "output_length": 2}\n'
+                     '{"session_id": "s", "input_length": 50, "output_length": 2}\n')
+    results = {}
+    for per_word in (1, 3):
+        out = tmp_path / f"r{per_word}.json"
+        with serve_in_thread(Server(tokens_per_word=per_word)) as server:
+            run = CliRunner().invoke(main, ["bench", "run", "--endpoint", server.url, "--trace", str(trace),
+                                            "--lock", str(LOCK), "--agents", "1", "--out", str(out)])
+        assert run.exit_code == 0, run.output
+        results[per_word] = (run.output, read_result(out))
+    fine, off = results[1], results[3]
+    assert [r.sent_tokens for p in fine[1].points for r in p.request_log] == [100, 152]  # 100 + 2 answer + 50
+    assert "prompts were off" not in fine[0] and "trace's size" not in headline(fine[1])
+    assert "warning: 2 of 2 prompts were off the trace's size" in off[0]
+    assert "prompts not the trace's size" in headline(off[1])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stackpin.bench.result import BenchResult
+from stackpin.bench.stats import prompts_off
 
 
 def headline_data(result: BenchResult) -> dict[str, Any]:
@@ -14,6 +15,7 @@ def headline_data(result: BenchResult) -> dict[str, Any]:
         "fingerprint": result.fingerprint,
         "simulated": result.simulation is not None,
         "interrupted": result.interrupted,
+        "promptsOff": prompts_off(r for p in result.points for r in p.request_log)[0],
         "singleAgentTps": (result.score.single_agent_tps if result.score else
                            single.agent_tps.mean if single else None),
         "maxAgentsUnderSlo": result.score.max_agents if result.score else None,
@@ -35,5 +37,6 @@ def headline(result: BenchResult) -> str:
             parts.append(f"{data['outputTpsPerGpuAtSlo']:.1f} tok/s/GPU")
     elif data["peakOutputTpsPerGpu"] is not None:
         parts.append(f"peak {data['peakOutputTpsPerGpu']:.1f} tok/s/GPU")
-    flags = [f for f, on in (("simulated", data["simulated"]), ("interrupted", data["interrupted"])) if on]
+    flags = [f for f, on in (("simulated", data["simulated"]), ("interrupted", data["interrupted"]),
+                             ("prompts not the trace's size", data["promptsOff"])) if on]
     return ", ".join(parts) + (f" ({', '.join(flags)})" if flags else "")

@@ -70,6 +70,24 @@ def build_point(agents: int, duration_s: float, requests: Sequence[Request], gpu
     return point.model_copy(update={"slo_met": holds(point, slo)}) if slo else point
 
 
+# A prompt whose server count is off the trace's by more than this was not the trace's load: the server's
+# tokenizer is not the one the prompt was built for. The margin covers a chat template's few tokens a
+# message (a long session sends dozens of messages) and nothing a tokenizer mismatch gives (several
+# tokens a word).
+PROMPT_TOLERANCE = 0.05
+
+
+def prompts_off(requests: Iterable[Request]) -> tuple[int, int]:
+    """(requests whose server prompt count is off the trace's by more than PROMPT_TOLERANCE, requests
+    both counted)."""
+    off = counted = 0
+    for r in requests:
+        if r.sent_tokens and r.prompt_tokens and not r.error:
+            counted += 1
+            off += abs(r.prompt_tokens - r.sent_tokens) > PROMPT_TOLERANCE * r.sent_tokens
+    return off, counted
+
+
 def holds(point: Point, slo: Slo) -> bool:
     if point.errors or not point.agent_tps_samples or point.ttft_s.count == 0:
         return False

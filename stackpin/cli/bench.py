@@ -57,7 +57,8 @@ def _write_result(result: BenchResult, out: str) -> None:
 def _summary(result: BenchResult) -> dict[str, Any]:
     return {"stack": result.stack.name, "digest": result.stack.digest, "fingerprint": result.fingerprint,
             "interrupted": result.interrupted, "saturated": result.client.saturated,
-            "simulated": result.simulation is not None,
+            "simulated": result.simulation is not None, "servedModel": result.served_model,
+            "tokenizer": result.client.tokenizer,
             "points": [{"agents": p.agents, "searched": p.searched, "requests": p.requests, "errors": p.errors,
                         "ttftP90S": p.ttft_s.p90, "itlP50S": p.itl_s.p50, "agentTpsMean": p.agent_tps.mean,
                         "outputTps": p.output_tps, "outputTpsPerGpu": p.output_tps_per_gpu,
@@ -66,11 +67,15 @@ def _summary(result: BenchResult) -> dict[str, Any]:
 
 
 def _print_result(result: BenchResult, out: str | None, output: str) -> None:
+    from stackpin.bench.stats import PROMPT_TOLERANCE, prompts_off
+
     if output != "text":
         emit({**_summary(result), "out": out}, output)
         return
-    sim = (f", simulated ({result.simulation.model}, speed {result.simulation.speed:g})"
-           if result.simulation else "")
+    sim = ""
+    if result.simulation:
+        by = "" if result.simulation.backend == "stackpin" else f"{result.simulation.backend} mocker, "
+        sim = f", simulated ({by}{result.simulation.model}, speed {result.simulation.speed:g})"
     click.echo(f"stack {result.stack.name} {result.stack.digest[:19]} on {result.stack.gpus} GPU(s){sim}")
     header = ["AGENTS", "REQ", "ERR", "TTFT p50", "TTFT p90", "TTFT p99", "ITL p50", "TOK/S/AGENT", "TOK/S",
               "TOK/S/GPU", "CACHE", "SLO"]
@@ -91,6 +96,11 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
         s = result.score
         at = f", {s.output_tps_per_gpu_at_slo:.2f} tok/s/GPU there" if s.output_tps_per_gpu_at_slo is not None else ""
         click.echo(f"score: {s.max_agents} agent(s) under the SLO{at}; single agent {s.single_agent_tps:.1f} tok/s")
+    off, counted = prompts_off(r for p in result.points for r in p.request_log)
+    if off:
+        click.echo(f"warning: {off} of {counted} prompts were off the trace's size by more than "
+                   f"{PROMPT_TOLERANCE:.0%} in the server's count: the load is not the trace's (give the served "
+                   "model's tokenizer.json with --tokenizer)", err=True)
     for line in ([result.client.note] if result.client.note else []) + (
             ["interrupted: the result holds what was measured before Ctrl-C"] if result.interrupted else []):
         click.echo(f"warning: {line}", err=True)
