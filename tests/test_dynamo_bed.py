@@ -159,6 +159,13 @@ def test_the_client_agrees_with_the_frontends_own_accounting(env: Path, tmp_path
     server_itl = delta("dynamo_frontend_inter_token_latency_seconds_sum") / delta(
         "dynamo_frontend_inter_token_latency_seconds_count")
     assert client_itl == pytest.approx(server_itl, rel=0.05, abs=0.0002)
+    # Every gap, not only the per-request mean: the frontend's histogram counts one a token, as the
+    # client does here (one token an event), and the two means agree.
+    gaps = [p.token_gap_s for p in result.points]
+    assert all(gaps)
+    assert sum(g.count for g in gaps if g) == delta("dynamo_frontend_inter_token_latency_seconds_count")
+    gap_mean = sum(g.mean * g.count for g in gaps if g) / sum(g.count for g in gaps if g)
+    assert gap_mean == pytest.approx(server_itl, rel=0.05, abs=0.0002)
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])

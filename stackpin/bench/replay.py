@@ -27,6 +27,7 @@ from typing import Any
 
 from stackpin.bench.binding import controls as make_controls
 from stackpin.bench.binding import stack_ref
+from stackpin.bench.gaps import rescaled
 from stackpin.bench.result import BenchResult, ClientInfo, Point, Request, Shard, Simulation, Slo, controls_fingerprint
 from stackpin.bench.sessions import Context, Trace, agent_sessions, default_sessions_per_agent
 from stackpin.bench.stats import build_point, next_search, score
@@ -60,8 +61,10 @@ class RunOptions:
 
 
 # One finished request as a worker sends it back: agent, session, turn, start, first token, last
-# token, end, prompt, cached, output tokens, usage seen, error, prompt tokens as the trace sizes them.
-Record = tuple[int, str, int, float, float | None, float | None, float, int, int, int, bool, str | None, int]
+# token, end, prompt, cached, output tokens, usage seen, error, prompt tokens as the trace sizes them,
+# gaps between token events (bucket -> count, wall time).
+Record = tuple[int, str, int, float, float | None, float | None, float, int, int, int, bool, str | None, int,
+               dict[int, int]]
 
 
 @dataclass
@@ -108,7 +111,7 @@ async def _agent(options: RunOptions, model: str, agent: int, agents: int, point
                 o = await connection.chat(body, options.timeout_s)
                 tokens = o.output_tokens if o.usage else o.events
                 out.append((agent, session.id, number, o.start, o.first_token, o.last_token, o.end or o.start,
-                            o.prompt_tokens, o.cached_tokens, tokens, o.usage, o.error, context.tokens))
+                            o.prompt_tokens, o.cached_tokens, tokens, o.usage, o.error, context.tokens, o.gaps))
                 counters[slot * 3] += 1
                 counters[slot * 3 + 1] += 1 if o.error else 0
                 counters[slot * 3 + 2] += tokens
@@ -246,7 +249,7 @@ class _Run:
     def _point(self, agents: int, searched: bool, start_at: float, shares: list[ShareResult]) -> Point:
         speed = self.speed
         requests = []
-        for agent, session, turn, start, first, last, end, prompt, cached, output, _, error, sent in sorted(
+        for agent, session, turn, start, first, last, end, prompt, cached, output, _, error, sent, gaps in sorted(
                 (r for s in shares for r in s.records), key=lambda r: (r[3], r[0])):
             itl = (last - first) / (output - 1) * speed if first is not None and last is not None and output > 1 \
                 else None
@@ -254,7 +257,8 @@ class _Run:
                 agent=agent, session=session, turn=turn, start_s=round((start - self.started) * speed, 6),
                 ttft_s=round((first - start) * speed, 6) if first is not None else None,
                 end_s=round((end - self.started) * speed, 6), prompt_tokens=prompt, cached_tokens=cached,
-                output_tokens=output, itl_mean_s=itl, error=error, sent_tokens=sent))
+                output_tokens=output, itl_mean_s=itl, error=error, sent_tokens=sent,
+                token_gaps=rescaled(gaps, speed)))
         duration = (max(s.finished for s in shares) - start_at) * speed
         self.cpu_s += sum(s.cpu_s for s in shares)
         self.busy = max([self.busy, *(s.cpu_s / s.wall_s for s in shares if s.wall_s > 0)])

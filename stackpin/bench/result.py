@@ -118,6 +118,9 @@ class Request(_Model):
     output_tokens: NonNegativeInt = 0
     itl_mean_s: NonNegative | None = None
     error: str | None = Field(None, description="One line: what failed (http 500, stalled, dropped, bad SSE).")
+    token_gaps: tuple[tuple[NonNegativeInt, PositiveInt], ...] = Field(
+        (), description="Gaps between consecutive token events as (bucket, count) pairs: bucket b > 0 holds "
+        "gaps in [1 us x 1.04^(b-1), 1 us x 1.04^b), bucket 0 those under 1 us (stackpin/bench/gaps.py).")
     sent_tokens: NonNegativeInt | None = Field(
         None, description="The prompt's tokens as the trace sizes them (its turns' inputs and the answers so "
         "far): what prompt_tokens, the server's count, should be.")
@@ -131,7 +134,10 @@ class Point(_Model):
     requests: NonNegativeInt
     errors: NonNegativeInt
     ttft_s: Dist
-    itl_s: Dist
+    itl_s: Dist = Field(description="Per-request ITL, AIPerf's: (last token - first token) / (tokens - 1), one "
+                        "value a request.")
+    token_gap_s: Dist | None = Field(None, description="Every gap between consecutive token events, pooled over "
+                                     "the point's requests (as a server's inter-token histogram counts them).")
     agent_tps: Dist = Field(description="Per-agent output tokens/s while generating (TTFT excluded).")
     agent_tps_samples: tuple[NonNegative, ...] = Field(description="One per agent, for bootstrap intervals.")
     output_tps: NonNegative = Field(description="All agents' output tokens per second of wall time.")

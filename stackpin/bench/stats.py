@@ -13,6 +13,7 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 
+from stackpin.bench.gaps import gap_dist
 from stackpin.bench.result import BenchResult, Dist, Point, Request, Score, Slo
 
 
@@ -63,6 +64,7 @@ def build_point(agents: int, duration_s: float, requests: Sequence[Request], gpu
         agents=agents, duration_s=duration_s, requests=len(requests), errors=len(requests) - len(ok),
         ttft_s=dist(r.ttft_s for r in ok if r.ttft_s is not None),
         itl_s=dist(r.itl_mean_s for r in ok if r.itl_mean_s is not None),
+        token_gap_s=gap_dist(r.token_gaps for r in ok),
         agent_tps=dist(rates.values()), agent_tps_samples=tuple(rates.values()),
         output_tps=output_tps, output_tps_per_gpu=output_tps / gpus,
         cache_hit_rate=sum(r.cached_tokens for r in requests) / prompt if prompt else None,
@@ -133,7 +135,7 @@ def _close(a: object, b: object) -> bool:
     return a == b
 
 
-HEADLINE = ("requests", "errors", "ttft_s", "itl_s", "agent_tps", "agent_tps_samples", "output_tps",
+HEADLINE = ("requests", "errors", "ttft_s", "itl_s", "token_gap_s", "agent_tps", "agent_tps_samples", "output_tps",
             "output_tps_per_gpu", "cache_hit_rate", "slo_met")
 
 

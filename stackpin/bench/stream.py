@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from stackpin.bench.gaps import gap_bucket
 from stackpin.errors import StackpinError
 from stackpin.lock.canonical import canonical_json
 
@@ -62,6 +63,7 @@ class Outcome:
     usage: bool = False
     text: list[str] = field(default_factory=list)
     error: str | None = None
+    gaps: dict[int, int] = field(default_factory=dict)  # gap bucket (stats.gap_bucket) -> count
 
     @property
     def answer(self) -> str:
@@ -253,6 +255,9 @@ def _take(payload: bytes, now: float, outcome: Outcome) -> None:
         if content:
             if outcome.first_token is None:
                 outcome.first_token = now
+            else:  # the gap since the previous token event (speculative decoding sends several a step)
+                bucket = gap_bucket(now - (outcome.last_token or now))
+                outcome.gaps[bucket] = outcome.gaps.get(bucket, 0) + 1
             outcome.last_token = now
             outcome.events += 1
             outcome.text.append(content)

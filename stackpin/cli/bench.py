@@ -60,7 +60,9 @@ def _summary(result: BenchResult) -> dict[str, Any]:
             "simulated": result.simulation is not None, "servedModel": result.served_model,
             "tokenizer": result.client.tokenizer,
             "points": [{"agents": p.agents, "searched": p.searched, "requests": p.requests, "errors": p.errors,
-                        "ttftP90S": p.ttft_s.p90, "itlP50S": p.itl_s.p50, "agentTpsMean": p.agent_tps.mean,
+                        "ttftP90S": p.ttft_s.p90, "itlP50S": p.itl_s.p50,
+                        "tokenGapP50S": p.token_gap_s.p50 if p.token_gap_s else None,
+                        "tokenGapP99S": p.token_gap_s.p99 if p.token_gap_s else None, "agentTpsMean": p.agent_tps.mean,
                         "outputTps": p.output_tps, "outputTpsPerGpu": p.output_tps_per_gpu,
                         "cacheHitRate": p.cache_hit_rate, "sloMet": p.slo_met} for p in result.points],
             "score": result.score.model_dump(mode="json") if result.score else None}
@@ -77,19 +79,22 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
         by = "" if result.simulation.backend == "stackpin" else f"{result.simulation.backend} mocker, "
         sim = f", simulated ({by}{result.simulation.model}, speed {result.simulation.speed:g})"
     click.echo(f"stack {result.stack.name} {result.stack.digest[:19]} on {result.stack.gpus} GPU(s){sim}")
-    header = ["AGENTS", "REQ", "ERR", "TTFT p50", "TTFT p90", "TTFT p99", "ITL p50", "TOK/S/AGENT", "TOK/S",
-              "TOK/S/GPU", "CACHE", "SLO"]
+    header = ["AGENTS", "REQ", "ERR", "TTFT p50", "TTFT p90", "TTFT p99", "ITL p50", "GAP p50", "GAP p99",
+              "TOK/S/AGENT", "TOK/S", "TOK/S/GPU", "CACHE", "SLO"]
     rows = []
     for p in result.points:
+        gap = p.token_gap_s
         rows.append([f"{p.agents}{'*' if p.searched else ''}", str(p.requests), str(p.errors),
                      f"{p.ttft_s.p50:.3f}s", f"{p.ttft_s.p90:.3f}s", f"{p.ttft_s.p99:.3f}s",
-                     f"{p.itl_s.p50 * 1000:.2f}ms", f"{p.agent_tps.mean:.1f}", f"{p.output_tps:.1f}",
+                     f"{p.itl_s.p50 * 1000:.2f}ms", f"{gap.p50 * 1000:.2f}ms" if gap else "-",
+                     f"{gap.p99 * 1000:.2f}ms" if gap else "-", f"{p.agent_tps.mean:.1f}", f"{p.output_tps:.1f}",
                      f"{p.output_tps_per_gpu:.2f}", "-" if p.cache_hit_rate is None else f"{p.cache_hit_rate:.0%}",
                      "-" if p.slo_met is None else ("met" if p.slo_met else "missed")])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         click.echo("  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(row, widths,
                                                                                                strict=True))))
+    click.echo("ITL: per request, (last token - first token) / (tokens - 1); GAP: every gap between token events")
     if any(p.searched for p in result.points):
         click.echo("* added by the SLO search")
     if result.score:
