@@ -127,7 +127,7 @@ def test_workers_split_the_agents_and_the_results_merge(tmp_path: Path) -> None:
     trace = write_trace(tmp_path / "t.jsonl", sessions=4, turns=2)
     with serve_in_thread(Server()) as server:
         code, _, err = bench(["run", "--endpoint", server.url, "--trace", str(trace), "--lock", str(LOCK),
-                              "--agents", "4", "--workers", "3", "--out", str(tmp_path / "r.json")])
+                              "--agents", "4", "--workers", "3", "--slo", "none", "--out", str(tmp_path / "r.json")])
     assert code == 0, err
     result = read_result(tmp_path / "r.json")
     (point,) = result.points
@@ -167,8 +167,8 @@ def test_ctrl_c_keeps_what_was_measured(tmp_path: Path) -> None:
     with serve_in_thread(Server(itl_s=0.01)) as server:
         proc = subprocess.Popen([sys.executable, "-m", "stackpin", "bench", "run", "--endpoint", server.url,
                                  "--trace", str(trace), "--lock", str(LOCK), "--agents", "2,4", "--workers", "2",
-                                 "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, start_new_session=True)
+                                 "--slo", "none", "--out", str(out)], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, start_new_session=True)
         deadline = time.monotonic() + 30
         while server.requests_seen < 4 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -219,7 +219,8 @@ def test_duration_stops_new_turns_and_wraps_the_trace(tmp_path: Path) -> None:
     with serve_in_thread(Server(itl_s=0.005)) as server:
         started = time.monotonic()
         code, _, err = bench(["run", "--endpoint", server.url, "--trace", str(trace), "--lock", str(LOCK),
-                              "--agents", "2", "--duration", "0.8s", "--out", str(tmp_path / "r.json")])
+                              "--agents", "2", "--duration", "0.8s", "--slo", "none",
+                              "--out", str(tmp_path / "r.json")])
         took = time.monotonic() - started
     assert code == 0, err
     (point,) = read_result(tmp_path / "r.json").points

@@ -67,7 +67,7 @@ def test_simulated_faults_are_recorded_per_request(tmp_path: Path, trace: Path, 
     with serve_in_thread(LOCKS["gb300-tuned"], speed=20.0, faults=fault) as sim:
         code, _, err = bench(["run", "--endpoint", sim.url, "--trace", str(trace), "--lock", str(LOCKS["gb300-tuned"]),
                               "--agents", "2", "--delay-scale", "0", "--request-timeout", "1s",
-                              "--out", str(tmp_path / "r.json")])
+                              "--slo", "none", "--out", str(tmp_path / "r.json")])
     assert code == 0, err
     (point,) = read_result(tmp_path / "r.json").points
     assert point.requests >= 6 and point.errors == point.requests
@@ -115,7 +115,7 @@ def test_a_disaggregated_stack_under_load_follows_its_analytic_curve(tmp_path: P
     with serve_in_thread(stack, speed=4.0) as sim:
         code, _, err = bench(["run", "--endpoint", sim.url, "--trace", str(steady_trace), "--lock",
                               str(LOCKS["gb300-launch"]), "--agents", "24", "--delay-scale", "0",
-                              "--duration", "16", "--out", str(tmp_path / "r.json")])
+                              "--duration", "16", "--slo", "none", "--out", str(tmp_path / "r.json")])
         with urllib.request.urlopen(sim.url + "/stackpin/sim/stats") as answer:
             engines = json.loads(answer.read())["engines"]
     assert code == 0, err

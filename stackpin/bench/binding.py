@@ -42,6 +42,19 @@ def parse_seconds(text: str, what: str) -> float:
     return float(match[1]) * {"ms": 0.001, "s": 1.0, "m": 60.0, None: 1.0}[match[2]]  # digits only: finite
 
 
+def service_slo(lock: StackLock) -> Slo:
+    """The SLO a stack is tuned for: its profile's `spec.service` (per-agent tok/s, TTFT at p90)."""
+    service = lock.stack_profile.spec.service
+    return Slo(tps=float(service.per_agent_tok_s), ttft_s=float(service.ttft_seconds))
+
+
+def slo_option(text: str | None, lock: StackLock) -> Slo | None:
+    """--slo as given; absent, the profile's spec.service; `none`, no SLO (no score, no search)."""
+    if text is None:
+        return service_slo(lock)
+    return None if text.strip().lower() == "none" else parse_slo(text)
+
+
 def parse_slo(text: str) -> Slo:
     """`tps=80,ttft=10s[,percentile=p90]` -> Slo."""
     fields: dict[str, str] = {}

@@ -44,8 +44,7 @@ def job_objects(lock: StackLock, lock_text: str, trace_text: str, *, endpoint: s
             "--workers", str(workers), "--delay-scale", f"{delay_scale:g}", "--request-timeout", f"{timeout_s:g}s",
             "--pods", str(pods), "--pod-index", "$(JOB_COMPLETION_INDEX)", "--cache-salt", "$(STACKPIN_RUN)",
             "--out", f"{RESULTS}/result-$(JOB_COMPLETION_INDEX).json"]
-    if slo:
-        args += ["--slo", f"tps={slo.tps:g},ttft={slo.ttft_s:g}s,percentile={slo.percentile}"]
+    args += ["--slo", f"tps={slo.tps:g},ttft={slo.ttft_s:g}s,percentile={slo.percentile}" if slo else "none"]
     if duration_s is not None:
         args += ["--duration", f"{duration_s:g}s"]
     if sessions is not None:

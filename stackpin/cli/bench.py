@@ -121,9 +121,10 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
               help="The stack behind the endpoint: a lockfile, a profile, or a revision of a deployment's history.")
 @click.option("--agents", "agents_text", default="1,8,32", show_default=True, metavar="N,N,...",
               help="Concurrent agent counts to measure.")
-@click.option("--slo", "slo_text", metavar="tps=T,ttft=S[,percentile=p90]",
+@click.option("--slo", "slo_text", metavar="tps=T,ttft=S[,percentile=p90]|none",
               help="Score: the largest agent count (searched by bisection) in which every agent holds T tok/s and "
-                   "the TTFT percentile is within S, with no failed request; and single-agent speed.")
+                   "the TTFT percentile is within S, with no failed request; and single-agent speed (default: the "
+                   "profile's spec.service at p90; none: no score and no search).")
 @click.option("--model", help="Model name to send (default: the endpoint's first in /v1/models, which must be the "
               "lock's; naming one measures it even when it is not, and the result records it).")
 @click.option("--tokenizer", "tokenizer_file", type=click.Path(dir_okay=False), metavar="FILE",
@@ -161,7 +162,7 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
     import secrets
     import signal
 
-    from stackpin.bench.binding import parse_agents, parse_seconds, parse_slo
+    from stackpin.bench.binding import parse_agents, parse_seconds, slo_option
     from stackpin.bench.replay import RunOptions, run_bench
     from stackpin.bench.sessions import read_trace
     from stackpin.deploy.source import resolve_source
@@ -185,7 +186,7 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
         vocabulary = from_tokenizer(data, f"{Path(tokenizer_file).name} sha256:{hashlib.sha256(data).hexdigest()[:16]}")
     options = RunOptions(
         endpoint=endpoint, trace=read_trace(Path(trace_file)), agents=parse_agents(agents_text),
-        slo=parse_slo(slo_text) if slo_text else None, model=model, workers=workers,
+        slo=slo_option(slo_text, source.lock), model=model, workers=workers,
         duration_s=parse_seconds(duration_text, "--duration") if duration_text else None, sessions=sessions,
         delay_scale=delay_scale, timeout_s=parse_seconds(timeout_text, "--request-timeout"),
         headers={"Authorization": f"Bearer {key}"} if key else {}, pod_index=pod_index, pods=pods,
@@ -356,7 +357,8 @@ def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str,
               "number modulo PODS is i.")
 @click.option("--image", required=True, help="An image with stackpin installed (the pods run `stackpin bench run`).")
 @click.option("--agents", "agents_text", default="1,8,32", show_default=True, metavar="N,N,...")
-@click.option("--slo", "slo_text", metavar="tps=T,ttft=S[,percentile=p90]")
+@click.option("--slo", "slo_text", metavar="tps=T,ttft=S[,percentile=p90]|none",
+              help="As bench run's (default: the profile's spec.service).")
 @click.option("--model")
 @click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True, help="Client processes a pod.")
 @click.option("--duration", "duration_text", metavar="SECONDS")
@@ -381,7 +383,7 @@ def job(lock_input: str, endpoint: str, trace_file: str, pods: int, image: str, 
     Validated against Kubernetes' schemas before anything is written.
     """
 
-    from stackpin.bench.binding import parse_agents, parse_seconds, parse_slo
+    from stackpin.bench.binding import parse_agents, parse_seconds, slo_option
     from stackpin.bench.job import job_objects
     from stackpin.bench.sessions import read_trace
     from stackpin.deploy.source import resolve_source
@@ -393,7 +395,7 @@ def job(lock_input: str, endpoint: str, trace_file: str, pods: int, image: str, 
     read_trace(Path(trace_file))  # a bad trace fails here, not in N pods
     objects = job_objects(
         source.lock, render_lock(source.lock), Path(trace_file).read_text(encoding="utf-8"), endpoint=endpoint,
-        pods=pods, agents=parse_agents(agents_text), image=image, slo=parse_slo(slo_text) if slo_text else None,
+        pods=pods, agents=parse_agents(agents_text), image=image, slo=slo_option(slo_text, source.lock),
         workers=workers, duration_s=parse_seconds(duration_text, "--duration") if duration_text else None,
         sessions=sessions, delay_scale=delay_scale, timeout_s=parse_seconds(timeout_text, "--request-timeout"),
         model=model, results_claim=results_claim, namespace=namespace)

@@ -17,8 +17,9 @@ if TYPE_CHECKING:
 @click.command("plan")
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False), metavar="RESULT.json...")
 @click.option("--agents", "agents", type=int, required=True, metavar="N", help="Concurrent agents to serve.")
-@click.option("--slo", "slo_text", required=True, metavar="tps=N,ttft=Ns[,percentile=p90]",
-              help="Per-agent output speed every agent holds and the TTFT limit (at percentile, default p90).")
+@click.option("--slo", "slo_text", metavar="tps=N,ttft=Ns[,percentile=p90]",
+              help="Per-agent output speed every agent holds and the TTFT limit (at percentile, default p90); "
+                   "default: the SLO the results were benched under (the profile's spec.service by default).")
 @click.option("--mature", "mature", multiple=True, type=click.Path(dir_okay=False), metavar="B.json",
               help="A result of the mature stack on the same platform as one RESULT (repeatable).")
 @click.option("--gain", type=finite(), metavar="X", help="Mature scenario as a stated gain in throughput per GPU at "
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
               "precision, SLO) differ; the answer lists what differs.")
 @OUTPUT
 @user_errors
-def plan(results: tuple[str, ...], agents: int, slo_text: str, mature: tuple[str, ...], gain: float | None,
+def plan(results: tuple[str, ...], agents: int, slo_text: str | None, mature: tuple[str, ...], gain: float | None,
          chart: str | None, turn_tokens: float | None, trajectory_tokens: float | None, force: bool,
          output: str) -> None:
     """Size a fleet from measured curves: per stack, agents per GPU meeting the SLO (interpolated on the
@@ -43,12 +44,13 @@ def plan(results: tuple[str, ...], agents: int, slo_text: str, mature: tuple[str
     from stackpin.bench.result import read_result
     from stackpin.errors import StackpinError
     from stackpin.plan.capacity import make_plan
-    from stackpin.plan.slo import parse_slo
+    from stackpin.plan.slo import parse_slo, results_slo
 
     if mature and gain is not None:
         raise StackpinError("--mature and --gain exclude each other")
-    slo = parse_slo(slo_text)
+    given = parse_slo(slo_text) if slo_text else None  # a bad --slo is refused before any file is read
     loaded = [(Path(p), read_result(Path(p))) for p in results]
+    slo = given or results_slo([r for _, r in loaded])
     matured = [(Path(p), read_result(Path(p))) for p in mature]
     answer = make_plan(loaded, agents, slo, mature=matured, gain=gain, force=force, turn_tokens=turn_tokens,
                        trajectory_tokens=trajectory_tokens)
