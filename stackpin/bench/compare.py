@@ -93,7 +93,8 @@ class _Spec:
 
 
 def _point(result: BenchResult, agents: int) -> Point | None:
-    return next((p for p in result.points if p.agents == agents), None)
+    """The measured point at `agents` (an invalid point is not a measurement)."""
+    return next((p for p in result.points if p.agents == agents and p.invalid is None), None)
 
 
 def _single_requests(result: BenchResult) -> list[float] | None:
@@ -167,7 +168,7 @@ def _specs(agents: int | None, per_gpu: bool = False) -> list[_Spec]:
 
 def common_agents(a: Sequence[BenchResult], b: Sequence[BenchResult]) -> int | None:
     """The largest agent count every run measured (asked, not searched, when there is one)."""
-    sets = [{p.agents for p in r.points if p.ttft_s.count} for r in [*a, *b]]
+    sets = [{p.agents for p in r.points if p.ttft_s.count and p.invalid is None} for r in [*a, *b]]
     common = set.intersection(*sets) if sets else set()
     return max(common) if common else None
 

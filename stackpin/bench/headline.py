@@ -5,17 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from stackpin.bench.result import BenchResult
-from stackpin.bench.stats import prompts_off
+from stackpin.bench.stats import measured, prompts_off
 
 
 def headline_data(result: BenchResult) -> dict[str, Any]:
-    single = next((p for p in result.points if p.agents == 1 and p.agent_tps.count), None)
-    best = max(result.points, key=lambda p: p.output_tps_per_gpu, default=None)
+    valid = measured(result.points)
+    single = next((p for p in valid if p.agents == 1 and p.agent_tps.count), None)
+    best = max(valid, key=lambda p: p.output_tps_per_gpu, default=None)
     return {
         "fingerprint": result.fingerprint,
         "simulated": result.simulation is not None,
         "interrupted": result.interrupted,
         "promptsOff": prompts_off(r for p in result.points for r in p.request_log)[0],
+        "invalidPoints": len(result.points) - len(valid),
         "singleAgentTps": (result.score.single_agent_tps if result.score else
                            single.agent_tps.mean if single else None),
         "maxAgentsUnderSlo": result.score.max_agents if result.score else None,
@@ -38,5 +40,6 @@ def headline(result: BenchResult) -> str:
     elif data["peakOutputTpsPerGpu"] is not None:
         parts.append(f"peak {data['peakOutputTpsPerGpu']:.1f} tok/s/GPU")
     flags = [f for f, on in (("simulated", data["simulated"]), ("interrupted", data["interrupted"]),
-                             ("prompts not the trace's size", data["promptsOff"])) if on]
+                             ("prompts not the trace's size", data["promptsOff"]),
+                             (f"{data['invalidPoints']} point(s) invalid", data["invalidPoints"])) if on]
     return ", ".join(parts) + (f" ({', '.join(flags)})" if flags else "")

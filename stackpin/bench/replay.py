@@ -58,6 +58,7 @@ class RunOptions:
     cache_salt: str = ""  # put in every prompt word: a run does not hit the cache an earlier run filled
     vocabulary: Vocabulary | None = None  # the served tokenizer's single-token words (bench/words.py)
     target: str | None = None  # where requests go when not `endpoint` (the Dynamo bed's frontend)
+    lag_limit_s: float = 0.01  # a point whose client loop lag p99 (stack time) reaches it is invalid
 
 
 # One finished request as a worker sends it back: agent, session, turn, start, first token, last
@@ -261,11 +262,12 @@ class _Run:
                 token_gaps=rescaled(gaps, speed)))
         duration = (max(s.finished for s in shares) - start_at) * speed
         self.cpu_s += sum(s.cpu_s for s in shares)
-        self.busy = max([self.busy, *(s.cpu_s / s.wall_s for s in shares if s.wall_s > 0)])
+        busy = max([0.0, *(s.cpu_s / s.wall_s for s in shares if s.wall_s > 0)])
         lags = sorted(lag for s in shares for lag in s.lags)
-        if lags:
-            self.lag_p99 = max(self.lag_p99, lags[int(0.99 * (len(lags) - 1))])
-        return build_point(agents, duration, requests, self.gpus, self.options.slo, searched)
+        lag = lags[int(0.99 * (len(lags) - 1))] if lags else 0.0
+        self.busy, self.lag_p99 = max(self.busy, busy), max(self.lag_p99, lag)
+        return build_point(agents, duration, requests, self.gpus, self.options.slo, searched,
+                           busy=round(busy, 3), lag_s=round(lag * speed, 6), lag_limit_s=self.options.lag_limit_s)
 
 
 @dataclass(frozen=True)
@@ -389,7 +391,8 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
         interrupted=run.interrupted, served_model=options.model or served,
         client=ClientInfo(workers=options.workers, cpu_seconds=round(run.cpu_s, 3), saturated=saturated, note=note,
                           busy_fraction=round(run.busy, 3), loop_lag_p99_s=round(run.lag_p99, 6),
-                          tokenizer=options.vocabulary.source if options.vocabulary else None),
+                          tokenizer=options.vocabulary.source if options.vocabulary else None,
+                          lag_limit_s=options.lag_limit_s),
         simulation=simulation, points=tuple(points),
         score=score(points, options.slo) if options.slo and options.pods == 1 and points else None,
         shard=Shard(index=options.pod_index, count=options.pods) if options.pods > 1 else None)

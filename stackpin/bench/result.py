@@ -86,6 +86,8 @@ class ClientInfo(_Model):
     busy_fraction: float | None = Field(None, description="Largest CPU time / wall time of one client process.")
     loop_lag_p99_s: float | None = Field(None, description="p99 event-loop lag: how late the client's timestamps "
                                          "can be.")
+    lag_limit_s: NonNegativeFloat = Field(0.01, description="Event-loop lag p99 (stack time) past which a point is "
+                                          "invalid: the timestamp precision the result claims (--lag-limit).")
     tokenizer: str | None = Field(None, description="Whose tokens the prompts were sized in (bench run "
                                   "--tokenizer, or the bed's); none: stackpin's words, one token each to its "
                                   "simulator only.")
@@ -144,6 +146,12 @@ class Point(_Model):
     output_tps_per_gpu: NonNegative
     cache_hit_rate: Share | None = Field(None, description="Cached prompt tokens / prompt tokens.")
     slo_met: bool | None = None
+    client_busy: NonNegative | None = Field(None, description="CPU time / wall time of the busiest client process "
+                                            "while this point ran.")
+    loop_lag_p99_s: NonNegative | None = Field(None, description="p99 event-loop lag of the client while this point "
+                                               "ran, in the stack's time (wall lag x the simulator's speed).")
+    invalid: str | None = Field(None, description="Why this point is not a measurement (the client or host could "
+                                "not keep up): left out of the score, the SLO search, compare, plot and plan.")
     searched: bool = Field(False, description="Added by the SLO search, not one of the asked agent counts.")
     request_log: tuple[Request, ...] = ()
 

@@ -53,8 +53,31 @@ def agent_rates(requests: Iterable[Request]) -> dict[int, float]:
     return {a: tokens[a] / seconds[a] for a in sorted(tokens) if seconds[a] > 0}
 
 
+# A point is a measurement only when the client kept up: its busiest process under this share of a CPU
+# (over it, the client is the bottleneck and the numbers are its limit), and its event loop late by less
+# than this in the stack's time (every TTFT and token timestamp can be that late).
+BUSY_LIMIT = 0.9
+LAG_LIMIT_S = 0.01
+
+
+def invalid_reason(busy: float | None, lag_s: float | None, lag_limit_s: float = LAG_LIMIT_S) -> str | None:
+    """Why a point with this client busy fraction and loop lag p99 (stack time) is not a measurement."""
+    if busy is not None and busy >= BUSY_LIMIT:
+        return f"client saturated: its busiest process used {busy:.0%} of a CPU (limit {BUSY_LIMIT:.0%})"
+    if lag_s is not None and lag_s >= lag_limit_s:
+        return (f"client timestamps late: event-loop lag p99 {lag_s * 1000:.1f} ms of the stack's time (limit "
+                f"{lag_limit_s * 1000:g} ms)")
+    return None
+
+
+def measured(points: Iterable[Point]) -> list[Point]:
+    """The points that are measurements (not marked invalid)."""
+    return [p for p in points if p.invalid is None]
+
+
 def build_point(agents: int, duration_s: float, requests: Sequence[Request], gpus: int, slo: Slo | None,
-                searched: bool = False) -> Point:
+                searched: bool = False, busy: float | None = None, lag_s: float | None = None,
+                lag_limit_s: float = LAG_LIMIT_S) -> Point:
     ok = [r for r in requests if not r.error]
     rates = agent_rates(requests)
     output = sum(r.output_tokens for r in requests)
@@ -68,8 +91,9 @@ def build_point(agents: int, duration_s: float, requests: Sequence[Request], gpu
         agent_tps=dist(rates.values()), agent_tps_samples=tuple(rates.values()),
         output_tps=output_tps, output_tps_per_gpu=output_tps / gpus,
         cache_hit_rate=sum(r.cached_tokens for r in requests) / prompt if prompt else None,
-        searched=searched, request_log=tuple(requests))
-    return point.model_copy(update={"slo_met": holds(point, slo)}) if slo else point
+        searched=searched, request_log=tuple(requests), client_busy=busy, loop_lag_p99_s=lag_s,
+        invalid=invalid_reason(busy, lag_s, lag_limit_s))
+    return point.model_copy(update={"slo_met": holds(point, slo)}) if slo and point.invalid is None else point
 
 
 # A prompt whose server count is off the trace's by more than this was not the trace's load: the server's
@@ -99,7 +123,7 @@ def holds(point: Point, slo: Slo) -> bool:
 def score(points: Sequence[Point], slo: Slo) -> Score:
     """The largest agent count that held the SLO (below the smallest one that did not: the curve is
     taken as monotone), single-agent speed, and throughput per GPU at the largest count."""
-    ordered = sorted(points, key=lambda p: p.agents)
+    ordered = sorted(measured(points), key=lambda p: p.agents)
     best: Point | None = None
     for point in ordered:
         if not holds(point, slo):
@@ -113,8 +137,9 @@ def score(points: Sequence[Point], slo: Slo) -> Score:
 
 def next_search(points: Sequence[Point], slo: Slo) -> int | None:
     """The agent count to measure next when bisecting between the largest count that held the SLO
-    and the smallest above it that did not; None when they are adjacent (the search is done)."""
-    ordered = sorted(points, key=lambda p: p.agents)
+    and the smallest above it that did not; None when they are adjacent (the search is done). Invalid
+    points are not evidence either way."""
+    ordered = sorted(measured(points), key=lambda p: p.agents)
     low = 0
     for point in ordered:
         if not holds(point, slo):
@@ -136,7 +161,7 @@ def _close(a: object, b: object) -> bool:
 
 
 HEADLINE = ("requests", "errors", "ttft_s", "itl_s", "token_gap_s", "agent_tps", "agent_tps_samples", "output_tps",
-            "output_tps_per_gpu", "cache_hit_rate", "slo_met")
+            "output_tps_per_gpu", "cache_hit_rate", "slo_met", "invalid")
 
 
 def inconsistency(result: BenchResult) -> tuple[str, str] | None:
@@ -146,7 +171,8 @@ def inconsistency(result: BenchResult) -> tuple[str, str] | None:
     for i, point in enumerate(result.points):
         if not point.request_log:
             continue
-        again = build_point(point.agents, point.duration_s, point.request_log, gpus, slo, point.searched)
+        again = build_point(point.agents, point.duration_s, point.request_log, gpus, slo, point.searched,
+                            point.client_busy, point.loop_lag_p99_s, result.client.lag_limit_s)
         for name in HEADLINE:
             have, want = getattr(point, name), getattr(again, name)
             if isinstance(have, Dist) and isinstance(want, Dist):

@@ -64,7 +64,8 @@ def _summary(result: BenchResult) -> dict[str, Any]:
                         "tokenGapP50S": p.token_gap_s.p50 if p.token_gap_s else None,
                         "tokenGapP99S": p.token_gap_s.p99 if p.token_gap_s else None, "agentTpsMean": p.agent_tps.mean,
                         "outputTps": p.output_tps, "outputTpsPerGpu": p.output_tps_per_gpu,
-                        "cacheHitRate": p.cache_hit_rate, "sloMet": p.slo_met} for p in result.points],
+                        "cacheHitRate": p.cache_hit_rate, "sloMet": p.slo_met, "invalid": p.invalid}
+                       for p in result.points],
             "score": result.score.model_dump(mode="json") if result.score else None}
 
 
@@ -82,8 +83,13 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
     header = ["AGENTS", "REQ", "ERR", "TTFT p50", "TTFT p90", "TTFT p99", "ITL p50", "GAP p50", "GAP p99",
               "TOK/S/AGENT", "TOK/S", "TOK/S/GPU", "CACHE", "SLO"]
     rows = []
+    invalid = [p for p in result.points if p.invalid]
     for p in result.points:
         gap = p.token_gap_s
+        if p.invalid:  # not a measurement: no number is printed for it
+            rows.append([f"{p.agents}{'*' if p.searched else ''}", str(p.requests), str(p.errors), "invalid",
+                         *[""] * (len(header) - 4)])
+            continue
         rows.append([f"{p.agents}{'*' if p.searched else ''}", str(p.requests), str(p.errors),
                      f"{p.ttft_s.p50:.3f}s", f"{p.ttft_s.p90:.3f}s", f"{p.ttft_s.p99:.3f}s",
                      f"{p.itl_s.p50 * 1000:.2f}ms", f"{gap.p50 * 1000:.2f}ms" if gap else "-",
@@ -101,6 +107,9 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
         s = result.score
         at = f", {s.output_tps_per_gpu_at_slo:.2f} tok/s/GPU there" if s.output_tps_per_gpu_at_slo is not None else ""
         click.echo(f"score: {s.max_agents} agent(s) under the SLO{at}; single agent {s.single_agent_tps:.1f} tok/s")
+    for p in invalid:
+        click.echo(f"warning: {p.agents} agents: invalid, {p.invalid}; measure it with fewer agents, a lower "
+                   "simulator --speed or more --workers", err=True)
     off, counted = prompts_off(r for p in result.points for r in p.request_log)
     if off:
         click.echo(f"warning: {off} of {counted} prompts were off the trace's size by more than "
@@ -142,6 +151,11 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
               help="A request not finished by then is recorded as stalled.")
 @click.option("--cache-salt", metavar="TEXT", help="Prefix of every prompt word, so that this run does not hit "
               "the prefix cache an earlier run filled (default: random per run).")
+@click.option("--lag-limit", "lag_limit_text", default="10ms", show_default=True, metavar="SECONDS",
+              envvar="STACKPIN_BENCH_LAG_LIMIT",
+              help="A point whose client event-loop lag p99 (in the stack's time: wall lag x the simulator's speed) "
+                   "reaches this is invalid: not printed, scored, compared or planned. It is the timestamp "
+                   "precision the result claims.")
 @click.option("--pod-index", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option("--pods", type=click.IntRange(min=1), default=1, hidden=True)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The result file (JSON).")
@@ -151,8 +165,8 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
 @user_errors
 def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_text: str | None,
         model: str | None, tokenizer_file: str | None, workers: int, duration_text: str | None,
-        sessions: int | None, delay_scale: float, timeout_text: str, cache_salt: str | None, pod_index: int,
-        pods: int, out: str, lockdir: str, history_dir: str, output: str) -> None:
+        sessions: int | None, delay_scale: float, timeout_text: str, cache_salt: str | None, lag_limit_text: str,
+        pod_index: int, pods: int, out: str, lockdir: str, history_dir: str, output: str) -> None:
     """Replay TRACE against ENDPOINT at each agent count and write one result bound to the stack.
 
     Each agent replays sessions one after another, sending the grown context each turn and waiting the
@@ -191,7 +205,7 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
         delay_scale=delay_scale, timeout_s=parse_seconds(timeout_text, "--request-timeout"),
         headers={"Authorization": f"Bearer {key}"} if key else {}, pod_index=pod_index, pods=pods,
         cache_salt="".join(c for c in cache_salt if not c.isspace()) if cache_salt is not None
-        else secrets.token_hex(3), vocabulary=vocabulary)
+        else secrets.token_hex(3), vocabulary=vocabulary, lag_limit_s=parse_seconds(lag_limit_text, "--lag-limit"))
     # run_bench returns with Ctrl-C ignored, so that what was measured is written and reported whole. After
     # an interrupted run it stays ignored: the user has asked to stop and the command is ending (a terminal
     # repeats Ctrl-C, users press it twice), and one arriving as the process exits would turn a kept

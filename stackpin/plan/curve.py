@@ -52,8 +52,9 @@ def point_speed(point: Point) -> float:
 
 
 def curve_of(result: BenchResult, percentile: str) -> list[CurvePoint]:
-    """The result's points that served requests, by agent count."""
-    points = sorted((p for p in result.points if p.requests > p.errors), key=lambda p: p.agents)
+    """The result's measured points that served requests, by agent count (an invalid point, where the
+    client could not keep up, is not on the curve)."""
+    points = sorted((p for p in result.points if p.requests > p.errors and p.invalid is None), key=lambda p: p.agents)
     return [CurvePoint(p.agents, point_speed(p), getattr(p.ttft_s, percentile), p.output_tps_per_gpu, p.errors)
             for p in points]
 

@@ -55,7 +55,7 @@ def find_env(given: str | None = None) -> Path:
 
 
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    if sys.platform == "linux":
+    if sys.platform.startswith("linux"):  # prctl is Linux's
         import ctypes
 
         with suppress(OSError, AttributeError):

@@ -1,0 +1,69 @@
+"""A point the client could not keep up with is not a measurement (issue 20, section 3): marked invalid
+with the reason, printed without numbers, left out of the score, the SLO search, compare and plan, and
+recomputed on read like every other figure."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from stackpin.bench.result import read_result
+from stackpin.bench.stats import build_point, invalid_reason, next_search, score
+from stackpin.cli.main import main
+from tests import benchdata
+from tests.sse_server import Server, serve_in_thread
+
+ROOT = Path(__file__).resolve().parent.parent
+LOCK = ROOT / "lockfiles" / "gb300-tuned.lock.yaml"
+
+
+def test_the_reasons_name_what_could_not_keep_up() -> None:
+    assert invalid_reason(0.5, 0.002) is None
+    assert "client saturated: its busiest process used 95% of a CPU" in (invalid_reason(0.95, 0.0) or "")
+    assert "event-loop lag p99 12.0 ms" in (invalid_reason(0.2, 0.012) or "")
+    assert invalid_reason(0.2, 0.012, lag_limit_s=0.05) is None
+
+
+def test_an_invalid_point_is_no_evidence_for_the_score_or_the_search() -> None:
+    good = benchdata.launch()
+    best = score(good.points, benchdata.SLO).max_agents  # 128 of 1, 8, 32, 128, 512, 2048 held the SLO
+    below = max(p.agents for p in good.points if p.agents < best)
+    above = min(p.agents for p in good.points if p.agents > best)
+    assert next_search(good.points, benchdata.SLO) == (best + above) // 2
+    # The same point measured by a client that could not keep up says nothing either way.
+    points = [build_point(p.agents, p.duration_s, p.request_log, good.stack.gpus, benchdata.SLO, busy=0.97)
+              if p.agents == best else p for p in good.points]
+    assert next(p for p in points if p.agents == best).slo_met is None
+    assert score(points, benchdata.SLO).max_agents == below
+    assert next_search(points, benchdata.SLO) == (below + above) // 2
+
+
+def test_bench_run_prints_no_number_for_an_invalid_point_and_compare_leaves_it_out(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"session_id": f"s{i}", "input_length": 30, "output_length": 20}) + "\n"
+                             for i in range(4)))
+    out = tmp_path / "r.json"
+    with serve_in_thread(Server(itl_s=0.002)) as server:
+        # A limit no event loop holds: every point is invalid, as on a host far too busy.
+        run = CliRunner().invoke(main, ["bench", "run", "--endpoint", server.url, "--trace", str(trace), "--lock",
+                                        str(LOCK), "--agents", "2", "--slo", "none", "--lag-limit", "0",
+                                        "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    row = next(line for line in run.stdout.splitlines() if line.startswith("2 "))
+    assert "invalid" in row and "ms" not in row and "s " not in row.split("invalid")[1]
+    assert "warning: 2 agents: invalid, client timestamps late" in run.output
+    assert "fewer agents, a lower simulator --speed or more --workers" in run.output
+    result = read_result(out)
+    assert result.points[0].invalid and result.client.lag_limit_s == 0
+    # Editing the mark away is caught on read: it is recomputed from the point's client figures.
+    data = json.loads(out.read_text())
+    data["points"][0]["invalid"] = None
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+    refused = CliRunner().invoke(main, ["bench", "compare", str(out), str(edited)])
+    assert refused.exit_code == 2 and "points.0.invalid" in refused.output
+    # compare finds no measured point in common: it says so rather than compare invalid numbers.
+    compared = CliRunner().invoke(main, ["bench", "compare", str(out), str(out)])
+    assert "2 agents" not in compared.stdout or "invalid" in compared.stdout
