@@ -30,14 +30,11 @@ from stackpin.bench.binding import stack_ref
 from stackpin.bench.gaps import rescaled
 from stackpin.bench.result import BenchResult, ClientInfo, Point, Request, Shard, Simulation, Slo, controls_fingerprint
 from stackpin.bench.sessions import Context, Trace, agent_sessions, default_sessions_per_agent
-from stackpin.bench.stats import build_point, next_search, score
+from stackpin.bench.stats import BUSY_LIMIT, build_point, next_search, score
 from stackpin.bench.stream import Connection, Endpoint
 from stackpin.bench.words import Vocabulary
 from stackpin.deploy.source import StackSource
 from stackpin.errors import StackpinError
-
-BUSY_SATURATED = 0.9  # a client process busier than this is the bottleneck, or close to it
-LAG_SATURATED_S = 0.01  # event-loop lag past this makes TTFT and ITL timestamps too late to trust
 
 
 @dataclass(frozen=True)
@@ -376,15 +373,17 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     points.sort(key=lambda p: p.agents)
-    saturated = run.busy >= BUSY_SATURATED or run.lag_p99 >= LAG_SATURATED_S
+    # The whole run is marked as its points are judged (stats.invalid_reason): busy, or late by the limit.
+    late = run.lag_p99 * run.speed >= options.lag_limit_s
+    saturated = run.busy >= BUSY_LIMIT or late
     note = ""
-    if run.busy >= BUSY_SATURATED:
+    if run.busy >= BUSY_LIMIT:
         note = (f"client saturated: its busiest process used {run.busy:.0%} of a CPU; the numbers are a floor "
                 "(rerun with more --workers)")
-    elif saturated:
+    elif late:
         scaled = f" ({run.lag_p99 * run.speed * 1000:.0f} ms of simulated time)" if run.speed != 1 else ""
         note = (f"client timestamps late: event-loop lag p99 {run.lag_p99 * 1000:.1f} ms{scaled} with the client "
-                f"at {run.busy:.0%} CPU (a busy host?); TTFT and ITL are that much less precise")
+                f"at {run.busy:.0%} CPU (a busy host?), past --lag-limit {options.lag_limit_s * 1000:g} ms")
     return BenchResult(
         stack=stack, controls=controls, fingerprint=controls_fingerprint(controls), endpoint=options.endpoint,
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), finished=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

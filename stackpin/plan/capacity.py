@@ -209,4 +209,8 @@ def make_plan(results: Sequence[tuple[Path, BenchResult]], agents: int, slo: Slo
             notes.append(f"{path}: the client was saturated while measuring: its throughput is a floor")
         if r.interrupted:
             notes.append(f"{path}: the run was interrupted: its curve ends where it stopped")
+        invalid = sorted(p.agents for p in r.points if p.invalid)
+        if invalid:
+            notes.append(f"{path}: {len(invalid)} point(s) invalid, left out (the client could not keep up): "
+                         f"{', '.join(map(str, invalid))} agents")
     return Plan(agents, slo, workload, tuple(stacks), tuple(differ), tuple(notes))

@@ -29,6 +29,7 @@ def plan_chart(results: Sequence[BenchResult], labels: Sequence[str], agents: in
     ax = figure.add_subplot()
     workload = Workload(None, None, "")
     targets = speed_targets(results, slo.percentile)
+    drawn = False
     for i, (result, label) in enumerate(zip(results, labels, strict=True)):
         xs, ys = [], []
         for tps in targets:
@@ -37,11 +38,15 @@ def plan_chart(results: Sequence[BenchResult], labels: Sequence[str], agents: in
                 xs.append(tps)
                 ys.append(s.capacity.racks)
         ax.step(xs, ys, where="post", label=label, color=PALETTE[i % len(PALETTE)], linewidth=2)
+        drawn |= bool(ys)
     ax.axvline(slo.tps, color="black", linestyle="--", linewidth=1, label=f"target {slo.tps:g} tok/s per agent")
     ax.set_xlabel("per-agent output speed target (tok/s)")
     ax.set_ylabel(f"racks for {agents:,} agents")
     ax.set_title(f"Racks needed for {agents:,} agents (TTFT {slo.percentile} <= {slo.ttft_s:g} s)")
-    ax.set_yscale("log")
+    if drawn:  # a log axis needs a line on it: results with no measured crossing draw none
+        ax.set_yscale("log")
+    else:
+        ax.text(0.5, 0.5, "no measured curve crosses a speed target", transform=ax.transAxes, ha="center")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
     return png_bytes(figure)

@@ -65,7 +65,7 @@ def _holds(point: CurvePoint, slo: Slo) -> bool:
 
 def operating_point(curve: list[CurvePoint], slo: Slo, gpus: int) -> Operating:
     if not curve:
-        return Operating(0, 0, 0, 0, Bound.unmet, None, "no measured point served a request")
+        return Operating(0, 0, 0, 0, Bound.unmet, None, "no valid measured point served a request")
     first = curve[0]
     if not _holds(first, slo):
         why = (f"{first.speed:.0f} tok/s < {slo.tps:g}" if first.speed < slo.tps
