@@ -107,3 +107,20 @@ def test_the_stand_in_tokenizer_counts_one_token_a_word() -> None:
     assert len(tokenizer.encode(text, add_special_tokens=False).ids) == len(range(0, 1000, 7))
     assert tokenizer.encode("w5 w5 w6", add_special_tokens=False).ids == [8, 8, 9]
     assert len(tokenizer.encode("b17_3 unknown", add_special_tokens=False).ids) == 2  # <unk> each
+
+
+def test_what_no_step_model_times_is_said_in_every_answer() -> None:
+    """The A100 self-host profile emulates FP8/FP4 and keeps 8 GiB of weights in CPU memory: neither step
+    model times that, so the simulator, its curve and the bed say so instead of answering as if."""
+    from pathlib import Path
+
+    from stackpin.profile.loader import load_profile
+    from stackpin.sim.models import substitutions
+    from stackpin.sim.stack import profile_stack
+
+    profile = load_profile(Path(__file__).parent / "data" / "profiles" / "a100-8x-selfhost.yaml").profile
+    stack = profile_stack(profile, "a100-8x-selfhost")
+    said = substitutions("roofline", stack)
+    assert any("precision emulation (fp8, fp4 on A100 SXM 80GB) is not modelled" in s for s in said)
+    assert any("CPU offload of 8 GiB of weights is not modelled" in s for s in said)
+    assert substitutions("roofline", sim_stack(LOCKS["gb300-tuned"])) == []  # a stack it times whole

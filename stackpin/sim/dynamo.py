@@ -142,6 +142,7 @@ def substitutions(stack: SimStack, stack_gpus: int, model_name: str, speed: floa
     said = [f"NVIDIA Dynamo {version}'s frontend and router in front of its mocker engine (vLLM-like scheduling, "
             f"no model): step times from stackpin's {model_name} step model through --planner-profile-data",
             f"tokenizer: a {facts()['vocabulary']}-word stand-in; prompt tokens are the trace's"]
+    said += list(stack.unmodelled)
     spec = [p for p in stack.pools if p.spec_method and p.spec_k]
     if spec:
         p = spec[0]

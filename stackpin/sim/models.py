@@ -45,9 +45,10 @@ def step_model(name: str, stack: SimStack, pool: SimPool, params: dict[str, Any]
 
 
 def substitutions(name: str, stack: SimStack) -> list[str]:
-    """What the named model stands in with for this stack (roofline: none, it reads the stack itself)."""
+    """What the named model stands in with for this stack (roofline reads the stack itself), and what of
+    the stack neither models (stack.unmodelled)."""
     if name == "aiconfigurator":
         from stackpin.sim.aic import substitutions as aic_substitutions
 
-        return aic_substitutions(stack)
-    return []
+        return [*aic_substitutions(stack), *stack.unmodelled]
+    return list(stack.unmodelled)

@@ -54,6 +54,7 @@ class SimStack:
     moe: str
     autotune: str
     gpus: int  # every GPU the stack occupies
+    unmodelled: tuple[str, ...] = ()  # what the profile does that no step model here times: stated, never hidden
 
     def pool(self, role: Role) -> SimPool:
         for p in self.pools:
@@ -120,8 +121,21 @@ def profile_stack(profile: StackProfile, name: str, digest: str = "") -> SimStac
         full_decode_graphs=mode in catalog.engine.full_decode_modes,
         piecewise_graphs=mode in catalog.engine.piecewise_modes,
         attention=spec.kernels.attention or "auto", moe=spec.kernels.moe or "auto",
-        autotune=str(spec.autotune.mode.value), gpus=topo.gpus,
+        autotune=str(spec.autotune.mode.value), gpus=topo.gpus, unmodelled=_unmodelled(profile, gpu),
     )
+
+
+def _unmodelled(profile: StackProfile, gpu: Gpu) -> tuple[str, ...]:
+    """The profile's fallbacks a step model does not time (the A100 stack's): said in every answer."""
+    fallbacks = profile.spec.fallbacks
+    said = []
+    if fallbacks.precision_emulation:
+        said.append(f"precision emulation ({', '.join(fallbacks.precision_emulation)} on {gpu.name}) is not modelled: "
+                    "weights are timed as bytes read at the GPU's bandwidth, compute at its peak, not as emulated")
+    if fallbacks.cpu_offload_gib:
+        said.append(f"CPU offload of {fallbacks.cpu_offload_gib:g} GiB of weights is not modelled: every weight is "
+                    "timed as read from GPU memory, so the answer is faster than the stack")
+    return tuple(said)
 
 
 def share_of(stack: SimStack, share: int) -> SimStack:
