@@ -73,10 +73,10 @@ def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
-def _wait(seconds: float | None) -> str:
+def _wait(seconds: float | None, at_most: bool = False) -> str:
     if seconds is None:
         return "-"
-    return f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min"
+    return ("<= " if at_most else "") + (f"{seconds:.1f} s" if seconds < 120 else f"{seconds / 60:.1f} min")
 
 
 def _cells(s: Scenario) -> list[str]:
@@ -90,15 +90,41 @@ def _cells(s: Scenario) -> list[str]:
             "-" if cap.racks is None else f"{most}{cap.racks:,}" + (" nodes" if cap.rack_kind == "node" else ""), power,
             "-" if cap.power_kw is None else f"{most}{cap.power_kw / 1000:,.2f}",
             "-" if cap.agents_per_mw is None else f"{bound}{cap.agents_per_mw:,.0f}",
-            _wait(s.waits.turn_s), _wait(s.waits.trajectory_s)]
+            _wait(s.waits.turn_s, s.waits.at_most), _wait(s.waits.trajectory_s, s.waits.at_most)]
+
+
+def _platform_ratios(answer: Plan) -> list[str]:
+    """Throughput per GPU at the target, one platform's stack over another's (a bound where a curve still
+    held the target at its largest count; unknown where both did)."""
+    lines = []
+    stacks = [s for s in answer.stacks if s.current.operating.bound.value != "unmet"]
+    for i, a in enumerate(stacks):
+        for b in stacks[i + 1:]:
+            if a.platform == b.platform or not b.current.operating.tps_per_gpu:
+                continue
+            low, high = (x.current.operating.bound.value == "at-least" for x in (a, b))
+            ratio = a.current.operating.tps_per_gpu / b.current.operating.tps_per_gpu
+            value = "unknown (both are bounds)" if low and high else (
+                (">= " if low else "<= " if high else "") + f"{ratio:.2f}x")
+            lines.append(f"per GPU at {answer.slo.tps:g} tok/s per agent: {a.stack} ({a.platform}) / {b.stack} "
+                         f"({b.platform}) = {value}")
+    return lines
 
 
 def _delta(delta: int, current: Scenario, mature: Scenario) -> str:
-    """Racks of the mature scenario minus the current one's; a bound where either side's racks are."""
+    """The mature scenario's racks against the current one's, in a planner's words ("saves 6 racks",
+    "saves up to 19 racks"): a bound where either side's racks are one."""
     low, high = current.operating.bound.value == "at-least", mature.operating.bound.value == "at-least"
+    unit = "nodes" if mature.capacity.rack_kind == "node" else "racks"
     if low and high:
-        return "?"  # both are upper bounds on racks: their difference is unknown
-    return ("<= " if high else ">= " if low else "") + f"{delta:+,}"
+        return "unknown (both are bounds)"  # both are upper bounds on racks: their difference is unknown
+    if delta == 0 and not (low or high):
+        return f"same {unit}"
+    saves = delta < 0
+    # delta >= d (current's racks an upper bound) or delta <= d (mature's): say the side the bound gives.
+    at_most = (low and saves) or (high and not saves)
+    bound = "up to " if at_most else "at least " if (low or high) else ""
+    return f"saves {bound}{-delta:,} {unit}" if saves else f"needs {bound}{delta:,} more {unit}"
 
 
 def _aic_cell(column: AicColumn | None, reasons: list[str]) -> str:
@@ -130,7 +156,7 @@ def _print(answer: Plan) -> None:
     table = Table(box=None, pad_edge=False)
     aic = [s.aiconfigurator for s in answer.stacks if s.aiconfigurator is not None]
     columns = ["stack", "platform", "scenario", "agents/GPU", "tok/s/GPU", "tok/s/agent", "GPUs", "racks",
-               "kW/rack", "MW", "agents/MW", "turn wait", "trajectory wait", "racks vs current"]
+               "kW/rack", "MW", "agents/MW", "turn wait", "trajectory wait", "mature vs current"]
     for name in columns + (["aiconfigurator"] if aic else []):
         table.add_column(name, justify="left" if name in ("stack", "platform", "scenario") else "right")
     reasons: list[str] = []
@@ -152,6 +178,8 @@ def _print(answer: Plan) -> None:
         for label, sc in (("current", s.current), ("mature", s.mature)):
             if sc is not None:
                 console.print(f"{escape(s.stack)} {label}: {escape(sc.operating.note)}")
+    for line in _platform_ratios(answer):
+        console.print(escape(line))
     for line in answer.forced:
         console.print(f"[yellow]warning:[/] compared despite differing controls: {escape(line)}")
     for note in answer.notes:

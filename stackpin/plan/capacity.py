@@ -33,13 +33,14 @@ class Capacity:
     rack_gpus: int
     rack_power_kw: float | None  # None: the catalog knows no public figure
     power_kw: float | None
-    agents_per_mw: float | None  # a full rack's agents per MW of its power
+    agents_per_mw: float | None  # the plan's agents per MW of its racks' power
 
 
 @dataclass(frozen=True)
 class Waits:
     turn_s: float | None  # a typical turn's output tokens / per-agent speed
     trajectory_s: float | None  # a typical whole trajectory's output tokens / per-agent speed
+    at_most: bool = False  # a bound row: waits at the target speed, the slowest an agent may run there
 
 
 @dataclass(frozen=True)
@@ -126,20 +127,25 @@ def _capacity(op: Operating, agents: int, result: BenchResult, stack_gpus: int |
     if platform is None:
         raise StackpinError(f"stack {result.stack.name}: platform {result.stack.platform} is not in the catalog")
     unit, power = platform.total_gpus, platform.power_kw
-    per_mw = op.agents_per_gpu * unit / (power / 1000) if power and op.agents_per_gpu else None
     if op.bound is Bound.unmet or op.agents <= 0:
         return Capacity(None, None, None, platform.kind, unit, power, None, None)
     gpus = math.ceil(agents / op.agents_per_gpu - _EPS)
     instances = math.ceil(agents / op.agents - _EPS)
     racks = math.ceil(instances * (stack_gpus or result.stack.gpus) / unit - _EPS)
+    # Agents per MW of the plan: its agents over its whole racks' power (a last rack part-filled counts whole).
+    per_mw = agents / (racks * power / 1000) if power and racks else None
     return Capacity(gpus, instances, racks, platform.kind, unit, power, racks * power if power else None, per_mw)
 
 
-def _waits(op: Operating, workload: Workload) -> Waits:
+def _waits(op: Operating, workload: Workload, slo: Slo) -> Waits:
     if op.bound is Bound.unmet or op.speed <= 0:
         return Waits(None, None)
-    return Waits(workload.turn_tokens / op.speed if workload.turn_tokens is not None else None,
-                 workload.trajectory_tokens / op.speed if workload.trajectory_tokens is not None else None)
+    # A bound row's agents per GPU are at least the largest measured count's; packed to the plan's racks they
+    # run slower than that point's speed, down to the target: wait at the target, at most.
+    bound = op.bound is Bound.at_least
+    speed = slo.tps if bound else op.speed
+    return Waits(workload.turn_tokens / speed if workload.turn_tokens is not None else None,
+                 workload.trajectory_tokens / speed if workload.trajectory_tokens is not None else None, bound)
 
 
 def scenario(result: BenchResult, slo: Slo, agents: int, workload: Workload, source: str,
@@ -149,7 +155,7 @@ def scenario(result: BenchResult, slo: Slo, agents: int, workload: Workload, sou
         # A stated software gain: the same per-agent speed, `gain` times the agents and throughput per GPU.
         op = Operating(op.agents * gain, op.agents_per_gpu * gain, op.tps_per_gpu * gain, op.speed, op.bound,
                        op.limited_by, f"{op.note}; times the stated gain {gain:g}")
-    return Scenario(source, op, _capacity(op, agents, result), _waits(op, workload))
+    return Scenario(source, op, _capacity(op, agents, result), _waits(op, workload, slo))
 
 
 def _pair(mature: Sequence[tuple[Path, BenchResult]], results: Sequence[tuple[Path, BenchResult]]
