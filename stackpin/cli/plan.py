@@ -94,14 +94,16 @@ def _cells(s: Scenario) -> list[str]:
 
 
 def _platform_ratios(answer: Plan) -> list[str]:
-    """Throughput per GPU at the target, one platform's stack over another's (a bound where a curve still
-    held the target at its largest count; unknown where both did)."""
+    """Throughput per GPU at the target, one platform's stack over another's, the larger over the smaller (a
+    bound where a curve still held the target at its largest count; unknown where both did)."""
     lines = []
-    stacks = [s for s in answer.stacks if s.current.operating.bound.value != "unmet"]
-    for i, a in enumerate(stacks):
-        for b in stacks[i + 1:]:
-            if a.platform == b.platform or not b.current.operating.tps_per_gpu:
+    stacks = [s for s in answer.stacks
+              if s.current.operating.bound.value != "unmet" and s.current.operating.tps_per_gpu]
+    for i, first in enumerate(stacks):
+        for second in stacks[i + 1:]:
+            if first.platform == second.platform:
                 continue
+            a, b = sorted((first, second), key=lambda s: s.current.operating.tps_per_gpu, reverse=True)
             low, high = (x.current.operating.bound.value == "at-least" for x in (a, b))
             ratio = a.current.operating.tps_per_gpu / b.current.operating.tps_per_gpu
             value = "unknown (both are bounds)" if low and high else (
