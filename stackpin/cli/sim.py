@@ -82,23 +82,36 @@ def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault:
 @sim.command(help="""The published figures the simulator is calibrated to next to what its step model
 gives for the shipped locks (stackpin/sim/calibration.yaml), and whether each is within tolerance.
 Where the `sim` extra is installed, a column shows what the aiconfigurator step model gives (not fitted
-to the figures), or why it cannot model the stack.""")
+to the figures), or why it cannot model the stack. Then what the fit says about itself: each fitted
+parameter, its bounds, whether it ended on one, and the figures it moves; with --leave-one-out, the
+model refitted without each independent figure and its error on that figure (about half a minute).""")
+@click.option("--leave-one-out", "loo", is_flag=True, help="Refit without each independent figure and print the "
+              "error on it: how well the model predicts a figure it was not fitted to.")
 @OUTPUT
 @user_errors
-def figures(output: str) -> None:
+def figures(loo: bool, output: str) -> None:
     from stackpin.sim.aic import installed_version, mapping
     from stackpin.sim.curve import figures as compute
     from stackpin.sim.curve import model_figures
+    from stackpin.sim.fit import leave_one_out, provenance
 
     rows = compute()
     aic = model_figures("aiconfigurator") if installed_version() == mapping()["version"] else None
+    fitted = provenance()
+    left = leave_one_out() if loo else None
     if output != "text":
         out = [{"name": f.name, "published": f.published, "simulated": f.simulated, "tolerance": f.tolerance,
                 "within": f.within} for f in rows]
         if aic is not None:
             for row, a in zip(out, aic, strict=True):
                 row["aiconfigurator"] = a.value if a.value is not None else {"refused": a.reason}
-        emit(out, output)
+        data: dict[str, object] = {"figures": out, "fitted": [
+            {"parameter": p.parameter, "value": p.value, "bounds": [p.low, p.high], "onBound": p.on_bound,
+             "moves": list(p.moves)} for p in fitted]}
+        if left is not None:
+            data["leaveOneOut"] = [{"name": x.name, "published": x.published, "predicted": x.predicted,
+                                    "error": round(x.error, 4)} for x in left]
+        emit(data, output)
         return
     width = max(len(f.name) for f in rows)
     head = f"{'figure':{width}}  {'published':>9}  {'simulated':>9}  within      "
@@ -118,6 +131,30 @@ def figures(output: str) -> None:
         click.echo(f"[{n}] {reason}")
     if aic is None:
         click.echo("aiconfigurator column not shown: the `sim` extra (aiconfigurator-core) is not installed")
+    independent = sum(1 for f in rows if f.name in {x for x in _independent()})
+    click.echo(f"\nfitted to these {len(rows)} figures ({independent} independent; the others are quotients of "
+               f"them) by scripts/sim_fit.py: {len(fitted)} parameters")
+    names = [f.name for f in rows]
+    pwidth = max(len(p.parameter) for p in fitted)
+    click.echo(f"{'parameter':{pwidth}}  {'value':>10}  {'bounds':>19}  {'on bound':8}  moves figures (by > 1% when "
+               "it moves 20%)")
+    for p in fitted:
+        moves = ", ".join(str(names.index(m) + 1) for m in p.moves) or "none"
+        click.echo(f"{p.parameter:{pwidth}}  {p.value:>10.6g}  {f'[{p.low:g}, {p.high:g}]':>19}  "
+                   f"{p.on_bound or '-':8}  {moves}")
+    click.echo("figures by number: " + "; ".join(f"{i} {n}" for i, n in enumerate(names, 1)))
+    if left is not None:
+        click.echo("\nleave one out: refitted without the figure (and the quotients of it), then asked for it")
+        width = max(len(x.name) for x in left)
+        click.echo(f"{'figure':{width}}  {'published':>9}  {'predicted':>9}  {'error':>7}")
+        for x in left:
+            click.echo(f"{x.name:{width}}  {x.published:>9g}  {x.predicted:>9g}  {x.error:>+7.1%}")
+
+
+def _independent() -> list[str]:
+    from stackpin.sim.fit import independent
+
+    return independent()
 
 
 @sim.command(help="""LOCK's steady-state curve from the step model: for 1..max-num-seqs running sequences
