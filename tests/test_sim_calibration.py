@@ -55,7 +55,7 @@ def test_cli_figures_and_curve() -> None:
     from stackpin.cli.main import main
 
     figures_out = CliRunner().invoke(main, ["sim", "figures", "-o", "json"])
-    assert figures_out.exit_code == 0 and all(row["within"] for row in json.loads(figures_out.stdout))
+    assert figures_out.exit_code == 0 and all(row["within"] for row in json.loads(figures_out.stdout)["figures"])
     lock = str(ROOT / "lockfiles" / "gb300-launch.lock.yaml")
     result = CliRunner().invoke(main, ["sim", "curve", lock, "--at", "80", "-o", "json"])
     assert result.exit_code == 0, result.stderr

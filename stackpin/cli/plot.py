@@ -26,14 +26,15 @@ def plot(results: tuple[str, ...], out: str, slo_text: str | None, output: str) 
     """
     from stackpin.bench.result import read_result
     from stackpin.plan.slo import parse_slo
-    from stackpin.report.curves import curve_chart, result_label, slo_speed
+    from stackpin.report.curves import curve_chart, result_label, slo_speed, slo_ttft
     from stackpin.yamlio import write_output
 
     loaded = [read_result(Path(p)) for p in results]
     slo = parse_slo(slo_text) if slo_text else None
     tps = slo.tps if slo else slo_speed(loaded)
     percentile = slo.percentile if slo else "p90"
-    write_output(Path(out), curve_chart([(result_label(r), r) for r in loaded], tps, percentile))
+    ttft = slo.ttft_s if slo else slo_ttft(loaded)
+    write_output(Path(out), curve_chart([(result_label(r), r) for r in loaded], tps, percentile, ttft_s=ttft))
     if output == "text":
         marked = f"{tps:g} tok/s" if tps else "not marked"
         click.echo(f"wrote {out}  ({len(loaded)} curve(s), SLO {marked})")

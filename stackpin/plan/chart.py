@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from stackpin.bench.result import BenchResult, Slo
 from stackpin.plan.capacity import Workload, scenario
 from stackpin.plan.curve import Bound, curve_of
-from stackpin.plan.figure import PALETTE, new_figure, png_bytes
+from stackpin.plan.figure import caveats, new_figure, png_bytes, stack_color
 
 STEPS = 60
 
@@ -30,14 +30,17 @@ def plan_chart(results: Sequence[BenchResult], labels: Sequence[str], agents: in
     workload = Workload(None, None, "")
     targets = speed_targets(results, slo.percentile)
     drawn = False
-    for i, (result, label) in enumerate(zip(results, labels, strict=True)):
+    taken: set[str] = set()
+    for result, label in zip(results, labels, strict=True):
         xs, ys = [], []
         for tps in targets:
             s = scenario(result, Slo(tps=tps, ttft_s=slo.ttft_s, percentile=slo.percentile), agents, workload, "")
             if s.operating.bound is Bound.within and s.capacity.racks is not None:
                 xs.append(tps)
                 ys.append(s.capacity.racks)
-        ax.step(xs, ys, where="post", label=label, color=PALETTE[i % len(PALETTE)], linewidth=2)
+        color = stack_color(result.stack.name, taken)
+        taken.add(color)
+        ax.step(xs, ys, where="post", label=label, color=color, linewidth=2)
         drawn |= bool(ys)
     ax.axvline(slo.tps, color="black", linestyle="--", linewidth=1, label=f"target {slo.tps:g} tok/s per agent")
     ax.set_xlabel("per-agent output speed target (tok/s)")
@@ -48,5 +51,6 @@ def plan_chart(results: Sequence[BenchResult], labels: Sequence[str], agents: in
     else:
         ax.text(0.5, 0.5, "no measured curve crosses a speed target", transform=ax.transAxes, ha="center")
     ax.grid(True, which="both", alpha=0.3)
+    figure.supxlabel(caveats(list(results)), fontsize=8)
     ax.legend(loc="upper left", fontsize=8)
     return png_bytes(figure)

@@ -32,3 +32,37 @@ def png_bytes(figure: Figure) -> bytes:
 
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf", "#7f7f7f")
+
+# One colour per stack, the same in every chart and the report: the shipped stacks' own, then a colour
+# picked by the name's hash (another chart with the same stacks picks the same).
+STACK_COLORS = {"gb300-launch": "#d62728", "gb300-tuned": "#1f77b4", "vera-rubin-tuned": "#2ca02c",
+                "gb300-disagg-wide-ep": "#9467bd", "vera-rubin-disagg-wide-ep": "#17becf", "gb200-tuned": "#ff7f0e",
+                "b200-disagg": "#8c564b"}
+
+
+def stack_color(name: str, taken: set[str] | None = None) -> str:
+    """The stack's colour; an unknown stack's is picked by the name's hash, skipping colours `taken`."""
+    if name in STACK_COLORS:
+        return STACK_COLORS[name]
+    import hashlib
+
+    start = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+    for i in range(len(PALETTE)):
+        color = PALETTE[(start + i) % len(PALETTE)]
+        if color not in (taken or set()):
+            return color
+    return PALETTE[start % len(PALETTE)]
+
+
+def caveats(results: object) -> str:
+    """The footnote every chart of results carries: simulated or measured, and per which GPUs."""
+    from stackpin.bench.result import BenchResult
+
+    rs = [r for r in results if isinstance(r, BenchResult)] if isinstance(results, list | tuple) else []
+    models = sorted({r.simulation.model for r in rs if r.simulation})
+    said = [f"simulated ({', '.join(models)}): not hardware" if models else "measured"]
+    if any(r.simulation and r.simulation.gpus for r in rs):
+        said.append("throughput per served GPU (a share of each stack was served)")
+    else:
+        said.append("throughput per GPU of the stack")
+    return "; ".join(said)

@@ -22,7 +22,7 @@ from stackpin.history.store import HistoryStore
 from stackpin.plan.curve import Bound, curve_of, operating_point
 from stackpin.plan.slo import slo_text
 from stackpin.report.attachments import attached_results
-from stackpin.report.curves import curve_chart, result_label, slo_speed
+from stackpin.report.curves import curve_chart, result_label, slo_speed, slo_ttft
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def _result_row(number: int, path: Path, result: BenchResult) -> dict[str, Any]:
                            "platform": result.stack.platform, "gpus": result.stack.gpus,
                            "simulated": result.simulation.model if result.simulation else "",
                            "slo": slo_text(slo) if slo else "-", "points": len(result.points),
-                           "single": "-", "max_agents": "-", "per_gpu": "-", "bound": ""}
+                           "single": "-", "agents_per_gpu": "-", "per_gpu": "-", "bound": ""}
     curve = curve_of(result, slo.percentile if slo else "p90")
     single = [p.speed for p in curve if p.agents == 1]
     row["single"] = f"{single[0]:.0f}" if single else "-"
@@ -73,8 +73,8 @@ def _result_row(number: int, path: Path, result: BenchResult) -> dict[str, Any]:
         op = operating_point(curve, slo, result.stack.gpus)
         if op.bound is not Bound.unmet:
             prefix = ">= " if op.bound is Bound.at_least else ""
-            agents = f"{op.agents:.0f}" if op.agents == int(op.agents) else f"{op.agents:.1f}"
-            row.update(max_agents=f"{prefix}{agents}", per_gpu=f"{prefix}{op.tps_per_gpu:,.0f}")
+            # Per GPU: results served on unequal GPU counts (a share of each stack) compare only so.
+            row.update(agents_per_gpu=f"{prefix}{op.agents_per_gpu:.2f}", per_gpu=f"{prefix}{op.tps_per_gpu:,.0f}")
         row["bound"] = op.note
     if result.client.saturated:
         row["bound"] += ("; " if row["bound"] else "") + "the client was saturated: throughput is a floor"
@@ -114,7 +114,7 @@ def build_report(store: HistoryStore, key: DeploymentKey, extra: Mapping[int, Se
     if results:
         slo_tps = slo_speed([r for _, _, r in results])
         png = curve_chart([(f"rev {n}: {result_label(r)}", r) for n, _, r in results], slo_tps,
-                          title=f"{key}: bench curves")
+                          title=f"{key}: bench curves", ttft_s=slo_ttft([r for _, _, r in results]))
         chart = base64.b64encode(png).decode("ascii")
     env = Environment(loader=PackageLoader("stackpin.report", "templates"), autoescape=select_autoescape(["j2"]),
                       undefined=StrictUndefined, keep_trailing_newline=True)
