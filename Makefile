@@ -54,26 +54,28 @@ demo-history: setup
 demo-bench: setup
 	$(BIN)/python -m stackpin.demo.bench .demo/bench
 
+# An environment of its own, built once (scripts/pinned-venv.sh): $(call own-env,SCRIPT,VENV,DIR,WHAT). Where it
+# cannot be built, the tests that need it skip and say why: the reason is kept in DIR/UNAVAILABLE.
+define own-env
+	@bash $(1) $(2) 2>$(3)-build.log \
+		&& rm -f $(3)/UNAVAILABLE $(3)-build.log \
+		|| { mkdir -p $(3); tail -n 1 $(3)-build.log > $(3)/UNAVAILABLE; rm -f $(3)-build.log; \
+		     echo "$(4) environment not built: $$(cat $(3)/UNAVAILABLE)" >&2; }
+endef
+
 # The engine check's environment (tests/test_engine_check.py, `stackpin engines check`): the pinned vLLM from
 # its published wheel with CPU torch, in .enginecheck/ (a few minutes and ~2 GB the first time, then a no-op).
-# Where it cannot be built, its tests skip and say why (the reason is kept in .enginecheck/UNAVAILABLE); CI
-# requires it.
+# CI requires it.
 ENGINE_ENV := .enginecheck/vllm-0.31.0
 engine-env:
-	@bash scripts/install-engine-check.sh $(ENGINE_ENV) 2>.enginecheck-build.log \
-		&& rm -f .enginecheck/UNAVAILABLE .enginecheck-build.log \
-		|| { mkdir -p .enginecheck; tail -n 1 .enginecheck-build.log > .enginecheck/UNAVAILABLE; rm -f .enginecheck-build.log; \
-		     echo "engine check environment not built: $$(cat .enginecheck/UNAVAILABLE)" >&2; }
+	$(call own-env,scripts/install-engine-check.sh,$(ENGINE_ENV),.enginecheck,engine check)
 
 # The Dynamo bed's environment (`stackpin sim serve --backend dynamo`, tests/test_dynamo_bed.py): NVIDIA Dynamo
-# 1.6.1's frontend and mocker in .dynamobed/ (about a minute and 700 MB the first time, then a no-op). Where it
-# cannot be built, its tests skip and say why (.dynamobed/UNAVAILABLE); CI requires it.
+# 1.6.1's frontend and mocker in .dynamobed/ (about a minute and 700 MB the first time, then a no-op). CI
+# requires it.
 DYNAMO_ENV := .dynamobed/dynamo-1.6.1
 dynamo-env:
-	@bash scripts/install-dynamo-bed.sh $(DYNAMO_ENV) 2>.dynamobed-build.log \
-		&& rm -f .dynamobed/UNAVAILABLE .dynamobed-build.log \
-		|| { mkdir -p .dynamobed; tail -n 1 .dynamobed-build.log > .dynamobed/UNAVAILABLE; rm -f .dynamobed-build.log; \
-		     echo "Dynamo bed environment not built: $$(cat .dynamobed/UNAVAILABLE)" >&2; }
+	$(call own-env,scripts/install-dynamo-bed.sh,$(DYNAMO_ENV),.dynamobed,Dynamo bed)
 
 # The services the tests run for real (Debian's docker-registry, openssl, chromium), installed when missing:
 # a fresh machine needs nothing done by hand before `make test`.
