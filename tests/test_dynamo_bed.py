@@ -25,6 +25,7 @@ from stackpin.errors import StackpinError
 from stackpin.sim.dynamo import Mocker, plan
 from stackpin.sim.dynamo_bed import find_env, running
 from tests.lockkit import shipped_locks
+from tests.ownenv import own_env
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = Path(os.environ.get("STACKPIN_DYNAMO_ENV", ROOT / ".dynamobed" / "dynamo-1.6.1"))
@@ -35,13 +36,8 @@ LOCKFILES = ROOT / "lockfiles"
 
 @pytest.fixture(scope="module")
 def env() -> Path:
-    if (ENV / "bin" / "python").is_file():
-        return ENV
-    why = UNAVAILABLE.read_text().strip() if UNAVAILABLE.is_file() else "run `make dynamo-env`"
-    message = f"no Dynamo bed environment at {ENV}: {why}"
-    if os.environ.get("STACKPIN_REQUIRE_DYNAMO"):
-        pytest.fail(message)
-    pytest.skip(message)
+    python = own_env(ENV / "bin" / "python", UNAVAILABLE, "Dynamo bed", "dynamo-env", "STACKPIN_REQUIRE_DYNAMO")
+    return python.parent.parent
 
 
 def _metrics(frontend: str) -> dict[str, float]:

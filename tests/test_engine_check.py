@@ -28,6 +28,7 @@ import pytest
 from stackpin.enginecheck.check import check_lock, judge, pool_specs, run_pool
 from stackpin.lock.lockfile import StackLock
 from tests.lockkit import ROOT, shipped_locks, with_profile_value
+from tests.ownenv import own_env
 
 ENGINE_PYTHON = Path(os.environ.get("STACKPIN_ENGINE_PYTHON", ROOT / ".enginecheck" / "vllm-0.31.0" / "bin" / "python"))
 UNAVAILABLE = ROOT / ".enginecheck" / "UNAVAILABLE"
@@ -35,13 +36,7 @@ REVISION = "507aab8f74cbb3e9b06fe5356548a23b91d3deaf"  # the demo mirror's stand
 
 
 def _engine() -> Path:
-    if ENGINE_PYTHON.is_file():
-        return ENGINE_PYTHON
-    why = UNAVAILABLE.read_text().strip() if UNAVAILABLE.is_file() else "run `make engine-env`"
-    message = f"no engine check environment at {ENGINE_PYTHON}: {why}"
-    if os.environ.get("STACKPIN_REQUIRE_ENGINE_CHECK"):
-        pytest.fail(message)
-    pytest.skip(message)
+    return own_env(ENGINE_PYTHON, UNAVAILABLE, "engine check", "engine-env", "STACKPIN_REQUIRE_ENGINE_CHECK")
 
 
 @pytest.fixture(scope="module")
