@@ -114,7 +114,7 @@ def test_served_single_agent_speed_follows_the_aiconfigurator_curve() -> None:
 def test_figures_show_aiconfigurator_next_to_roofline_and_published() -> None:
     result = _run("sim", "figures", "-o", "json")
     assert result.returncode == 0, result.stderr
-    rows = {r["name"]: r for r in json.loads(result.stdout)}
+    rows = {r["name"]: r for r in json.loads(result.stdout)["figures"]}
     launch = rows["GB300 launch, single agent tok/s"]
     tuned = rows["GB300 tuned, single agent tok/s"]
     assert isinstance(launch["aiconfigurator"], float) and isinstance(tuned["aiconfigurator"], float)
