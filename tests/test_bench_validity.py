@@ -55,6 +55,7 @@ def test_bench_run_prints_no_number_for_an_invalid_point_and_compare_leaves_it_o
     assert "invalid" in row and "ms" not in row and "s " not in row.split("invalid")[1]
     assert "warning: 2 agents: invalid, client timestamps late" in run.output
     assert "fewer agents, a lower simulator --speed or more --workers" in run.output
+    assert "single agent 0.0" not in run.output  # nothing measured prints no number
     result = read_result(out)
     assert result.points[0].invalid and result.client.lag_limit_s == 0
     # Editing the mark away is caught on read: it is recomputed from the point's client figures.
@@ -67,3 +68,15 @@ def test_bench_run_prints_no_number_for_an_invalid_point_and_compare_leaves_it_o
     # compare finds no measured point in common: it says so rather than compare invalid numbers.
     compared = CliRunner().invoke(main, ["bench", "compare", str(out), str(out)])
     assert "2 agents" not in compared.stdout or "invalid" in compared.stdout
+
+
+def test_no_valid_point_no_score(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"session_id": "s", "input_length": 30, "output_length": 10}) + "\n")
+    out = tmp_path / "r.json"
+    with serve_in_thread(Server()) as server:
+        run = CliRunner().invoke(main, ["bench", "run", "--endpoint", server.url, "--trace", str(trace), "--lock",
+                                        str(LOCK), "--agents", "1", "--slo", "tps=5,ttft=10s", "--lag-limit", "0",
+                                        "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    assert "score: none: no point is a measurement" in run.output and read_result(out).score is None

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from stackpin.bench.compare import ControlsDiffer, control_differences
 from stackpin.bench.result import BenchResult, ClientInfo
-from stackpin.bench.stats import build_point, score
+from stackpin.bench.stats import build_point, measured, score
 from stackpin.errors import StackpinError
 
 
@@ -59,4 +59,4 @@ def merge(parts: Sequence[BenchResult], names: Sequence[str]) -> BenchResult:
     return first.model_copy(update={
         "started": min(p.started for p in parts), "finished": max(p.finished for p in parts),
         "interrupted": interrupted, "client": client, "points": tuple(points),
-        "score": score(points, slo) if slo and points else None, "shard": None})
+        "score": score(points, slo) if slo and measured(points) else None, "shard": None})

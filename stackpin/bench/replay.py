@@ -30,7 +30,7 @@ from stackpin.bench.binding import stack_ref
 from stackpin.bench.gaps import rescaled
 from stackpin.bench.result import BenchResult, ClientInfo, Point, Request, Shard, Simulation, Slo, controls_fingerprint
 from stackpin.bench.sessions import Context, Trace, agent_sessions, default_sessions_per_agent
-from stackpin.bench.stats import BUSY_LIMIT, build_point, next_search, score
+from stackpin.bench.stats import BUSY_LIMIT, build_point, measured, next_search, score
 from stackpin.bench.stream import Connection, Endpoint
 from stackpin.bench.words import Vocabulary
 from stackpin.deploy.source import StackSource
@@ -393,5 +393,6 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
                           tokenizer=options.vocabulary.source if options.vocabulary else None,
                           lag_limit_s=options.lag_limit_s),
         simulation=simulation, points=tuple(points),
-        score=score(points, options.slo) if options.slo and options.pods == 1 and points else None,
+        # No valid point, no score: a score of nothing measured would read as a measured zero.
+        score=score(points, options.slo) if options.slo and options.pods == 1 and measured(points) else None,
         shard=Shard(index=options.pod_index, count=options.pods) if options.pods > 1 else None)

@@ -106,7 +106,11 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
     if result.score:
         s = result.score
         at = f", {s.output_tps_per_gpu_at_slo:.2f} tok/s/GPU there" if s.output_tps_per_gpu_at_slo is not None else ""
-        click.echo(f"score: {s.max_agents} agent(s) under the SLO{at}; single agent {s.single_agent_tps:.1f} tok/s")
+        single = any(p.agents == 1 and not p.invalid for p in result.points)
+        said = f"single agent {s.single_agent_tps:.1f} tok/s" if single else "single agent not measured (invalid)"
+        click.echo(f"score: {s.max_agents} agent(s) under the SLO{at}; {said}")
+    elif result.controls.slo and result.points and not any(not p.invalid for p in result.points):
+        click.echo("score: none: no point is a measurement")
     for p in invalid:
         click.echo(f"warning: {p.agents} agents: invalid, {p.invalid}; measure it with fewer agents, a lower "
                    "simulator --speed or more --workers", err=True)
