@@ -129,3 +129,14 @@ def test_prompts_the_server_counts_otherwise_mark_the_result(tmp_path: Path) -> 
     assert "prompts were off" not in fine[0] and "trace's size" not in headline(fine[1])
     assert "warning: 2 of 2 prompts were off the trace's size" in off[0]
     assert "prompts not the trace's size" in headline(off[1])
+
+
+def test_an_endpoint_naming_a_frontend_on_another_host_is_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"session_id": "s", "input_length": 10, "output_length": 2}\n')
+    info = {"simulated": True, "model": "roofline", "serving": "http://203.0.113.9:8000"}
+    with serve_in_thread(Server(sim_info=info)) as server:
+        run = CliRunner().invoke(main, ["bench", "run", "--endpoint", server.url, "--trace", str(trace),
+                                        "--lock", str(LOCK), "--out", str(tmp_path / "r.json")])
+    assert run.exit_code == 2 and "names a frontend on another host" in run.output
+    assert not (tmp_path / "r.json").exists()

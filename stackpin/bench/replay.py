@@ -18,6 +18,7 @@ import os
 import signal
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -312,6 +313,11 @@ def probe(endpoint: str, timeout_s: float = 10.0) -> Probed:
         if isinstance(sim.get("serving"), str):
             serving = sim["serving"].rstrip("/")
             Endpoint.parse(serving)  # a URL the client can send to, or a one-line refusal
+            # The bed names its frontend on its own host; an endpoint naming another host would send the
+            # run's requests (and $STACKPIN_BENCH_API_KEY) somewhere the user did not name.
+            if urllib.parse.urlsplit(serving).hostname != urllib.parse.urlsplit(base).hostname:
+                raise StackpinError(f"--endpoint {endpoint}: its /stackpin/sim names a frontend on another host "
+                                    f"({serving}); refused")
             tokenizer = get(base + "/stackpin/sim/tokenizer.json", raw=True)
     models = get((serving or base) + "/v1/models")
     model = None
