@@ -276,6 +276,10 @@ def running(plan: BedPlan, env_dir: Path, host: str = "127.0.0.1", port: int = 0
     server: _InfoServer | None = None
     thread: threading.Thread | None = None
     try:
+        try:  # the bed's own address first: a port taken fails before any of Dynamo's processes start
+            server = _InfoServer((host, port), _Handler)
+        except OSError as exc:
+            raise StackpinError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         model, tables = _write_inputs(plan, python, root)
         kv, logs = root / "discovery", root / "logs"
         kv.mkdir()
@@ -296,10 +300,6 @@ def running(plan: BedPlan, env_dir: Path, host: str = "127.0.0.1", port: int = 0
                                     [str(python), "-m", "dynamo.mocker", "--model-path", str(model),
                                      "--discovery-backend", "file", "--planner-profile-data", str(npz), *mocker.args],
                                     env, logs))
-        try:
-            server = _InfoServer((host, port), _Handler)
-        except OSError as exc:
-            raise StackpinError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
         bound = server.server_address[1]
         bed = Bed(plan, f"http://{host}:{bound}", frontend, info(plan, speed, model_name, frontend), processes)
         server.bed = bed
