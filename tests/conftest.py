@@ -8,7 +8,9 @@ pytest_plugins = ["tests.registry", "tests.kube"]
 # tamper test also runs against a filled cache). Subprocesses inherit it.
 os.environ.setdefault("STACKPIN_CACHE_DIR", tempfile.mkdtemp(prefix="stackpin-test-cache-"))
 
-# A bench point whose client event loop ran late by --lag-limit (10 ms of the stack's time by default) is
-# invalid. Tests judge what the client and the commands do, on hosts as busy as CI's: they measure
-# with a limit this host always holds, and tests/test_bench_validity.py sets its own.
+# A bench point whose client event loop ran late by --lag-limit (10 ms of the stack's time by default), or
+# whose busiest client process used --busy-limit of a CPU (0.9), is invalid. Tests judge what the client
+# and the commands do, against instant loopback servers, on hosts as busy as CI's: they measure with
+# limits this host always holds, and tests/test_bench_validity.py sets its own.
 os.environ.setdefault("STACKPIN_BENCH_LAG_LIMIT", "10s")
+os.environ.setdefault("STACKPIN_BENCH_BUSY_LIMIT", "100")

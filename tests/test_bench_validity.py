@@ -21,6 +21,7 @@ LOCK = ROOT / "lockfiles" / "gb300-tuned.lock.yaml"
 
 def test_the_reasons_name_what_could_not_keep_up() -> None:
     assert invalid_reason(0.5, 0.002) is None
+    assert invalid_reason(0.95, 0.0, busy_limit=2.0) is None
     assert "client saturated: its busiest process used 95% of a CPU" in (invalid_reason(0.95, 0.0) or "")
     assert "event-loop lag p99 12.0 ms" in (invalid_reason(0.2, 0.012) or "")
     assert invalid_reason(0.2, 0.012, lag_limit_s=0.05) is None

@@ -31,7 +31,7 @@ from stackpin.bench.binding import stack_ref
 from stackpin.bench.gaps import rescaled
 from stackpin.bench.result import BenchResult, ClientInfo, Point, Request, Shard, Simulation, Slo, controls_fingerprint
 from stackpin.bench.sessions import Context, Trace, agent_sessions, default_sessions_per_agent
-from stackpin.bench.stats import BUSY_LIMIT, build_point, measured, next_search, score
+from stackpin.bench.stats import build_point, measured, next_search, score
 from stackpin.bench.stream import Connection, Endpoint
 from stackpin.bench.words import Vocabulary
 from stackpin.deploy.source import StackSource
@@ -57,6 +57,7 @@ class RunOptions:
     vocabulary: Vocabulary | None = None  # the served tokenizer's single-token words (bench/words.py)
     target: str | None = None  # where requests go when not `endpoint` (the Dynamo bed's frontend)
     lag_limit_s: float = 0.01  # a point whose client loop lag p99 (stack time) reaches it is invalid
+    busy_limit: float = 0.9  # ... or whose busiest client process is this busy
 
 
 # One finished request as a worker sends it back: agent, session, turn, start, first token, last
@@ -265,7 +266,8 @@ class _Run:
         lag = lags[int(0.99 * (len(lags) - 1))] if lags else 0.0
         self.busy, self.lag_p99 = max(self.busy, busy), max(self.lag_p99, lag)
         return build_point(agents, duration, requests, self.gpus, self.options.slo, searched,
-                           busy=round(busy, 3), lag_s=round(lag * speed, 6), lag_limit_s=self.options.lag_limit_s)
+                           busy=round(busy, 3), lag_s=round(lag * speed, 6), lag_limit_s=self.options.lag_limit_s,
+                           busy_limit=self.options.busy_limit)
 
 
 @dataclass(frozen=True)
@@ -381,9 +383,9 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
     points.sort(key=lambda p: p.agents)
     # The whole run is marked as its points are judged (stats.invalid_reason): busy, or late by the limit.
     late = run.lag_p99 * run.speed >= options.lag_limit_s
-    saturated = run.busy >= BUSY_LIMIT or late
+    saturated = run.busy >= options.busy_limit or late
     note = ""
-    if run.busy >= BUSY_LIMIT:
+    if run.busy >= options.busy_limit:
         note = (f"client saturated: its busiest process used {run.busy:.0%} of a CPU; the numbers are a floor "
                 "(rerun with more --workers)")
     elif late:
@@ -397,7 +399,7 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
         client=ClientInfo(workers=options.workers, cpu_seconds=round(run.cpu_s, 3), saturated=saturated, note=note,
                           busy_fraction=round(run.busy, 3), loop_lag_p99_s=round(run.lag_p99, 6),
                           tokenizer=options.vocabulary.source if options.vocabulary else None,
-                          lag_limit_s=options.lag_limit_s),
+                          lag_limit_s=options.lag_limit_s, busy_limit=options.busy_limit),
         simulation=simulation, points=tuple(points),
         # No valid point, no score: a score of nothing measured would read as a measured zero.
         score=score(points, options.slo) if options.slo and options.pods == 1 and measured(points) else None,

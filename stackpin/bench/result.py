@@ -86,6 +86,8 @@ class ClientInfo(_Model):
     busy_fraction: float | None = Field(None, description="Largest CPU time / wall time of one client process.")
     loop_lag_p99_s: float | None = Field(None, description="p99 event-loop lag: how late the client's timestamps "
                                          "can be.")
+    busy_limit: float = Field(0.9, gt=0, description="CPU busy fraction of the busiest client process at which a "
+                              "point is invalid: the client is then the bottleneck (--busy-limit).")
     lag_limit_s: NonNegativeFloat = Field(0.01, description="Event-loop lag p99 (stack time) past which a point is "
                                           "invalid: the timestamp precision the result claims (--lag-limit).")
     tokenizer: str | None = Field(None, description="Whose tokens the prompts were sized in (bench run "

@@ -60,10 +60,11 @@ BUSY_LIMIT = 0.9
 LAG_LIMIT_S = 0.01
 
 
-def invalid_reason(busy: float | None, lag_s: float | None, lag_limit_s: float = LAG_LIMIT_S) -> str | None:
+def invalid_reason(busy: float | None, lag_s: float | None, lag_limit_s: float = LAG_LIMIT_S,
+                   busy_limit: float = BUSY_LIMIT) -> str | None:
     """Why a point with this client busy fraction and loop lag p99 (stack time) is not a measurement."""
-    if busy is not None and busy >= BUSY_LIMIT:
-        return f"client saturated: its busiest process used {busy:.0%} of a CPU (limit {BUSY_LIMIT:.0%})"
+    if busy is not None and busy >= busy_limit:
+        return f"client saturated: its busiest process used {busy:.0%} of a CPU (limit {busy_limit:.0%})"
     if lag_s is not None and lag_s >= lag_limit_s:
         return (f"client timestamps late: event-loop lag p99 {lag_s * 1000:.1f} ms of the stack's time (limit "
                 f"{lag_limit_s * 1000:g} ms)")
@@ -77,7 +78,7 @@ def measured(points: Iterable[Point]) -> list[Point]:
 
 def build_point(agents: int, duration_s: float, requests: Sequence[Request], gpus: int, slo: Slo | None,
                 searched: bool = False, busy: float | None = None, lag_s: float | None = None,
-                lag_limit_s: float = LAG_LIMIT_S) -> Point:
+                lag_limit_s: float = LAG_LIMIT_S, busy_limit: float = BUSY_LIMIT) -> Point:
     ok = [r for r in requests if not r.error]
     rates = agent_rates(requests)
     output = sum(r.output_tokens for r in requests)
@@ -92,7 +93,7 @@ def build_point(agents: int, duration_s: float, requests: Sequence[Request], gpu
         output_tps=output_tps, output_tps_per_gpu=output_tps / gpus,
         cache_hit_rate=sum(r.cached_tokens for r in requests) / prompt if prompt else None,
         searched=searched, request_log=tuple(requests), client_busy=busy, loop_lag_p99_s=lag_s,
-        invalid=invalid_reason(busy, lag_s, lag_limit_s))
+        invalid=invalid_reason(busy, lag_s, lag_limit_s, busy_limit))
     return point.model_copy(update={"slo_met": holds(point, slo)}) if slo and point.invalid is None else point
 
 
@@ -172,7 +173,8 @@ def inconsistency(result: BenchResult) -> tuple[str, str] | None:
         if not point.request_log:
             continue
         again = build_point(point.agents, point.duration_s, point.request_log, gpus, slo, point.searched,
-                            point.client_busy, point.loop_lag_p99_s, result.client.lag_limit_s)
+                            point.client_busy, point.loop_lag_p99_s, result.client.lag_limit_s,
+                            result.client.busy_limit)
         for name in HEADLINE:
             have, want = getattr(point, name), getattr(again, name)
             if isinstance(have, Dist) and isinstance(want, Dist):

@@ -160,6 +160,9 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
               help="A point whose client event-loop lag p99 (in the stack's time: wall lag x the simulator's speed) "
                    "reaches this is invalid: not printed, scored, compared or planned. It is the timestamp "
                    "precision the result claims.")
+@click.option("--busy-limit", type=finite(min=0.01), default=0.9, show_default=True, envvar="STACKPIN_BENCH_BUSY_LIMIT",
+              help="A point whose busiest client process used this share of a CPU is invalid: the client, not the "
+                   "server, was the bottleneck.")
 @click.option("--pod-index", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option("--pods", type=click.IntRange(min=1), default=1, hidden=True)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The result file (JSON).")
@@ -170,7 +173,7 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
 def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_text: str | None,
         model: str | None, tokenizer_file: str | None, workers: int, duration_text: str | None,
         sessions: int | None, delay_scale: float, timeout_text: str, cache_salt: str | None, lag_limit_text: str,
-        pod_index: int, pods: int, out: str, lockdir: str, history_dir: str, output: str) -> None:
+        busy_limit: float, pod_index: int, pods: int, out: str, lockdir: str, history_dir: str, output: str) -> None:
     """Replay TRACE against ENDPOINT at each agent count and write one result bound to the stack.
 
     Each agent replays sessions one after another, sending the grown context each turn and waiting the
@@ -209,7 +212,8 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
         delay_scale=delay_scale, timeout_s=parse_seconds(timeout_text, "--request-timeout"),
         headers={"Authorization": f"Bearer {key}"} if key else {}, pod_index=pod_index, pods=pods,
         cache_salt="".join(c for c in cache_salt if not c.isspace()) if cache_salt is not None
-        else secrets.token_hex(3), vocabulary=vocabulary, lag_limit_s=parse_seconds(lag_limit_text, "--lag-limit"))
+        else secrets.token_hex(3), vocabulary=vocabulary, lag_limit_s=parse_seconds(lag_limit_text, "--lag-limit"),
+        busy_limit=busy_limit)
     # run_bench returns with Ctrl-C ignored, so that what was measured is written and reported whole. After
     # an interrupted run it stays ignored: the user has asked to stop and the command is ending (a terminal
     # repeats Ctrl-C, users press it twice), and one arriving as the process exits would turn a kept
