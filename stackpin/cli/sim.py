@@ -93,6 +93,7 @@ def figures(loo: bool, output: str) -> None:
     from stackpin.sim.aic import installed_version, mapping
     from stackpin.sim.curve import figures as compute
     from stackpin.sim.curve import model_figures
+    from stackpin.sim.fit import independent as independent_figures
     from stackpin.sim.fit import leave_one_out, provenance
 
     rows = compute()
@@ -131,7 +132,7 @@ def figures(loo: bool, output: str) -> None:
         click.echo(f"[{n}] {reason}")
     if aic is None:
         click.echo("aiconfigurator column not shown: the `sim` extra (aiconfigurator-core) is not installed")
-    independent = sum(1 for f in rows if f.name in {x for x in _independent()})
+    independent = len(set(independent_figures()) & {f.name for f in rows})
     click.echo(f"\nfitted to these {len(rows)} figures ({independent} independent; the others are quotients of "
                f"them) by scripts/sim_fit.py: {len(fitted)} parameters")
     names = [f.name for f in rows]
@@ -149,12 +150,6 @@ def figures(loo: bool, output: str) -> None:
         click.echo(f"{'figure':{width}}  {'published':>9}  {'predicted':>9}  {'error':>7}")
         for x in left:
             click.echo(f"{x.name:{width}}  {x.published:>9g}  {x.predicted:>9g}  {x.error:>+7.1%}")
-
-
-def _independent() -> list[str]:
-    from stackpin.sim.fit import independent
-
-    return independent()
 
 
 @sim.command(help="""LOCK's steady-state curve from the step model: for 1..max-num-seqs running sequences

@@ -9,7 +9,11 @@ import io
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from matplotlib.figure import Figure
+
+    from stackpin.bench.result import BenchResult
 
 # PNG text chunks: only what we set. matplotlib's default "Software" names its version.
 _METADATA: dict[str, str | None] = {"Software": "stackpin", "Creation Time": None}
@@ -54,11 +58,8 @@ def stack_color(name: str, taken: set[str] | None = None) -> str:
     return PALETTE[start % len(PALETTE)]
 
 
-def caveats(results: object) -> str:
+def caveats(rs: Sequence[BenchResult]) -> str:
     """The footnote every chart of results carries: simulated or measured, and per which GPUs."""
-    from stackpin.bench.result import BenchResult
-
-    rs = [r for r in results if isinstance(r, BenchResult)] if isinstance(results, list | tuple) else []
     models = sorted({r.simulation.model for r in rs if r.simulation})
     said = [f"simulated ({', '.join(models)}): not hardware" if models else "measured"]
     if any(r.simulation and r.simulation.gpus for r in rs):

@@ -56,6 +56,7 @@ class Mocker:
     """One `python -m dynamo.mocker` process: a pool's replicas."""
 
     role: str  # worker (colocated), prefill or decode
+    workers: int  # the pool's replicas: --num-workers
     args: tuple[str, ...]  # without --model-path, --planner-profile-data and --discovery-backend
     table: Table
 
@@ -128,7 +129,7 @@ def plan(lock: StackLock, share: int = 1, speed: float = 1.0, model_name: str = 
         if not stack.colocated:
             args += ["--disaggregation-mode", str(pool.role),
                      "--kv-transfer-bandwidth", repr(kv_transfer_gbps(model, stack.model.kv_bytes_per_token))]
-        mockers.append(Mocker(str(pool.role), tuple(args), table(model, pool, max_model_len)))
+        mockers.append(Mocker(str(pool.role), pool.replicas, tuple(args), table(model, pool, max_model_len)))
     frontend = [flag for option, value in frontend_flags(profile) if option != "--http-port"
                 for flag in flatten([(option, value)])]
     said = substitutions(stack, whole.gpus, model_name, speed, block_defaulted=spec.kv_cache.block_size is None)

@@ -201,8 +201,7 @@ def _answers(frontend: str, model_id: str) -> bool:
 def _wait_ready(bed: Bed, kv: Path) -> None:
     timeout = float(facts()["startup_timeout_s"])
     deadline = time.monotonic() + timeout
-    wanted = [("prefill" if m.role == "prefill" else "backend", int(m.args[m.args.index("--num-workers") + 1]))
-              for m in bed.plan.mockers]
+    wanted = [("prefill" if m.role == "prefill" else "backend", m.workers) for m in bed.plan.mockers]
     while time.monotonic() < deadline:
         problem = bed.failure()
         if problem:
