@@ -49,6 +49,8 @@ def test_the_client_measures_what_the_simulator_simulates(tmp_path: Path, trace:
         assert result.simulation.speed == 2.0
         (point,) = result.points
         assert point.errors == 0 and point.requests == 20
+        # The simulator says how far its host let it fall behind its clock while the point ran.
+        assert point.server_late_s is not None and point.server_late_s >= 0
         assert point.cache_hit_rate is not None and point.cache_hit_rate > 0.4  # the grown context is reused
         measured[name] = point.agent_tps.mean
         expected = single_agent_tps(load_stack(lock))

@@ -25,6 +25,33 @@ def test_the_reasons_name_what_could_not_keep_up() -> None:
     assert "client saturated: its busiest process used 95% of a CPU" in (invalid_reason(0.95, 0.0) or "")
     assert "event-loop lag p99 12.0 ms" in (invalid_reason(0.2, 0.012) or "")
     assert invalid_reason(0.2, 0.012, lag_limit_s=0.05) is None
+    # stackpin's simulator running behind its clock makes every timestamp late too: the same limit.
+    assert "simulator behind its clock: 20.0 ms per step" in (invalid_reason(0.2, 0.001, server_late_s=0.02) or "")
+    assert invalid_reason(0.2, 0.001, server_late_s=0.002) is None
+
+
+def test_the_search_stops_within_its_resolution() -> None:
+    points = benchdata.launch().points  # 128 held the SLO, 512 did not
+    assert next_search(points, benchdata.SLO) == 320
+    assert next_search(points, benchdata.SLO, resolution=2.99) == 320
+    assert next_search(points, benchdata.SLO, resolution=3.0) is None  # 512 - 128 is 3 x 128
+
+
+def test_an_invalid_point_is_measured_again(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"session_id": "s", "input_length": 30, "output_length": 5}) + "\n")
+    attempts = {}
+    with serve_in_thread(Server()) as server:
+        for retries in (0, 2):
+            out = tmp_path / f"r{retries}.json"
+            # A lag limit no event loop holds: every measurement is invalid, so each retry is spent.
+            run = CliRunner().invoke(main, ["bench", "run", "--endpoint", server.url, "--trace", str(trace),
+                                            "--lock", str(LOCK), "--agents", "1", "--slo", "none", "--lag-limit",
+                                            "0", "--retries", str(retries), "--out", str(out)])
+            assert run.exit_code == 0, run.output
+            assert run.output.count("1 agent(s) not measured (client timestamps late") == retries
+            attempts[retries] = read_result(out).points[0].attempts
+    assert attempts == {0: 1, 2: 3}
 
 
 def test_an_invalid_point_is_no_evidence_for_the_score_or_the_search() -> None:

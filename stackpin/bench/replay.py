@@ -58,6 +58,8 @@ class RunOptions:
     target: str | None = None  # where requests go when not `endpoint` (the Dynamo bed's frontend)
     lag_limit_s: float = 0.01  # a point whose client loop lag p99 (stack time) reaches it is invalid
     busy_limit: float = 0.9  # ... or whose busiest client process is this busy
+    search_resolution: float = 0.0  # the SLO search stops when its bracket is this fraction of the count met
+    retries: int = 1  # an invalid point is measured again up to this many times; the last one is kept
 
 
 # One finished request as a worker sends it back: agent, session, turn, start, first token, last
@@ -81,6 +83,7 @@ class Progress:
     """What the terminal shows; `update(point agents, requests, errors, tokens)`."""
 
     update: Callable[[int, int, int, int], None] = lambda *_: None
+    retry: Callable[[Point], None] = lambda _: None  # an invalid point is about to be measured again
 
 
 # --- one worker process ----------------------------------------------------------------------------
@@ -198,6 +201,8 @@ class _Run:
     busy: float = 0.0
     lag_p99: float = 0.0
     points_run: int = 0
+    server_late: float = 0.0  # the largest of the kept points' simulator lateness (stack time)
+    simulator: bool = False  # stackpin's own simulator, which says how late its host let it run
 
     def on_sigint(self, *_: object) -> None:
         self.interrupted = True
@@ -208,6 +213,21 @@ class _Run:
                 pass
 
     def measure(self, agents: int, searched: bool, progress: Progress) -> Point | None:
+        """One point; an invalid one (the host or client could not keep up, often a passing load) is
+        measured again, up to --retries times, under a fresh cache salt. The run's own busy and lag
+        figures are those of the kept measurements."""
+        kept = self.busy, self.lag_p99, self.server_late
+        point = self._measure(agents, searched, progress)
+        for attempt in range(2, self.options.retries + 2):
+            if point is None or point.invalid is None or self.interrupted:
+                break
+            progress.retry(point)
+            self.busy, self.lag_p99, self.server_late = kept
+            again = self._measure(agents, searched, progress)
+            point = again.model_copy(update={"attempts": attempt}) if again is not None else point
+        return point
+
+    def _measure(self, agents: int, searched: bool, progress: Progress) -> Point | None:
         options = self.options
         mine = [a for a in range(agents) if a % options.pods == options.pod_index]
         if not mine:
@@ -215,6 +235,7 @@ class _Run:
         shares = [mine[i::options.workers] for i in range(min(options.workers, len(mine)))]
         context = multiprocessing.get_context("fork")
         counters = context.Array("d", 3 * len(shares), lock=False)
+        before = server_lateness(options.endpoint) if self.simulator else None
         start_at = time.monotonic() + 0.05 + 0.01 * len(shares)
         processes, pipes = [], []
         for slot, share in enumerate(shares):
@@ -244,9 +265,12 @@ class _Run:
         if failed:
             raise StackpinError(f"a client worker failed: {failed[0]}")
         done = [r for r in results if isinstance(r, ShareResult)]
-        return self._point(agents, searched, start_at, done)
+        after = server_lateness(options.endpoint) if before is not None else None
+        late = (after[0] - before[0]) / (after[1] - before[1]) if before and after and after[1] > before[1] else None
+        return self._point(agents, searched, start_at, done, late)
 
-    def _point(self, agents: int, searched: bool, start_at: float, shares: list[ShareResult]) -> Point:
+    def _point(self, agents: int, searched: bool, start_at: float, shares: list[ShareResult],
+               server_late: float | None) -> Point:
         speed = self.speed
         requests = []
         for agent, session, turn, start, first, last, end, prompt, cached, output, _, error, sent, gaps in sorted(
@@ -265,9 +289,11 @@ class _Run:
         lags = sorted(lag for s in shares for lag in s.lags)
         lag = lags[int(0.99 * (len(lags) - 1))] if lags else 0.0
         self.busy, self.lag_p99 = max(self.busy, busy), max(self.lag_p99, lag)
+        self.server_late = max(self.server_late, server_late or 0.0)
         return build_point(agents, duration, requests, self.gpus, self.options.slo, searched,
                            busy=round(busy, 3), lag_s=round(lag * speed, 6), lag_limit_s=self.options.lag_limit_s,
-                           busy_limit=self.options.busy_limit)
+                           busy_limit=self.options.busy_limit,
+                           server_late_s=round(server_late, 6) if server_late is not None else None)
 
 
 @dataclass(frozen=True)
@@ -284,24 +310,46 @@ class Probed:
 MAX_PROBE_BYTES = 64 << 20
 
 
+def _base(endpoint: str) -> str:
+    """The endpoint's base URL (before /v1)."""
+    base = f"{'https' if Endpoint.parse(endpoint).tls else 'http'}://" + endpoint.split("://", 1)[1].rstrip("/")
+    return base.removesuffix("/v1")
+
+
+def _get(endpoint: str, url: str, timeout_s: float, raw: bool = False) -> Any:
+    """GET url: its JSON (its bytes when raw), None on an HTTP error status; bounded, one-line errors."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - http(s) only
+            data = response.read(MAX_PROBE_BYTES + 1)
+            if len(data) > MAX_PROBE_BYTES:
+                raise StackpinError(f"--endpoint {endpoint}: {url} answered over {MAX_PROBE_BYTES >> 20} MiB")
+            return data if raw else json.loads(data)
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise StackpinError(f"--endpoint {endpoint}: cannot reach it: {getattr(exc, 'reason', exc)}") from None
+
+
+def server_lateness(endpoint: str, timeout_s: float = 10.0) -> tuple[float, int] | None:
+    """(seconds late, summed over steps; steps) of stackpin's simulator since it started: how far its
+    host let wall time run past each step's end, in the stack's time (GET /stackpin/sim/stats). None
+    where the server does not say."""
+    stats = _get(endpoint, _base(endpoint) + "/stackpin/sim/stats", timeout_s)
+    engines = stats.get("engines") if isinstance(stats, dict) else None
+    if not isinstance(engines, list) or not all(isinstance(e, dict) and isinstance(e.get("late_s"), int | float)
+                                                and isinstance(e.get("steps"), int) for e in engines):
+        return None
+    return sum(float(e["late_s"]) for e in engines), sum(int(e["steps"]) for e in engines)
+
+
 def probe(endpoint: str, timeout_s: float = 10.0) -> Probed:
     """Ask the endpoint whether it is simulated (GET /stackpin/sim; 404 on a real one: stackpin's simulator
     or its Dynamo bed, which also names its frontend and serves its tokenizer), and which model it
     serves (GET /v1/models)."""
-    base = f"{'https' if Endpoint.parse(endpoint).tls else 'http'}://" + endpoint.split("://", 1)[1].rstrip("/")
-    base = base.removesuffix("/v1")
+    base = _base(endpoint)
 
     def get(url: str, raw: bool = False) -> Any:
-        try:
-            with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - http(s) only
-                data = response.read(MAX_PROBE_BYTES + 1)
-                if len(data) > MAX_PROBE_BYTES:
-                    raise StackpinError(f"--endpoint {endpoint}: {url} answered over {MAX_PROBE_BYTES >> 20} MiB")
-                return data if raw else json.loads(data)
-        except urllib.error.HTTPError:
-            return None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise StackpinError(f"--endpoint {endpoint}: cannot reach it: {getattr(exc, 'reason', exc)}") from None
+        return _get(endpoint, url, timeout_s, raw)
 
     sim = get(base + "/stackpin/sim")
     simulation, digest, serving, tokenizer = None, None, None, None
@@ -357,7 +405,8 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
         stack = stack.model_copy(update={"gpus": simulation.gpus})  # a share of the stack was served
     controls = make_controls(source.lock, options.trace.digest, options.agents, options.slo)
     run = _Run(options, options.model or served or locked_model,
-               simulation.speed if simulation else 1.0, stack.gpus)
+               simulation.speed if simulation else 1.0, stack.gpus,
+               simulator=simulation is not None and simulation.backend == "stackpin")
     started = datetime.now(UTC)
     points: list[Point] = []
     signal.signal(signal.SIGINT, run.on_sigint)
@@ -372,7 +421,7 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
             if point is not None:
                 points.append(point)
         while options.slo and options.pods == 1 and not run.interrupted:
-            middle = next_search(points, options.slo)
+            middle = next_search(points, options.slo, options.search_resolution)
             if middle is None or any(p.agents == middle for p in points):
                 break
             point = run.measure(middle, searched=True, progress=progress)
@@ -387,11 +436,16 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
     note = ""
     if run.busy >= options.busy_limit:
         note = (f"client saturated: its busiest process used {run.busy:.0%} of a CPU; the numbers are a floor "
-                "(rerun with more --workers)")
+                "(rerun with more --workers, or fewer agents)")
     elif late:
         scaled = f" ({run.lag_p99 * run.speed * 1000:.0f} ms of simulated time)" if run.speed != 1 else ""
         note = (f"client timestamps late: event-loop lag p99 {run.lag_p99 * 1000:.1f} ms{scaled} with the client "
-                f"at {run.busy:.0%} CPU (a busy host?), past --lag-limit {options.lag_limit_s * 1000:g} ms")
+                f"at {run.busy:.0%} CPU (a busy host?), past --lag-limit {options.lag_limit_s * 1000:g} ms (rerun "
+                "on a quieter host, with more --workers, or against a simulator at a lower --speed)")
+    elif run.server_late >= options.lag_limit_s:
+        note = (f"simulator behind its clock: up to {run.server_late * 1000:.1f} ms per step of the stack's time, "
+                f"past --lag-limit {options.lag_limit_s * 1000:g} ms (a busy host: serve it at a lower --speed, "
+                "or measure fewer agents)")
     return BenchResult(
         stack=stack, controls=controls, fingerprint=controls_fingerprint(controls), endpoint=options.endpoint,
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), finished=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),

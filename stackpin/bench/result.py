@@ -152,9 +152,14 @@ class Point(_Model):
                                             "while this point ran.")
     loop_lag_p99_s: NonNegative | None = Field(None, description="p99 event-loop lag of the client while this point "
                                                "ran, in the stack's time (wall lag x the simulator's speed).")
+    server_late_s: NonNegative | None = Field(None, description="How far stackpin's simulator ran behind its clock "
+                                              "while this point ran: mean lateness per engine step, in the stack's "
+                                              "time (a host too busy for the server stretches every time measured).")
     invalid: str | None = Field(None, description="Why this point is not a measurement (the client or host could "
                                 "not keep up): left out of the score, the SLO search, compare, plot and plan.")
     searched: bool = Field(False, description="Added by the SLO search, not one of the asked agent counts.")
+    attempts: PositiveInt = Field(1, description="Times this point was measured: an invalid measurement is "
+                                  "measured again (bench run --retries) and only the last one kept.")
     request_log: tuple[Request, ...] = ()
 
     @model_validator(mode="after")

@@ -61,12 +61,16 @@ LAG_LIMIT_S = 0.01
 
 
 def invalid_reason(busy: float | None, lag_s: float | None, lag_limit_s: float = LAG_LIMIT_S,
-                   busy_limit: float = BUSY_LIMIT) -> str | None:
-    """Why a point with this client busy fraction and loop lag p99 (stack time) is not a measurement."""
+                   busy_limit: float = BUSY_LIMIT, server_late_s: float | None = None) -> str | None:
+    """Why a point with this client busy fraction, loop lag p99 and simulator lateness (both in the stack's
+    time, held to the same limit: either makes every timestamp that late) is not a measurement."""
     if busy is not None and busy >= busy_limit:
         return f"client saturated: its busiest process used {busy:.0%} of a CPU (limit {busy_limit:.0%})"
     if lag_s is not None and lag_s >= lag_limit_s:
         return (f"client timestamps late: event-loop lag p99 {lag_s * 1000:.1f} ms of the stack's time (limit "
+                f"{lag_limit_s * 1000:g} ms)")
+    if server_late_s is not None and server_late_s >= lag_limit_s:
+        return (f"simulator behind its clock: {server_late_s * 1000:.1f} ms per step of the stack's time (limit "
                 f"{lag_limit_s * 1000:g} ms)")
     return None
 
@@ -78,7 +82,8 @@ def measured(points: Iterable[Point]) -> list[Point]:
 
 def build_point(agents: int, duration_s: float, requests: Sequence[Request], gpus: int, slo: Slo | None,
                 searched: bool = False, busy: float | None = None, lag_s: float | None = None,
-                lag_limit_s: float = LAG_LIMIT_S, busy_limit: float = BUSY_LIMIT) -> Point:
+                lag_limit_s: float = LAG_LIMIT_S, busy_limit: float = BUSY_LIMIT,
+                server_late_s: float | None = None) -> Point:
     ok = [r for r in requests if not r.error]
     rates = agent_rates(requests)
     output = sum(r.output_tokens for r in requests)
@@ -93,7 +98,7 @@ def build_point(agents: int, duration_s: float, requests: Sequence[Request], gpu
         output_tps=output_tps, output_tps_per_gpu=output_tps / gpus,
         cache_hit_rate=sum(r.cached_tokens for r in requests) / prompt if prompt else None,
         searched=searched, request_log=tuple(requests), client_busy=busy, loop_lag_p99_s=lag_s,
-        invalid=invalid_reason(busy, lag_s, lag_limit_s, busy_limit))
+        server_late_s=server_late_s, invalid=invalid_reason(busy, lag_s, lag_limit_s, busy_limit, server_late_s))
     return point.model_copy(update={"slo_met": holds(point, slo)}) if slo and point.invalid is None else point
 
 
@@ -136,15 +141,18 @@ def score(points: Sequence[Point], slo: Slo) -> Score:
                  output_tps_per_gpu_at_slo=best.output_tps_per_gpu if best else None)
 
 
-def next_search(points: Sequence[Point], slo: Slo) -> int | None:
+def next_search(points: Sequence[Point], slo: Slo, resolution: float = 0.0) -> int | None:
     """The agent count to measure next when bisecting between the largest count that held the SLO
-    and the smallest above it that did not; None when they are adjacent (the search is done). Invalid
-    points are not evidence either way."""
+    and the smallest above it that did not; None when they are adjacent, or within `resolution` (a
+    fraction of the count that held) of each other: the search is done. Invalid points are not evidence
+    either way."""
     ordered = sorted(measured(points), key=lambda p: p.agents)
     low = 0
     for point in ordered:
         if not holds(point, slo):
             middle = (low + point.agents) // 2
+            if low and point.agents - low <= resolution * low:
+                return None
             return middle if middle > low and middle != point.agents else None
         low = point.agents
     return None
@@ -174,7 +182,7 @@ def inconsistency(result: BenchResult) -> tuple[str, str] | None:
             continue
         again = build_point(point.agents, point.duration_s, point.request_log, gpus, slo, point.searched,
                             point.client_busy, point.loop_lag_p99_s, result.client.lag_limit_s,
-                            result.client.busy_limit)
+                            result.client.busy_limit, point.server_late_s)
         for name in HEADLINE:
             have, want = getattr(point, name), getattr(again, name)
             if isinstance(have, Dist) and isinstance(want, Dist):

@@ -20,7 +20,7 @@ from stackpin.cli.history import HISTORY
 if TYPE_CHECKING:
     from stackpin.bench.compare import Comparison
     from stackpin.bench.replay import Progress
-    from stackpin.bench.result import BenchResult
+    from stackpin.bench.result import BenchResult, Point
 
 LOCKDIR = click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
                        help="Where a profile's lock is looked up when LOCK is a profile.")
@@ -36,15 +36,18 @@ def _progress() -> Iterator[Progress]:
     """A live line on stderr when it is a terminal; nothing otherwise."""
     from stackpin.bench.replay import Progress
 
+    def retry(point: Point) -> None:
+        click.echo(f"warning: {point.agents} agent(s) not measured ({point.invalid}): measuring again", err=True)
+
     if not sys.stderr.isatty():
-        yield Progress()
+        yield Progress(retry=retry)
         return
     from rich.console import Console
     from rich.live import Live
 
     with Live("", console=Console(stderr=True), refresh_per_second=4, transient=True) as live:
         yield Progress(lambda agents, requests, errors, tokens: live.update(
-            f"{agents} agent(s): {requests} requests, {errors} errors, {tokens} output tokens"))
+            f"{agents} agent(s): {requests} requests, {errors} errors, {tokens} output tokens"), retry)
 
 
 def _write_result(result: BenchResult, out: str) -> None:
@@ -163,6 +166,12 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
 @click.option("--busy-limit", type=finite(min=0.01), default=0.9, show_default=True, envvar="STACKPIN_BENCH_BUSY_LIMIT",
               help="A point whose busiest client process used this share of a CPU is invalid: the client, not the "
                    "server, was the bottleneck.")
+@click.option("--search-resolution", type=finite(min=0, max=1), default=0.0, show_default=True, metavar="FRACTION",
+              help="Stop the SLO search when the count that held and the one that did not are within this fraction "
+                   "of the first (0: to the agent). The score is the largest count measured to hold either way.")
+@click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
+              help="Measure an invalid point again up to this many times (a passing load on the host often makes "
+                   "one); the last measurement is kept, with how many it took.")
 @click.option("--pod-index", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option("--pods", type=click.IntRange(min=1), default=1, hidden=True)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), help="The result file (JSON).")
@@ -173,7 +182,8 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
 def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_text: str | None,
         model: str | None, tokenizer_file: str | None, workers: int, duration_text: str | None,
         sessions: int | None, delay_scale: float, timeout_text: str, cache_salt: str | None, lag_limit_text: str,
-        busy_limit: float, pod_index: int, pods: int, out: str, lockdir: str, history_dir: str, output: str) -> None:
+        busy_limit: float, search_resolution: float, retries: int, pod_index: int, pods: int, out: str,
+        lockdir: str, history_dir: str, output: str) -> None:
     """Replay TRACE against ENDPOINT at each agent count and write one result bound to the stack.
 
     Each agent replays sessions one after another, sending the grown context each turn and waiting the
@@ -213,7 +223,7 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
         headers={"Authorization": f"Bearer {key}"} if key else {}, pod_index=pod_index, pods=pods,
         cache_salt="".join(c for c in cache_salt if not c.isspace()) if cache_salt is not None
         else secrets.token_hex(3), vocabulary=vocabulary, lag_limit_s=parse_seconds(lag_limit_text, "--lag-limit"),
-        busy_limit=busy_limit)
+        busy_limit=busy_limit, search_resolution=search_resolution, retries=retries)
     # run_bench returns with Ctrl-C ignored, so that what was measured is written and reported whole. After
     # an interrupted run it stays ignored: the user has asked to stop and the command is ending (a terminal
     # repeats Ctrl-C, users press it twice), and one arriving as the process exits would turn a kept

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stackpin.bench.window import SKIP
+
 DEPLOYMENT = "dynamo/dsv41-flash@gb300-nvl72"
 SLO = "tps=80,ttft=10s"
 PLAN_AGENTS = 10_000
@@ -31,6 +33,11 @@ PLAN_AGENTS = 10_000
 # that is invalid, left out of every figure. (bench run's own default, 10 ms, is for a real endpoint
 # at speed 1; at --speed X every wall millisecond of lag is X of the stack's.)
 LAG_LIMIT = "50ms"
+DURATION_S = 40.0  # per point, in the stack's time: no new turn starts after it
+# The SLO search stops when the count that held and the one that did not are within 10% of each other:
+# the figures read the curve where the speed crosses, so the last few agents of a bisection add minutes,
+# not precision.
+SEARCH_RESOLUTION = "0.1"
 
 
 @dataclass(frozen=True)
@@ -45,8 +52,8 @@ class DemoStack:
 
 STACKS = (
     DemoStack("gb300-launch", share=2, speed=3, agents="1,64,128,192", revision=1, workers=2),
-    DemoStack("gb300-tuned", share=18, speed=4, agents="1,8,16,32,64,96,128", revision=2),
-    DemoStack("vera-rubin-tuned", share=18, speed=4, agents="1,8,16,32,64,96,128"),
+    DemoStack("gb300-tuned", share=18, speed=4, agents="1,8,16,48,96", revision=2),
+    DemoStack("vera-rubin-tuned", share=18, speed=4, agents="1,16,32,64,128"),
 )
 
 
@@ -85,54 +92,142 @@ class _Served:
         self.process.wait(timeout=30)
 
 
-def _measured(results: dict[str, Path]) -> dict[str, str]:
-    """What the bench results give for each calibration figure: a ratio, `>=`/`<=` where a curve is
-    still met at its largest measured count (a bound, never extrapolated), `-` where it is unmet."""
-    from stackpin.bench.binding import parse_slo
-    from stackpin.bench.result import Slo, read_result
-    from stackpin.plan.curve import Bound, curve_of, operating_point
-    from stackpin.sim.curve import calibration
+def _terms(item: dict[str, Any]) -> list[dict[str, Any]]:
+    return [item["of"], *([item["per"]] if "per" in item else [])]
 
-    loaded = {name: read_result(path) for name, path in results.items()}
-    slo = parse_slo(SLO)
 
-    def value(term: dict[str, Any]) -> tuple[float, Bound] | None:
-        result = loaded.get(term["stack"])
-        if result is None:
-            return None
-        if term["metric"] == "single_agent_tps":
-            return (result.score.single_agent_tps, Bound.within) if result.score else None
-        # Throughput per GPU where the slowest agent holds the speed and TTFT the demo's limit,
-        # interpolated on the measured curve (plan's operating point).
-        target = Slo(tps=float(term["agent_tps"]), ttft_s=slo.ttft_s)
-        op = operating_point(curve_of(result, target.percentile), target, result.stack.gpus)
-        return None if op.bound is Bound.unmet else (op.tps_per_gpu, op.bound)
+def _served(name: str) -> Any:
+    from stackpin.sim.stack import load_stack, share_of
 
-    out: dict[str, str] = {}
+    return share_of(load_stack(Path(f"lockfiles/{name}.lock.yaml")), next(s.share for s in STACKS if s.name == name))
+
+
+def cap(name: str) -> int:
+    """The most sequences the served share of a demo stack decodes at once."""
+    decode = _served(name).decode
+    return int(decode.engines * decode.max_num_seqs)
+
+
+def _model_here(trace: Path) -> dict[str, float]:
+    """Each calibration figure from the step model on the demo's own trace and served shares: the model
+    figure the measured one is held to (`stackpin sim figures` uses the default workload and whole
+    stacks)."""
+    from stackpin.bench.traceio import read_trace
+    from stackpin.sim.curve import calibration, curve, throughput_at, workload_of
+
+    workload = workload_of(read_trace(trace))
+    curves = {s.name: curve(_served(s.name), workload) for s in STACKS}
+
+    def value(term: dict[str, Any]) -> float:
+        points = curves[term["stack"]]
+        return points[0].agent_tps if term["metric"] == "single_agent_tps" else \
+            throughput_at(points, float(term["agent_tps"]))
+
+    out = {}
     for item in calibration()["figures"]:
-        of = value(item["of"])
-        per = value(item["per"]) if "per" in item else (1.0, Bound.within)
-        if of is None or per is None or not per[0]:
-            continue
-        # A lower bound over an exact value is a lower bound; over a lower bound it is unknown.
-        mark = {(Bound.within, Bound.within): "", (Bound.at_least, Bound.within): ">=",
-                (Bound.within, Bound.at_least): "<="}.get((of[1], per[1]))
-        if mark is not None:
-            out[item["name"]] = f"{mark}{of[0] / per[0]:.3f}"
+        if all(t["stack"] in curves for t in _terms(item)):
+            values = [value(t) for t in _terms(item)]
+            out[item["name"]] = values[0] / values[1] if len(values) == 2 and values[1] else values[0]
     return out
 
 
-def _figures_table(results: dict[str, Path]) -> None:
+@dataclass(frozen=True)
+class Measured:
+    value: float
+    bound: str  # "", ">=" (still held at the largest count measured) or "<="
+
+
+def stack_figure(result: Any, term: dict[str, Any], cap: int, duration_s: float = DURATION_S) -> Measured | None:
+    """One calibration term measured as the step model defines it: inside each point's steady window
+    (stackpin/bench/window.py), per-agent speed as the mean over agents and throughput per GPU over the
+    window, read where the speed crosses the figure's (interpolated between the points around it, as
+    the model's curve is). Where the speed never falls to it, the model reads the largest batch its
+    engines run (`cap`: decode engines x max-num-seqs); a run that went past the cap measured that (more
+    agents only queue), one that did not gives a lower bound. No valid point: None."""
+    from stackpin.bench.stats import measured
+    from stackpin.bench.window import steady
+    from stackpin.sim.curve import CurvePoint, throughput_at
+
+    points = sorted((p for p in measured(result.points) if p.request_log), key=lambda p: p.agents)
+    windows = [(p.agents, steady(p, duration_s)) for p in points]
+    if term["metric"] == "single_agent_tps":
+        single = next((w for agents, w in windows if agents == 1), None)
+        return Measured(single.agent_tps, "") if single and single.agent_tps else None
+    gpus = result.stack.gpus
+    curve = [CurvePoint(a, a, w.agent_tps, w.output_tps / gpus, 0) for a, w in windows if w.agent_tps]
+    if not curve:
+        return None
+    target = float(term["agent_tps"])
+    crossed = any(c.agent_tps < target for c in curve) or curve[-1].agents > cap
+    return Measured(throughput_at(curve, target), "" if crossed else ">=")
+
+
+def _measured(loaded: dict[str, Any]) -> tuple[dict[str, Measured], list[str]]:
+    """Each calibration figure as the runs measured it (a quotient of two bounds is unknown: left out),
+    and the bounds in words."""
+    from stackpin.bench.stats import measured as valid
+    from stackpin.sim.curve import calibration
+
+    out: dict[str, Measured] = {}
+    words: list[str] = []
+    for item in calibration()["figures"]:
+        terms = _terms(item)
+        if not all(t["stack"] in loaded for t in terms):
+            continue
+        values = [stack_figure(loaded[t["stack"]], t, cap(t["stack"])) for t in terms]
+        for term, value in zip(terms, values, strict=True):
+            if value is not None and value.bound:
+                most = max(p.agents for p in valid(loaded[term["stack"]].points))
+                words.append(f"{item['name']}: {term['stack']} still held {term['agent_tps']:g} tok/s per agent at "
+                             f"{most} agents, the most this demo runs (its engines run up to {cap(term['stack'])} at "
+                             "once), so this figure is a bound, not a measurement")
+        if any(v is None or not v.value for v in values):
+            continue
+        of = values[0]
+        assert of is not None
+        if len(values) == 1:
+            out[item["name"]] = of
+            continue
+        per = values[1]
+        assert per is not None
+        # A lower bound over an exact value is a lower bound; an exact one over a lower bound an upper one.
+        mark = {("", ""): "", (">=", ""): ">=", ("", ">="): "<="}.get((of.bound, per.bound))
+        if mark is not None:
+            out[item["name"]] = Measured(of.value / per.value, mark)
+    return out, words
+
+
+def _figures_table(results: dict[str, Path], trace: Path) -> None:
+    from stackpin.bench.result import read_result
     from stackpin.sim.curve import figures
 
-    measured = _measured(results)
-    print(f"\n{'figure':<70} {'published':>9} {'model':>9} {'measured':>9}")
+    measured, bounds = _measured({name: read_result(path) for name, path in results.items()})
+    here = _model_here(trace)
+    print(f"\n{'figure':<70} {'published':>9} {'model':>9} {'here':>9} {'measured':>9}")
     for figure in figures():
-        print(f"{figure.name:<70} {figure.published:9g} {figure.simulated:9.3f} {measured.get(figure.name, '-'):>9}")
-    print(f"model: the step model's steady state (stackpin sim figures). measured: stackpin bench run against "
-          f"stackpin sim serve (simulated, not hardware), per GPU where the slowest agent holds the speed with "
-          f"TTFT within the demo's {SLO}; >= / <=: a curve still met at its largest measured count; -: not "
-          f"reached")
+        got = measured.get(figure.name)
+        shown = f"{got.bound}{got.value:.3f}" if got else "-"
+        model_here = f"{here[figure.name]:.3f}" if figure.name in here else "-"
+        print(f"{figure.name:<70} {figure.published:9g} {figure.simulated:9.3f} {model_here:>9} {shown:>9}")
+    print("model: the step model's steady state on its default workload and whole stacks (stackpin sim figures). "
+          "here: the same model on this demo's trace and served shares, what measured is held to. measured: "
+          "stackpin bench run against stackpin sim serve (simulated, not hardware), read as the model reads "
+          f"its curve: inside each point's steady window (the first {SKIP:.0%} of its {DURATION_S:g} s and the "
+          "drain after it left out), the mean agent's speed and the window's throughput per GPU where that "
+          "speed crosses the figure's (TTFT is not part of these figures); -: not reached")
+    for line in bounds:
+        print(f"bound: {line}")
+
+
+def bench_stack(stack: DemoStack, trace: Path, out: Path) -> Path:
+    """Serve the stack on the simulator and bench it with the demo's settings; the result's path."""
+    path = out / f"{stack.name}.json"
+    with _Served(stack) as url:
+        _run(["bench", "run", "--endpoint", url, "--trace", str(trace), "--lock", f"lockfiles/{stack.name}.lock.yaml",
+              "--agents", stack.agents, "--slo", SLO, "--duration", f"{DURATION_S:g}", "--delay-scale", "0",
+              "--cache-salt", stack.name, "--workers", str(stack.workers), "--lag-limit", LAG_LIMIT,
+              "--search-resolution", SEARCH_RESOLUTION, "--retries", "1", "--out", str(path)])
+    return path
 
 
 def main(argv: list[str]) -> int:
@@ -143,15 +238,7 @@ def main(argv: list[str]) -> int:
     # after its duration, and an 11K-token one would stretch the demo by minutes.
     _run(["trace", "gen", "--sessions", "40", "--seed", "1", "--param", "output.max=4096", "--out", str(trace)])
     _run(["trace", "stats", str(trace)])
-    results: dict[str, Path] = {}
-    for stack in STACKS:
-        path = out / f"{stack.name}.json"
-        with _Served(stack) as url:
-            _run(["bench", "run", "--endpoint", url, "--trace", str(trace), "--lock",
-                  f"lockfiles/{stack.name}.lock.yaml", "--agents", stack.agents, "--slo", SLO,
-                  "--duration", "40", "--delay-scale", "0", "--cache-salt", stack.name, "--workers", str(stack.workers),
-                  "--lag-limit", LAG_LIMIT, "--out", str(path)])
-        results[stack.name] = path
+    results = {stack.name: bench_stack(stack, trace, out) for stack in STACKS}
     launch, tuned, rubin = (str(results[s.name]) for s in STACKS)
     _run(["bench", "compare", launch, tuned], check=False)  # exit 1 would mean a regression: shown, not fatal
     _run(["bench", "plot", launch, tuned, rubin, "--slo", SLO, "--out", str(out / "curve.png")])
@@ -159,7 +246,7 @@ def main(argv: list[str]) -> int:
           *[arg for s in STACKS if s.revision for arg in ("--result", f"{s.revision}={results[s.name]}")]])
     _run(["plan", "--agents", str(PLAN_AGENTS), "--slo", SLO, launch, rubin, "--mature", tuned,
           "--chart", str(out / "plan.png")])
-    _figures_table(results)
+    _figures_table(results, trace)
     return 0
 
 

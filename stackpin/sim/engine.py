@@ -125,7 +125,7 @@ class EngineStats:
                 "mean_batch": round(self.decode_seq_steps / steps, 3), "prefill_tokens": self.prefill_tokens,
                 "output_tokens": self.output_tokens, "mean_waiting": round(self.waiting_seq_steps / steps, 3),
                 "max_waiting": self.max_waiting, "routed": self.routed,
-                "mean_late_s": round(self.late_s / steps, 4)}
+                "mean_late_s": round(self.late_s / steps, 4), "late_s": round(self.late_s, 6)}
 
 
 class Engine:
