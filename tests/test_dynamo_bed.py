@@ -122,13 +122,19 @@ def _trace(path: Path) -> Path:
 def test_the_client_agrees_with_the_frontends_own_accounting(env: Path, tmp_path: Path) -> None:
     """TTFT and ITL as stackpin's client measured them against the frontend's histograms of the same
     requests, and every token count against its counters; every prompt is the trace's size."""
-    trace = _trace(tmp_path / "t.jsonl")
+    # One agent replaying one long session whose every turn follows a tool delay: no request arrives while
+    # the frontend is still finishing another answer (see the timing check below).
+    trace = tmp_path / "t.jsonl"
+    made = CliRunner().invoke(main, ["trace", "gen", "--sessions", "1", "--seed", "3", "--param", "turns.min=14",
+                                     "--param", "turns.max=14", "--param", "delay_ms.min=500", "--param",
+                                     "max_context=30000", "--param", "output.median=60", "--out", str(trace)])
+    assert made.exit_code == 0, made.output
     lock = LOCKFILES / "gb300-tuned.lock.yaml"
     out = tmp_path / "r.json"
     with running(plan(LOCKS["gb300-tuned"], share=9), env) as bed:
         before = _metrics(bed.frontend)
         run = CliRunner().invoke(main, ["bench", "run", "--endpoint", bed.url, "--trace", str(trace), "--lock",
-                                        str(lock), "--agents", "2", "--delay-scale", "0", "--out", str(out)])
+                                        str(lock), "--agents", "1", "--delay-scale", "0.2", "--out", str(out)])
         assert run.exit_code == 0, run.output
         after = _metrics(bed.frontend)
     result = read_result(out)
@@ -147,14 +153,15 @@ def test_the_client_agrees_with_the_frontends_own_accounting(env: Path, tmp_path
     assert delta("dynamo_frontend_input_sequence_tokens_sum") == sum(r.prompt_tokens for r in requests)
     assert delta("dynamo_frontend_output_sequence_tokens_sum") == sum(r.output_tokens for r in requests)
     assert delta("dynamo_frontend_cached_tokens_sum") == sum(r.cached_tokens for r in requests)
-    # Timing: the frontend's TTFT histogram starts once the prompt is tokenized and templated (its own
-    # tokenize and template histograms time those steps); the client's clock runs from the request's
-    # first byte to the first token's. On loopback they agree to a millisecond or two, plus however late
-    # the client's own event loop ran.
+    # Timing: the frontend's TTFT histogram (tokenizing and templating included) against the client's clock,
+    # from the request's first byte to the first token's. On loopback they agree to a millisecond or two,
+    # plus however late the client's own event loop ran. One agent, its turns a tool delay apart (a fifth of
+    # the trace's): a request that arrives while the frontend is finishing another answer (the instant the last
+    # one ended, or beside another agent's) waits some 13 ms before the frontend's TTFT clock starts
+    # (docs/sim.md), so there the client is rightly later than the frontend's own account.
     client_ttft = sum(r.ttft_s or 0 for r in requests) / len(requests)
     served = delta("dynamo_frontend_time_to_first_token_seconds_count")
-    server_ttft = (delta("dynamo_frontend_time_to_first_token_seconds_sum") + delta(
-        "dynamo_frontend_tokenize_seconds_sum") + delta("dynamo_frontend_template_seconds_sum")) / served
+    server_ttft = delta("dynamo_frontend_time_to_first_token_seconds_sum") / served
     slack = 0.002 + (result.client.loop_lag_p99_s or 0)
     assert abs(client_ttft - server_ttft) <= slack, (client_ttft, server_ttft)
     gaps = sum((r.output_tokens - 1) for r in requests if r.itl_mean_s is not None)

@@ -20,12 +20,15 @@ def test_the_files_values_are_the_fit_and_say_where_they_sit() -> None:
     assert best <= loss(load_params())
     rows = {p.parameter: p for p in provenance()}
     on_bound = {name for name, p in rows.items() if p.on_bound}
-    # Four of twelve sit on a bound (the count): the data would push them further.
-    assert on_bound == {"attention.FLASHINFER_MLA_SPARSE_DSV41", "moe.flashinfer_cutlass", "autotune.off",
-                        "acceptance.dspark"}
+    # Five of twelve sit on a bound: the data would push them further (four did with one acceptance rate for
+    # every draft position; with acceptance falling by position, the drafter's cost and block verification's
+    # bonus go to their bounds too, and the MoE factor comes off its own).
+    assert on_bound == {"attention.FLASHINFER_MLA_SPARSE_DSV41", "autotune.off", "acceptance.dspark",
+                        "draft_token_s", "rejection_bonus.block"}
     names = [f["name"] for f in calibration()["figures"]]
-    assert set(rows["acceptance.dspark"].moves) == set(names)  # every figure leans on acceptance
+    assert len(rows["acceptance.dspark"].moves) >= len(names) - 1  # (nearly) every figure leans on acceptance
     assert rows["attention.FLASHINFER_MLA_SPARSE_DSV41"].moves == ()  # no figure constrains it
+    assert rows["draft_token_s"].moves == ()  # nor the drafter's cost, at the floor of its bounds
 
 
 def test_leave_one_out_refits_without_each_independent_figure() -> None:
@@ -44,5 +47,11 @@ def test_sim_figures_states_the_fit() -> None:
     data = json.loads(result.stdout)
     assert len(data["figures"]) == 7 and len(data["fitted"]) == 12
     assert {row["parameter"] for row in data["fitted"] if row["onBound"] == "high"} >= {"acceptance.dspark"}
+    # Public figures the fit does not see are printed beside the model, with what it does not model.
+    checks = {row["name"]: row for row in data["validation"]}
+    single = checks["A100 80 GB x8 (TP8), single stream tok/s"]
+    assert single["published"] == 129 and single["simulated"] > 0
+    assert any("CPU offload" in u for u in single["unmodelled"])
     text = CliRunner().invoke(main, ["sim", "figures"]).stdout
+    assert "validation: public figures the fit does not see" in text and "not modelled: [1] [2]" in text
     assert "fitted to these 7 figures (6 independent" in text and "on bound" in text

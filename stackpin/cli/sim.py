@@ -92,7 +92,7 @@ model refitted without each independent figure and its error on that figure (abo
 def figures(loo: bool, output: str) -> None:
     from stackpin.sim.aic import installed_version, mapping
     from stackpin.sim.curve import figures as compute
-    from stackpin.sim.curve import model_figures
+    from stackpin.sim.curve import model_figures, validation
     from stackpin.sim.fit import independent as independent_figures
     from stackpin.sim.fit import leave_one_out, provenance
 
@@ -100,6 +100,7 @@ def figures(loo: bool, output: str) -> None:
     aic = model_figures("aiconfigurator") if installed_version() == mapping()["version"] else None
     fitted = provenance()
     left = leave_one_out() if loo else None
+    checks = validation()
     if output != "text":
         out = [{"name": f.name, "published": f.published, "simulated": f.simulated, "tolerance": f.tolerance,
                 "within": f.within} for f in rows]
@@ -108,7 +109,9 @@ def figures(loo: bool, output: str) -> None:
                 row["aiconfigurator"] = a.value if a.value is not None else {"refused": a.reason}
         data: dict[str, object] = {"figures": out, "fitted": [
             {"parameter": p.parameter, "value": p.value, "bounds": [p.low, p.high], "onBound": p.on_bound,
-             "moves": list(p.moves)} for p in fitted]}
+             "moves": list(p.moves)} for p in fitted], "validation": [
+            {"name": v.name, "published": v.published, "simulated": v.simulated, "error": round(v.error, 4),
+             "unmodelled": list(v.unmodelled)} for v in checks]}
         if left is not None:
             data["leaveOneOut"] = [{"name": x.name, "published": x.published, "predicted": x.predicted,
                                     "error": round(x.error, 4)} for x in left]
@@ -144,6 +147,21 @@ def figures(loo: bool, output: str) -> None:
         click.echo(f"{p.parameter:{pwidth}}  {p.value:>10.6g}  {f'[{p.low:g}, {p.high:g}]':>19}  "
                    f"{p.on_bound or '-':8}  {moves}")
     click.echo("figures by number: " + "; ".join(f"{i} {n}" for i, n in enumerate(names, 1)))
+    if checks:
+        click.echo("\nvalidation: public figures the fit does not see (stackpin/sim/calibration.yaml)")
+        width = max(len(v.name) for v in checks)
+        click.echo(f"{'figure':{width}}  {'published':>9}  {'simulated':>9}  {'error':>7}")
+        notes: list[str] = []
+        for v in checks:
+            marks = []
+            for note in v.unmodelled:
+                if note not in notes:
+                    notes.append(note)
+                marks.append(f"[{notes.index(note) + 1}]")
+            click.echo(f"{v.name:{width}}  {v.published:>9g}  {v.simulated:>9g}  {v.error:>+7.1%}  "
+                       + (f"not modelled: {' '.join(marks)}" if marks else ""))
+        for n, note in enumerate(notes, 1):
+            click.echo(f"[{n}] {note}")
     if left is not None:
         click.echo("\nleave one out: refitted without the figure (and the quotients of it), then asked for it")
         width = max(len(x.name) for x in left)

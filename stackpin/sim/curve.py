@@ -182,6 +182,38 @@ def model_figures(model: str, params: dict[str, Any] | None = None) -> list[Mode
     return out
 
 
+@dataclass(frozen=True)
+class Validation:
+    """A public figure the fit does not see, beside what the model gives for its stack."""
+
+    name: str
+    published: float
+    simulated: float
+    unmodelled: tuple[str, ...]  # what the stack does that the model does not time (SimStack.unmodelled)
+
+    @property
+    def error(self) -> float:
+        return self.simulated / self.published - 1
+
+
+def validation(params: dict[str, Any] | None = None) -> list[Validation]:
+    """calibration.yaml's validation rows: each figure beside the model's value for its stack."""
+    from stackpin.profile.loader import load_profile
+    from stackpin.sim.stack import profile_stack
+
+    out = []
+    for item in calibration().get("validation") or []:
+        term = item["of"]
+        stack = profile_stack(load_profile(REPO / item["profile"]).profile, term["stack"])
+        workload = Workload(**item["workload"]) if "workload" in item else None
+        if term["metric"] == "single_agent_tps":
+            value = single_agent_tps(stack, params)
+        else:  # max_tps: the whole stack's output tok/s at its largest batch
+            value = max(p.output_tps_per_gpu for p in curve(stack, workload, params)) * stack.gpus
+        out.append(Validation(item["name"], float(item["published"]), round(value, 3), stack.unmodelled))
+    return out
+
+
 @cache
 def calibration() -> dict[str, Any]:
     """calibration.yaml: the published figures, how each is computed from the shipped locks, the

@@ -46,11 +46,27 @@ def acceptance_rate(pool: SimPool, fitted: dict[str, Any]) -> float:
     return min(alpha, 0.99)
 
 
+@cache
+def acceptance_decay() -> float:
+    """How a draft's acceptance falls with its position (roofline.yaml `acceptance_decay`, with its source)."""
+    return float(load_params()["acceptance_decay"]["value"])
+
+
 def accepted_tokens(alpha: float, k: int) -> float:
-    """Expected tokens a step gives a sequence: accepted drafts plus the bonus token."""
+    """Expected tokens a step gives a sequence: the bonus token, plus draft i (1..k) when it and every
+    draft before it are accepted. The first draft is accepted with `alpha`; each later one, given the
+    ones before it were, with the rate before it x acceptance_decay(): a drafter reused for later
+    positions guesses them worse (roofline.yaml)."""
     if k == 0 or alpha <= 0:
         return 1.0
-    return (1 - alpha ** (k + 1)) / (1 - alpha)
+    decay = acceptance_decay()
+    total = reached = 1.0
+    rate = alpha
+    for _ in range(k):
+        reached *= rate
+        total += reached
+        rate *= decay
+    return total
 
 
 @dataclass(frozen=True)
