@@ -219,12 +219,12 @@ def _figures_table(results: dict[str, Path], trace: Path) -> None:
         print(f"bound: {line}")
 
 
-def bench_stack(stack: DemoStack, trace: Path, out: Path) -> Path:
+def bench_stack(stack: DemoStack, trace: Path, out: Path, slo: str = SLO) -> Path:
     """Serve the stack on the simulator and bench it with the demo's settings; the result's path."""
     path = out / f"{stack.name}.json"
     with _Served(stack) as url:
         _run(["bench", "run", "--endpoint", url, "--trace", str(trace), "--lock", f"lockfiles/{stack.name}.lock.yaml",
-              "--agents", stack.agents, "--slo", SLO, "--duration", f"{DURATION_S:g}", "--delay-scale", "0",
+              "--agents", stack.agents, "--slo", slo, "--duration", f"{DURATION_S:g}", "--delay-scale", "0",
               "--cache-salt", stack.name, "--workers", str(stack.workers), "--lag-limit", LAG_LIMIT,
               "--search-resolution", SEARCH_RESOLUTION, "--retries", "1", "--out", str(path)])
     return path
