@@ -32,6 +32,7 @@ class Server:
     faults: dict[int, str] = field(default_factory=dict)
     ttft_per_connection_s: float = 0.0  # TTFT grows with the open connections: a server that saturates
     sim_info: dict[str, object] | None = None  # answer GET /stackpin/sim with this (else 404)
+    sim_stats: list[object] = field(default_factory=list)  # GET /stackpin/sim/stats answers, in turn (last repeats)
     model: str = "deepseek-ai/DeepSeek-V4.1-Flash"  # what GET /v1/models lists (the shipped locks' model)
     tokens_per_word: int = 1  # prompt tokens the usage counts a word as (a tokenizer the prompt was not built for)
     connections: int = 0
@@ -88,7 +89,12 @@ class Server:
             writer.close()
 
     async def _get(self, path: str, writer: asyncio.StreamWriter) -> None:
-        if path.endswith("/v1/models") or (path == "/stackpin/sim" and self.sim_info is not None):
+        if path == "/stackpin/sim/stats" and self.sim_stats:
+            answer = self.sim_stats.pop(0) if len(self.sim_stats) > 1 else self.sim_stats[0]
+            data = json.dumps(answer).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                         % (len(data), data))
+        elif path.endswith("/v1/models") or (path == "/stackpin/sim" and self.sim_info is not None):
             answer = self.sim_info if path == "/stackpin/sim" else {
                 "object": "list", "data": [{"id": self.model, "object": "model"}]}
             data = json.dumps(answer).encode()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from stackpin.bench.result import read_result
@@ -108,3 +109,37 @@ def test_no_valid_point_no_score(tmp_path: Path) -> None:
                                         "--out", str(out)])
     assert run.exit_code == 0, run.output
     assert "score: none: no point is a measurement" in run.output and read_result(out).score is None
+
+
+def _stats(late_s: object, steps: object) -> dict[str, object]:
+    return {"virtual_s": 1.0, "engines": [{"role": "worker", "steps": steps, "late_s": late_s}]}
+
+
+def test_a_simulator_late_behind_its_clock_makes_the_point_invalid_and_hostile_stats_say_nothing(
+        tmp_path: Path) -> None:
+    # The suite's lag limit (tests/conftest.py: 10 s, which no client here reaches) is the simulator's too.
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"session_id": "s", "input_length": 30, "output_length": 5}) + "\n")
+    from stackpin.lock.lockfile import read_lock
+
+    info = {"simulated": True, "model": "roofline", "stack_digest": read_lock(LOCK).stack_digest, "speed": 1}
+    cases = {
+        # 2,000 s late over 100 steps while the point ran: 20 s a step, past the 10 s limit.
+        "late": ([_stats(0.0, 0), _stats(2000.0, 100)], 20.0),
+        "on time": ([_stats(0.0, 0), _stats(100.0, 100)], 1.0),
+        # Not a simulator's figures: negative, not finite, not numbers, a server gone backwards.
+        "negative": ([_stats(0.0, 0), _stats(-5.0, 100)], None),
+        "nan": ([_stats(0.0, 0), {"engines": [{"steps": 100, "late_s": "NaN"}]}], None),
+        "backwards": ([_stats(5.0, 100), _stats(1.0, 200)], None),
+        "garbage": (["not an object", [1, 2]], None),
+    }
+    for name, (answers, late) in cases.items():
+        out = tmp_path / f"{name}.json"
+        with serve_in_thread(Server(sim_info=info, sim_stats=list(answers))) as server:
+            run = CliRunner().invoke(main, ["bench", "run", "--endpoint", server.url, "--trace", str(trace), "--lock",
+                                            str(LOCK), "--agents", "1", "--slo", "none", "--retries", "0",
+                                            "--busy-limit", "100", "--out", str(out)])
+        assert run.exit_code == 0, (name, run.output)
+        (point,) = read_result(out).points
+        assert point.server_late_s == (pytest.approx(late) if late is not None else None), name
+        assert ("simulator behind its clock" in (point.invalid or "")) == (name == "late"), (name, point.invalid)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import multiprocessing
 import os
 import signal
@@ -266,7 +267,9 @@ class _Run:
             raise StackpinError(f"a client worker failed: {failed[0]}")
         done = [r for r in results if isinstance(r, ShareResult)]
         after = server_lateness(options.endpoint) if before is not None else None
-        late = (after[0] - before[0]) / (after[1] - before[1]) if before and after and after[1] > before[1] else None
+        # A server that went backwards (restarted) says nothing about this point.
+        late = (after[0] - before[0]) / (after[1] - before[1]) \
+            if before and after and after[1] > before[1] and after[0] >= before[0] else None
         return self._point(agents, searched, start_at, done, late)
 
     def _point(self, agents: int, searched: bool, start_at: float, shares: list[ShareResult],
@@ -336,9 +339,10 @@ def server_lateness(endpoint: str, timeout_s: float = 10.0) -> tuple[float, int]
     where the server does not say."""
     stats = _get(endpoint, _base(endpoint) + "/stackpin/sim/stats", timeout_s)
     engines = stats.get("engines") if isinstance(stats, dict) else None
-    if not isinstance(engines, list) or not all(isinstance(e, dict) and isinstance(e.get("late_s"), int | float)
-                                                and isinstance(e.get("steps"), int) for e in engines):
-        return None
+    if not isinstance(engines, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("late_s"), int | float) and math.isfinite(e["late_s"])
+            and e["late_s"] >= 0 and isinstance(e.get("steps"), int) and e["steps"] >= 0 for e in engines):
+        return None  # not a stackpin simulator's figures: nothing is claimed from them
     return sum(float(e["late_s"]) for e in engines), sum(int(e["steps"]) for e in engines)
 
 
