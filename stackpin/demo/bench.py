@@ -234,19 +234,19 @@ def bench_stack(stack: DemoStack, trace: Path, out: Path, slo: str = SLO) -> Pat
     return path
 
 
-def _held(stack: DemoStack, trace: Path, out: Path) -> Path:
+def held(stack: DemoStack, trace: Path, out: Path, slo: str = SLO) -> Path:
     """bench_stack; where a point stayed invalid after bench run's retry (a host busier than the demo's
     speed allows), the stack once more at half the speed: twice the wall time, half the lag in the stack's
     time. What is still invalid then is left out of every figure, and the table says so."""
     from stackpin.bench.result import read_result
 
-    path = bench_stack(stack, trace, out)
+    path = bench_stack(stack, trace, out, slo)
     invalid = [p.agents for p in read_result(path).points if p.invalid]
     if invalid:
         slower = replace(stack, speed=stack.speed / 2)
         print(f"note: {stack.name}: {', '.join(map(str, invalid))} agent(s) invalid at --speed {stack.speed:g} (this "
               f"host could not keep up); measuring it again at --speed {slower.speed:g}", flush=True)
-        path = bench_stack(slower, trace, out)
+        path = bench_stack(slower, trace, out, slo)
     return path
 
 
@@ -258,7 +258,7 @@ def main(argv: list[str]) -> int:
     # after its duration, and an 11K-token one would stretch the demo by minutes.
     _run(["trace", "gen", "--sessions", "40", "--seed", "1", "--param", "output.max=4096", "--out", str(trace)])
     _run(["trace", "stats", str(trace)])
-    results = {stack.name: _held(stack, trace, out) for stack in STACKS}
+    results = {stack.name: held(stack, trace, out) for stack in STACKS}
     launch, tuned, rubin = (str(results[s.name]) for s in STACKS)
     _run(["bench", "compare", launch, tuned], check=False)  # exit 1 would mean a regression: shown, not fatal
     _run(["bench", "plot", launch, tuned, rubin, "--slo", SLO, "--out", str(out / "curve.png")])
