@@ -570,3 +570,20 @@ def test_a_writer_killed_between_its_revision_and_the_head_leaves_a_readable_his
     assert invoke(tmp_path, "history", "dsv41-flash").exit_code == 0
     assert invoke(tmp_path, "promote", str(TUNED), "-m", "four").exit_code == 0
     assert (store.directory(GB300) / "HEAD").read_text() == f"4 {store.read(GB300, 4).revision_digest}\n"
+
+
+def test_promoting_the_stack_the_newest_revision_has_is_refused_unless_allowed(tmp_path: Path) -> None:
+    """A revision that changes nothing would read as a change in history, diff and rollback: refused,
+    writing nothing, unless --allow-same."""
+    lock = str(Path(__file__).resolve().parent.parent / "lockfiles" / "gb300-tuned.lock.yaml")
+    args = ["promote", lock, "--history", str(tmp_path / "h"), "--deployments", str(tmp_path / "d")]
+    first = CliRunner().invoke(main, [*args, "-m", "first"])
+    assert first.exit_code == 0, first.output
+    files = sorted(p.name for p in (tmp_path / "h").rglob("*") if p.is_file())
+    again = CliRunner().invoke(main, [*args, "-m", "again"])
+    assert again.exit_code == 2
+    assert "its newest revision, 1, already has stack gb300-tuned" in again.output
+    assert "--allow-same" in again.output
+    assert sorted(p.name for p in (tmp_path / "h").rglob("*") if p.is_file()) == files
+    allowed = CliRunner().invoke(main, [*args, "-m", "again", "--allow-same"])
+    assert allowed.exit_code == 0 and "revision 2" in allowed.output

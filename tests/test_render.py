@@ -589,3 +589,42 @@ def test_cpu_offload_is_rendered_as_sized() -> None:
     [worker] = [c for c in dgd["spec"]["components"] if c["name"] == "worker"]
     args = worker["podTemplate"]["spec"]["containers"][0]["args"]
     assert args[args.index("--cpu-offload-gb") + 1] == "8"
+
+
+def test_render_to_stdout_is_the_directories_as_one_stream(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`render --stdout` (or `--output-dir -`, which once made a directory named `-`) prints what the
+    directories would hold, object by object, as `helm template` does; it writes nothing."""
+    root = Path(__file__).resolve().parent.parent
+    locks = [str(root / "lockfiles" / f"{n}.lock.yaml") for n in ("gb300-tuned", "gb300-launch")]
+    monkeypatch.chdir(tmp_path)
+    written = CliRunner().invoke(cli_main, ["render", *locks, "--output-dir", "out"])
+    assert written.exit_code == 0, written.output
+    for flag in (["--stdout"], ["--output-dir", "-"]):
+        printed = CliRunner().invoke(cli_main, ["render", *locks, *flag])
+        assert printed.exit_code == 0, printed.output
+        docs = [d for d in yaml.safe_load_all(printed.stdout) if d is not None]
+        on_disk = [yaml.safe_load(p.read_text()) for stack in ("gb300-tuned", "gb300-launch")
+                   for p in sorted((tmp_path / "out" / stack).glob("*.yaml")) if p.name != "kustomization.yaml"]
+        assert docs == on_disk and all("apiVersion" in d and "kind" in d for d in docs)
+        assert "# Source: gb300-launch/dynamographdeployment-" in printed.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no directory named "-"
+    refused = CliRunner().invoke(cli_main, ["render", *locks, "--stdout", "--check"])
+    assert refused.exit_code == 2 and "not with --check" in refused.output
+
+
+def test_render_of_a_lock_stale_against_its_profile_warns(tmp_path: Path) -> None:
+    """A lock named as a file renders as it is (it is what was reviewed), but a profile changed since it
+    was locked is said, with the command that relocks it."""
+    root = Path(__file__).resolve().parent.parent
+    shutil.copytree(root / "profiles", tmp_path / "profiles")
+    shutil.copytree(root / "lockfiles", tmp_path / "lockfiles")
+    lock = tmp_path / "lockfiles" / "gb300-tuned.lock.yaml"
+    current = CliRunner().invoke(cli_main, ["render", str(lock), "--output-dir", str(tmp_path / "a")])
+    assert current.exit_code == 0 and "stale" not in current.stderr, current.output
+    profile = tmp_path / "profiles" / "deepseek-v4.1-flash" / "gb300-tuned.yaml"
+    profile.write_text(profile.read_text().replace("maxNumSeqs: 64", "maxNumSeqs: 32"))
+    stale = CliRunner().invoke(cli_main, ["render", str(lock), "--output-dir", str(tmp_path / "b")])
+    assert stale.exit_code == 0, stale.output
+    assert f"warning: {lock} is stale: {profile} changed since it was locked" in stale.stderr
+    assert f"(run stackpin lock {profile})" in stale.stderr
+    assert (tmp_path / "b" / "gb300-tuned").is_dir()

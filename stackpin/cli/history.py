@@ -96,11 +96,13 @@ def _print_recorded(recorded: Recorded, output: str) -> None:
 @DEPLOYMENTS
 @click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
               help="Where a profile's lock is looked up (LOCK may be a lockfile or a profile with a current lock).")
+@click.option("--allow-same", is_flag=True,
+              help="Record the stack even when the newest revision already has it (refused otherwise).")
 @SIGNING_KEY
 @OUTPUT
 @user_errors
 def promote(lock_input: str, message: str, history_dir: str, deployments_dir: str, lockdir: str,
-            signing_key: str | None, output: str) -> None:
+            allow_same: bool, signing_key: str | None, output: str) -> None:
     """Record LOCK as the next revision of its deployment and render that deployment's directory.
 
     A deployment is the profile's metadata.namespace, metadata.deployment and target platform: the
@@ -114,7 +116,7 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
     if len(locks) != 1:
         raise StackpinError(f"{lock_input} holds {len(locks)} stacks; promote one lock at a time")
     store = _store(history_dir, signing_key=signing_key)
-    _print_recorded(promote_lock(locks[0], message, store, Path(deployments_dir)), output)
+    _print_recorded(promote_lock(locks[0], message, store, Path(deployments_dir), allow_same=allow_same), output)
 
 
 @click.command()

@@ -17,20 +17,35 @@ from stackpin.cli.common import OUTPUT, emit, user_errors
               help="Where a profile's lock is looked up; with no inputs, every lock in it is rendered.")
 @click.option("--check", is_flag=True,
               help="Render in memory and exit 1 naming every drifted, missing or extra file; write nothing.")
+@click.option("--stdout", "to_stdout", is_flag=True,
+              help="Print every object as one multi-document YAML stream instead of writing directories (as helm "
+                   "template and kustomize build do); also --output-dir -.")
 @OUTPUT
 @user_errors
-def render(inputs: tuple[str, ...], outdir: str, lockdir: str, check: bool, output: str) -> None:
+def render(inputs: tuple[str, ...], outdir: str, lockdir: str, check: bool, to_stdout: bool, output: str) -> None:
     """Render locked stacks into Kubernetes manifests (DynamoGraphDeployment, ComputeDomain).
 
     A profile renders from its lock in --lockdir, which must be current. Rendering never touches the
     network, and writes nothing unless every stack renders and validates.
+
+    \b
+    Examples:
+      stackpin render                                   # every lock in lockfiles/ -> manifests/
+      stackpin render lockfiles/gb300-tuned.lock.yaml --stdout | kubectl apply --dry-run=server -f -
     """
     from pathlib import Path
 
-    from stackpin.render.output import check_stacks, load_inputs, render_stacks, write_stacks
+    from stackpin.errors import StackpinError
+    from stackpin.render.output import check_stacks, load_inputs, render_stacks, stream, write_stacks
 
-    locks, whole = load_inputs(inputs, Path(lockdir))
+    to_stdout = to_stdout or outdir == "-"
+    if to_stdout and (check or output != "text"):
+        raise StackpinError(f"--stdout prints the manifests themselves: not with {'--check' if check else '-o'}")
+    locks, whole = load_inputs(inputs, Path(lockdir), warn=lambda line: click.echo(f"warning: {line}", err=True))
     stacks = render_stacks(locks)
+    if to_stdout:
+        click.echo(stream(stacks), nl=False)
+        return
     if check:
         drift = check_stacks(stacks, Path(outdir), whole_dir=whole)
         if output == "text":

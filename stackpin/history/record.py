@@ -59,14 +59,21 @@ def checked_message(message: str) -> str:
 
 
 def promote(lock: StackLock, message: str, store: HistoryStore, deployments: Path, *,
-            env: Mapping[str, str] | None = None) -> Recorded:
-    """Record `lock` as the next revision of its deployment and render the deployment directory."""
+            env: Mapping[str, str] | None = None, allow_same: bool = False) -> Recorded:
+    """Record `lock` as the next revision of its deployment and render the deployment directory. The
+    stack the newest revision already has is refused (a revision that changes nothing would read as a
+    change in history, diff and rollback) unless `allow_same`."""
     text = checked_message(message)
     rendered = render_stack(lock)  # a stack that does not render is refused before anything is written
     key = DeploymentKey.of_lock(lock)
 
-    def choose(_chain: Chain) -> tuple[StackLock, Action, str, RenderedStack]:
-        return lock, Action(kind=ActionKind.promote), text, rendered  # a promote does not depend on the newest
+    def choose(chain: Chain) -> tuple[StackLock, Action, str, RenderedStack]:
+        newest = chain.newest
+        if newest is not None and newest.stack_digest == lock.stack_digest and not allow_same:
+            raise StackpinError(f"deployment {key}: its newest revision, {newest.revision}, already has stack "
+                                f"{lock.metadata.name} ({lock.stack_digest[:19]}); nothing to promote",
+                                "pass --allow-same to record it again")
+        return lock, Action(kind=ActionKind.promote), text, rendered
 
     return _record(store, key, deployments, choose, env)
 

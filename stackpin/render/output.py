@@ -7,7 +7,7 @@ is anything written, one atomic rename per file, so a failing stack leaves every
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +71,18 @@ def render_stack(lock: StackLock) -> RenderedStack:
                      "resources": sorted(named)}
     files[KUSTOMIZATION] = header + dump_yaml(kustomization)
     return RenderedStack(lock.metadata.name, dict(sorted(files.items())))
+
+
+def stream(stacks: Sequence[RenderedStack]) -> str:
+    """Every stack's objects as one multi-document YAML stream, as `helm template` and `kustomize build`
+    print them: each document named by the file it would be (`# Source: STACK/FILE`), in the order the
+    directories hold them; the kustomization, which is not an object of the cluster, left out."""
+    parts = []
+    for stack in stacks:
+        for name, text in stack.files.items():
+            if name != KUSTOMIZATION:
+                parts.append(f"---\n# Source: {stack.name}/{name}\n{text}")
+    return "".join(parts)
 
 
 def render_stacks(locks: Sequence[StackLock]) -> list[RenderedStack]:
@@ -172,28 +184,56 @@ def lock_for_profile(profile_path: Path, lockdir: Path) -> StackLock:
     return lock
 
 
-def load_inputs(inputs: Sequence[str], lockdir: Path) -> tuple[list[StackLock], bool]:
+def stale_against_profile(lock_file: Path, lock: StackLock) -> str | None:
+    """Why a lock read as a file no longer matches the profile it names (its metadata.profile, relative to
+    the lock directory's parent), or None: current, or no profile there to hold it to."""
+    from stackpin.profile.loader import load_profile
+
+    profile = lock_file.parent.parent / lock.metadata.profile
+    if not profile.is_file():
+        return None
+    try:
+        loaded = load_profile(profile).profile
+    except StackpinError as exc:
+        return f"{lock_file}: its profile {profile} does not load ({exc.lines()[0]}): not checked against it"
+    if lock.metadata.profile_digest != sha256(effective_profile(loaded)):
+        return (f"{lock_file} is stale: {profile} changed since it was locked; rendering the lock as it is "
+                f"(run stackpin lock {profile})")
+    return None
+
+
+def load_inputs(inputs: Sequence[str], lockdir: Path,
+                warn: Callable[[str], None] | None = None) -> tuple[list[StackLock], bool]:
     """Locks for the given lockfiles / profiles / directories, or every lock in `lockdir` when none
-    are given. The flag says whether the whole lock directory was taken."""
+    are given. The flag says whether the whole lock directory was taken. A profile's lock must be
+    current; a lock named as a file is taken as it is, and `warn` (when given) hears that it is stale
+    against its profile."""
     recover_writes(lockdir)
+
+    def read(path: Path) -> StackLock:
+        lock = read_lock(path)
+        if warn is not None and (why := stale_against_profile(path, lock)):
+            warn(why)
+        return lock
+
     if not inputs:
         found = sorted(lockdir.glob(f"*{LOCK_SUFFIX}")) if lockdir.is_dir() else []
         if not found:
             raise StackpinError(f"no lockfiles in {lockdir}", "run stackpin lock PROFILES first, or name inputs")
-        return [read_lock(p) for p in found], True
+        return [read(p) for p in found], True
     locks = []
     for item in inputs:
         path = Path(item)
         if path.is_dir():
             lockfiles = sorted(path.glob(f"*{LOCK_SUFFIX}"))
             if lockfiles:
-                locks += [read_lock(p) for p in lockfiles]
+                locks += [read(p) for p in lockfiles]
                 continue
             from stackpin.validate.check import expand_profile_args
 
             locks += [lock_for_profile(p, lockdir) for p in expand_profile_args([item])]
         elif path.name.endswith(LOCK_SUFFIX):
-            locks.append(read_lock(path))
+            locks.append(read(path))
         elif path.is_file():
             locks.append(lock_for_profile(path, lockdir))
         else:
