@@ -115,3 +115,29 @@ def test_user_data_in_findings_is_text_not_markup(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "'[/]'" in result.stdout and "[bold red]x" in result.stdout
     assert "odd[/]dir" in result.stdout.replace("\n", "")
+
+
+def test_color_follows_the_flag_and_no_color() -> None:
+    """--color always|never|auto, and $NO_COLOR (https://no-color.org) switching auto off; piped output
+    is plain unless colour is asked for."""
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    profile = str(root / "profiles" / "deepseek-v4.1-flash" / "gb300-tuned.yaml")
+
+    def run(*flags: str, no_color: bool = False) -> str:
+        env = {k: v for k, v in os.environ.items() if k not in ("NO_COLOR", "FORCE_COLOR")}
+        if no_color:
+            env["NO_COLOR"] = "1"
+        done = subprocess.run([sys.executable, "-m", "stackpin", *flags, "validate", profile], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    assert "\x1b[" in run("--color", "always")
+    assert "\x1b[" not in run("--color", "never")
+    assert "\x1b[" not in run()  # auto, and not a terminal
+    assert "\x1b[" not in run("--color", "auto", no_color=True)
+    assert "\x1b[" in run("--color", "always", no_color=True)  # asked for outright: the flag wins

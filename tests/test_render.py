@@ -628,3 +628,16 @@ def test_render_of_a_lock_stale_against_its_profile_warns(tmp_path: Path) -> Non
     assert f"warning: {lock} is stale: {profile} changed since it was locked" in stale.stderr
     assert f"(run stackpin lock {profile})" in stale.stderr
     assert (tmp_path / "b" / "gb300-tuned").is_dir()
+
+
+def test_success_lines_are_answers_on_stdout(tmp_path: Path) -> None:
+    """`render --check` and `validate --manifests` answer on stdout (a script reads it), as errors go to
+    stderr."""
+    root = Path(__file__).resolve().parent.parent
+    lock = str(root / "lockfiles" / "gb300-tuned.lock.yaml")
+    out = tmp_path / "m"
+    assert CliRunner().invoke(cli_main, ["render", lock, "--output-dir", str(out)]).exit_code == 0
+    checked = CliRunner().invoke(cli_main, ["render", lock, "--output-dir", str(out), "--check"])
+    assert checked.exit_code == 0 and f"manifests current: 1 stack(s) in {out}" in checked.stdout
+    valid = CliRunner().invoke(cli_main, ["validate", "--manifests", str(out / "gb300-tuned")])
+    assert valid.exit_code == 0 and "manifests valid:" in valid.stdout

@@ -23,8 +23,23 @@ from stackpin.cli.validate import rules, schema, validate
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="stackpin")
-def main() -> None:
+@click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
+              help="Colour in text output: auto is on a terminal unless $NO_COLOR is set (https://no-color.org).")
+@click.pass_context
+def main(ctx: click.Context, color: str) -> None:
     """Pin, validate, lock and render LLM serving stacks (vLLM + FlashInfer + NVIDIA Dynamo)."""
+    import os
+
+    if color == "auto" and os.environ.get("NO_COLOR"):
+        color = "never"
+    # click's own styling reads the context; rich's tables read NO_COLOR / FORCE_COLOR.
+    ctx.color = {"always": True, "never": False}.get(color)
+    if color == "never":
+        os.environ["NO_COLOR"] = "1"
+        os.environ.pop("FORCE_COLOR", None)
+    elif color == "always":
+        os.environ.pop("NO_COLOR", None)
+        os.environ["FORCE_COLOR"] = "1"
 
 
 # Command groups live in their own modules; importing them costs only their click definitions.

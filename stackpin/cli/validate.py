@@ -74,7 +74,7 @@ def _validate_manifests(paths: tuple[str, ...], output: str) -> None:
         for err in errors:
             click.echo(str(err))
         if not errors:
-            click.echo(f"manifests valid: {', '.join(paths)}", err=True)
+            click.echo(f"manifests valid: {', '.join(paths)}")  # the answer asked for: stdout
     else:
         from dataclasses import asdict
 
