@@ -141,3 +141,15 @@ def test_color_follows_the_flag_and_no_color() -> None:
     assert "\x1b[" not in run()  # auto, and not a terminal
     assert "\x1b[" not in run("--color", "auto", no_color=True)
     assert "\x1b[" in run("--color", "always", no_color=True)  # asked for outright: the flag wins
+
+
+def test_errors_under_o_json_are_json_on_stdout_too() -> None:
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import main
+
+    for fmt, load in (("json", json.loads), ("yaml", yaml.safe_load)):
+        done = CliRunner().invoke(main, ["render", "no-such.lock.yaml", "-o", fmt])
+        assert done.exit_code == 2
+        assert load(done.stdout) == {"error": {"exitCode": 2, "problems": ["no-such.lock.yaml: no such file"]}}
+        assert "error: no-such.lock.yaml: no such file" in done.stderr  # and the line for a person

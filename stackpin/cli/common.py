@@ -118,19 +118,26 @@ def fail(lines: list[str], code: int) -> None:
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn StackpinError into one line per problem on stderr and its exit code; never a traceback."""
+    """Turn StackpinError into one line per problem on stderr and its exit code; never a traceback. Under
+    `-o json|yaml` the same problems also go to stdout in that format (`{"error": {"exitCode": N,
+    "problems": [...]}}`), so a tool reading the command's output reads its failure too."""
 
     @wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from stackpin.errors import StackpinError
 
+        def failed(lines: list[str], code: int) -> None:
+            if kwargs.get("output") in ("json", "yaml"):
+                emit({"error": {"exitCode": code, "problems": lines}}, kwargs["output"])
+            fail(lines, code)
+
         try:
             return fn(*args, **kwargs)
         except StackpinError as exc:
-            fail(exc.lines(), exc.exit_code)
+            failed(exc.lines(), exc.exit_code)
         except OSError as exc:  # the filesystem said no (read-only, full, not a directory, ...)
             where = f"{exc.filename}: " if exc.filename else ""
-            fail([f"{where}{exc.strerror or exc}"], 2)
+            failed([f"{where}{exc.strerror or exc}"], 2)
 
     return wrapper
 

@@ -57,7 +57,8 @@ def render(inputs: tuple[str, ...], outdir: str, lockdir: str, check: bool, to_s
         if drift:
             click.echo(f"error: {len(drift)} file(s) differ from a fresh render; run stackpin render", err=True)
             sys.exit(1)
-        click.echo(f"manifests current: {len(stacks)} stack(s) in {outdir}")  # the answer asked for: stdout
+        if output == "text":  # the answer asked for: stdout (json and yaml said it above)
+            click.echo(f"manifests current: {len(stacks)} stack(s) in {outdir}")
         return
     write_stacks(stacks, Path(outdir))
     if output != "text":
