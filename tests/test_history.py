@@ -587,3 +587,24 @@ def test_promoting_the_stack_the_newest_revision_has_is_refused_unless_allowed(t
     assert sorted(p.name for p in (tmp_path / "h").rglob("*") if p.is_file()) == files
     allowed = CliRunner().invoke(main, [*args, "-m", "again", "--allow-same"])
     assert allowed.exit_code == 0 and "revision 2" in allowed.output
+
+
+def test_shell_completion_offers_deployments_and_revisions(tmp_path: Path) -> None:
+    from click.shell_completion import ShellComplete
+
+    root = Path(__file__).resolve().parent.parent
+    hist = str(tmp_path / "h")
+    for stack in ("gb300-launch", "gb300-tuned"):
+        done = CliRunner().invoke(main, ["promote", str(root / "lockfiles" / f"{stack}.lock.yaml"), "-m", stack,
+                                         "--history", hist, "--deployments", str(tmp_path / "d")])
+        assert done.exit_code == 0, done.output
+    complete = ShellComplete(main, {}, "stackpin", "_STACKPIN_COMPLETE")
+
+    def offered(args: list[str], incomplete: str) -> list[str]:
+        return [item.value for item in complete.get_completions(args, incomplete)]
+
+    assert offered(["rollback", "--history", hist], "") == ["dsv41-flash", "dynamo/dsv41-flash@gb300-nvl72"]
+    assert offered(["history", "--history", hist], "dyn") == ["dynamo/dsv41-flash@gb300-nvl72"]
+    assert offered(["bench", "attach", "--history", hist], "dynamo/") == [
+        "dynamo/dsv41-flash@gb300-nvl72@1", "dynamo/dsv41-flash@gb300-nvl72@2"]
+    assert offered(["rollback", "--history", str(tmp_path / "none")], "") == []

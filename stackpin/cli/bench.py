@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from stackpin.cli.common import OUTPUT, emit, emit_objects, finite, user_errors
+from stackpin.cli.complete import revisions
 from stackpin.cli.history import HISTORY
 
 if TYPE_CHECKING:
@@ -337,7 +338,7 @@ def compare(results: tuple[str, ...], more_a: tuple[str, ...], more_b: tuple[str
 
 
 @bench.command("attach")
-@click.argument("revision_arg", metavar="DEPLOYMENT@REV")
+@click.argument("revision_arg", metavar="DEPLOYMENT@REV", shell_complete=revisions)
 @click.argument("result_file", metavar="RESULT.json", type=click.Path(dir_okay=False))
 @click.option("--replace", is_flag=True, help="Replace a different result already attached to the revision.")
 @HISTORY

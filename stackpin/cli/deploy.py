@@ -21,6 +21,7 @@ from stackpin.cli.common import (
     strict_preflight,
     user_errors,
 )
+from stackpin.cli.complete import deployments
 from stackpin.cli.history import HISTORY
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ def print_applied(result: ApplyResult) -> None:
 
 
 @click.command()
-@click.argument("deployment")
+@click.argument("deployment", shell_complete=deployments)
 @click.option("--lock", "lock_arg", metavar="LOCK",
               help="Compare the live stack with this lockfile (default: the live stack's lockfile in --lockdir).")
 @click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),

@@ -27,6 +27,7 @@ from stackpin.cli.common import (
     strict_preflight,
     user_errors,
 )
+from stackpin.cli.complete import deployments
 
 if TYPE_CHECKING:
     from stackpin.history.deployed import DeploymentCheck
@@ -120,7 +121,7 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
 
 
 @click.command()
-@click.argument("deployment")
+@click.argument("deployment", shell_complete=deployments)
 @click.option("--to", "to", type=int, metavar="N", help="The revision whose stack to restore (default: the one "
               "before the newest).")
 @click.option("-m", "--message", help=MESSAGE_HELP + "  [default: Roll back to revision N]")
@@ -280,7 +281,7 @@ def _regressed(store: HistoryStore, key: DeploymentKey, threshold_text: str,
 
 
 @click.command("history")
-@click.argument("deployment", required=False)
+@click.argument("deployment", required=False, shell_complete=deployments)
 @click.option("--check", is_flag=True, help="Exit 1 if a deployment directory does not hold a fresh render of "
               "its newest revision (every deployment, or DEPLOYMENT's); write nothing.")
 @click.option("--render", "rerender", is_flag=True, help="Render each deployment directory (or DEPLOYMENT's) from "

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.complete import deployments
 from stackpin.cli.history import HISTORY
 
 
@@ -23,7 +24,7 @@ def _results(values: tuple[str, ...]) -> dict[int, list[Path]]:
 
 
 @click.command("report")
-@click.argument("deployment")
+@click.argument("deployment", shell_complete=deployments)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), metavar="REPORT.html", help="The page to write.")
 @click.option("--result", "result_files", multiple=True, metavar="REV=FILE",
               help="A bench result of revision REV, besides those attached to it (repeatable).")
