@@ -153,3 +153,33 @@ def test_errors_under_o_json_are_json_on_stdout_too() -> None:
         assert done.exit_code == 2
         assert load(done.stdout) == {"error": {"exitCode": 2, "problems": ["no-such.lock.yaml: no such file"]}}
         assert "error: no-such.lock.yaml: no such file" in done.stderr  # and the line for a person
+
+
+def test_every_command_has_examples_that_use_its_own_options() -> None:
+    import shlex
+
+    import click
+
+    from stackpin.cli.examples import EXAMPLES
+    from stackpin.cli.main import main
+
+    def leaves(group: click.Group, path: tuple[str, ...] = ()) -> dict[str, click.Command]:
+        out: dict[str, click.Command] = {}
+        for name, command in group.commands.items():
+            if isinstance(command, click.Group):
+                out |= leaves(command, (*path, name))
+            else:
+                out[" ".join((*path, name))] = command
+        return out
+
+    commands = leaves(main)
+    assert sorted(EXAMPLES) == sorted(commands)  # every command, and no example of a command that is gone
+    for name, command in commands.items():
+        options = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}
+        help_text = CliRunner().invoke(main, [*name.split(), "--help"]).output
+        for example in EXAMPLES[name]:
+            assert example in help_text, (name, example)
+            words = shlex.split(example.split("|")[0].split("#")[0].split(">")[0])
+            assert words[:1 + len(name.split())] == ["stackpin", *name.split()], example
+            used = {w.split("=")[0] for w in words if w.startswith("-")}
+            assert used <= options, (name, used - options)

@@ -1,5 +1,6 @@
 """Shell completion of what is on disk: deployment names, and their revisions where an argument takes
-DEPLOYMENT@N (click's completion: `eval "$(_STACKPIN_COMPLETE=bash_source stackpin)"`, docs/cli.md).
+DEPLOYMENT@N (click's completion: `eval "$(_STACKPIN_COMPLETE=bash_source stackpin)"`,
+docs/getting-started.md#command-line-conventions).
 
 A completion reads directory names only, never a revision's contents: it runs on every Tab.
 """

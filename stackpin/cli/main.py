@@ -9,6 +9,7 @@ from stackpin.cli.bench import bench
 from stackpin.cli.deploy import apply, status
 from stackpin.cli.diff import diff, show
 from stackpin.cli.engines import engines
+from stackpin.cli.examples import add_examples
 from stackpin.cli.history import history, promote, rollback
 from stackpin.cli.importcmd import import_
 from stackpin.cli.lock import lock
@@ -52,3 +53,4 @@ main.add_command(plan)
 main.add_command(report)
 main.add_command(import_)
 bench.add_command(plot)
+add_examples(main)

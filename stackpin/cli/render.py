@@ -27,11 +27,6 @@ def render(inputs: tuple[str, ...], outdir: str, lockdir: str, check: bool, to_s
 
     A profile renders from its lock in --lockdir, which must be current. Rendering never touches the
     network, and writes nothing unless every stack renders and validates.
-
-    \b
-    Examples:
-      stackpin render                                   # every lock in lockfiles/ -> manifests/
-      stackpin render lockfiles/gb300-tuned.lock.yaml --stdout | kubectl apply --dry-run=server -f -
     """
     from pathlib import Path
 

@@ -1,0 +1,67 @@
+"""One or two examples for every command's --help, kept in one place so that a test can hold each to the
+options its command has (tests/test_cli_conventions.py)."""
+
+from __future__ import annotations
+
+import click
+
+LOCK = "lockfiles/gb300-tuned.lock.yaml"
+PROFILE = "profiles/deepseek-v4.1-flash/gb300-tuned.yaml"
+DEPLOYMENT = "dynamo/dsv41-flash@gb300-nvl72"
+
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "validate": ("stackpin validate profiles/ --fail-on warning",
+                 "stackpin validate --upgrade-to vllm==0.33.0 profiles/",
+                 "stackpin validate --manifests manifests/"),
+    "lock": ("stackpin lock profiles/deepseek-v4.1-flash/",
+             "stackpin lock --check profiles/deepseek-v4.1-flash/"),
+    "render": ("stackpin render                                   # every lock in lockfiles/ -> manifests/",
+               f"stackpin render {LOCK} --stdout | kubectl apply --dry-run=server -f -"),
+    "diff": ("stackpin diff lockfiles/gb300-launch.lock.yaml lockfiles/gb300-tuned.lock.yaml",
+             f"stackpin diff {DEPLOYMENT}@1 {DEPLOYMENT}@2 -o json"),
+    "show": (f"stackpin show {PROFILE}",),
+    "promote": (f"stackpin promote {LOCK} -m 'Tuned kernels and CUDA graphs'",),
+    "history": ("stackpin history", f"stackpin history {DEPLOYMENT} --verify"),
+    "rollback": (f"stackpin rollback {DEPLOYMENT} --to 1 -m 'tuned regressed'",
+                 f"stackpin rollback {DEPLOYMENT} --if-regressed"),
+    "apply": (f"stackpin apply {DEPLOYMENT} --dry-run", f"stackpin apply {LOCK} --wait --kubeconfig rack1.yaml"),
+    "status": (f"stackpin status {DEPLOYMENT} -o json",),
+    "report": (f"stackpin report {DEPLOYMENT} --out report.html",),
+    "import": ("stackpin import dgd.yaml --platform gb300-nvl72 --out profiles/imported.yaml",),
+    "rules": ("stackpin rules -o json",),
+    "schema": ("stackpin schema > stackprofile.schema.json",),
+    "autotune capture-job": (f"stackpin autotune capture-job {PROFILE} --storage fast-rwx --out capture.yaml",),
+    "autotune pack": ("stackpin autotune pack cache/ --push registry.example/dsv41/autotune:gb300",),
+    "autotune inspect": ("stackpin autotune inspect cache/",),
+    "autotune verify": (f"stackpin autotune verify cache/ {PROFILE}",),
+    "engines list": ("stackpin engines list",),
+    "engines add": ("stackpin engines add vllm==0.33.0",),
+    "engines diff": ("stackpin engines diff vllm 0.31.0 0.33.0",),
+    "engines check": (f"stackpin engines check {LOCK}",),
+    "trace gen": ("stackpin trace gen --sessions 200 --seed 1 --out agents.jsonl",),
+    "trace stats": ("stackpin trace stats agents.jsonl",),
+    "trace import": ("stackpin trace import mooncake.jsonl --out agents.jsonl",),
+    "sim serve": (f"stackpin sim serve {LOCK} --share 18 --speed 4 --port 8000",
+                  f"stackpin sim serve {LOCK} --backend dynamo --share 9"),
+    "sim curve": (f"stackpin sim curve {LOCK} --at 80",),
+    "sim figures": ("stackpin sim figures --leave-one-out",),
+    "bench run": (f"stackpin bench run --endpoint http://127.0.0.1:8000 --trace agents.jsonl --lock {LOCK} "
+                  "--agents 1,8,32 --out tuned.json",),
+    "bench compare": ("stackpin bench compare launch.json tuned.json --threshold 5%",),
+    "bench plot": ("stackpin bench plot launch.json tuned.json --out curve.png",),
+    "bench attach": (f"stackpin bench attach {DEPLOYMENT}@2 tuned.json",),
+    "bench job": (f"stackpin bench job --lock {LOCK} --endpoint http://frontend:8000 --trace agents.jsonl "
+                  "--pods 4 --out bench-job.yaml",),
+    "bench merge": ("stackpin bench merge pod-*.json --out merged.json",),
+    "plan": ("stackpin plan --agents 10000 launch.json rubin.json --mature tuned.json --chart plan.png",),
+}
+
+
+def add_examples(group: click.Group, path: tuple[str, ...] = ()) -> None:
+    """Every command's --help ends with its examples (kept as click wrote the rest)."""
+    for name, command in group.commands.items():
+        here = (*path, name)
+        if isinstance(command, click.Group):
+            add_examples(command, here)
+        elif (lines := EXAMPLES.get(" ".join(here))) is not None:
+            command.epilog = "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
