@@ -33,14 +33,6 @@ def dist(values: Iterable[float]) -> Dist:
                 p90=percentile(ordered, 0.9), p99=percentile(ordered, 0.99), max=ordered[-1])
 
 
-def request_tps(request: Request) -> float | None:
-    """Output tokens per second while generating, for a request that did not fail."""
-    if request.error or request.ttft_s is None or request.end_s is None or request.output_tokens < 1:
-        return None
-    generating = request.end_s - request.start_s - request.ttft_s
-    return request.output_tokens / generating if generating > 0 else None
-
-
 def agent_rates(requests: Iterable[Request]) -> dict[int, float]:
     """Agent -> output tok/s while generating, over its requests that did not fail."""
     tokens: dict[int, int] = defaultdict(int)

@@ -179,12 +179,6 @@ def _read(engine: EngineName, version: str, path: SearchPath) -> tuple[str, dict
     return str(found), data
 
 
-def engine_catalog(engine: EngineName, version: str) -> dict[str, Any] | None:
-    """The extracted JSON `engines/<engine>-<version>.json` (first on the search path), or None. Parsed once."""
-    found = _read(engine, version, search_path())
-    return found[1] if found else None
-
-
 def _model(engine: EngineName, version: str, path: SearchPath, cls: type[Any]) -> Any:
     found = _read(engine, version, path)
     if found is None:

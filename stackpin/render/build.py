@@ -71,10 +71,6 @@ def startup_budget_s(profile: StackProfile, catalog: Catalog) -> int:
     return math.ceil(seconds * est.margin)
 
 
-def short_digest(lock: StackLock) -> str:
-    return lock.short_digest
-
-
 # --- plan ------------------------------------------------------------------------------------------
 
 def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
