@@ -336,8 +336,12 @@ def _get(endpoint: str, url: str, timeout_s: float, raw: bool = False) -> Any:
 def server_lateness(endpoint: str, timeout_s: float = 10.0) -> tuple[float, int] | None:
     """(seconds late, summed over steps; steps) of stackpin's simulator since it started: how far its
     host let wall time run past each step's end, in the stack's time (GET /stackpin/sim/stats). None
-    where the server does not say."""
-    stats = _get(endpoint, _base(endpoint) + "/stackpin/sim/stats", timeout_s)
+    where the server does not say, or cannot be asked (a server gone mid-run fails its requests, which
+    the point records; the run goes on)."""
+    try:
+        stats = _get(endpoint, _base(endpoint) + "/stackpin/sim/stats", timeout_s)
+    except StackpinError:
+        return None
     engines = stats.get("engines") if isinstance(stats, dict) else None
     if not isinstance(engines, list) or not all(
             isinstance(e, dict) and isinstance(e.get("late_s"), int | float) and math.isfinite(e["late_s"])
