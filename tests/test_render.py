@@ -641,3 +641,16 @@ def test_success_lines_are_answers_on_stdout(tmp_path: Path) -> None:
     assert checked.exit_code == 0 and f"manifests current: 1 stack(s) in {out}" in checked.stdout
     valid = CliRunner().invoke(cli_main, ["validate", "--manifests", str(out / "gb300-tuned")])
     assert valid.exit_code == 0 and "manifests valid:" in valid.stdout
+
+
+def test_a_lock_that_is_a_fifo_or_a_device_is_refused_not_read(tmp_path: Path) -> None:
+    """The fast lock reader once blocked on a FIFO (read_text): regular files only, bounded."""
+    fifo = tmp_path / "f.lock.yaml"
+    os.mkfifo(fifo)
+    device = tmp_path / "z.lock.yaml"
+    device.symlink_to("/dev/zero")
+    for path in (fifo, device):
+        done = subprocess.run([sys.executable, "-m", "stackpin", "render", str(path), "--stdout"],
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "is not a regular file" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr and not done.stdout

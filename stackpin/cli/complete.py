@@ -8,37 +8,34 @@ A completion reads directory names only, never a revision's contents: it runs on
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from click.shell_completion import CompletionItem
 
+if TYPE_CHECKING:  # the models load only when a completion runs
+    from stackpin.history.model import DeploymentKey
 
-def _keys(ctx: click.Context) -> list[str]:
+
+def _found(ctx: click.Context, numbers: bool) -> list[tuple[DeploymentKey, list[int]]]:
+    """The deployments of the --history directory (default history/), with their revision numbers when
+    asked; nothing where it cannot be read."""
     from stackpin.history.store import HistoryStore
 
-    root = Path(ctx.params.get("history_dir") or "history")
+    store = HistoryStore(Path(ctx.params.get("history_dir") or "history"))
     try:
-        return [str(key) for key in HistoryStore(root).keys()]
+        return [(key, store.numbers(key) if numbers else []) for key in store.keys()]
     except OSError:
         return []
 
 
 def deployments(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """Every deployment with a history (NAMESPACE/NAME@PLATFORM), and its short NAME form."""
-    names = set()
-    for key in _keys(ctx):
-        names.add(key)
-        names.add(key.split("/", 1)[1].split("@", 1)[0])
+    names = {text for key, _ in _found(ctx, numbers=False) for text in (str(key), key.name)}
     return [CompletionItem(n) for n in sorted(names) if n.startswith(incomplete)]
 
 
 def revisions(ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
     """DEPLOYMENT@N for every revision on disk (NAMESPACE/NAME@PLATFORM@N, as `rpartition("@")` reads it)."""
-    from stackpin.history.store import HistoryStore
-
-    store = HistoryStore(Path(ctx.params.get("history_dir") or "history"))
-    try:
-        found = [f"{key}@{n}" for key in store.keys() for n in store.numbers(key)]
-    except OSError:
-        return []
+    found = [f"{key}@{n}" for key, numbers in _found(ctx, numbers=True) for n in numbers]
     return [CompletionItem(text) for text in found if text.startswith(incomplete)]

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,9 @@ def _terms(item: dict[str, Any]) -> list[dict[str, Any]]:
     return [item["of"], *([item["per"]] if "per" in item else [])]
 
 
+@cache
 def _served(name: str) -> Any:
+    """The served share of a demo stack (read once: every figure asks for it)."""
     from stackpin.sim.stack import load_stack, share_of
 
     return share_of(load_stack(Path(f"lockfiles/{name}.lock.yaml")), next(s.share for s in STACKS if s.name == name))
