@@ -16,7 +16,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from stackpin.cli.main import main
-from stackpin.diff.run import summarize_locks
+from stackpin.diff.run import CHANGE_LINE, summarize_locks
 from stackpin.history.deployed import deployment_dir, deployment_files
 from stackpin.history.identity import author_of, created_at
 from stackpin.history.listing import check_deployments, list_history
@@ -608,3 +608,25 @@ def test_shell_completion_offers_deployments_and_revisions(tmp_path: Path) -> No
     assert offered(["bench", "attach", "--history", hist], "dynamo/") == [
         "dynamo/dsv41-flash@gb300-nvl72@1", "dynamo/dsv41-flash@gb300-nvl72@2"]
     assert offered(["rollback", "--history", str(tmp_path / "none")], "") == []
+
+
+def test_a_listing_comes_from_the_verified_cache_the_second_time(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """`history DEPLOYMENT` shows the same rows whether read in full or from the per-user cache of files
+    verified before (a 1,000-revision history lists without parsing 1,000 revisions); the cache holds
+    only stackpin's own CHANGE lines, and never vouches for other bytes."""
+    monkeypatch.setenv("STACKPIN_CACHE_DIR", str(tmp_path / "cache"))
+    three_revisions(tmp_path)
+    first = invoke(tmp_path, "history", "dsv41-flash", "-o", "json")
+    assert first.exit_code == 0, first.output
+    store = HistoryStore(tmp_path / "history")
+    entries = list_history(store, GB300, summarize_locks, summarize_name=CHANGE_LINE)
+    assert all(e.chain._parsed == {} for e in entries)  # nothing was parsed: every row came from the cache
+    assert invoke(tmp_path, "history", "dsv41-flash", "-o", "json").stdout == first.stdout
+    assert [e.revision.revision for e in entries] == [1, 2, 3]  # the whole revision, parsed when asked for
+    # Another summarize under another name (or none) computes its own lines.
+    assert [e.change for e in list_history(store, GB300, lambda _a, _b: "x", summarize_name="other")] == \
+        [None, "x", "x"]
+    path = store.path(GB300, 2)
+    path.write_text(path.read_text().replace("Tuned stack", "Tuned stacK"))
+    assert "revisionDigest does not match" in invoke(tmp_path, "history", "dsv41-flash").output

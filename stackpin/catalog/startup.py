@@ -98,7 +98,8 @@ def _startup(version: str, path: SearchPath) -> StartupFacts | None:
         if candidate.is_file():
             shown = f"stackpin/catalog/engines/{candidate.name}" if directory == bundled() else str(candidate)
             try:
-                data = yaml.safe_load(candidate.read_text(encoding="utf-8"))
+                loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: a few times faster
+                data = yaml.load(candidate.read_text(encoding="utf-8"), Loader=loader)
                 return StartupFacts.model_validate({**data, "file": shown})
             except (yaml.YAMLError, TypeError) as exc:
                 raise StackpinError(f"{shown}: not a start-up facts file ({exc})") from None

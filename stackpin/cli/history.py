@@ -71,10 +71,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 
 def _revision_data(revision: Revision) -> dict[str, Any]:
-    return {"revision": revision.revision, "stack": revision.stack, "stackDigest": revision.stack_digest,
-            "created": revision.created, "author": revision.author, "message": revision.message,
-            "action": revision.action.model_dump(mode="json", exclude_none=True),
-            "revisionDigest": revision.revision_digest}
+    return revision.summary().data()
 
 
 def _print_recorded(recorded: Recorded, output: str) -> None:
@@ -83,8 +80,7 @@ def _print_recorded(recorded: Recorded, output: str) -> None:
         emit({"deployment": str(revision.deployment), "file": str(recorded.path), **_revision_data(revision),
               "directory": str(recorded.directory), "files": list(recorded.files)}, output)
         return
-    what = (f"promote {revision.stack}" if revision.action.kind == "promote"
-            else f"{revision.action} ({revision.stack})")
+    what = revision.summary().what
     click.echo(f"recorded {recorded.path}  revision {revision.revision} of {revision.deployment}: {what} "
                f"{revision.stack_digest}")
     click.echo(f"rendered {recorded.directory}/  ({len(recorded.files)} files)")
@@ -333,10 +329,11 @@ def history(deployment: str | None, check: bool, rerender: bool, in_cluster: boo
         for r in done if output == "text" else []:
             click.echo(f"rendered {r.directory}/  ({len(r.files)} files, revision {r.revision.revision})")
     elif deployment:
-        from stackpin.diff.run import summarize_locks
+        from stackpin.diff.run import CHANGE_LINE, summarize_locks
         from stackpin.history.listing import list_history
 
-        _print_history(store, keys[0], list_history(store, keys[0], summarize=summarize_locks), output)
+        _print_history(store, keys[0], list_history(store, keys[0], summarize=summarize_locks,
+                                                    summarize_name=CHANGE_LINE), output)
     else:
         from stackpin.history.listing import list_deployments
 
@@ -353,13 +350,14 @@ def _bench_headlines(store: HistoryStore, key: DeploymentKey, entries: list[Hist
 
     out: dict[int, Any] = {}
     for e in entries:
-        path = attachment_path(store, key, e.revision.revision, "bench")
+        number = e.summary.revision
+        path = attachment_path(store, key, number, "bench")
         if path.is_file():
             try:
                 result = read_result(path)
-                out[e.revision.revision] = (headline(result), {"file": str(path), **headline_data(result)})
+                out[number] = (headline(result), {"file": str(path), **headline_data(result)})
             except StackpinError as exc:
-                out[e.revision.revision] = (f"unreadable: {exc.lines()[0]}", {"file": str(path), "error": True})
+                out[number] = (f"unreadable: {exc.lines()[0]}", {"file": str(path), "error": True})
     return out
 
 
@@ -367,17 +365,16 @@ def _print_history(store: HistoryStore, key: DeploymentKey, entries: list[Histor
     bench = _bench_headlines(store, key, entries)
     if output != "text":
         emit({"deployment": str(key), "directory": str(store.directory(key)),
-              "revisions": [{**_revision_data(e.revision), "file": str(store.path(key, e.revision.revision)),
-                             "change": e.change, "bench": bench.get(e.revision.revision, (None, None))[1]}
+              "revisions": [{**e.summary.data(), "file": str(store.path(key, e.summary.revision)),
+                             "change": e.change, "bench": bench.get(e.summary.revision, (None, None))[1]}
                             for e in entries]}, output)
         return
     click.echo(f"deployment {key}: {len(entries)} revision(s) in {store.directory(key)}/")
     rows = []
     for e in entries:
-        r = e.revision
-        action = f"promote {r.stack}" if r.action.kind == "promote" else f"{r.action} ({r.stack})"
+        r = e.summary
         change = e.change if e.change is not None else ("(first revision)" if r.revision == 1 else "-")
-        rows.append([str(r.revision), r.short_digest, r.created, _cell(r.author), _cell(action), _cell(r.message),
+        rows.append([str(r.revision), r.short_digest, r.created, _cell(r.author), _cell(r.what), _cell(r.message),
                      _cell(change), *([_cell(bench[r.revision][0]) if r.revision in bench else "-"] if bench else [])])
     _table(["REVISION", "STACK", "CREATED", "AUTHOR", "ACTION", "MESSAGE", "CHANGE", *(["BENCH"] if bench else [])],
            rows)

@@ -29,6 +29,11 @@ def diff_locks(a: StackLock, b: StackLock) -> StackDiff:
     return diff_stacks(stack_of_lock(a), stack_of_lock(b))
 
 
+# What `summarize_locks` computes, as listings cache its lines (history/verified.py): change the number when
+# the grouping or the wording of `one_line` changes, so lines cached by the old code are not shown.
+CHANGE_LINE = "stackpin.diff.one_line/1"
+
+
 def summarize_locks(a: StackLock, b: StackLock) -> str:
     """The one-line summary of B over A (`kernels, placement (recreate)`), for listings."""
     return diff_locks(a, b).one_line()

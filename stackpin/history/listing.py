@@ -4,12 +4,12 @@ deployments a store holds, and whether each deployment directory holds its newes
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from stackpin.history.deployed import DeploymentCheck, check_deployment
-from stackpin.history.model import DeploymentKey, Revision
-from stackpin.history.store import HistoryStore
+from stackpin.history.model import DeploymentKey, Revision, RevisionSummary
+from stackpin.history.store import Chain, HistoryStore
 from stackpin.lock.lockfile import StackLock
 
 # (previous revision's lock, this revision's lock) -> one line saying what changed (stackpin.diff's
@@ -19,17 +19,42 @@ Summarize = Callable[[StackLock, StackLock], str]
 
 @dataclass(frozen=True)
 class HistoryEntry:
-    revision: Revision
+    summary: RevisionSummary
     change: str | None  # None: the first revision, or no summarize given
+    chain: Chain = field(repr=False, compare=False)
+
+    @property
+    def revision(self) -> Revision:
+        """The whole revision, lock included (parsed on first use: a listing needs only the summary)."""
+        return self.chain.get(self.summary.revision)
 
 
-def list_history(store: HistoryStore, key: DeploymentKey, summarize: Summarize | None = None) -> list[HistoryEntry]:
-    """Every revision of `key`, oldest first, verified (see HistoryStore.revisions)."""
-    revisions = store.revisions(key)
-    entries = []
-    for previous, revision in zip([None, *revisions], revisions, strict=False):
-        change = summarize(previous.lock, revision.lock) if summarize and previous else None
-        entries.append(HistoryEntry(revision, change))
+def list_history(store: HistoryStore, key: DeploymentKey, summarize: Summarize | None = None,
+                 summarize_name: str | None = None) -> list[HistoryEntry]:
+    """Every revision of `key`, oldest first, the whole chain verified (see HistoryStore.chain). What each
+    row shows comes from the verified cache where the same bytes were listed before (verified.py); a
+    revision is parsed only when it was not. `summarize_name` names what `summarize` computes (its CHANGE
+    lines are then cached under that name); without it they are computed on every listing."""
+    chain = store.chain(key)
+    cache = chain.cache
+    entries: list[HistoryEntry] = []
+    for index, link in enumerate(chain.links):
+        number = index + 1
+        data = cache.summary(link.content)
+        summary = RevisionSummary.from_data(data) if data is not None and data["revision"] == number else None
+        if summary is None:
+            summary = chain.get(number).summary()
+            cache.put_summary(link.content, summary.data())
+        change = None
+        if summarize is not None and index:
+            before = chain.links[index - 1].content
+            change = cache.change(summarize_name, before, link.content) if summarize_name else None
+            if change is None:
+                change = summarize(chain.get(number - 1).lock, chain.get(number).lock)
+                if summarize_name:
+                    cache.put_change(summarize_name, before, link.content, change)
+        entries.append(HistoryEntry(summary, change, chain))
+    cache.save({link.content for link in chain.links})
     return entries
 
 

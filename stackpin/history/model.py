@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -101,6 +102,48 @@ class Revision(_Model):
     def stack(self) -> str:
         """The stack's name (the lock's metadata.name)."""
         return self.lock.metadata.name
+
+
+    def summary(self) -> RevisionSummary:
+        return RevisionSummary(self.revision, self.stack, self.stack_digest, self.created, self.author, self.message,
+                               self.action.model_dump(mode="json", exclude_none=True), self.revision_digest)
+
+
+@dataclass(frozen=True)
+class RevisionSummary:
+    """What a listing shows of a revision: everything but its lock. Plain data (no model to build), so a
+    listing can take it from the verified cache without parsing the revision file again."""
+
+    revision: int
+    stack: str  # the stack's name
+    stack_digest: str
+    created: str
+    author: str
+    message: str
+    action: dict[str, Any]  # {"kind": "promote"} or {"kind": "rollback", "revision": N}
+    revision_digest: str
+
+    @property
+    def short_digest(self) -> str:
+        return self.stack_digest.removeprefix("sha256:")[:12]
+
+    @property
+    def what(self) -> str:
+        """`promote STACK`, or `rollback to N (STACK)`."""
+        if self.action.get("kind") == ActionKind.rollback:
+            return f"rollback to {self.action.get('revision')} ({self.stack})"
+        return f"promote {self.stack}"
+
+    @classmethod
+    def from_data(cls, data: dict[str, Any]) -> RevisionSummary:
+        return cls(data["revision"], data["stack"], data["stackDigest"], data["created"], data["author"],
+                   data["message"], data["action"], data["revisionDigest"])
+
+    def data(self) -> dict[str, Any]:
+        """The JSON of a revision as `history -o json` and `promote -o json` print it."""
+        return {"revision": self.revision, "stack": self.stack, "stackDigest": self.stack_digest,
+                "created": self.created, "author": self.author, "message": self.message, "action": self.action,
+                "revisionDigest": self.revision_digest}
 
 
 class RevisionError(StackpinError):

@@ -9,6 +9,10 @@ exactly as without the cache. A signature is likewise remembered as verified for
 the revision, the signature and the allowed-signers file together. The links between revisions and the
 head are checked on every read.
 
+A listing (`stackpin history DEPLOYMENT`) takes what it shows from here too: each revision's summary
+(everything but its lock) for the same bytes, and the CHANGE line for the same two files in a row. So a
+history of 1,000 revisions lists in the time it takes to hash its files, once it has been read in full.
+
 The cache lives with the user, not the history (`$STACKPIN_CACHE_DIR`, else `$XDG_CACHE_HOME/stackpin`,
 else `~/.cache/stackpin`; `STACKPIN_CACHE_DIR=` turns it off): whoever can write the history cannot vouch
 for a file through it. A cache that is unreadable, from another stackpin, or malformed is ignored.
@@ -28,9 +32,10 @@ from stackpin import __version__
 from stackpin.errors import StackpinError
 from stackpin.yamlio import read_regular, write_atomic
 
-# Bumped when what `read_revision` checks changes: facts verified by older rules are not reused.
-RULES = 1
-MAX_CACHE_BYTES = 16 * 1024 * 1024
+# Bumped when what `read_revision` checks, or what a summary or CHANGE line holds, changes: entries made
+# under older rules are not reused.
+RULES = 2
+MAX_CACHE_BYTES = 32 * 1024 * 1024
 MAX_ENTRIES = 20_000  # about 5 MB
 
 
@@ -43,6 +48,18 @@ class Verified:
     previous_digest: str | None
     author: str  # who signs it (signing.principal_of) and when: a signature is checked on every read
     created: str
+
+
+_SUMMARY_TYPES = {"revision": int, "stack": str, "stackDigest": str, "created": str, "author": str, "message": str,
+                  "action": dict, "revisionDigest": str}
+
+
+def _summary_data(value: Any) -> dict[str, Any]:
+    """A cached summary as a RevisionSummary's data(), its fields and types checked (TypeError if not)."""
+    if not isinstance(value, dict) or set(value) != set(_SUMMARY_TYPES) or \
+            any(not isinstance(value[k], t) for k, t in _SUMMARY_TYPES.items()):
+        raise TypeError("not a revision summary")
+    return value
 
 
 def content_key(raw: bytes) -> str:
@@ -67,6 +84,10 @@ class VerifiedCache:
         # sha256 over (file, signature, allowed-signers file) -> the signer's fingerprint: the same three
         # inputs always verify the same way (the time checked is the revision's own `created`).
         self.signed: dict[str, str] = {}
+        # sha256 of a file -> its RevisionSummary's data();
+        # sha256 of (summarizer, two files in a row) -> the CHANGE line.
+        self.listed: dict[str, dict[str, Any]] = {}
+        self.changes: dict[str, str] = {}
         self.dirty = False
         self._load()
 
@@ -80,9 +101,11 @@ class VerifiedCache:
             entries = {k: Verified(int(n), str(d), None if p is None else str(p), str(a), str(c))
                        for k, (n, d, p, a, c) in data["entries"].items()}
             signed = {str(k): str(v) for k, v in data.get("signed", {}).items()}
+            listed = {str(k): _summary_data(v) for k, v in data.get("listed", {}).items()}
+            changes = {str(k): v for k, v in data.get("changes", {}).items() if isinstance(v, str)}
         except (OSError, ValueError, TypeError, KeyError, AttributeError):
             return
-        self.entries, self.signed = entries, signed
+        self.entries, self.signed, self.listed, self.changes = entries, signed, listed, changes
 
     def get(self, raw_key: str) -> Verified | None:
         return self.entries.get(raw_key)
@@ -95,6 +118,18 @@ class VerifiedCache:
 
     def put_signer(self, signed_key: str, fingerprint: str) -> None:
         self._set(self.signed, signed_key, fingerprint)
+
+    def summary(self, raw_key: str) -> dict[str, Any] | None:
+        return self.listed.get(raw_key)
+
+    def put_summary(self, raw_key: str, data: dict[str, Any]) -> None:
+        self._set(self.listed, raw_key, data)
+
+    def change(self, summarizer: str, before: str, after: str) -> str | None:
+        return self.changes.get(content_key(f"{summarizer} {before} {after}".encode()))
+
+    def put_change(self, summarizer: str, before: str, after: str, line: str) -> None:
+        self._set(self.changes, content_key(f"{summarizer} {before} {after}".encode()), line)
 
     def _set(self, table: dict[str, Any], key: str, value: object) -> None:
         if table.get(key) != value:
@@ -109,9 +144,12 @@ class VerifiedCache:
         entries = {k: [v.number, v.revision_digest, v.previous_digest, v.author, v.created]
                    for k, v in self.entries.items() if k in keep or len(self.entries) <= MAX_ENTRIES}
         signed = self.signed if len(self.signed) <= MAX_ENTRIES else {}
+        listed = {k: v for k, v in self.listed.items() if k in keep or len(self.listed) <= MAX_ENTRIES}
+        changes = self.changes if len(self.changes) <= MAX_ENTRIES else {}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(self.path, json.dumps({"stamp": self.stamp, "entries": entries, "signed": signed},
-                                               sort_keys=True))
+            write_atomic(self.path, json.dumps({"stamp": self.stamp, "entries": entries, "signed": signed,
+                                                "listed": listed, "changes": changes}, sort_keys=True))
+            self.dirty = False
         except (OSError, StackpinError):
             pass
