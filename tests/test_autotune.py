@@ -31,7 +31,6 @@ from stackpin.autotune.fetch import fetch_cache, unpack_cache
 from stackpin.autotune.image import cache_image, pack_cache, push_cache, write_cache_to_layout
 from stackpin.autotune.verify import Mismatch, arch_tokens, tuning_groups, verify_cache
 from stackpin.catalog import load_catalog
-from stackpin.cli.autotune import autotune
 from stackpin.cli.main import main
 from stackpin.errors import InputError, IntegrityError, StackpinError
 from stackpin.lock.oci import (
@@ -50,9 +49,6 @@ from stackpin.profile.topology import topology_of
 from stackpin.profile.tuning import expected_files
 from tests.helpers import matches
 from tests.registry import RunningRegistry
-
-if "autotune" not in main.commands:
-    main.add_command(autotune)
 
 PROFILES = Path(__file__).resolve().parent.parent / "profiles" / "deepseek-v4.1-flash"
 FI = "0.7.2.post1"  # what vLLM 0.33.0 pins (catalog versions.yaml)

@@ -161,18 +161,18 @@ def test_every_command_has_examples_that_use_its_own_options() -> None:
     import click
 
     from stackpin.cli.examples import EXAMPLES
-    from stackpin.cli.main import main
+    from stackpin.cli.main import all_commands, main
 
-    def leaves(group: click.Group, path: tuple[str, ...] = ()) -> dict[str, click.Command]:
+    def leaves(group: dict[str, click.Command], path: tuple[str, ...] = ()) -> dict[str, click.Command]:
         out: dict[str, click.Command] = {}
-        for name, command in group.commands.items():
+        for name, command in group.items():
             if isinstance(command, click.Group):
-                out |= leaves(command, (*path, name))
+                out |= leaves(command.commands, (*path, name))
             else:
                 out[" ".join((*path, name))] = command
         return out
 
-    commands = leaves(main)
+    commands = leaves(all_commands())
     assert sorted(EXAMPLES) == sorted(commands)  # every command, and no example of a command that is gone
     for name, command in commands.items():
         options = {opt for p in command.params for opt in (*p.opts, *p.secondary_opts)}

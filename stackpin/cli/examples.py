@@ -57,11 +57,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 }
 
 
-def add_examples(group: click.Group, path: tuple[str, ...] = ()) -> None:
-    """Every command's --help ends with its examples (kept as click wrote the rest)."""
-    for name, command in group.commands.items():
-        here = (*path, name)
-        if isinstance(command, click.Group):
-            add_examples(command, here)
-        elif (lines := EXAMPLES.get(" ".join(here))) is not None:
-            command.epilog = "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
+def add_examples(command: click.Command, path: tuple[str, ...]) -> None:
+    """`command`'s --help ends with its examples (kept as click wrote the rest); a group's subcommands' too."""
+    if isinstance(command, click.Group):
+        for name, sub in command.commands.items():
+            add_examples(sub, (*path, name))
+    elif (lines := EXAMPLES.get(" ".join(path))) is not None:
+        command.epilog = "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)

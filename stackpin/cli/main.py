@@ -2,27 +2,53 @@
 
 from __future__ import annotations
 
+import importlib
+
 import click
 
-from stackpin.cli.autotune import autotune
-from stackpin.cli.bench import bench
-from stackpin.cli.deploy import apply, status
-from stackpin.cli.diff import diff, show
-from stackpin.cli.engines import engines
-from stackpin.cli.examples import add_examples
-from stackpin.cli.history import history, promote, rollback
-from stackpin.cli.importcmd import import_
-from stackpin.cli.lock import lock
-from stackpin.cli.plan import plan
-from stackpin.cli.plot import plot
-from stackpin.cli.render import render
-from stackpin.cli.reportpage import report
-from stackpin.cli.sim import sim
-from stackpin.cli.trace import trace
-from stackpin.cli.validate import rules, schema, validate
+# Every command, by the module that defines it: only the command run is imported (its click definitions
+# and what they import), not all twenty. Groups' subcommands defined elsewhere are added on load.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "validate": ("stackpin.cli.validate", "validate"), "rules": ("stackpin.cli.validate", "rules"),
+    "schema": ("stackpin.cli.validate", "schema"), "lock": ("stackpin.cli.lock", "lock"),
+    "render": ("stackpin.cli.render", "render"), "diff": ("stackpin.cli.diff", "diff"),
+    "show": ("stackpin.cli.diff", "show"), "promote": ("stackpin.cli.history", "promote"),
+    "history": ("stackpin.cli.history", "history"), "rollback": ("stackpin.cli.history", "rollback"),
+    "apply": ("stackpin.cli.deploy", "apply"), "status": ("stackpin.cli.deploy", "status"),
+    "autotune": ("stackpin.cli.autotune", "autotune"), "engines": ("stackpin.cli.engines", "engines"),
+    "bench": ("stackpin.cli.bench", "bench"), "trace": ("stackpin.cli.trace", "trace"),
+    "sim": ("stackpin.cli.sim", "sim"), "plan": ("stackpin.cli.plan", "plan"),
+    "report": ("stackpin.cli.reportpage", "report"), "import": ("stackpin.cli.importcmd", "import_"),
+}
+SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {"bench": (("stackpin.cli.plot", "plot"),)}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class LazyGroup(click.Group):
+    """The top-level group: commands are imported when run, listed (--help, completion) by name."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:  # noqa: ARG002 - click's signature
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:  # noqa: ARG002 - click's
+        if cmd_name not in self.commands and cmd_name in COMMANDS:
+            self.add_command(load_command(cmd_name), cmd_name)
+        return self.commands.get(cmd_name)
+
+
+def load_command(name: str) -> click.Command:
+    """The command `name` of COMMANDS, with its subcommands from other modules and its examples."""
+    from stackpin.cli.examples import add_examples
+
+    module, attribute = COMMANDS[name]
+    command: click.Command = getattr(importlib.import_module(module), attribute)
+    if isinstance(command, click.Group):
+        for sub_module, sub_attribute in SUBCOMMANDS.get(name, ()):
+            command.add_command(getattr(importlib.import_module(sub_module), sub_attribute))
+    add_examples(command, (name,))
+    return command
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="stackpin")
 @click.option("--color", type=click.Choice(["auto", "always", "never"]), default="auto", show_default=True,
               help="Colour in text output: auto is on a terminal unless $NO_COLOR is set (https://no-color.org).")
@@ -43,14 +69,8 @@ def main(ctx: click.Context, color: str) -> None:
         os.environ["FORCE_COLOR"] = "1"
 
 
-# Command groups live in their own modules; importing them costs only their click definitions.
-for _command in (validate, lock, render, diff, show, promote, history, rollback, apply, status, autotune, engines,
-                 schema, rules, bench):
-    main.add_command(_command)
-main.add_command(trace)
-main.add_command(sim)
-main.add_command(plan)
-main.add_command(report)
-main.add_command(import_)
-bench.add_command(plot)
-add_examples(main)
+def all_commands() -> dict[str, click.Command]:
+    """Every command loaded (for tests and tools that walk them all)."""
+    for name in COMMANDS:
+        main.get_command(click.Context(main), name)
+    return dict(main.commands)
