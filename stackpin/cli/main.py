@@ -12,6 +12,7 @@ from stackpin.cli.engines import engines
 from stackpin.cli.examples import add_examples
 from stackpin.cli.history import history, promote, rollback
 from stackpin.cli.importcmd import import_
+from stackpin.cli.init import init
 from stackpin.cli.lock import lock
 from stackpin.cli.plan import plan
 from stackpin.cli.plot import plot
@@ -52,5 +53,6 @@ main.add_command(sim)
 main.add_command(plan)
 main.add_command(report)
 main.add_command(import_)
+main.add_command(init)
 bench.add_command(plot)
 add_examples(main)
