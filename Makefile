@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACKPIN := $(BIN)/stackpin
 PROFILES := profiles
 
-.PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench test bench lint schema docs crds clean
+.PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench test bench lint schema examples docs crds clean
 
 $(BIN)/stackpin: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -96,6 +96,15 @@ lint: setup
 # Regenerate the checked-in JSON Schema and profile reference from the models.
 schema: setup
 	$(STACKPIN) schema > schema/stackprofile.schema.json
+	$(MAKE) --no-print-directory examples
+
+# The packaged copies of profiles/ and schema/ that `stackpin init` writes from (tests/test_examples.py
+# holds them byte for byte equal to these).
+examples:
+	rm -rf stackpin/examples/profiles stackpin/examples/schema
+	mkdir -p stackpin/examples/profiles stackpin/examples/schema
+	cp -R $(PROFILES)/. stackpin/examples/profiles/
+	cp schema/stackprofile.schema.json stackpin/examples/schema/
 docs: setup
 	$(BIN)/python scripts/gen_profile_reference.py > docs/profile-reference.md
 

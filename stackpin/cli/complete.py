@@ -1,8 +1,9 @@
-"""Shell completion of what is on disk: deployment names, and their revisions where an argument takes
-DEPLOYMENT@N (click's completion: `eval "$(_STACKPIN_COMPLETE=bash_source stackpin)"`,
-docs/getting-started.md#command-line-conventions).
+"""Shell completion of what is on disk: deployment names, their revisions where an argument takes
+DEPLOYMENT@N, and the packaged example profiles `init --from` takes (click's completion:
+`eval "$(_STACKPIN_COMPLETE=bash_source stackpin)"`, docs/getting-started.md#command-line-conventions).
 
-A completion reads directory names only, never a revision's contents: it runs on every Tab.
+A completion reads directory and file names only, never a revision's or a profile's contents: it runs on
+every Tab.
 """
 
 from __future__ import annotations
@@ -39,3 +40,10 @@ def revisions(ctx: click.Context, _param: click.Parameter, incomplete: str) -> l
     """DEPLOYMENT@N for every revision on disk (NAMESPACE/NAME@PLATFORM@N, as `rpartition("@")` reads it)."""
     found = [f"{key}@{n}" for key, numbers in _found(ctx, numbers=True) for n in numbers]
     return [CompletionItem(text) for text in found if text.startswith(incomplete)]
+
+
+def examples(_ctx: click.Context, _param: click.Parameter, incomplete: str) -> list[CompletionItem]:
+    """The packaged example profiles `stackpin init --from` takes (file names only, nothing parsed)."""
+    from stackpin.examples.packaged import example_names
+
+    return [CompletionItem(name) for name in example_names() if name.startswith(incomplete)]

@@ -10,6 +10,8 @@ PROFILE = "profiles/deepseek-v4.1-flash/gb300-tuned.yaml"
 DEPLOYMENT = "dynamo/dsv41-flash@gb300-nvl72"
 
 EXAMPLES: dict[str, tuple[str, ...]] = {
+    "init": ("stackpin init stacks/ --from gb200-tuned --name rack7",
+             "stackpin init --list"),
     "validate": ("stackpin validate profiles/ --fail-on warning",
                  "stackpin validate --upgrade-to vllm==0.33.0 profiles/",
                  "stackpin validate --manifests manifests/"),

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("stackpin.cli.bench", "bench"), "trace": ("stackpin.cli.trace", "trace"),
     "sim": ("stackpin.cli.sim", "sim"), "plan": ("stackpin.cli.plan", "plan"),
     "report": ("stackpin.cli.reportpage", "report"), "import": ("stackpin.cli.importcmd", "import_"),
+    "init": ("stackpin.cli.init", "init"),
 }
 SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {"bench": (("stackpin.cli.plot", "plot"),)}
 
