@@ -221,3 +221,10 @@ def test_flux_ignore_rules_keep_the_deployment_directory(tmp_path: Path) -> None
                           capture_output=True, text=True).stdout.splitlines()
     assert set(kept) == {n for n in repo_files() if n.startswith("deployments/")}
     assert f"{DEPLOYMENT_DIR}/kustomization.yaml" in kept
+
+
+def test_docs_show_the_files_as_they_are() -> None:
+    """docs/gitops.md shows each example whole, so what a reader copies is what the tests checked."""
+    doc = (ROOT / "docs" / "gitops.md").read_text(encoding="utf-8")
+    for path in (ARGOCD, FLUX):
+        assert f"```yaml\n{path.read_text(encoding='utf-8')}```\n" in doc, path.name
