@@ -34,7 +34,8 @@ def _paths(paths: StrPath | Iterable[StrPath]) -> list[str]:
 def validate_profiles(paths: StrPath | Iterable[StrPath], *, upgrade_to: str | None = None) -> CheckResult:
     """`stackpin validate`: every profile (a directory stands for the profiles in it), its findings and
     summary. Unreadable input in one file is in `input_errors` and does not hide the others' findings.
-    `upgrade_to` (a vLLM version, `0.33.0`): report what moving each profile to it breaks or changes."""
+    `upgrade_to` (a vLLM version, `0.33.0` or `vllm==0.33.0`): report what moving each profile to it
+    breaks or changes instead."""
     from stackpin.errors import StackpinError
     from stackpin.validate.check import check_profiles, expand_profile_args
     from stackpin.validate.upgrade import parse_target
@@ -42,7 +43,7 @@ def validate_profiles(paths: StrPath | Iterable[StrPath], *, upgrade_to: str | N
     target = None
     if upgrade_to is not None:
         try:
-            target = parse_target(f"vllm=={upgrade_to}")
+            target = parse_target(upgrade_to if upgrade_to.startswith("vllm==") else f"vllm=={upgrade_to}")
         except ValueError:
             raise StackpinError(f"upgrade_to={upgrade_to!r} is not a vLLM version such as 0.33.0") from None
     return check_profiles(expand_profile_args(_paths(paths)), upgrade_to=target)
