@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from stackpin.diff.engine import diff_stacks
-from stackpin.diff.inputs import RevisionLock, load_stack, lock_of, stack_of_lock
+from stackpin.diff.inputs import RevisionLock, Stack, load_stack, lock_of, stack_of_lock
 from stackpin.diff.model import StackDiff
 from stackpin.lock.lockfile import StackLock
 
@@ -16,6 +16,12 @@ def diff_sources(a: str, b: str, *, manifests: bool = False, lockdir: Path = Pat
     With `manifests`, also render both (a profile renders from its current lock in `lockdir`)."""
     stack_a = load_stack(a, lockdir=lockdir, revision_lock=revision_lock, cwd=cwd)
     stack_b = load_stack(b, lockdir=lockdir, revision_lock=revision_lock, cwd=cwd)
+    return diff_loaded(stack_a, stack_b, manifests=manifests, lockdir=lockdir, cwd=cwd)
+
+
+def diff_loaded(stack_a: Stack, stack_b: Stack, *, manifests: bool = False, lockdir: Path = Path("lockfiles"),
+                cwd: Path | None = None) -> StackDiff:
+    """Two sides already in hand (`load_stack`, `stack_of_lock`): the Python API mixes locks and inputs."""
     rendered = None
     if manifests:
         from stackpin.diff.manifests import manifest_diff  # render's builder loads only for --manifests

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import (
@@ -23,10 +24,17 @@ from stackpin.validate import Severity, run_rules
 from stackpin.validate.check import duplicate_names
 
 
+class Locked(NamedTuple):
+    """One lockfile written: where, and the lock it holds."""
+
+    path: Path
+    lock: StackLock
+
+
 def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mirrors: Mapping[str, str] | None = None,
              oci_layout: str | None = None, hf_cache: str | None = None, hf_endpoint: str | None = None,
              docker_config: str | None = None, timeout: float | None = None,
-             on_note: Callable[[str], None] | None = None) -> list[tuple[Path, StackLock]]:
+             on_note: Callable[[str], None] | None = None) -> list[Locked]:
     deadline_at = None if timeout is None else time.monotonic() + timeout
     loaded = load_profiles(paths)
     names = [item.profile.name for item in loaded]
@@ -74,4 +82,4 @@ def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mir
     if errors:
         raise StackMismatch("\n".join(str(f) for f in errors) + "\nnot locked: fix the errors above")
     # Everything resolved: only now touch the lock directory, all files or none.
-    return list(zip(write_locks(locks, lockdir), locks, strict=True))
+    return [Locked(path, lock) for path, lock in zip(write_locks(locks, lockdir), locks, strict=True)]

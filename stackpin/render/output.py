@@ -26,6 +26,14 @@ class RenderedStack:
     name: str
     files: dict[str, str]  # file name -> text, names sorted
 
+    def objects(self) -> list[dict[str, Any]]:
+        """The Kubernetes objects, parsed back from their files in file order (the kustomization left out);
+        `_dump_checked` made sure each file parses back to exactly the object built."""
+        import yaml
+
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        return [yaml.load(text, Loader=loader) for name, text in self.files.items() if name != KUSTOMIZATION]
+
 
 def file_name(obj: dict[str, Any]) -> str:
     return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
