@@ -197,7 +197,7 @@ def rollout(path: Path, a: Side, b: Side, catalog: Catalog) -> Rollout:
     if head == ("spec", "mirrors"):
         return _none("where lock resolves images; the digests decide what runs")
     if head == ("spec", "acknowledge"):
-        return _none("validation only: which warnings are accepted; not locked, hashed or rendered")
+        return _none("validation only: not locked, hashed or rendered")
     if head == ("spec", "catalogPath"):
         return _none("where stackpin reads engine catalogs and pins; the pinned releases decide what runs")
     if head == ("spec", "attestation"):

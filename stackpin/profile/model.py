@@ -408,8 +408,9 @@ RULE_CODE_PATTERN = r"^SP[0-9]{3}$"
 class Acknowledgement(_Model):
     """A validation finding the stack's owners accept on purpose, with why (eslint-disable with a reason)."""
 
-    rule: Annotated[str, Field(pattern=RULE_CODE_PATTERN, description="The rule's code (`stackpin rules`). A "
-                               "warning or info rule; an error is never acknowledged.")]
+    rule: Annotated[str, Field(pattern=RULE_CODE_PATTERN, description="The rule's code. Its warnings and infos "
+                               "are accepted, never an error: a stack that fails to start (`stackpin rules -o json` "
+                               "says which rules can be acknowledged).")]
     reason: Annotated[str, Field(min_length=1, max_length=500, description="Why the finding is accepted: printed "
                                  "beside it. Line breaks fold into spaces.")]
     where: Annotated[str, Field(min_length=1, max_length=300)] | None = Field(

@@ -10,7 +10,6 @@ one that matches nothing is SP251, so that acknowledgements do not outlive their
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterator, Sequence
 from typing import cast
 
@@ -50,9 +49,7 @@ def matches(ack: Acknowledgement, finding: Finding) -> bool:
 def _static_problem(ack: Acknowledgement, earlier: Sequence[Acknowledgement]) -> str | None:
     found = RULES.get(ack.rule)
     if found is None:
-        close = difflib.get_close_matches(ack.rule, list(RULES), n=1)
-        return f"{ack.rule} is not a rule code" + (f" (did you mean {close[0]}?)" if close else "") + (
-            "; `stackpin rules` lists them")
+        return f"{ack.rule} is not a rule code; `stackpin rules` lists them"
     if found.refuse_ack is not None:
         return f"{ack.rule} ({found.title}) cannot be acknowledged: {found.refuse_ack}"
     if any((a.rule, a.where) == (ack.rule, ack.where) for a in earlier):
