@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -157,7 +159,7 @@ R = "spec.acknowledge[0].rule"
     ({"rule": "SP999", "reason": REASON}, "rule", R, "SP999 is not a rule code; `stackpin rules` lists them"),
     ({"rule": "SP12", "reason": REASON}, "rule", "spec.acknowledge.0.rule", "String should match pattern"),
     ({"rule": "SP131", "reason": REASON}, "rule", R,
-     "SP131 (weights do not fit on the GPU) cannot be acknowledged: an error: the stack fails to start"),
+     "SP131 (weights do not fit on the GPU) cannot be acknowledged: it is an error, a stack that fails to start"),
     ({"rule": "SP222", "reason": REASON}, "rule", R, "its warning too is a worker that fails at start"),
     ({"rule": "SP242", "reason": REASON}, "rule", R, "it reports only under `validate --upgrade-to`"),
     ({"rule": "SP251", "reason": REASON}, "rule", R, "remove the stale one instead"),
@@ -304,3 +306,24 @@ def test_line_of_agrees_with_ack_line(tmp_path: Path) -> None:
     loaded = load_profile(path)
     assert str(loaded.locate(("spec", "acknowledge", 0, "rule"))) == ack_line(path)
     assert line_of(dump(tp8()), "spec.service")[0] < int(ack_line(path).split(":")[-2])
+
+
+# --- the docs -------------------------------------------------------------------------------------
+
+GUIDE = ROOT / "docs" / "getting-started.md"
+SECTION = GUIDE.read_text(encoding="utf-8").split("### Accept a warning on purpose")[1].split("\n## ")[0]
+RUN = re.compile(r"^```\n\$ stackpin (?P<cmd>[^\n]*)\n(?P<out>.*?)\$ echo \$\?\n(?P<rc>\d+)\n```$",
+                 re.MULTILINE | re.DOTALL)
+RUNS = [(m["cmd"], m["out"], int(m["rc"])) for m in RUN.finditer(SECTION)]
+
+
+def test_the_guide_shows_the_runs() -> None:
+    assert len(RUNS) == 3
+
+
+@pytest.mark.parametrize(("cmd", "out", "rc"), RUNS, ids=[c for c, _, _ in RUNS])
+def test_the_guide_shows_what_stackpin_prints(cmd: str, out: str, rc: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(ROOT)
+    result = invoke(*shlex.split(cmd))
+    assert result.exit_code == rc, result.output
+    assert [line.rstrip() for line in result.output.splitlines()] == out.splitlines()

@@ -113,7 +113,7 @@ class Rule:
 
 
 RULES: dict[str, Rule] = {}
-ERROR_NOT_ACKNOWLEDGED = "an error: the stack fails to start or does not run what it says; fix it instead"
+ERROR_NOT_ACKNOWLEDGED = "it is an error, a stack that fails to start or does not run what it says; fix it instead"
 
 
 def rule(code: str, severity: Severity, title: str, *, warning_when: str | None = None,

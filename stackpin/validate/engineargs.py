@@ -246,7 +246,7 @@ def _choices(catalog: FlagCatalog, use: OptionUse) -> tuple[tuple[str, ...] | No
 
 
 @rule("SP222", Severity.error, "engine flag value outside its choices",
-      warning_when="the engine, not argparse, checks the value (at start)",
+      warning_when="only the engine checks the value, at start",
       acknowledge="its warning too is a worker that fails at start; fix the value instead")
 def flag_choice(ctx: Context) -> Iterator[Hit]:
     for p in _all(ctx):
