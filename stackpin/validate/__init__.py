@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -117,7 +118,7 @@ ERROR_NOT_ACKNOWLEDGED = "it is an error, a stack that fails to start or does no
 
 
 def rule(code: str, severity: Severity, title: str, *, warning_when: str | None = None,
-         reads_findings: bool = False, acknowledge: bool | str | None = None) -> Callable[[Check], Check]:
+         reads_findings: bool = False, acknowledge: Literal[True] | str | None = None) -> Callable[[Check], Check]:
     """Register a rule. `acknowledge`: True where spec.acknowledge may accept its findings, or why not.
     By default an error rule's may not (ERROR_NOT_ACKNOWLEDGED) and a warning or info rule's may; an
     error rule allows it only for the warnings `warning_when` describes, where the stack still starts."""
@@ -127,7 +128,7 @@ def rule(code: str, severity: Severity, title: str, *, warning_when: str | None 
         if acknowledge is None:
             refuse = ERROR_NOT_ACKNOWLEDGED if severity == Severity.error else None
         else:
-            refuse = None if acknowledge is True else str(acknowledge) or ERROR_NOT_ACKNOWLEDGED
+            refuse = None if acknowledge is True else acknowledge
         if refuse is None and severity == Severity.error and warning_when is None:
             raise RuntimeError(f"{code}: an error rule is acknowledgeable only for the warnings it says it gives")
         RULES[code] = Rule(code, severity, title, fn, warning_when, reads_findings, refuse)

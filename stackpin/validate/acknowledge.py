@@ -1,8 +1,8 @@
 """spec.acknowledge: warnings a stack's owners accept on purpose, each with its reason.
 
 An acknowledged finding is still reported, marked with its reason, and not counted by `--fail-on`.
-Errors never are: an error is a stack that fails to start or does not run what it says, and lock and
-render refuse it whatever the profile says. An error rule whose hits are warnings in some stacks
+Errors never are: an error is a stack that fails to start or does not run what it says, and `stackpin
+lock` refuses it whatever the profile says. An error rule whose hits are warnings in some stacks
 (`Rule.warning_when`: SP121 on multi-node NVLink) may be acknowledged for those hits only. An
 acknowledgement of an unknown or error-only code, or one that meets an error, is refused (exit 2);
 one that matches nothing is SP251, so that acknowledgements do not outlive their reason.
