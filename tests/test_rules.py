@@ -373,7 +373,8 @@ def _findings(tmp_path: Path, case: Case, mutations: dict[str, Any]) -> tuple[li
 
 
 def test_every_rule_has_cases() -> None:
-    registered = {r.code for r in all_rules()}
+    # SP251 reads the other rules' findings (a stale spec.acknowledge entry): tests/test_acknowledge.py.
+    registered = {r.code for r in all_rules()} - {"SP251"}
     tested = {c.code for c in CASES}
     assert registered - tested == set(), "rules without a trigger/ok case in tests/test_rules.py"
     assert tested - registered == set(), "cases for rules that are not registered"
@@ -382,11 +383,11 @@ def test_every_rule_has_cases() -> None:
 
 def test_default_severities_match_registry() -> None:
     """A row that expects the rule's own severity documents it; overrides are the labelled rows."""
-    severities = {r.code: str(r.severity) for r in all_rules()}
+    rules = {r.code: r for r in all_rules()}
     for case in CASES:
-        if case.code in ("SP121", "SP141", "SP142", "SP225", "SP241") and case.severity == "warning":
-            continue  # lowered per hit (NVL72 / declared emulation / a switch that agrees / a Dynamo ships it)
-        assert severities[case.code] == case.severity, _id(case)
+        if rules[case.code].warning_when and case.severity == "warning":
+            continue  # lowered per hit, where the rule says (NVL72, declared emulation, ...)
+        assert str(rules[case.code].severity) == case.severity, _id(case)
 
 
 @pytest.mark.parametrize("case", CASES, ids=_id)

@@ -29,10 +29,11 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
-def _verdict(errors: int, warnings: int) -> tuple[str, str]:
-    """(text, colour of its first part) of the result cell."""
+def _verdict(errors: int, warnings: int, acknowledged: int = 0) -> tuple[str, str]:
+    """(text, colour of its first part) of the result cell; acknowledged findings apart from the count."""
     text, color = (f"{errors} error(s)", "red") if errors else ("ok", "green")
-    return (f"{text}, {warnings} warning(s)" if warnings else text), color
+    text = f"{text}, {warnings} warning(s)" if warnings else text
+    return (f"{text}, {acknowledged} acknowledged" if acknowledged else text), color
 
 
 def table_rows(result: CheckResult) -> list[tuple[list[str], str | None]]:
@@ -41,7 +42,7 @@ def table_rows(result: CheckResult) -> list[tuple[list[str], str | None]]:
     rows: list[tuple[list[str], str | None]] = []
     for report in result.reports:
         s = report.summary
-        verdict, color = _verdict(report.count(Severity.error), report.count(Severity.warning))
+        verdict, color = _verdict(report.count(Severity.error), report.count(Severity.warning), report.acknowledged)
         for i, pool in enumerate(s.pools):
             first = i == 0
             rows.append(([s.name if first else "", s.platform if first else "",
@@ -80,7 +81,9 @@ def print_reports(result: CheckResult) -> None:
         if report.upgrade and not report.findings:
             click.echo("  nothing in this profile breaks or changes meaning")
         for finding in report.findings:
-            click.echo("  " + click.style(str(finding), fg=_COLOR[finding.severity]))
+            # An acknowledged finding stays in view, dimmed: it no longer asks for anything.
+            dim = finding.acknowledged is not None
+            click.echo("  " + click.style(str(finding), fg=_COLOR[finding.severity], dim=dim))
     if not result.reports:
         return
     for text in table_lines(table_rows(result)):

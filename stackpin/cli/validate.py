@@ -20,7 +20,8 @@ from stackpin.cli.common import OUTPUT, emit, fail, user_errors
                    "and backends, changed defaults it relies on, an autotune cache X will not read, the Dynamo "
                    "release that ships X) instead of validating it as pinned.")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="error", show_default=True,
-              help="Lowest severity that makes the command exit 1.")
+              help="Lowest severity that makes the command exit 1; findings the profile acknowledges "
+                   "(spec.acknowledge) do not count.")
 @OUTPUT
 @user_errors
 def validate(paths: tuple[str, ...], manifests: bool, upgrade_to: str | None, fail_on: str, output: str) -> None:
@@ -28,7 +29,8 @@ def validate(paths: tuple[str, ...], manifests: bool, upgrade_to: str | None, fa
     with --upgrade-to vllm==X, report what moving them to vLLM X breaks or changes; with --manifests,
     check rendered manifests instead.
 
-    Exit 0 when no finding reaches --fail-on, 1 when one does, 2 on unreadable or malformed input.
+    Exit 0 when no finding reaches --fail-on (acknowledged ones do not), 1 when one does, 2 on
+    unreadable or malformed input.
     """
     if not paths:
         raise click.UsageError("give at least one profile or directory (or --manifests DIR|FILE...)")
@@ -97,9 +99,11 @@ def rules(output: str) -> None:
     """List the validation rules with their stable codes."""
     from stackpin.validate import all_rules
 
-    table = [{"code": r.code, "severity": str(r.severity), "title": r.title} for r in all_rules()]
+    table = [{"code": r.code, "severity": str(r.severity), "title": r.title, "warningWhen": r.warning_when,
+              "acknowledgeable": r.acknowledgeable} for r in all_rules()]
     if output == "text":
         for row in table:
-            click.echo(f"{row['code']}  {row['severity']:<7}  {row['title']}")
+            lowered = f" (a warning when {row['warningWhen']})" if row["warningWhen"] else ""
+            click.echo(f"{row['code']}  {row['severity']:<7}  {row['title']}{lowered}")
     else:
         emit(table, output)

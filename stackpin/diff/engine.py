@@ -28,6 +28,7 @@ from stackpin.diff.model import (
     worst,
 )
 from stackpin.lock.lockfile import StackLock, effective_profile
+from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import topology_of
 
 Path = tuple[str, ...]
@@ -40,6 +41,12 @@ def pins_of(lock: StackLock) -> dict[str, Any]:
     """What a lock pins, as compared: images, model revision, autotune cache; no provenance."""
     data = lock.resolved.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"engines"})
     return {k: _without(v, _DERIVED) for k, v in data.items()}
+
+
+def _acknowledged(profile: StackProfile) -> dict[str, Any]:
+    """spec.acknowledge, which the effective profile leaves out (it changes nothing that runs)."""
+    return {"acknowledge": [ack.model_dump(mode="json", by_alias=True, exclude_none=True)
+                            for ack in profile.spec.acknowledge]}
 
 
 def _without(data: Any, keys: set[str]) -> Any:
@@ -71,6 +78,8 @@ def diff_stacks(a: Stack, b: Stack, *, manifests: ManifestDiff | None = None,
     side_a = Side(a.profile, a.lock, topology_of(a.profile, catalog))
     side_b = Side(b.profile, b.lock, topology_of(b.profile, catalog))
     raw = list(walk(effective_profile(a.profile), effective_profile(b.profile)))
+    if a.lock is None and b.lock is None:  # a lock does not carry spec.acknowledge: compared between profiles
+        raw += list(walk(_acknowledged(a.profile), _acknowledged(b.profile), ("spec",)))
     pins_compared = a.lock is not None and b.lock is not None
     if a.lock is not None and b.lock is not None:
         raw += [(("resolved",) + p, kind, old, new) for p, kind, old, new in walk(pins_of(a.lock), pins_of(b.lock))]

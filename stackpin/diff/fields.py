@@ -92,6 +92,7 @@ _GROUPS: tuple[tuple[Path, GroupId], ...] = (
     (("spec", "mirrors"), GroupId.pins),
     (("spec", "attestation"), GroupId.pins),  # whether each worker checks its pins before it starts
     (("spec", "catalogPath"), GroupId.pins),  # where this stack's engine catalogs and pins are read
+    (("spec", "acknowledge"), GroupId.metadata),  # which warnings validate accepts: about the stack, not in it
     (("resolved",), GroupId.pins),
 )
 
@@ -195,6 +196,8 @@ def rollout(path: Path, a: Side, b: Side, catalog: Catalog) -> Rollout:
         return _none("not rendered: the target validate sizes the stack for")
     if head == ("spec", "mirrors"):
         return _none("where lock resolves images; the digests decide what runs")
+    if head == ("spec", "acknowledge"):
+        return _none("validation only: not locked, hashed or rendered")
     if head == ("spec", "catalogPath"):
         return _none("where stackpin reads engine catalogs and pins; the pinned releases decide what runs")
     if head == ("spec", "attestation"):

@@ -160,8 +160,10 @@ def sha256(obj: Any) -> str:
 
 
 def effective_profile(profile: StackProfile) -> dict[str, Any]:
-    """The merged profile with every default filled in, as plain data (extends already applied)."""
-    return profile.model_dump(mode="json", by_alias=True, exclude={"extends"})
+    """The merged profile with every default filled in, as plain data (extends already applied). Without
+    spec.acknowledge: which warnings the owners accept changes nothing that runs, so it is neither locked
+    nor hashed, and acknowledging one needs no new lock."""
+    return profile.model_dump(mode="json", by_alias=True, exclude={"extends": True, "spec": {"acknowledge"}})
 
 
 def stack_digest(profile: dict[str, Any], resolved: ResolvedSection) -> str:

@@ -402,6 +402,42 @@ class Service(_Model):
     agents: PositiveInt
 
 
+RULE_CODE_PATTERN = r"^SP[0-9]{3}$"
+
+
+class Acknowledgement(_Model):
+    """A validation finding the stack's owners accept on purpose, with why (eslint-disable with a reason)."""
+
+    rule: Annotated[str, Field(pattern=RULE_CODE_PATTERN, description="The rule's code. Its warnings and infos "
+                               "are accepted, never an error: a stack that fails to start (`stackpin rules -o json` "
+                               "says which rules can be acknowledged).")]
+    reason: Annotated[str, Field(min_length=1, max_length=500, description="Why the finding is accepted: printed "
+                                 "beside it. Line breaks fold into spaces.")]
+    where: Annotated[str, Field(min_length=1, max_length=300)] | None = Field(
+        None, description="Narrows the acknowledgement to one pool (`worker`, `prefill`, `decode`: findings "
+        "under spec.placement.pools.ROLE) or to a field path as findings print it "
+        "(`spec.placement.pools.worker.tensorParallel`) and the fields under it; every finding of the rule "
+        "when unset.")
+
+    @field_validator("reason")
+    @classmethod
+    def _one_line(cls, reason: str) -> str:
+        # A finding prints on one line, its reason with it.
+        folded = " ".join(reason.split())
+        if not folded:
+            raise ValueError("a reason is required: say why the finding is accepted")
+        return folded
+
+    @field_validator("where")
+    @classmethod
+    def _where(cls, where: str | None) -> str | None:
+        if where is None or where in Pools.model_fields or (
+                where.startswith(("spec.", "metadata.")) and not any(c.isspace() for c in where)):
+            return where
+        raise ValueError(f"{clip(where)!r} is neither a pool ({', '.join(Pools.model_fields)}) nor a field path "
+                         "as findings print it (spec.FIELD...)")
+
+
 class Spec(_Model):
     model: ModelSpec
     target: Target
@@ -426,6 +462,11 @@ class Spec(_Model):
         "writes them) searched first for this stack's engine releases and version pins, before "
         "STACKPIN_CATALOG_PATH's and the bundled catalog; relative to the working directory, as "
         "STACKPIN_CATALOG_PATH's entries are.")
+    acknowledge: list[Acknowledgement] = Field(
+        default_factory=list, description="Warnings accepted on purpose, each with its reason: still reported, "
+        "marked acknowledged, and not counted by `validate --fail-on`. Validation only: not locked, hashed or "
+        "rendered. A profile that `extends:` a base and sets its own list replaces the base's (lists replace); "
+        "one that matches no finding is reported (SP251).")
 
     @field_validator("catalog_path")
     @classmethod

@@ -9,8 +9,9 @@ warning once the profile states the fallback explicitly).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,6 +34,15 @@ class Severity(StrEnum):
 _ORDER = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 
 
+class Acknowledged(BaseModel):
+    """The spec.acknowledge entry that accepts a finding: its reason and where it is written."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    reason: str
+    location: str
+
+
 class Finding(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -42,10 +52,17 @@ class Finding(BaseModel):
     message: str
     hint: str | None = None
     location: str
+    acknowledged: Acknowledged | None = None  # shown, but not counted by --fail-on
 
     def __str__(self) -> str:
         text = f"{self.location}: {self.severity} {self.code} {self.path}: {self.message}"
-        return f"{text} (hint: {self.hint})" if self.hint else text
+        text = f"{text} (hint: {self.hint})" if self.hint else text
+        return f"{text} (acknowledged: {self.acknowledged.reason})" if self.acknowledged else text
+
+    def counts(self, fail_on: Severity) -> bool:
+        """Whether this finding makes a check with --fail-on `fail_on` fail."""
+        levels = {Severity.error} if fail_on == Severity.error else {Severity.error, Severity.warning}
+        return self.acknowledged is None and self.severity in levels
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,8 @@ class Context:
     # During `validate --upgrade-to`: the profile as written; `profile` is then the one moved to the
     # target release (stackpin.validate.upgrade). None otherwise, and the upgrade rules stay silent.
     upgrade_from: StackProfile | None = None
+    # What the other rules found: set for the rules registered with reads_findings, which run after them.
+    findings: tuple[Finding, ...] | None = None
 
 
 Check = Callable[[Context], Iterable[Hit]]
@@ -83,16 +102,36 @@ class Rule:
     severity: Severity
     title: str
     check: Check
+    # An error rule whose hits are warnings in some stacks says when (`stackpin rules` shows it).
+    warning_when: str | None = None
+    reads_findings: bool = False  # runs after every other rule, with ctx.findings set
+    # Why spec.acknowledge may not accept its findings; None where it may (its warnings and infos).
+    refuse_ack: str | None = None
+
+    @property
+    def acknowledgeable(self) -> bool:
+        return self.refuse_ack is None
 
 
 RULES: dict[str, Rule] = {}
+ERROR_NOT_ACKNOWLEDGED = "it is an error, a stack that fails to start or does not run what it says; fix it instead"
 
 
-def rule(code: str, severity: Severity, title: str) -> Callable[[Check], Check]:
+def rule(code: str, severity: Severity, title: str, *, warning_when: str | None = None,
+         reads_findings: bool = False, acknowledge: Literal[True] | str | None = None) -> Callable[[Check], Check]:
+    """Register a rule. `acknowledge`: True where spec.acknowledge may accept its findings, or why not.
+    By default an error rule's may not (ERROR_NOT_ACKNOWLEDGED) and a warning or info rule's may; an
+    error rule allows it only for the warnings `warning_when` describes, where the stack still starts."""
     def register(fn: Check) -> Check:
         if code in RULES:
             raise RuntimeError(f"duplicate rule code {code}")
-        RULES[code] = Rule(code, severity, title, fn)
+        if acknowledge is None:
+            refuse = ERROR_NOT_ACKNOWLEDGED if severity == Severity.error else None
+        else:
+            refuse = None if acknowledge is True else acknowledge
+        if refuse is None and severity == Severity.error and warning_when is None:
+            raise RuntimeError(f"{code}: an error rule is acknowledgeable only for the warnings it says it gives")
+        RULES[code] = Rule(code, severity, title, fn, warning_when, reads_findings, refuse)
         return fn
 
     return register
@@ -101,6 +140,7 @@ def rule(code: str, severity: Severity, title: str) -> Callable[[Check], Check]:
 def _load_rules() -> None:
     # Importing the family modules registers their rules.
     from stackpin.validate import (  # noqa: F401
+        acknowledge,
         autotune,
         engineargs,
         graphs,
@@ -129,7 +169,7 @@ def context_for(profile: StackProfile, catalog: Catalog | None = None, *,
                    upgrade_from)
 
 
-def _dotted(path: FieldPath) -> str:
+def dotted(path: FieldPath) -> str:
     out = ""
     for part in path:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
@@ -139,22 +179,34 @@ def _dotted(path: FieldPath) -> str:
 def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None, *,
               autotune_cache: Sequence[ConfigDirectory] | None = None,
               upgrade_from: StackProfile | None = None) -> list[Finding]:
-    """All findings for one loaded profile, errors first, then by position in the file.
-    `autotune_cache`: the pinned cache's config directories where they are known (lock, render);
-    `upgrade_from`: the profile as written, when `loaded` is it moved to another release."""
+    """All findings for one loaded profile, errors first, then by position in the file, those that
+    spec.acknowledge accepts marked so. `autotune_cache`: the pinned cache's config directories where
+    they are known (lock, render); `upgrade_from`: the profile as written, when `loaded` is it moved to
+    another release. Raises InputError for an acknowledgement that may not stand (an unknown code, an
+    error)."""
     _load_rules()
-    keyed = []
+    from stackpin.validate.acknowledge import acknowledged, check_acknowledgements
+
+    check_acknowledgements(loaded)
+    keyed: list[tuple[tuple[int, str, int, int, str, str], Finding]] = []
     # The profile's own catalog directories (spec.catalogPath) are searched first by every rule.
     with profile_catalogs(loaded.profile.spec.catalog_path, str(loaded.locate(("spec", "catalogPath")))):
         ctx = context_for(loaded.profile, catalog, autotune_cache=autotune_cache, upgrade_from=upgrade_from)
-        for r in RULES.values():
-            for hit in r.check(ctx):
-                loc = loaded.locate(hit.path)
-                finding = Finding(code=r.code, severity=hit.severity or r.severity, path=_dotted(hit.path),
-                                  message=hit.message, hint=hit.hint, location=str(loc))
-                keyed.append(((_ORDER[finding.severity], loc.file, loc.line, loc.col, r.code, finding.path),
-                              finding))
-    return [finding for _, finding in sorted(keyed, key=lambda kv: kv[0])]
+        for after in (False, True):
+            if after:
+                ctx = replace(ctx, findings=tuple(finding for _, finding in keyed))
+            for r in RULES.values():
+                if r.reads_findings != after:
+                    continue
+                for hit in r.check(ctx):
+                    loc = loaded.locate(hit.path)
+                    finding = Finding(code=r.code, severity=hit.severity or r.severity, path=dotted(hit.path),
+                                      message=hit.message, hint=hit.hint, location=str(loc))
+                    keyed.append(((_ORDER[finding.severity], loc.file, loc.line, loc.col, r.code, finding.path),
+                                  finding))
+    findings = [finding for _, finding in sorted(keyed, key=lambda kv: kv[0])]
+    # During an upgrade an error the move causes is reported as it is, never refused for an acknowledgement.
+    return acknowledged(loaded, findings, refuse_errors=upgrade_from is None)
 
 
 def pool_path(role: Role) -> tuple[str, ...]:  # all keys: a FieldPath that joins with "."

@@ -23,7 +23,12 @@ class ProfileReport(BaseModel):
     upgrade: str | None = None  # "vllm 0.31.0 -> 0.33.0" when the findings are an upgrade's
 
     def count(self, severity: Severity) -> int:
-        return sum(1 for f in self.findings if f.severity == severity)
+        """Findings of this severity that count: not acknowledged (spec.acknowledge)."""
+        return sum(1 for f in self.findings if f.severity == severity and f.acknowledged is None)
+
+    @property
+    def acknowledged(self) -> int:
+        return sum(1 for f in self.findings if f.acknowledged is not None)
 
 
 class CheckResult(BaseModel):
@@ -33,8 +38,7 @@ class CheckResult(BaseModel):
     input_errors: tuple[str, ...]
 
     def failed(self, fail_on: Severity = Severity.error) -> bool:
-        levels = {Severity.error} if fail_on == Severity.error else {Severity.error, Severity.warning}
-        return any(f.severity in levels for r in self.reports for f in r.findings)
+        return any(f.counts(fail_on) for r in self.reports for f in r.findings)
 
 
 def duplicate_names(loaded: Sequence[LoadedProfile]) -> None:
@@ -64,11 +68,15 @@ def check_profiles(paths: Iterable[str | Path], upgrade_to: str | None = None) -
             errors.extend(exc.lines())
             continue
         loaded_all.append(loaded)
-        if upgrade_to is None:
-            findings, upgrade = run_rules(loaded), None
-        else:
-            findings = upgrade_findings(loaded, upgrade_to)
-            upgrade = f"vllm {loaded.profile.spec.versions.vllm} -> {upgrade_to}"
+        try:  # an acknowledgement that may not stand is bad input too
+            if upgrade_to is None:
+                findings, upgrade = run_rules(loaded), None
+            else:
+                findings = upgrade_findings(loaded, upgrade_to)
+                upgrade = f"vllm {loaded.profile.spec.versions.vllm} -> {upgrade_to}"
+        except InputError as exc:
+            errors.extend(exc.lines())
+            continue
         reports.append(ProfileReport(file=str(path), name=loaded.profile.name, summary=summarize(loaded.profile),
                                      findings=tuple(findings), upgrade=upgrade))
     try:

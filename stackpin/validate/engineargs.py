@@ -145,7 +145,8 @@ def unknown_flag(ctx: Context) -> Iterator[Hit]:
         yield Hit(p.path, f"{p.flag} is not an option of {p.catalog.name}: the engine refuses to start", hint)
 
 
-@rule("SP225", Severity.error, "engine flag stackpin sets from a modelled field")
+@rule("SP225", Severity.error, "engine flag stackpin sets from a modelled field",
+      warning_when="the flag repeats the value stackpin renders", acknowledge=True)
 def modelled_flag(ctx: Context) -> Iterator[Hit]:
     for p in _all(ctx):
         if (known := _known(p)) is None:
@@ -244,7 +245,9 @@ def _choices(catalog: FlagCatalog, use: OptionUse) -> tuple[tuple[str, ...] | No
             catalog.known.get(use.string) or catalog.known.get(use.flag))
 
 
-@rule("SP222", Severity.error, "engine flag value outside its choices")
+@rule("SP222", Severity.error, "engine flag value outside its choices",
+      warning_when="only the engine checks the value, at start",
+      acknowledge="its warning too is a worker that fails at start; fix the value instead")
 def flag_choice(ctx: Context) -> Iterator[Hit]:
     for p in _all(ctx):
         if (known := _plain(p)) is None or shape_problem(p, *known) is not None:

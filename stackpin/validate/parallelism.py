@@ -7,7 +7,8 @@ from collections.abc import Iterator
 from stackpin.validate import Context, Hit, Severity, pools, rule
 
 
-@rule("SP121", Severity.error, "tensor-parallel group spans nodes")
+@rule("SP121", Severity.error, "tensor-parallel group spans nodes",
+      warning_when="the platform has multi-node NVLink (NVL72)", acknowledge=True)
 def tp_spans_nodes(ctx: Context) -> Iterator[Hit]:
     per_node = ctx.topology.gpus_per_node
     for role, path, pool in pools(ctx):

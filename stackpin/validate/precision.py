@@ -41,12 +41,14 @@ def _precision_rule(fmt: str, ctx: Context) -> Iterator[Hit]:
                   "marlin/triton kernels, or use a GPU with native support")
 
 
-@rule("SP141", Severity.error, "FP8 on a GPU without native FP8")
+@rule("SP141", Severity.error, "FP8 on a GPU without native FP8",
+      warning_when="fallbacks.precisionEmulation declares it", acknowledge=True)
 def fp8(ctx: Context) -> Iterator[Hit]:
     yield from _precision_rule("fp8", ctx)
 
 
-@rule("SP142", Severity.error, "FP4 on a GPU without native FP4")
+@rule("SP142", Severity.error, "FP4 on a GPU without native FP4",
+      warning_when="fallbacks.precisionEmulation declares it", acknowledge=True)
 def fp4(ctx: Context) -> Iterator[Hit]:
     yield from _precision_rule("fp4", ctx)
 

@@ -30,6 +30,8 @@ from stackpin.validate.engineargs import field_path, renders
 _V = ("spec", "versions")
 # The moved profile's own pins disagree with its runtime image and with each other only because the move
 # rewrote them; SP241 says what to set instead, so these are not reported again.
+# SP241-SP243 report only under --upgrade-to: an acknowledgement of one would be stale (SP251) everywhere else.
+UPGRADE_ONLY = "it reports only under `validate --upgrade-to`: an acknowledgement of it is stale everywhere else"
 BOOKKEEPING = frozenset({"SP161", "SP162", "SP163", "SP164", "SP165"})
 _TARGET = re.compile(r"vllm==([0-9]+\.[0-9]+\.[0-9]+(?:[.-]?(?:post|rc|dev)[0-9]+)?)")
 
@@ -78,7 +80,8 @@ def _upgrade(ctx: Context) -> tuple[StackProfile, str, str] | None:
     return (ctx.upgrade_from, old, new) if old != new else None
 
 
-@rule("SP241", Severity.error, "no Dynamo release, or another one, ships the upgraded vLLM")
+@rule("SP241", Severity.error, "no Dynamo release, or another one, ships the upgraded vLLM",
+      warning_when="another Dynamo release ships it", acknowledge=UPGRADE_ONLY)
 def dynamo_release(ctx: Context) -> Iterator[Hit]:
     if (up := _upgrade(ctx)) is None:
         return
@@ -123,7 +126,8 @@ def _passed(catalog: FlagCatalog, flag: str, pool: Pool) -> bool:
     return any(catalog.canonical(f) == flag for f in pool.engine_args)
 
 
-@rule("SP242", Severity.warning, "default the upgraded vLLM changes that the profile relies on")
+@rule("SP242", Severity.warning, "default the upgraded vLLM changes that the profile relies on",
+      acknowledge=UPGRADE_ONLY)
 def changed_default(ctx: Context) -> Iterator[Hit]:
     if (up := _upgrade(ctx)) is None or ctx.vllm is None:
         return
@@ -153,7 +157,7 @@ def changed_default(ctx: Context) -> Iterator[Hit]:
                   _keep(flag, was, old_version, ctx.vllm))
 
 
-@rule("SP243", Severity.error, "pinned autotune cache the upgraded release will not read")
+@rule("SP243", Severity.error, "pinned autotune cache the upgraded release will not read", acknowledge=UPGRADE_ONLY)
 def cache_unread(ctx: Context) -> Iterator[Hit]:
     if (up := _upgrade(ctx)) is None:
         return
