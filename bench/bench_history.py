@@ -31,7 +31,7 @@ from stackpin.yamlio import create_exclusive
 ROOT = Path(__file__).resolve().parent.parent
 SIZES = (1, 100, 1000)
 AIM_MS = 500
-STACKPIN = [sys.executable, "-c", "from stackpin.cli.main import main; main()"]
+STACKPIN = [sys.executable, "-c", "from stackpin.cli.main import run; run()"]
 
 
 def build(root: Path, count: int) -> DeploymentKey:

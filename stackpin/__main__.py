@@ -1,5 +1,5 @@
 """`python -m stackpin`: the same CLI as the `stackpin` console script."""
 
-from stackpin.cli.main import main
+from stackpin.cli.main import run
 
-main()
+run()
