@@ -9,25 +9,18 @@ The extras' requirements are in pyproject.toml; tests/test_extras.py holds this 
 from __future__ import annotations
 
 import importlib.util
-from dataclasses import dataclass
 
 from stackpin.errors import StackpinError
 
-
-@dataclass(frozen=True)
-class Extra:
-    modules: tuple[str, ...]  # the import names its packages provide, all needed
-    enables: str  # what it is for (the README's and getting-started's table say the same)
-
-
-EXTRAS: dict[str, Extra] = {
-    "cluster": Extra(("kubernetes",), "apply, status, rollback --apply, diff against a live cluster"),
-    "plot": Extra(("matplotlib",), "bench plot, plan --chart"),
-    "report": Extra(("jinja2", "matplotlib"), "report (HTML page with its charts)"),
-    "manifests": Extra(("kubernetes_validate",), "validate --manifests: built-in kinds' schemas"),
-    "signing": Extra(("cryptography", "sshsig"), "signed revisions (--signing-key, --allowed-signers)"),
-    "tokenizer": Extra(("tokenizers",), "bench run --tokenizer"),
-    "sim": Extra(("aiconfigurator_core",), "sim --model aiconfigurator"),
+# extra -> the import names its packages provide (all needed), and what needs it.
+EXTRAS: dict[str, tuple[str, ...]] = {
+    "cluster": ("kubernetes",),  # apply, status, rollback --apply, diff DEPLOYMENT@live, history --cluster
+    "plot": ("matplotlib",),  # bench plot, plan --chart
+    "report": ("jinja2", "matplotlib"),  # report: the page's templates and its charts
+    "manifests": ("kubernetes_validate",),  # built-in kinds' schemas: validate --manifests, bench job, ...
+    "signing": ("cryptography", "sshsig"),  # --signing-key, --allowed-signers
+    "tokenizer": ("tokenizers",),  # bench run --tokenizer
+    "sim": ("aiconfigurator_core",),  # sim --model aiconfigurator
 }
 
 
@@ -38,7 +31,7 @@ class MissingExtra(StackpinError):
 
 def _missing(extra: str) -> list[str]:
     missing = []
-    for module in EXTRAS[extra].modules:
+    for module in EXTRAS[extra]:
         try:
             found = importlib.util.find_spec(module)  # finds without importing: the callers import lazily
         except ImportError:  # an import hook that refuses it

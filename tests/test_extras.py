@@ -116,12 +116,12 @@ def test_the_extras_table_matches_pyproject() -> None:
     core = _modules(_closure(PROJECT["dependencies"]))
     assert set(EXTRAS) | {"all", "test"} == set(OPTIONAL)
     assert OPTIONAL["all"] == [f"stackpin[{','.join(sorted(EXTRAS, key=list(EXTRAS).index))}]"]
-    for name, extra in EXTRAS.items():
+    for name, modules in EXTRAS.items():
         brought = _modules(_closure(OPTIONAL[name]))
         if not brought:
             pytest.skip(f"the `{name}` extra is not installed here: pip install -e '.[all,test]'")
-        assert set(extra.modules) <= brought, name
-        assert not set(extra.modules) & core, f"{name}: the core already brings {set(extra.modules) & core}"
+        assert set(modules) <= brought, name
+        assert not set(modules) & core, f"{name}: the core already brings {set(modules) & core}"
 
 
 def test_the_heavy_packages_are_extras() -> None:
@@ -196,7 +196,7 @@ def test_history_runs_without_extras(site: Path) -> None:
 
 
 def _needs(command: str, extra: str) -> str:
-    missing = ", ".join(EXTRAS[extra].modules)
+    missing = ", ".join(EXTRAS[extra])
     return f"error: `{command}` needs the `{extra}` extra ({missing} not installed): pip install 'stackpin[{extra}]'\n"
 
 
