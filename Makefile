@@ -7,10 +7,11 @@ PROFILES := profiles
 
 .PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench test bench lint schema examples docs crds clean
 
+# Every extra (stackpin/extras.py): the demo and the tests use them all. `pip install stackpin` alone is the core.
 $(BIN)/stackpin: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[all,test]'
 	@touch $@
 
 setup: $(BIN)/stackpin

@@ -42,6 +42,9 @@ def _block(words: tuple[str, ...], salt: str, name: str) -> tuple[str, ...]:
 def from_tokenizer(data: bytes, source: str) -> Vocabulary:
     """The single-token words of a tokenizer.json (the `tokenizers` library reads it as the model's own
     tokenizer does); refused in one line when it is not one, or keeps too few such words."""
+    from stackpin.extras import require
+
+    require("tokenizer")
     from tokenizers import Tokenizer
 
     if len(data) > MAX_TOKENIZER_BYTES:

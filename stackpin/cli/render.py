@@ -32,12 +32,16 @@ def render(inputs: tuple[str, ...], outdir: str, lockdir: str, check: bool, to_s
 
     from stackpin.errors import StackpinError
     from stackpin.render.output import check_stacks, load_inputs, render_stacks, stream, write_stacks
+    from stackpin.validate.manifests import builtin_schemas
 
     to_stdout = to_stdout or outdir == "-"
     if to_stdout and (check or output != "text"):
         raise StackpinError(f"--stdout prints the manifests themselves: not with {'--check' if check else '-o'}")
     locks, whole = load_inputs(inputs, Path(lockdir), warn=lambda line: click.echo(f"warning: {line}", err=True))
     stacks = render_stacks(locks)
+    if not builtin_schemas():
+        click.echo("note: built-in kinds (the ConfigMaps) not checked against Kubernetes' schemas: that needs the "
+                   "`manifests` extra (pip install 'stackpin[manifests]')", err=True)
     if to_stdout:
         click.echo(stream(stacks), nl=False)
         return

@@ -69,8 +69,10 @@ def validate(paths: tuple[str, ...], manifests: bool, upgrade_to: str | None, fa
 def _validate_manifests(paths: tuple[str, ...], output: str) -> None:
     from pathlib import Path
 
+    from stackpin.extras import require
     from stackpin.validate.manifests import validate_paths
 
+    require("manifests", "stackpin validate --manifests")  # before any file is read: the same answer for every input
     errors = validate_paths([Path(p) for p in paths])
     if output == "text":
         for err in errors:

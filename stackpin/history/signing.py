@@ -9,7 +9,9 @@ and a revision signed with `ssh-keygen -Y sign -n stackpin -f KEY 000003.yaml` v
 signer's principal is the revision's author's e-mail (`Name <email>`; the whole author without one), as
 git takes the committer's. Signing uses the `cryptography` package; the signature's envelope, the
 check of a signature and the allowed-signers file are read with the `sshsig` package (maintained for
-dulwich, git's Python twin); neither is written here. Ed25519 and RSA keys (rsa-sha2-512).
+dulwich, git's Python twin); neither is written here. Ed25519 and RSA keys (rsa-sha2-512). Both are the
+`signing` extra: loading a key or an allowed-signers file, which every signature and check starts with,
+requires it.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stackpin.errors import StackpinError, clip
+from stackpin.extras import require
 from stackpin.yamlio import read_regular
 
 if TYPE_CHECKING:
@@ -114,6 +117,7 @@ class SigningKey:
 
 def load_signing_key(path: Path) -> SigningKey:
     """An Ed25519 or RSA private key in OpenSSH format (`ssh-keygen -t ed25519`); one-line errors."""
+    require("signing")
     from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat, load_ssh_private_key
 
@@ -217,6 +221,7 @@ class AllowedSigners:
 
 def load_allowed_signers(path: Path) -> AllowedSigners:
     """Read an allowed-signers file (bounded, regular); a line that does not parse is a one-line error."""
+    require("signing")
     from sshsig import PublicKey
     from sshsig.allowed_signers import AllowedSigner as Parsed
 

@@ -1,6 +1,6 @@
 """Matplotlib figures as deterministic PNG bytes: Agg backend, no timestamp or version in the metadata.
 
-matplotlib loads only here, inside functions: it costs a cold start about a second.
+matplotlib loads only here, inside functions: it costs a cold start about a second, and it is the `plot` extra.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ _METADATA: dict[str, str | None] = {"Software": "stackpin", "Creation Time": Non
 
 def new_figure(width: float = 8.0, height: float = 5.0) -> Figure:
     """A figure drawn by Agg whatever the environment's backend (no display here or in CI)."""
+    from stackpin.extras import require
+
+    require("plot")
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 

@@ -103,6 +103,9 @@ def _results(store: HistoryStore, key: DeploymentKey, revisions: Sequence[Revisi
 
 
 def build_report(store: HistoryStore, key: DeploymentKey, extra: Mapping[int, Sequence[Path]] = {}) -> Report:
+    from stackpin.extras import require
+
+    require("report")  # jinja2 and matplotlib, before any work
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
     revisions = store.revisions(key)

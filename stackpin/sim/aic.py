@@ -34,7 +34,12 @@ def mapping() -> dict[str, Any]:
 
 
 def installed_version() -> str | None:
-    """aiconfigurator-core's installed version, None when the `sim` extra is not installed."""
+    """aiconfigurator-core's installed version, None when the `sim` extra is not installed (or cannot be imported:
+    its metadata alone does not make it usable)."""
+    from stackpin.extras import have
+
+    if not have("sim"):
+        return None
     try:
         return importlib.metadata.version(mapping()["package"])
     except importlib.metadata.PackageNotFoundError:

@@ -3,8 +3,9 @@
 Custom resources (DynamoGraphDeployment, ComputeDomain) validate against the bundled CRDs'
 `openAPIV3Schema`, turned into JSON Schema that rejects unknown fields the way the API server's
 pruning plus `kubectl --validate=strict` does. Core kinds validate against the strict JSON schemas
-that kubernetes-validate ships for the newest Kubernetes version it knows. Each validator is built
-once per (apiVersion, kind).
+that kubernetes-validate ships for the newest Kubernetes version it knows (the `manifests` extra: without
+it, a built-in kind is refused naming the extra, or passes unchecked where the caller asks). Each validator
+is built once per (apiVersion, kind).
 
 Most objects are valid, so each is first checked by `quickcheck` (an exact yes/no, without importing
 jsonschema); jsonschema validates, and words the errors, only when that is not a plain yes.
@@ -25,6 +26,7 @@ import yaml
 
 from stackpin.catalog.version import parse_version
 from stackpin.errors import InputError, Location, Problem
+from stackpin.extras import have, require
 from stackpin.profile.k8s_names import DNS_LABEL_MAX, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_MAX, DNS_SUBDOMAIN_PATTERN
 
 if TYPE_CHECKING:
@@ -83,12 +85,21 @@ class ManifestError:
         return ": ".join(part for part in parts if part)
 
 
-def validate_objects(objects: Iterable[tuple[str, dict[str, Any]]]) -> list[ManifestError]:
-    """Validate (origin, object) pairs; errors come in input order, then sorted by path."""
+def validate_objects(objects: Iterable[tuple[str, dict[str, Any]]],
+                     builtin_optional: bool = False) -> list[ManifestError]:
+    """Validate (origin, object) pairs; errors come in input order, then sorted by path. Without the `manifests`
+    extra an object of any kind but the bundled CRDs' raises MissingExtra, or with `builtin_optional` passes
+    unchecked (render's check of what it built itself; the caller says so, see `builtin_schemas`)."""
     errors: list[ManifestError] = []
     for origin, obj in objects:
-        errors.extend(_validate_object(origin, obj))
+        errors.extend(_validate_object(origin, obj, builtin_optional))
     return errors
+
+
+@functools.cache
+def builtin_schemas() -> bool:
+    """Whether built-in kinds are checked: the `manifests` extra (kubernetes-validate's schemas) is installed."""
+    return have("manifests")
 
 
 def validate_paths(paths: list[Path]) -> list[ManifestError]:
@@ -155,7 +166,7 @@ def _load_documents(file: Path, problems: list[Problem]) -> list[tuple[str, dict
     return [(f"{file}#{index}", doc) for index, doc in enumerate(documents, 1) if doc is not None]
 
 
-def _validate_object(origin: str, obj: Any) -> list[ManifestError]:
+def _validate_object(origin: str, obj: Any, builtin_optional: bool = False) -> list[ManifestError]:
     if not isinstance(obj, dict):
         return [ManifestError(origin, "?", "", "not a Kubernetes object (expected a mapping)")]
     resource = _resource_name(obj)
@@ -164,6 +175,10 @@ def _validate_object(origin: str, obj: Any) -> list[ManifestError]:
         return [ManifestError(origin, resource, "", "apiVersion and kind must be set")]
     if kind == "Kustomization" and api_version.split("/")[0] == _KUSTOMIZE_GROUP:
         return []
+    if not builtin_schemas() and (api_version, kind) not in _crd_json_schemas():
+        if builtin_optional:
+            return []
+        require("manifests")
     validator = _validator(api_version, kind)
     if validator is None:
         return [ManifestError(origin, resource, "", f"no schema for {api_version}/{kind}")]
@@ -221,7 +236,7 @@ class _SchemaValidator:
 
 @functools.cache
 def _validator(api_version: str, kind: str) -> _SchemaValidator | None:
-    core = _core_schema(api_version, kind)
+    core = _core_schema(api_version, kind) if builtin_schemas() else None
     if core is not None:
         return _SchemaValidator(core, core=True)
     crd_schema = _crd_json_schemas().get((api_version, kind))
@@ -233,9 +248,10 @@ def _validator(api_version: str, kind: str) -> _SchemaValidator | None:
 @functools.cache
 def _core_schema_dir() -> Path:
     # Locate the package without importing it: its import pulls in more than we need.
+    require("manifests")
     spec = importlib.util.find_spec("kubernetes_validate")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("kubernetes-validate is not installed")
+        raise RuntimeError("kubernetes-validate is installed without its package directory")
     root = Path(next(iter(spec.submodule_search_locations))) / "kubernetes-json-schema"
     versions = [
         (parse_version(match.group(1)), entry)
