@@ -1,0 +1,40 @@
+"""The docs' runnable examples give the output they show (devkit/docrun.py; the convention: docs/README.md).
+
+One test per session (a marked block, or the blocks of one doc that share a `session`), so pytest-xdist spreads
+them over the workers. Each runs in a scratch copy of the repository's inputs under pytest's tmp_path and
+never writes into the checkout. A mismatch fails with a unified diff naming the doc and the block's line;
+`python scripts/update_docs.py` rewrites the block from a real run.
+
+Sessions that need what is missing here skip and say why: `sim` (the `sim` extra not installed), `cluster`
+(no kube-apiserver for tests/kube.py's envtest fixture). `slow` ones run too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devkit import docrun
+
+SESSIONS = docrun.sessions()
+
+
+def test_docs_have_runnable_blocks() -> None:
+    # The parse itself (markers, fences, `$ ` lines) is checked here; an unreadable marker fails the collection.
+    assert len(SESSIONS) >= 20, [s.id for s in SESSIONS]
+    assert {s.doc for s in SESSIONS} >= {"README.md", "docs/history.md", "docs/getting-started.md", "docs/plan.md"}
+
+
+@pytest.mark.parametrize("session", SESSIONS, ids=[s.id for s in SESSIONS])
+def test_doc_session(session: docrun.Session, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    kube: dict[str, str] | None = None
+    if "cluster" in session.needs:
+        envtest = request.getfixturevalue("envtest")
+        kube = {"KUBECONFIG": str(envtest.kubeconfig)}
+    reason = docrun.missing(session, cluster=kube is not None)
+    if reason:
+        pytest.skip(f"{session.id}: {reason}")
+    problems = [diff for ran in docrun.run_session(session, tmp_path, kube) if (diff := docrun.mismatch(ran))]
+    assert not problems, ("the doc does not show what its commands print (python scripts/update_docs.py "
+                          "rewrites it from a run):\n" + "\n\n".join(problems))
