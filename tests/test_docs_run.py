@@ -35,6 +35,11 @@ def test_doc_session(session: docrun.Session, tmp_path: Path, request: pytest.Fi
     reason = docrun.missing(session, cluster=kube is not None)
     if reason:
         pytest.skip(f"{session.id}: {reason}")
-    problems = [diff for ran in docrun.run_session(session, tmp_path, kube) if (diff := docrun.mismatch(ran))]
+    ran = docrun.run_session(session, tmp_path, kube)
+    problems = [diff for r in ran if (diff := docrun.mismatch(r))]
+    # An image a block draws is the one the doc shows: the same bytes (the charts are deterministic PNGs).
+    problems += [f"{r.block.where}: {image} differs from what the block draws"
+                 for r in ran for image in docrun.images(r.block)
+                 if (tmp_path / "repo" / image).read_bytes() != (docrun.ROOT / image).read_bytes()]
     assert not problems, ("the doc does not show what its commands print (python scripts/update_docs.py "
                           "rewrites it from a run):\n" + "\n\n".join(problems))
