@@ -348,7 +348,8 @@ def run_session(session: Session, base: Path, kube: dict[str, str] | None = None
     env_extra: dict[str, Any] = {}
     for block in session.blocks:
         copy.extend(rel for rel in _as_list(block.options.get("copy")) if rel not in copy)
-    scratch = Scratch(base, copy or COPY)
+    said = any("copy" in block.options for block in session.blocks)  # `copy: []`: an empty directory
+    scratch = Scratch(base, copy if said else COPY)
     ran: list[Ran] = []
     for block in session.blocks:
         if block.kind == "file":
