@@ -60,7 +60,9 @@ VARY = {
 }
 DEFAULT_TIMEOUT = 120
 
-_MARKER = re.compile(r"^(?P<indent>\s*)<!--\s*docs:(?P<body>.*)$")
+# Up to three spaces (a list item's marker); four would be an indented code block showing one.
+_MARKER = re.compile(r"^(?P<indent> {0,3})<!--\s*docs:(?P<body>.*)$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
 _PORT = re.compile(r"\b(127\.0\.0\.1|localhost|0\.0\.0\.0|\[::1\]):\d{2,5}\b")
 _TMP = re.compile(r"/tmp/[^\s'\"),:]+")
 _EXIT = re.compile(r"^\(exit \d+\)$")
@@ -127,9 +129,13 @@ def parse_doc(doc: str, text: str | None = None) -> list[Block]:
     lines = (text if text is not None else (ROOT / doc).read_text()).splitlines()
     blocks: list[Block] = []
     i = 0
+    fence: str | None = None  # inside a code block no marker is looked for (docs/README.md shows some)
     while i < len(lines):
         match = _MARKER.match(lines[i])
-        if not match:
+        opens = _FENCE.match(lines[i])
+        if opens and (fence is None or opens[1] == fence):
+            fence = opens[1] if fence is None else None
+        if fence is not None or not match:
             i += 1
             continue
         marker_line, indent = i + 1, match["indent"]
@@ -147,10 +153,10 @@ def parse_doc(doc: str, text: str | None = None) -> list[Block]:
         if i >= len(lines):
             raise DocError(f"{doc}:{marker_line}: docs marker not followed by a code block")
         if lines[i].startswith(indent + "```"):
-            fence = lines[i][len(indent):len(indent) + 3]
+            closing = lines[i][len(indent):len(indent) + 3]
             start = i + 1
             end = start
-            while end < len(lines) and not lines[end].startswith(indent + fence):
+            while end < len(lines) and not lines[end].startswith(indent + closing):
                 end += 1
             if end >= len(lines):
                 raise DocError(f"{doc}:{i + 1}: code block not closed")
