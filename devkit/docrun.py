@@ -14,11 +14,12 @@ block marks it:
 
 Options (all optional): `session` (blocks of one doc with the same session share one scratch copy and run
 in order; otherwise each run block has its own), `copy` (repository paths copied into the scratch copy, the
-union over a session's blocks; default COPY), `setup` (bash run first, its output hidden, that must exit 0), `env` (variables), `needs`
-(`cluster`, `sim`, `slow`: where they are missing the session is skipped and says why), `vary` (what
-legitimately differs between runs: preset names from VARY or regular expressions; each match reads as
-`<vary>` on both sides), `timeout` (seconds for the block, default 120), `images` (files the block writes,
-copied back into the repository by scripts/update_docs.py).
+union over a session's blocks; default COPY; `[]` an empty directory), `setup` (bash run first, its output
+hidden, that must exit 0), `env` (variables), `needs` (`cluster`, `sim`, `slow`: where they are missing
+the session is skipped and says why), `vary` (what legitimately differs between runs: preset names from
+VARY or regular expressions; each match reads as `<vary>` on both sides), `timeout` (seconds for the
+block, default 120), `images` (files the block draws: the test holds them to the committed bytes,
+scripts/update_docs.py copies them back).
 
 Each command runs in one bash per block, stdout and stderr together, from the scratch copy's root, with the
 interpreter's `bin/` first on PATH (so `stackpin` is the one under test) and `.venv` linking to its
@@ -315,9 +316,9 @@ def run_block(block: Block, scratch: Scratch, env: dict[str, str]) -> Ran:
         script.append(command.text)
         script.append(f"__docrun_rc=$?; printf '\\n@@docrun {token} end {n} %d@@\\n' \"$__docrun_rc\"; "
                       "(exit $__docrun_rc)")
-    done = subprocess.run(["bash", "-c", "\n".join(script)], cwd=root, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, timeout=timeout)
-    raw = done.stdout.decode("utf-8", "replace")
+    ran = subprocess.run(["bash", "-c", "\n".join(script)], cwd=root, env=env, stdin=subprocess.DEVNULL,
+                         capture_output=True, timeout=timeout)
+    raw = ran.stdout.decode("utf-8", "replace")
     outputs: list[list[str]] = []
     for n in range(len(block.commands)):
         begin = f"\n@@docrun {token} start {n}@@\n"
