@@ -43,3 +43,19 @@ def test_doc_session(session: docrun.Session, tmp_path: Path, request: pytest.Fi
                  if (tmp_path / "repo" / image).read_bytes() != (docrun.ROOT / image).read_bytes()]
     assert not problems, ("the doc does not show what its commands print (python scripts/update_docs.py "
                           "rewrites it from a run):\n" + "\n\n".join(problems))
+
+
+def test_a_block_that_shows_other_output_fails_naming_its_line(tmp_path: Path) -> None:
+    text = ("intro\n\n<!-- docs: {copy: []} -->\n```\n$ printf 'a\\nb\\nc\\n'\na\n...\nc\n"
+            "$ bash -c 'echo hi; exit 3'\nhi\n```\n\n<!-- docs: {copy: []} -->\n```\n$ echo hello\nbye\n```\n")
+    blocks = docrun.parse_doc("docs/x.md", text)
+    assert [(b.line, [c.line for c in b.commands]) for b in blocks] == [(3, [5, 9]), (13, [15])]
+    first, second = (docrun.run_session(docrun.Session("docs/x.md", str(n), [b]), tmp_path / str(n))[0]
+                     for n, b in enumerate(blocks))
+    # `...` stands for the line between; the exit status is part of the output and the doc must show it.
+    assert first.outputs == [["a", "b", "c"], ["hi", "(exit 3)"]]
+    assert "+(exit 3)" in (docrun.mismatch(first) or "")
+    diff = docrun.mismatch(second)
+    assert diff is not None and "docs/x.md:13" in diff and "-bye" in diff and "+hello" in diff
+    rewritten = docrun.rewrite(text, "docs/x.md", [second])
+    assert "$ echo hello\nhello\n```" in rewritten and rewritten.startswith(text[: text.index("$ echo hello")])
