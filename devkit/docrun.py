@@ -21,11 +21,11 @@ VARY or regular expressions; each match reads as `<vary>` on both sides), `timeo
 block, default 120), `images` (files the block draws: the test holds them to the committed bytes,
 scripts/update_docs.py copies them back).
 
-Each command runs in one bash per block, stdout and stderr together, from the scratch copy's root, with the
-interpreter's `bin/` first on PATH (so `stackpin` is the one under test) and `.venv` linking to its
-environment. A command that exits non-zero is followed by `(exit N)`, which the doc shows too. A line that
-is only `...` in the doc stands for any number of lines. Ports, temp paths and the scratch copy's own path
-are normalised on both sides; nothing else is unless a block says `vary`.
+Each command runs in one bash per block, stdout and stderr together, from the scratch copy's root, with
+`stackpin` (this checkout's entry point run by this interpreter) and the interpreter's `bin/` first on PATH,
+and `.venv` linking to its environment. A command that exits non-zero is followed by `(exit N)`, which the
+doc shows too. A line that is only `...` in the doc stands for any number of lines. Ports, temp paths and
+the scratch copy's own path are normalised on both sides; nothing else is unless a block says `vary`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -284,13 +285,22 @@ class Scratch:
             else:
                 raise DocError(f"copy: {rel} is not in the repository")
         (self.root / ".venv").symlink_to(Path(sys.prefix))
+        # `stackpin` as this checkout declares it (pyproject's entry point), run by this interpreter: the
+        # environment's own console script is whatever checkout installed it last.
+        self.bin = base / "bin"
+        self.bin.mkdir()
+        module, _, function = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"][
+            "stackpin"].partition(":")
+        script = self.bin / "stackpin"
+        script.write_text(f"#!{sys.executable}\nimport sys\nfrom {module} import {function}\nsys.exit({function}())\n")
+        script.chmod(0o755)
 
 
 def environment(scratch: Scratch, extra: dict[str, Any], kube: dict[str, str] | None = None) -> dict[str, str]:
     """A new user's environment: the test run's own STACKPIN_* settings left out, stackpin on PATH."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("STACKPIN_", "PYTEST_", "COLUMNS", "LINES", "KUBECONFIG", "FORCE_COLOR"))}
-    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = os.pathsep.join([str(scratch.bin), str(Path(sys.executable).parent), env.get("PATH", "")])
     # The checkout's code first, as the tests import it, whichever checkout the environment was installed from.
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     env["PYTHONUNBUFFERED"] = "1"
