@@ -1,0 +1,61 @@
+"""The docs' runnable examples give the output they show (devkit/docrun.py; the convention: docs/README.md).
+
+One test per session (a marked block, or the blocks of one doc that share a `session`), so pytest-xdist spreads
+them over the workers. Each runs in a scratch copy of the repository's inputs under pytest's tmp_path and
+never writes into the checkout. A mismatch fails with a unified diff naming the doc and the block's line;
+`python scripts/update_docs.py` rewrites the block from a real run.
+
+Sessions that need what is missing here skip and say why: `sim` (the `sim` extra not installed), `cluster`
+(no kube-apiserver for tests/kube.py's envtest fixture). `slow` ones run too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from devkit import docrun
+
+SESSIONS = docrun.sessions()
+
+
+def test_docs_have_runnable_blocks() -> None:
+    # The parse itself (markers, fences, `$ ` lines) is checked here; an unreadable marker fails the collection.
+    assert len(SESSIONS) >= 20, [s.id for s in SESSIONS]
+    assert {s.doc for s in SESSIONS} >= {"docs/history.md", "docs/getting-started.md", "docs/plan.md"}
+
+
+@pytest.mark.parametrize("session", SESSIONS, ids=[s.id for s in SESSIONS])
+def test_doc_session(session: docrun.Session, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    kube: dict[str, str] | None = None
+    if "cluster" in session.needs:
+        envtest = request.getfixturevalue("envtest")
+        kube = {"KUBECONFIG": str(envtest.kubeconfig)}
+    reason = docrun.missing(session, cluster=kube is not None)
+    if reason:
+        pytest.skip(f"{session.id}: {reason}")
+    ran = docrun.run_session(session, tmp_path, kube)
+    problems = [diff for r in ran if (diff := docrun.mismatch(r))]
+    # An image a block draws is the one the doc shows: the same bytes (the charts are deterministic PNGs).
+    problems += [f"{r.block.where}: {image} differs from what the block draws"
+                 for r in ran for image in docrun.images(r.block)
+                 if (tmp_path / "repo" / image).read_bytes() != (docrun.ROOT / image).read_bytes()]
+    assert not problems, ("the doc does not show what its commands print (python scripts/update_docs.py "
+                          "rewrites it from a run):\n" + "\n\n".join(problems))
+
+
+def test_a_block_that_shows_other_output_fails_naming_its_line(tmp_path: Path) -> None:
+    text = ("intro\n\n<!-- docs: {copy: []} -->\n```\n$ printf 'a\\nb\\nc\\n'\na\n...\nc\n"
+            "$ bash -c 'echo hi; exit 3'\nhi\n```\n\n<!-- docs: {copy: []} -->\n```\n$ echo hello\nbye\n```\n")
+    blocks = docrun.parse_doc("docs/x.md", text)
+    assert [(b.line, [c.line for c in b.commands]) for b in blocks] == [(3, [5, 9]), (13, [15])]
+    first, second = (docrun.run_session(docrun.Session("docs/x.md", str(n), [b]), tmp_path / str(n))[0]
+                     for n, b in enumerate(blocks))
+    # `...` stands for the line between; the exit status is part of the output and the doc must show it.
+    assert first.outputs == [["a", "b", "c"], ["hi", "(exit 3)"]]
+    assert "+(exit 3)" in (docrun.mismatch(first) or "")
+    diff = docrun.mismatch(second)
+    assert diff is not None and "docs/x.md:13" in diff and "-bye" in diff and "+hello" in diff
+    rewritten = docrun.rewrite(text, "docs/x.md", [second])
+    assert "$ echo hello\nhello\n```" in rewritten and rewritten.startswith(text[: text.index("$ echo hello")])
