@@ -87,7 +87,8 @@ class Chain:
     def get(self, number: int) -> Revision:
         """Revision `number`; a number out of range is a one-line error."""
         if not 1 <= number <= len(self.links):
-            span = f"revisions 1 to {len(self.links)}" if self.links else "no revisions"
+            count = len(self.links)
+            span = f"revisions 1 to {count}" if count > 1 else "only revision 1" if count else "no revisions"
             raise StackpinError(f"revision {number} of {self.key} is out of range: it has {span}")
         if number not in self._parsed:
             link = self.links[number - 1]
