@@ -41,7 +41,7 @@ def plan(results: tuple[str, ...], agents: int, slo_text: str | None, mature: tu
     curve, never extrapolated past it), GPUs, whole racks, rack power and agents per MW, and how long
     an agent waits for a turn and a trajectory; with --mature or --gain the mature-stack scenario and
     its difference in racks. Exit 2 when the results' controls differ (unless --force)."""
-    from stackpin.bench.result import read_result
+    from stackpin.bench.resultfile import read_result
     from stackpin.errors import StackpinError
     from stackpin.plan.capacity import make_plan
     from stackpin.plan.slo import parse_slo, results_slo

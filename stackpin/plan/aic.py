@@ -66,7 +66,7 @@ def _lock_stack(digest: str) -> SimStack | None:
 
 
 def aic_column(result: BenchResult, slo: Slo, agents: int) -> AicColumn:
-    from stackpin.plan.capacity import _capacity
+    from stackpin.plan.racks import capacity_for
     from stackpin.sim.aic import refusal
     from stackpin.sim.curve import curve
 
@@ -81,7 +81,7 @@ def aic_column(result: BenchResult, slo: Slo, agents: int) -> AicColumn:
     points = [CurvePoint(p.agents, p.agent_tps, 0.0, p.output_tps_per_gpu) for p in simulated]
     op = operating_point(points, slo.model_copy(update={"ttft_s": float("inf")}), stack.gpus)
     # op.agents is per whole stack (the simulated curve is the stack's), not per the share a result measured.
-    cap = _capacity(op, agents, result, stack.gpus)
+    cap = capacity_for(op, agents, result, stack.gpus)
     return AicColumn(op.agents_per_gpu or None, op.tps_per_gpu or None, cap.gpus, cap.racks, op.bound.value,
                      "static: stackpin's steady-state curve with aiconfigurator's step latencies on the default "
                      "AgentPerf-shaped workload; speed target only (TTFT not modelled)")

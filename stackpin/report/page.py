@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stackpin.bench.result import BenchResult, read_result
+from stackpin.bench.result import BenchResult
+from stackpin.bench.resultfile import read_result
 from stackpin.diff.run import diff_locks
 from stackpin.errors import StackpinError
 from stackpin.history.model import DeploymentKey, Revision

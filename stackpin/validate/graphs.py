@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.profile.model import CudaGraphMode, StackProfile
-from stackpin.validate import Context, Hit, Severity, pools, rule
 from stackpin.validate.kernels import startup_model
+from stackpin.validate.rules import Context, Hit, Severity, pools, rule
 
 _G = ("spec", "cudaGraphs")
 
