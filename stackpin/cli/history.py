@@ -81,10 +81,8 @@ def _print_recorded(recorded: Recorded, output: str) -> None:
         emit({"deployment": str(revision.deployment), "file": str(recorded.path), **_revision_data(revision),
               "directory": str(recorded.directory), "files": list(recorded.files)}, output)
         return
-    what = (f"promote {revision.stack}" if revision.action.kind == "promote"
-            else f"{revision.action} ({revision.stack})")
-    click.echo(f"recorded {recorded.path}  revision {revision.revision} of {revision.deployment}: {what} "
-               f"{revision.stack_digest}")
+    click.echo(f"recorded {recorded.path}  revision {revision.revision} of {revision.deployment}: "
+               f"{revision.action_label} {revision.stack_digest}")
     click.echo(f"rendered {recorded.directory}/  ({len(recorded.files)} files)")
 
 
@@ -362,10 +360,10 @@ def _print_history(store: HistoryStore, key: DeploymentKey, entries: list[Histor
     rows = []
     for e in entries:
         r = e.revision
-        action = f"promote {r.stack}" if r.action.kind == "promote" else f"{r.action} ({r.stack})"
         change = e.change if e.change is not None else ("(first revision)" if r.revision == 1 else "-")
-        rows.append([str(r.revision), r.short_digest, r.created, _cell(r.author), _cell(action), _cell(r.message),
-                     _cell(change), *([_cell(bench[r.revision][0]) if r.revision in bench else "-"] if bench else [])])
+        rows.append([str(r.revision), r.short_digest, r.created, _cell(r.author), _cell(r.action_label),
+                     _cell(r.message), _cell(change),
+                     *([_cell(bench[r.revision][0]) if r.revision in bench else "-"] if bench else [])])
     _table(["REVISION", "STACK", "CREATED", "AUTHOR", "ACTION", "MESSAGE", "CHANGE", *(["BENCH"] if bench else [])],
            rows)
 

@@ -11,6 +11,7 @@ from stackpin.deploy.kube import group_kind
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.build import LABEL_PREFIX
 from stackpin.render.output import KUSTOMIZATION, render_stack
+from stackpin.yamlio import load_data
 
 DGD_KIND = "DynamoGraphDeployment"
 STACK_LABEL = f"{LABEL_PREFIX}profile"
@@ -64,11 +65,8 @@ class StackObjects:
 def stack_objects(lock: StackLock, namespace: str | None) -> StackObjects:
     """Render the lock (validated, as `stackpin render` writes it) and parse the files back; the
     namespace is the profile's unless one is given."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     rendered = render_stack(lock)
-    objects = [yaml.load(text, Loader=loader) for name, text in rendered.files.items() if name != KUSTOMIZATION]
+    objects = [load_data(text) for name, text in rendered.files.items() if name != KUSTOMIZATION]
     target = namespace or lock.stack_profile.metadata.namespace
     for obj in objects:
         obj["metadata"]["namespace"] = target

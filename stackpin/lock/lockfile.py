@@ -352,12 +352,12 @@ def _read_lock_fast(path: Path) -> StackLock | None:
     """A well-formed, untampered lock through libyaml's parser (render reads many); else None."""
     import yaml
 
-    from stackpin.yamlio import MAX_INPUT_BYTES, read_regular
+    from stackpin.yamlio import MAX_INPUT_BYTES, load_data, read_regular
 
     try:
         # Regular files only, bounded: a FIFO or a device goes to the slow path, whose reader refuses it.
         text = read_regular(path, MAX_INPUT_BYTES).decode("utf-8")
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = load_data(text)
         lock = StackLock.model_validate(data)
         lock.stack_profile  # noqa: B018 - validates the embedded profile
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError):

@@ -28,6 +28,21 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def model_parallel_of(pool: Pool) -> int:
+    """GPUs one data-parallel rank's model spans: TP x PP (vLLM's world before DP folds in)."""
+    return pool.tensor_parallel * pool.pipeline_parallel
+
+
+def shape_label(tensor_parallel: int, pipeline_parallel: int = 1, data_parallel: int = 1,
+                expert_parallel_size: int = 1) -> str:
+    """`TP2 x DP8 x EP16`: a pool's parallel shape, the one wording every message and table uses
+    (PP, DP and EP only above 1)."""
+    parts = [f"TP{tensor_parallel}"]
+    parts += [f"{name}{size}" for name, size in (("PP", pipeline_parallel), ("DP", data_parallel),
+                                                 ("EP", expert_parallel_size)) if size > 1]
+    return " x ".join(parts)
+
+
 @dataclass(frozen=True)
 class PoolTopology:
     """One active pool: its parallel sizes and the layout of one replica over nodes and pods."""
@@ -67,7 +82,7 @@ class PoolTopology:
     @property
     def model_parallel(self) -> int:
         """GPUs the dense weights are split over: TP x PP."""
-        return self.tensor_parallel * self.pipeline_parallel
+        return model_parallel_of(self.spec)
 
     @property
     def expert_shards(self) -> int:

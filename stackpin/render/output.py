@@ -15,7 +15,7 @@ from typing import Any
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock, effective_profile, lock_path, read_lock, sha256
 from stackpin.render.build import RenderError, build_objects
-from stackpin.yamlio import dump_yaml, recover_writes, refuse_links_below, write_files
+from stackpin.yamlio import dump_yaml, load_data, recover_writes, refuse_links_below, write_files
 
 KUSTOMIZATION = "kustomization.yaml"
 LOCK_SUFFIX = ".lock.yaml"
@@ -46,11 +46,8 @@ def _dump_checked(obj: dict[str, Any], name: str) -> str:
     """Dump canonically, then parse the text back: what is written must mean exactly what was
     built. (PyYAML emits U+0085 NEL raw inside quoted scalars, where a reader folds it; such a value
     is refused rather than written as another string.)"""
-    import yaml
-
     text = dump_yaml(obj)
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    if yaml.load(text, Loader=loader) != obj:
+    if load_data(text) != obj:
         raise RenderError(f"{name}: a value does not survive YAML round-trip (control characters such as "
                           "U+0085?); remove it from the profile")
     return text

@@ -218,9 +218,9 @@ def validation(params: dict[str, Any] | None = None) -> list[Validation]:
 def calibration() -> dict[str, Any]:
     """calibration.yaml: the published figures, how each is computed from the shipped locks, the
     tolerance (read once; callers do not change it)."""
-    import yaml
+    from stackpin.yamlio import load_data
 
-    spec: dict[str, Any] = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
+    spec: dict[str, Any] = load_data(CALIBRATION_FILE.read_text(encoding="utf-8"))
     return spec
 
 

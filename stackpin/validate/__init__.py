@@ -17,8 +17,7 @@ from stackpin.profile.loader import LoadedProfile
 from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import topology_of
 from stackpin.profile.tuning import ConfigDirectory
-from stackpin.validate.rules import RULES, Context, Finding, Rule, Severity
-from stackpin.yamlio import FieldPath
+from stackpin.validate.rules import RULES, Context, Finding, Rule, Severity, dotted
 
 __all__ = ["Context", "Finding", "Rule", "Severity", "all_rules", "context_for", "run_rules"]
 
@@ -56,13 +55,6 @@ def context_for(profile: StackProfile, catalog: Catalog | None = None, *,
                    upgrade_from)
 
 
-def _dotted(path: FieldPath) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None, *,
               autotune_cache: Sequence[ConfigDirectory] | None = None,
               upgrade_from: StackProfile | None = None) -> list[Finding]:
@@ -77,7 +69,7 @@ def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None, *,
         for r in RULES.values():
             for hit in r.check(ctx):
                 loc = loaded.locate(hit.path)
-                finding = Finding(code=r.code, severity=hit.severity or r.severity, path=_dotted(hit.path),
+                finding = Finding(code=r.code, severity=hit.severity or r.severity, path=dotted(hit.path),
                                   message=hit.message, hint=hit.hint, location=str(loc))
                 keyed.append(((_ORDER[finding.severity], loc.file, loc.line, loc.col, r.code, finding.path),
                               finding))

@@ -48,6 +48,15 @@ def empty_capture_list(profile: StackProfile) -> bool:
     return graphs.capture_sizes == [] and graphs.mode != CudaGraphMode.NONE
 
 
+def empty_capture_hit(profile: StackProfile) -> Hit | None:
+    """SP105's finding for an empty capture list with graphs on (render refuses with the same words)."""
+    if not empty_capture_list(profile):
+        return None
+    return Hit(_G + ("captureSizes",), "captureSizes is empty: with CUDA graphs on vLLM asserts at least one "
+               "capture size and fails at startup (an empty list does not turn graphs off)",
+               "list the sizes to capture, drop captureSizes for vLLM's defaults, or set cudaGraphs.mode: NONE")
+
+
 def _full_decode(ctx: Context) -> bool:
     return ctx.profile.spec.cuda_graphs.mode in ctx.catalog.engine.full_decode_modes
 
@@ -119,10 +128,8 @@ def not_multiple(ctx: Context) -> Iterator[Hit]:
 @rule("SP105", Severity.error, "no capture size left")
 def none_left(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
-    if empty_capture_list(ctx.profile):
-        yield Hit(_G + ("captureSizes",), "captureSizes is empty: with CUDA graphs on vLLM asserts at least one "
-                  "capture size and fails at startup (an empty list does not turn graphs off)",
-                  "list the sizes to capture, drop captureSizes for vLLM's defaults, or set cudaGraphs.mode: NONE")
+    if (empty := empty_capture_hit(ctx.profile)) is not None:
+        yield empty
         return
     if not graphs.capture_sizes or graphs.mode == CudaGraphMode.NONE:
         return

@@ -42,12 +42,19 @@ def speculative_mismatch(profile: StackProfile, topology: Topology) -> bool:
     return profile.speculative_for(active["prefill"].spec) != profile.speculative_for(active["decode"].spec)
 
 
+def speculative_mismatch_hit(profile: StackProfile, topology: Topology) -> Hit | None:
+    """SP154's finding (render refuses with the same words)."""
+    if not speculative_mismatch(profile, topology):
+        return None
+    return Hit(_P + ("pools", "decode", "speculative"), "prefill and decode pools run different speculative "
+               "settings; NIXL's compatibility hash covers speculative_config and refuses the KV transfer",
+               "give both pools the same speculative settings")
+
+
 @rule("SP154", Severity.error, "prefill and decode disagree on speculative settings")
 def spec_mismatch(ctx: Context) -> Iterator[Hit]:
-    if speculative_mismatch(ctx.profile, ctx.topology):
-        yield Hit(_P + ("pools", "decode", "speculative"), "prefill and decode pools run different speculative "
-                  "settings; NIXL's compatibility hash covers speculative_config and refuses the KV transfer",
-                  "give both pools the same speculative settings")
+    if (hit := speculative_mismatch_hit(ctx.profile, ctx.topology)) is not None:
+        yield hit
 
 
 @rule("SP155", Severity.error, "unknown KV connector")

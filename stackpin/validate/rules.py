@@ -89,6 +89,22 @@ def rule(code: str, severity: Severity, title: str) -> Callable[[Check], Check]:
     return register
 
 
+def dotted(path: FieldPath) -> str:
+    """`spec.placement.pools.decode` (list indices as `[0]`): how a finding names its field."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def hit_text(code: str, hit: Hit) -> str:
+    """A hit of rule `code` worded as validate prints its finding, less the location: how render
+    states a rule it checks again (a lock made around validation must not render)."""
+    severity = hit.severity or RULES[code].severity
+    text = f"{severity} {code} {dotted(hit.path)}: {hit.message}"
+    return f"{text} (hint: {hit.hint})" if hit.hint else text
+
+
 def pool_path(role: Role) -> tuple[str, ...]:  # all keys: a FieldPath that joins with "."
     return ("spec", "placement", "pools", role)
 
