@@ -29,7 +29,8 @@ from stackpin.yamlio import dump_yaml, load_yaml, recover_writes, write_files
 if TYPE_CHECKING:
     # Locking needs these; reading a lock (render) does not, so they load inside the functions.
     from stackpin.catalog import Catalog
-    from stackpin.lock.oci import ImageRef, Resolved
+    from stackpin.lock.oci.media import Resolved
+    from stackpin.lock.oci.reference import ImageRef
     from stackpin.lock.resolvers import ImageSource, ModelRevision, ModelSource
     from stackpin.profile.loader import LoadedProfile
 AUTOTUNE_ANNOTATIONS = {
@@ -208,7 +209,7 @@ def _offline_error(what: str) -> StackpinError:
 
 
 def _profile_images(profile: StackProfile) -> dict[str, ImageRef]:
-    from stackpin.lock.oci import ImageRef
+    from stackpin.lock.oci.reference import ImageRef
 
     return {"runtime": ImageRef.parse(profile.spec.versions.runtime_image)}
 
@@ -217,7 +218,7 @@ def lock_profiles(loaded: Sequence[LoadedProfile], sources: Sources, lockdir: Pa
                   catalog: Catalog | None = None) -> list[StackLock]:
     """Resolve every reference of every profile (concurrently, once each) and build their locks."""
     from stackpin.catalog import load_catalog
-    from stackpin.lock.oci import ImageRef
+    from stackpin.lock.oci.reference import ImageRef
 
     catalog = catalog or load_catalog()
     wanted: dict[ImageRef, None] = {}
