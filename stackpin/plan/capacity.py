@@ -15,7 +15,7 @@ from typing import Any
 
 from stackpin.bench.result import BenchResult, Slo
 from stackpin.errors import StackpinError
-from stackpin.plan.aic import AicColumn, aic_column, available
+from stackpin.plan.aic import LOCKDIR, AicColumn, aic_column, available
 from stackpin.plan.controls import differing_controls
 from stackpin.plan.curve import Bound, Operating, curve_of, operating_point
 from stackpin.plan.racks import Capacity, capacity_for
@@ -144,7 +144,9 @@ def _pair(mature: Sequence[tuple[Path, BenchResult]], results: Sequence[tuple[Pa
 
 def make_plan(results: Sequence[tuple[Path, BenchResult]], agents: int, slo: Slo, *,
               mature: Sequence[tuple[Path, BenchResult]] = (), gain: float | None = None, force: bool = False,
-              turn_tokens: float | None = None, trajectory_tokens: float | None = None) -> Plan:
+              turn_tokens: float | None = None, trajectory_tokens: float | None = None,
+              lockdir: Path = LOCKDIR) -> Plan:
+    """`lockdir`: where the aiconfigurator column looks up each result's lock."""
     if not results:
         raise StackpinError("plan needs at least one bench result")
     if agents <= 0:
@@ -171,8 +173,8 @@ def make_plan(results: Sequence[tuple[Path, BenchResult]], agents: int, slo: Slo
                  if later and later.capacity.racks is not None and current.capacity.racks is not None else None)
         stacks.append(StackPlan(str(path), res.stack.name, res.stack.digest, res.stack.platform, res.stack.gpus,
                                 res.simulation.model if res.simulation else None, current, later, delta,
-                                aic_column(res, slo, agents) if with_aic else None,
-                                aic_column(paired[i][1], slo, agents) if with_aic and i in paired else None))
+                                aic_column(res, slo, agents, lockdir) if with_aic else None,
+                                aic_column(paired[i][1], slo, agents, lockdir) if with_aic and i in paired else None))
     notes = [] if with_aic else ["aiconfigurator's static estimate is not shown: the `sim` extra "
                                  "(aiconfigurator-core) is not installed"]
     for model in sorted({s.simulated for s in stacks if s.simulated}):

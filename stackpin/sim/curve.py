@@ -144,15 +144,22 @@ class Figure:
 
 
 @cache
-def _stack(name: str) -> SimStack:
-    return load_stack(REPO / "lockfiles" / f"{name}.lock.yaml")
+def _stack(name: str, lockdir: Path) -> SimStack:
+    from stackpin.errors import StackpinError
+
+    path = lockdir / f"{name}.lock.yaml"
+    if not path.is_file():
+        raise StackpinError(f"the calibration figures are of the shipped lock {name}: no {path}",
+                            "run in the stackpin checkout, or name its lockfiles/ with --lockdir")
+    return load_stack(path)
 
 
-def figures(params: dict[str, Any] | None = None) -> list[Figure]:
-    """The published figures (calibration.yaml) next to what the step model gives for the shipped locks."""
+def figures(params: dict[str, Any] | None = None, lockdir: Path = LOCKDIR) -> list[Figure]:
+    """The published figures (calibration.yaml) next to what the step model gives for the shipped locks
+    in `lockdir`."""
     spec = calibration()
     return [Figure(item["name"], float(item["published"]), round(value, 3), float(spec["tolerance"]))
-            for item, value in zip(spec["figures"], _values("roofline", params), strict=True)]
+            for item, value in zip(spec["figures"], _values("roofline", params, lockdir=lockdir), strict=True)]
 
 
 @dataclass(frozen=True)
@@ -165,7 +172,7 @@ class ModelFigure:
     reason: str = ""
 
 
-def model_figures(model: str, params: dict[str, Any] | None = None) -> list[ModelFigure]:
+def model_figures(model: str, params: dict[str, Any] | None = None, lockdir: Path = LOCKDIR) -> list[ModelFigure]:
     """The calibration figures under `model` (not fitted to them): the value, or the refusal of a stack
     the model cannot stand for."""
     from stackpin.errors import StackpinError
@@ -174,7 +181,7 @@ def model_figures(model: str, params: dict[str, Any] | None = None) -> list[Mode
     out = []
     for item in spec["figures"]:
         try:
-            value = _values(model, params, [item])[0]
+            value = _values(model, params, [item], lockdir)[0]
         except StackpinError as exc:
             out.append(ModelFigure(item["name"], float(item["published"]), None, exc.message))
             continue
@@ -196,15 +203,16 @@ class Validation:
         return self.simulated / self.published - 1
 
 
-def validation(params: dict[str, Any] | None = None) -> list[Validation]:
-    """calibration.yaml's validation rows: each figure beside the model's value for its stack."""
+def validation(params: dict[str, Any] | None = None, lockdir: Path = LOCKDIR) -> list[Validation]:
+    """calibration.yaml's validation rows: each figure beside the model's value for its stack (a profile
+    path relative to the project root, `lockdir`'s parent)."""
     from stackpin.profile.loader import load_profile
     from stackpin.sim.stack import profile_stack
 
     out = []
     for item in calibration().get("validation") or []:
         term = item["of"]
-        stack = profile_stack(load_profile(REPO / item["profile"]).profile, term["stack"])
+        stack = profile_stack(load_profile(lockdir.resolve().parent / item["profile"]).profile, term["stack"])
         workload = Workload(**item["workload"]) if "workload" in item else None
         if term["metric"] == "single_agent_tps":
             value = single_agent_tps(stack, params)
@@ -224,11 +232,12 @@ def calibration() -> dict[str, Any]:
     return spec
 
 
-def _values(model: str, params: dict[str, Any] | None, items: list[dict[str, Any]] | None = None) -> list[float]:
+def _values(model: str, params: dict[str, Any] | None, items: list[dict[str, Any]] | None = None,
+            lockdir: Path = LOCKDIR) -> list[float]:
     cache_curves: dict[str, list[CurvePoint]] = {}
 
     def value(term: dict[str, Any]) -> float:
-        stack = _stack(term["stack"])
+        stack = _stack(term["stack"], lockdir.resolve())
         if term["metric"] == "single_agent_tps":
             return single_agent_tps(stack, params, model)
         if term["stack"] not in cache_curves:
