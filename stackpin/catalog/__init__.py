@@ -5,6 +5,7 @@ Loaded once per process and handed out as immutable models; nothing else in stac
 
 from __future__ import annotations
 
+from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -98,8 +99,13 @@ class Gpu(_Sourced):
         return self.compute_capability[0]
 
 
+class PlatformKind(StrEnum):
+    rack = "rack"  # an NVL72 rack: nodes that share one NVLink domain, deployed and counted whole
+    node = "node"  # one HGX node
+
+
 class Platform(_Sourced):
-    kind: Literal["rack", "node"]
+    kind: PlatformKind
     gpu: str
     gpus_per_node: int
     nodes: int

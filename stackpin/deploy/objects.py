@@ -4,6 +4,7 @@ writes), in the target namespace, labelled as members of the deployment's ApplyS
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from stackpin.deploy.applyset import PART_OF_LABEL, Parent
@@ -14,6 +15,16 @@ from stackpin.render.output import KUSTOMIZATION, render_stack
 from stackpin.yamlio import load_data
 
 DGD_KIND = "DynamoGraphDeployment"
+
+
+class Action(StrEnum):
+    """What an apply does (or a live diff would do) to one object; written as its value."""
+
+    created = "created"
+    configured = "configured"
+    unchanged = "unchanged"
+    recreated = "recreated"
+    pruned = "pruned"
 STACK_LABEL = f"{LABEL_PREFIX}profile"
 DIGEST_ANNOTATION = f"{LABEL_PREFIX}stack-digest"
 REVISION_ANNOTATION = f"{LABEL_PREFIX}revision"

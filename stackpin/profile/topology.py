@@ -9,19 +9,26 @@ the numbers say so (`splits_evenly`, `pod_fits_node`) and the validation rules r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from enum import StrEnum
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.profile.model import Placement, Pool, StackProfile
 
-Role = Literal["worker", "prefill", "decode"]
+
+class Role(StrEnum):
+    """A pool's role: the placement's closed set (a StrEnum: written and compared as its value)."""
+
+    worker = "worker"
+    prefill = "prefill"
+    decode = "decode"
+
 
 # The roles each placement runs, in the order they are listed, validated and rendered.
 ROLES: dict[Placement, tuple[Role, ...]] = {
-    Placement.colocated: ("worker",),
-    Placement.disaggregated: ("prefill", "decode"),
+    Placement.colocated: (Role.worker,),
+    Placement.disaggregated: (Role.prefill, Role.decode),
 }
-ALL_ROLES: tuple[Role, ...] = ("worker", "prefill", "decode")
+ALL_ROLES: tuple[Role, ...] = tuple(Role)
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -143,7 +150,7 @@ class Topology:
     @property
     def decode_role(self) -> Role:
         """The role that decodes (and so holds the running sequences)."""
-        return "worker" if self.mode == Placement.colocated else "decode"
+        return Role.worker if self.mode == Placement.colocated else Role.decode
 
 
 def pool_topology(role: Role, pool: Pool, gpus_per_node: int) -> PoolTopology:

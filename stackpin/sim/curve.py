@@ -18,11 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.bench.trace import TraceTurn
+from stackpin.profile.topology import Role
 from stackpin.sim.models import step_model
 from stackpin.sim.roofline import accepted_tokens, load_params
 from stackpin.sim.stack import SimStack, load_stack
 
-REPO = Path(__file__).resolve().parents[2]
+# The calibration figures are of the shipped locks, read from the lock directory the caller names
+# (`stackpin sim figures --lockdir`; relative to the working directory, as every command's --lockdir),
+# never from stackpin's own checkout: an installed stackpin has none. Validation rows name profiles
+# relative to the project root, the lock directory's parent (as `stackpin lock` names local sources).
+LOCKDIR = Path("lockfiles")
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
 
 
@@ -75,7 +80,7 @@ def curve(stack: SimStack, workload: Workload | None = None, params: dict[str, A
     points = []
     prefill_capacity = math.inf  # prompt tokens/s the prefill pool can take (disaggregated)
     if not stack.colocated:
-        pre_pool = stack.pool("prefill")
+        pre_pool = stack.pool(Role.prefill)
         pre = step_model(model, stack, pre_pool, params)
         chunk = pre_pool.max_batched_tokens
         prefill_capacity = pre_pool.engines * chunk / pre.step_time(0, 0, int(workload.context), chunk)

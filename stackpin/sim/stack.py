@@ -64,7 +64,7 @@ class SimStack:
 
     @property
     def decode(self) -> SimPool:
-        return self.pool("worker" if self.colocated else "decode")
+        return self.pool(Role.worker if self.colocated else Role.decode)
 
 
 def _pool(profile: StackProfile, topo: PoolTopology, model: ModelFacts, gpu: Gpu) -> SimPool:

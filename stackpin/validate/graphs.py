@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.profile.model import CudaGraphMode, StackProfile
+from stackpin.profile.topology import Role
 from stackpin.validate.kernels import startup_model
 from stackpin.validate.rules import Context, Hit, Severity, pools, rule
 
@@ -207,7 +208,7 @@ def no_decode_graph(ctx: Context) -> Iterator[Hit]:
     if (fallback[0] if fallback else graphs.mode.value) not in facts.separate_decode_modes:
         return
     for role, path, pool in pools(ctx):
-        if pool.spec.max_num_seqs is None or role == "prefill":
+        if pool.spec.max_num_seqs is None or role == Role.prefill:
             continue  # the memory-dependent default (SP191 asks to pin it); a prefill pool does not decode
         limit = pool.spec.max_num_seqs * (1 + ctx.profile.speculative_for(pool.spec).k)
         above = sorted({s for s in graphs.capture_sizes if s > limit})

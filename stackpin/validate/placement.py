@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.profile.model import Placement, StackProfile
-from stackpin.profile.topology import Topology
+from stackpin.profile.topology import Role, Topology
 from stackpin.validate.admission import GroveComponent, pcs_name
 from stackpin.validate.rules import Context, Hit, Severity, pool_path, pools, rule
 
@@ -37,9 +37,9 @@ def speculative_mismatch(profile: StackProfile, topology: Topology) -> bool:
     """Whether prefill and decode run different speculative settings: NIXL then refuses every KV
     transfer (its compatibility hash covers speculative_config). SP154 reports it; render refuses it."""
     active = topology.by_role
-    if "prefill" not in active or "decode" not in active:
+    if Role.prefill not in active or Role.decode not in active:
         return False
-    return profile.speculative_for(active["prefill"].spec) != profile.speculative_for(active["decode"].spec)
+    return profile.speculative_for(active[Role.prefill].spec) != profile.speculative_for(active[Role.decode].spec)
 
 
 def speculative_mismatch_hit(profile: StackProfile, topology: Topology) -> Hit | None:
