@@ -21,9 +21,6 @@ Finite = Annotated[float, Field(allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
-RESULT_KIND = "BenchResult"
-RESULT_VERSION = 1
-
 
 class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
