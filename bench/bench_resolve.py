@@ -21,7 +21,9 @@ sys.path.insert(0, str(ROOT))
 
 from devkit.process import free_port  # noqa: E402
 from devkit.registry import start_registry  # noqa: E402
-from stackpin.lock.oci import OCI_INDEX, ImageRef, RegistryClient  # noqa: E402
+from stackpin.lock.oci.client import RegistryClient  # noqa: E402
+from stackpin.lock.oci.media import OCI_INDEX  # noqa: E402
+from stackpin.lock.oci.reference import ImageRef  # noqa: E402
 from stackpin.lock.ocilayout import LayoutResolver, LayoutWriter, push_layout_to_registry  # noqa: E402
 
 WORKERS = 16

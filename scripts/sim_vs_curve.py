@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from stackpin.bench.result import read_result
+from stackpin.bench.resultfile import read_result
 from stackpin.bench.traceio import read_trace
 from stackpin.bench.window import steady
 from stackpin.sim.curve import agent_tps_at, curve, workload_of

@@ -136,7 +136,16 @@ def load_yaml(path: Path, display: str | None = None) -> tuple[Any, Positions]:
     return parse_yaml(text, file)
 
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+# The one choice of YAML loader: libyaml's safe loader where PyYAML was built with it (it parses ~10x
+# faster than the Python parser and gives the same nodes and marks), else PyYAML's. A base chosen at run
+# time is opaque to mypy, hence Any.
+SAFE_LOADER: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_data(text: str | bytes) -> Any:
+    """Plain data from one YAML document, no positions or limits: stackpin's own files, text it just
+    dumped, or a cheap first look at a file that `load_yaml` reads properly. Raises yaml.YAMLError."""
+    return yaml.load(text, Loader=SAFE_LOADER)
 
 
 def _printable(text: str, file: str) -> None:
@@ -155,8 +164,7 @@ def _printable(text: str, file: str) -> None:
 def _parsing(text: str, file: str) -> Iterator[Any]:
     """A loader over `text` whose errors become one located InputError each."""
     _printable(text, file)
-    # libyaml parses ~10x faster than PyYAML's Python parser and gives the same nodes and marks.
-    loader = _Loader(text)
+    loader = SAFE_LOADER(text)
     try:
         yield loader
     except yaml.MarkedYAMLError as exc:

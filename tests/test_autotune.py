@@ -33,15 +33,9 @@ from stackpin.autotune.verify import Mismatch, arch_tokens, tuning_groups, verif
 from stackpin.catalog import load_catalog
 from stackpin.cli.main import main
 from stackpin.errors import InputError, IntegrityError, StackpinError
-from stackpin.lock.oci import (
-    OCI_CONFIG,
-    OCI_INDEX,
-    OCI_MANIFEST,
-    RegistryClient,
-    canonical_json,
-    parse_manifest,
-    sha256_digest,
-)
+from stackpin.lock.canonical import canonical_json
+from stackpin.lock.oci.client import RegistryClient
+from stackpin.lock.oci.media import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, parse_manifest, sha256_digest
 from stackpin.lock.ocilayout import LayoutResolver, LayoutWriter
 from stackpin.profile.loader import load_profile
 from stackpin.profile.model import Pool, StackProfile

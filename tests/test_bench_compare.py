@@ -21,9 +21,9 @@ from stackpin.bench.result import (
     Slo,
     StackRef,
     controls_fingerprint,
-    read_result,
     result_json,
 )
+from stackpin.bench.resultfile import read_result
 from stackpin.bench.stats import build_point, score
 from stackpin.cli.main import main
 from stackpin.lock.lockfile import read_lock

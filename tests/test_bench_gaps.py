@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from stackpin.bench.gaps import bucket_seconds, gap_bucket, gap_dist, rescaled
-from stackpin.bench.result import read_result
+from stackpin.bench.resultfile import read_result
 from stackpin.bench.stats import percentile
 from stackpin.cli.main import main
 from tests.sse_server import Server, serve_in_thread

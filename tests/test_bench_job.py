@@ -10,7 +10,8 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from stackpin.bench.result import controls_fingerprint, read_result, result_json
+from stackpin.bench.result import controls_fingerprint, result_json
+from stackpin.bench.resultfile import read_result
 from stackpin.cli.main import main
 from tests.sse_server import Server, serve_in_thread
 from tests.test_bench_run import write_trace

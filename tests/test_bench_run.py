@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from stackpin.bench.result import read_result
+from stackpin.bench.resultfile import read_result
 from stackpin.cli.main import main
 from tests.sse_server import Server, serve_in_thread
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from stackpin.bench.result import read_result
+from stackpin.bench.resultfile import read_result
 from stackpin.cli.main import main
 from stackpin.sim.curve import single_agent_tps
 from stackpin.sim.faults import FaultSpec

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from stackpin.bench.result import read_result
+from stackpin.bench.resultfile import read_result
 from stackpin.bench.stats import build_point, invalid_reason, next_search, score
 from stackpin.cli.main import main
 from tests import benchdata

@@ -111,7 +111,7 @@ def test_an_endpoint_serving_another_model_is_refused_or_recorded(tmp_path: Path
 def test_prompts_the_server_counts_otherwise_mark_the_result(tmp_path: Path) -> None:
     """The issue's case: each word several tokens to the served tokenizer; the result says so."""
     from stackpin.bench.headline import headline
-    from stackpin.bench.result import read_result
+    from stackpin.bench.resultfile import read_result
 
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"session_id": "s", "input_length": 100, "output_length": 2}\n'

@@ -11,7 +11,7 @@ from stackpin.autotune.verify import verify_cache
 from stackpin.catalog import load_catalog
 from stackpin.demo.mirror import STAND_IN, add_stand_in_cache
 from stackpin.lock.lockfile import AUTOTUNE_ANNOTATIONS
-from stackpin.lock.oci import OCI_INDEX
+from stackpin.lock.oci.media import OCI_INDEX
 from stackpin.lock.ocilayout import LayoutResolver, LayoutWriter
 from stackpin.lock.resolvers import is_stand_in
 from stackpin.profile.loader import load_profile

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from stackpin.bench.result import read_result
+from stackpin.bench.resultfile import read_result
 from stackpin.demo import bench as demo
 
 ROOT = Path(__file__).resolve().parent.parent

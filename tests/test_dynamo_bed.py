@@ -19,7 +19,7 @@ import httpx
 import pytest
 from click.testing import CliRunner
 
-from stackpin.bench.result import read_result
+from stackpin.bench.resultfile import read_result
 from stackpin.cli.main import main
 from stackpin.errors import StackpinError
 from stackpin.sim.dynamo import Mocker, plan

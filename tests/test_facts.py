@@ -322,32 +322,31 @@ def test_a_figure_with_neither_source_nor_estimate_is_found() -> None:
 
 
 def test_step_model_figures_name_their_source() -> None:
-    """roofline.yaml's published figures: each GPU's peaks carry a source, estimates name a precision
-    the entry has, and every catalog GPU has peaks (so sim and plan work on every platform)."""
+    """The step model's published figures live in the catalog with a source each: every catalog GPU has
+    a peak (so sim and plan work on every platform) and every model its expert routing; roofline.yaml
+    keeps only the model's own parameters."""
     from stackpin.sim.roofline import load_params
 
     params = load_params()
     catalog = load_catalog()
-    assert set(params["compute_tflops"]) == set(catalog.gpus)
-    for gpu, peaks in params["compute_tflops"].items():
-        assert str(peaks.get("source", "")).strip(), gpu
-        precisions = {k for k in peaks if k not in ("source", "estimates")}
-        assert precisions and all(isinstance(peaks[k], (int, float)) for k in precisions), gpu
-        assert set(peaks.get("estimates", {})) <= precisions, gpu
-    assert str(params["experts"]["source"]).strip()
+    assert not {"compute_tflops", "experts"} & set(params)
+    for key, gpu in catalog.gpus.items():
+        peaks = [f for f in gpu.figures() if f.startswith("tflops_")]
+        assert peaks and set(peaks) <= set(gpu.sources), key
+        assert gpu.peak_tflops("fp8") > 0, key
+    for key, model in catalog.models.items():
+        assert model.experts is not None and "experts" in model.sources, key
     assert str(params["fitted"]["source"]).strip()
 
 
 def test_contradicted_facts_stay_corrected() -> None:
     """What issue 19 found public sources contradicting (docs/facts.md#corrections)."""
-    from stackpin.sim.roofline import load_params
-
     catalog = load_catalog()
     v41 = catalog.models["deepseek-v4.1-flash"]
     assert v41.kv_bytes_per_token == 890 and v41.is_estimate("kv_bytes_per_token")
-    assert load_params()["experts"] == {**load_params()["experts"], "routed": 384, "top_k": 6}
-    rubin = load_params()["compute_tflops"]["rubin"]
-    assert rubin["fp4"] == 25000 and {"fp4", "fp8"} <= set(rubin["estimates"])
+    assert v41.experts is not None and (v41.experts.routed, v41.experts.per_token) == (384, 6)
+    rubin = catalog.gpus["rubin"]
+    assert rubin.tflops_fp4 == 25000 and rubin.is_estimate("tflops_fp4") and rubin.is_estimate("tflops_fp8")
     gb300 = catalog.gpus["gb300"]
     assert gb300.hbm_gib < 279 and gb300.is_estimate("hbm_gib")
     assert catalog.platforms["gb300-nvl72"].is_estimate("power_kw")

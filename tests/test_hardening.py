@@ -156,7 +156,7 @@ def drip_server(seconds: float = 8.0) -> Iterator[str]:
 
 def test_a_dripping_registry_hits_the_request_deadline_naming_the_reference() -> None:
     from stackpin.lock.deadline import DeadlineExceeded
-    from stackpin.lock.oci import RegistryClient
+    from stackpin.lock.oci.client import RegistryClient
 
     with drip_server() as host, RegistryClient(timeout=1.0, retries=0, request_deadline=1.0) as client:
         with pytest.raises(DeadlineExceeded, match=r"/v2/team/engine/manifests/v1: no complete answer within 1s"):

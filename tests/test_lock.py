@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from stackpin.cli.main import main
 from stackpin.errors import IntegrityError, ResolveError, StackpinError
 from stackpin.lock.lockfile import StackMismatch, read_lock, sha256, stack_digest
-from stackpin.lock.oci import RegistryClient
+from stackpin.lock.oci.client import RegistryClient
 from stackpin.lock.ocilayout import LayoutWriter, push_layout_to_registry
 from stackpin.lock.resolvers import STAND_IN_ANNOTATION, write_hf_cache_ref
 from stackpin.lock.run import run_lock

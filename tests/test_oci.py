@@ -20,7 +20,9 @@ from hypothesis import strategies as st
 
 from devkit.process import free_port
 from stackpin.errors import IntegrityError, ResolveError
-from stackpin.lock.oci import (
+from stackpin.lock.canonical import canonical_json
+from stackpin.lock.oci.client import RegistryClient
+from stackpin.lock.oci.media import (
     DOCKER_CONFIG,
     DOCKER_LIST,
     DOCKER_MANIFEST,
@@ -28,12 +30,9 @@ from stackpin.lock.oci import (
     OCI_INDEX,
     OCI_LAYER_TAR,
     OCI_MANIFEST,
-    ImageRef,
-    RegistryClient,
-    apply_mirror,
-    canonical_json,
     sha256_digest,
 )
+from stackpin.lock.oci.reference import ImageRef, apply_mirror
 from tests.registry import AuthRegistry, RunningRegistry
 
 HEX = "0123456789abcdef" * 4

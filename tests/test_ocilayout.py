@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from stackpin.errors import IntegrityError, ResolveError
-from stackpin.lock.oci import OCI_INDEX, OCI_MANIFEST, ImageRef, RegistryClient
+from stackpin.lock.oci.client import RegistryClient
+from stackpin.lock.oci.media import OCI_INDEX, OCI_MANIFEST
+from stackpin.lock.oci.reference import ImageRef
 from stackpin.lock.ocilayout import REF_NAME, LayoutResolver, LayoutWriter, push_layout_to_registry
 from tests.registry import RunningRegistry
 

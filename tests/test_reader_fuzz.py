@@ -52,7 +52,8 @@ def test_a_revision_file(tmp_path: Path, data: bytes) -> None:
 @given(where=st.sampled_from([["fingerprint"], ["points", "x"], ["controls", "agents"], ["stack", "gpus"],
                               ["score"], ["client", "workers"], ["points"]]), value=JSON)
 def test_a_bench_result(tmp_path: Path, where: list[str], value: Any) -> None:
-    from stackpin.bench.result import read_result, result_json
+    from stackpin.bench.result import result_json
+    from stackpin.bench.resultfile import read_result
     from tests.benchdata import exact
 
     base = json.loads(result_json(exact("a", [(1, 600.0, 0.5, 600.0)])))

@@ -334,7 +334,7 @@ def test_render_refuses_an_empty_capture_list_with_graphs_on() -> None:
     """SP105 refuses `captureSizes: []` (vLLM asserts a size when graphs are on); a lock made around
     validation must not render `"cudagraph_capture_sizes":[]` either."""
     bad = _relabel(shipped_locks()["gb300-tuned"], ("spec", "cudaGraphs", "captureSizes"), [])
-    with pytest.raises(RenderError, match="captureSizes is empty"):
+    with pytest.raises(RenderError, match=r"error SP105 spec\.cudaGraphs\.captureSizes: captureSizes is empty"):
         build_objects(bad)
     off = _relabel(_relabel(bad, ("spec", "cudaGraphs", "mode"), "NONE"), ("spec", "cudaGraphs", "maxCaptureSize"),
                    None)

@@ -12,7 +12,7 @@ import pytest
 from stackpin.profile.tuning import parse_ranks_summary
 from stackpin.validate import Finding, all_rules, run_rules
 from stackpin.validate.check import check_profiles
-from stackpin.validate.upgrade import upgrade_findings
+from stackpin.validate.upgradecheck import upgrade_findings
 from tests.helpers import NULL, SHIPPED, apply, base_doc, dump, line_of, load_doc
 
 W = "spec.placement.pools.worker"

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from stackpin.bench.result import Slo, read_result
+from stackpin.bench.result import Slo
+from stackpin.bench.resultfile import read_result
 from stackpin.cli.main import main
 from stackpin.lock.lockfile import read_lock
 from tests import benchdata

@@ -182,7 +182,7 @@ def test_the_aiconfigurator_column_counts_whole_stacks_whatever_share_was_measur
 def test_a_bench_result_against_it_carries_every_substitution(tmp_path: Path) -> None:
     from click.testing import CliRunner
 
-    from stackpin.bench.result import read_result
+    from stackpin.bench.resultfile import read_result
     from stackpin.cli.main import main as cli
     from stackpin.sim.server import serve_in_thread
 

@@ -145,7 +145,9 @@ def test_render_refuses_speculative_mismatch_with_the_rule_sp154_uses() -> None:
     lock = _edited("gb300-disagg-wide-ep", {"spec.placement.pools.decode.speculative": {"method": None}})
     profile = lock.stack_profile
     assert speculative_mismatch(profile, topology_of(profile))
-    with pytest.raises(RenderError, match="prefill and decode must run identical speculative settings"):
+    # Worded as `stackpin validate` words SP154: the same code, field and message.
+    with pytest.raises(RenderError, match=r"error SP154 spec\.placement\.pools\.decode\.speculative: prefill and "
+                       "decode pools run different speculative settings"):
         build_objects(lock)
 
 
@@ -171,7 +173,8 @@ def _factors(node: ast.AST) -> list[ast.AST]:
 
 def shape_computations(source: str) -> list[str]:
     """Where a module derives what topology.py owns: arithmetic or comparisons with a node's GPU count
-    (also through a local alias), a product of TP and DP sizes (GPUs per replica, EP size), a pool
+    (also through a local alias), a product of TP and DP sizes (GPUs per replica, EP size) or of TP and
+    PP sizes (the model-parallel world), a pool
     picked by role off a placement, or the TP size read back out of an argv."""
     tree = ast.parse(source)
     per_node = {"gpus_per_node"}
@@ -196,9 +199,12 @@ def shape_computations(source: str) -> list[str]:
         where = f"line {getattr(node, 'lineno', '?')}"
         if isinstance(node, ast.BinOp | ast.Compare | ast.AugAssign) and _names(node) & per_node:
             found.append(f"{where}: arithmetic with a node's GPU count")
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and {"tp", "dp"} <= set().union(
-                *(kinds(f) for f in _factors(node))):
+        factors = set().union(*(kinds(f) for f in _factors(node))) if isinstance(node, ast.BinOp) \
+            and isinstance(node.op, ast.Mult) else set()
+        if {"tp", "dp"} <= factors:
             found.append(f"{where}: a product of TP and DP sizes")
+        elif {"tp", "pp"} <= factors:
+            found.append(f"{where}: a product of TP and PP sizes")
         if isinstance(node, ast.Attribute) and node.attr in ROLE_ATTRS and isinstance(node.value, ast.Attribute) \
                 and node.value.attr == "pools":
             found.append(f"{where}: a pool picked by role")
@@ -237,6 +243,9 @@ def test_no_module_outside_topology_computes_the_shape() -> None:
     "ep = self.tensor_parallel * self.data_parallel if self.expert_parallel else 1",
     "tp, dp = pool.tensor_parallel, pool.data_parallel\ngpus = tp * dp",
     "world = pool.tensor_parallel * pool.pipeline_parallel\ngpus = world * pool.data_parallel",
+    "world = pool.tensor_parallel * pool.pipeline_parallel",
+    "tp, pp = pool.tensor_parallel, pool.pipeline_parallel\nworld = tp * pp",
+    "gpus_per_engine=topo.tensor_parallel * topo.pipeline_parallel",
     "shards = pool.expert_parallel_size * pool.pipeline_parallel",
     "pools = profile.spec.placement.active_pools()",
     "if getattr(placement.pools, role) is None:\n    pass",
@@ -251,4 +260,4 @@ def test_the_check_lets_the_shape_be_read() -> None:
     assert shape_computations(TOPOLOGY.read_text(encoding="utf-8"))  # it does compute there
     assert not shape_computations(
         "per_node = ctx.topology.gpus_per_node\nmsg = f'{pool.nodes_needed} node(s) of {per_node} GPUs'\n"
-        "world = pool.tensor_parallel * pool.pipeline_parallel\nslots = pool.max_num_seqs * pool.data_parallel")
+        "world = model_parallel_of(pool)\nslots = pool.max_num_seqs * pool.data_parallel")

@@ -11,7 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from stackpin.cli.main import main as cli_main
-from stackpin.validate.upgrade import parse_target, upgrade_findings
+from stackpin.validate.upgrade import parse_target
+from stackpin.validate.upgradecheck import upgrade_findings
 from tests.helpers import PROFILES_DIR, apply, base_doc, dump, line_of, load_doc, write_profile
 
 W = "spec.placement.pools.worker"

@@ -74,3 +74,18 @@ def test_unambiguous_strings_stay_plain(value: str) -> None:
 def test_non_strings_stay_plain() -> None:
     assert dump_yaml({"a": True, "b": None, "c": 8, "d": 0.5, "e": [1, "1"]}) == (
         "a: true\nb: null\nc: 8\nd: 0.5\ne:\n- 1\n- '1'\n")
+
+
+def test_the_yaml_loader_is_chosen_in_yamlio_only() -> None:
+    import re
+    from pathlib import Path
+
+    from stackpin.yamlio import SAFE_LOADER, load_data
+
+    assert load_data("a: [1, 2]\nb: '2024-01-01'\n") == {"a": [1, 2], "b": "2024-01-01"}
+    assert SAFE_LOADER is getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    package = Path(__file__).resolve().parent.parent / "stackpin"
+    choosing = re.compile(r"yaml\.(safe_load|load)\(|CSafeLoader|\byaml\.SafeLoader\)")
+    found = [f"{path.relative_to(package)}:{n}" for path in sorted(package.rglob("*.py")) if path.name != "yamlio.py"
+             for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if choosing.search(line)]
+    assert not found, "read YAML with stackpin.yamlio (load_data, load_yaml, SAFE_LOADER):\n" + "\n".join(found)

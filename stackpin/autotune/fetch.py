@@ -30,7 +30,7 @@ from stackpin.autotune.cache import (
 from stackpin.errors import IntegrityError, ResolveError, StackpinError
 
 if TYPE_CHECKING:
-    from stackpin.lock.oci import RegistryClient
+    from stackpin.lock.oci.client import RegistryClient
 
 
 
@@ -66,7 +66,8 @@ def fetch_cache(
     The image form: every platform image of the index must hold the same single standard layer, with
     an image config for that platform whose diff_ids name the uncompressed tar (what a runtime checks
     before it mounts). The earlier artifact form is read too and comes back with `mountable=False`."""
-    from stackpin.lock.oci import INDEX_TYPES, annotations_of, as_image_ref, parse_manifest
+    from stackpin.lock.oci.media import INDEX_TYPES, annotations_of, parse_manifest
+    from stackpin.lock.oci.reference import as_image_ref
 
     target = as_image_ref(ref)
     what = str(target)
@@ -136,7 +137,7 @@ def _layers(manifest: dict[str, Any], what: str) -> list[dict[str, Any]]:
 
 
 def _one_layer(manifest: dict[str, Any], blobs: list[bytes], media_types: tuple[str, ...], what: str) -> bytes:
-    from stackpin.lock.oci import OCI_MANIFEST
+    from stackpin.lock.oci.media import OCI_MANIFEST
 
     if manifest.get("mediaType", OCI_MANIFEST) != OCI_MANIFEST:
         raise ResolveError(f"{what}: manifest media type {manifest.get('mediaType')!r}, expected {OCI_MANIFEST}")
@@ -151,7 +152,7 @@ def _one_layer(manifest: dict[str, Any], blobs: list[bytes], media_types: tuple[
 def _check_config(manifest: dict[str, Any], blob: Any, platform: str, diff_id: str, what: str) -> None:
     """The image config a runtime reads: this platform, and diff_ids naming the uncompressed layer
     (containerd refuses to mount a layer whose diff_id does not match)."""
-    from stackpin.lock.oci import OCI_CONFIG, parse_manifest, platform_key
+    from stackpin.lock.oci.media import OCI_CONFIG, parse_manifest, platform_key
 
     desc = manifest.get("config")
     if not isinstance(desc, dict) or desc.get("mediaType") != OCI_CONFIG:
@@ -166,7 +167,7 @@ def _check_config(manifest: dict[str, Any], blob: Any, platform: str, diff_id: s
 
 
 def _layer_digest(desc: dict[str, Any], target: Any) -> str:
-    from stackpin.lock.oci import descriptor_digest
+    from stackpin.lock.oci.media import descriptor_digest
 
     return descriptor_digest(desc, f"layer of {target}")
 

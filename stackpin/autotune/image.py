@@ -30,7 +30,8 @@ from stackpin.autotune.cache import (
 )
 
 if TYPE_CHECKING:
-    from stackpin.lock.oci import RegistryClient, Resolved
+    from stackpin.lock.oci.client import RegistryClient
+    from stackpin.lock.oci.media import Resolved
     from stackpin.lock.ocilayout import LayoutWriter
 
 
@@ -116,7 +117,7 @@ class CacheImage(FrozenModel):
 
     @property
     def digest(self) -> str:
-        from stackpin.lock.oci import sha256_digest
+        from stackpin.lock.oci.media import sha256_digest
 
         return sha256_digest(self.index)
 
@@ -125,7 +126,7 @@ def cache_image(info: CacheInfo, annotations: Mapping[str, str] | None = None) -
     """The image form of a cache; `annotations` are added to the index's (stand-in notes, say).
     Deterministic: no timestamps anywhere, canonical JSON, so the same files give the same digests."""
     from stackpin.lock.canonical import canonical_json
-    from stackpin.lock.oci import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, descriptor, platform_key
+    from stackpin.lock.oci.media import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, descriptor, platform_key
 
     raw = pack_info(info, compress=False)
     layer_bytes = gzip.compress(raw, compresslevel=9, mtime=0)  # == pack_info(info): same bytes, one tar pass
@@ -162,7 +163,8 @@ def push_cache(path: str | os.PathLike[str], ref: str, client: RegistryClient) -
     what a profile pins."""
     from dataclasses import replace
 
-    from stackpin.lock.oci import OCI_INDEX, OCI_MANIFEST, Resolved, as_image_ref, sha256_digest
+    from stackpin.lock.oci.media import OCI_INDEX, OCI_MANIFEST, Resolved, sha256_digest
+    from stackpin.lock.oci.reference import as_image_ref
 
     target = as_image_ref(ref)
     image = cache_image(inspect_cache(path))
@@ -180,7 +182,7 @@ def push_cache(path: str | os.PathLike[str], ref: str, client: RegistryClient) -
 def add_cache_to_layout(writer: LayoutWriter, ref: str, info: CacheInfo,
                         annotations: Mapping[str, str] | None = None) -> Resolved:
     """Store the image form of `info` in an OCI layout under the full reference `ref`."""
-    from stackpin.lock.oci import OCI_INDEX, OCI_MANIFEST
+    from stackpin.lock.oci.media import OCI_INDEX, OCI_MANIFEST
 
     image = cache_image(info, annotations)
     tagged = writer._tagged(ref)  # LayoutWriter has no public "tag this index" yet

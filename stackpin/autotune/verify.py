@@ -21,7 +21,7 @@ from stackpin.autotune.cache import (
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.errors import StackpinError
 from stackpin.profile.model import AutotuneMode
-from stackpin.profile.topology import PoolTopology, Role, topology_of
+from stackpin.profile.topology import PoolTopology, Role, model_parallel_of, topology_of
 from stackpin.profile.tuning import SHARED_FILE, CacheFit, expected_files, fit_cache, pool_shape
 from stackpin.yamlio import read_regular
 
@@ -72,7 +72,7 @@ def tuning_groups(pool: Pool) -> list[list[int]]:
     """World ranks that must hold matching files: the whole world (DP folded in), or each PP
     stage's TP group when PP > 1 (kernel_warmup.flashinfer_autotune: `get_tp_group() if pp_size > 1`)."""
     tp, pp = pool.tensor_parallel, pool.pipeline_parallel
-    world = tp * pp
+    world = model_parallel_of(pool)
     if pp == 1:
         return [[rank for _, rank, _ in expected_files(pool)]]
     return [list(range(dp * world + s * tp, dp * world + (s + 1) * tp))

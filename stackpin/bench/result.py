@@ -8,13 +8,11 @@ tell at a glance whether two results are comparable and name the field that diff
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
 
 from stackpin.lock.canonical import canonical_json
-from stackpin.yamlio import read_regular
 
 # Every number a result holds is finite (JSON's NaN and Infinity are refused when read) and, where it is a
 # time, a rate, a count or a share, within its physical range (issue 18: a hand-edited NaN must never
@@ -22,10 +20,6 @@ from stackpin.yamlio import read_regular
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-MAX_RESULT_BYTES = 256 * 1024 * 1024  # a run's request log; far above any real one
-
-RESULT_KIND = "BenchResult"
-RESULT_VERSION = 1
 
 
 class _Model(BaseModel):
@@ -219,41 +213,6 @@ def controls_fingerprint(controls: Controls) -> str:
     import hashlib
 
     return "sha256:" + hashlib.sha256(canonical_json(controls.model_dump(mode="json"))).hexdigest()
-
-
-def read_result(path: Path) -> BenchResult:
-    """Read a result file; a malformed one is one located problem (exit 2) naming the file and field."""
-    import json
-
-    from pydantic import ValidationError
-
-    from stackpin.errors import InputError, Location, Problem, StackpinError
-
-    def no_constant(name: str) -> None:
-        raise ValueError(f"{name} is not a number a result can hold")
-
-    try:
-        data = json.loads(read_regular(path, MAX_RESULT_BYTES).decode("utf-8"), parse_constant=no_constant)
-    except OSError as exc:
-        raise StackpinError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise StackpinError(f"{path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError([Problem(Location(str(path), exc.lineno, exc.colno), "", f"not JSON: {exc.msg}")]) from None
-    except (ValueError, RecursionError) as exc:
-        raise InputError([Problem(Location(str(path)), "", str(exc) or "nested too deeply")]) from None
-    try:
-        result = BenchResult.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise InputError([Problem(Location(str(path)), where, first["msg"])]) from None
-    from stackpin.bench.stats import inconsistency  # stats builds on this module's models
-
-    found = inconsistency(result)
-    if found is not None:
-        raise InputError([Problem(Location(str(path)), *found)])
-    return result
 
 
 def result_json(result: BenchResult) -> str:

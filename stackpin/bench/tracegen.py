@@ -84,18 +84,18 @@ def param_names() -> list[str]:
 
 @cache
 def default_shape() -> TraceShape:
-    import yaml
+    from stackpin.yamlio import load_data
 
-    data = yaml.safe_load(DEFAULTS_FILE.read_text(encoding="utf-8"))
+    data = load_data(DEFAULTS_FILE.read_text(encoding="utf-8"))
     dists = {k: LogNormal(**data[k]) for k in ("first_input", "turn_input", "output", "turns", "delay_ms")}
     return TraceShape(block_tokens=data["block_tokens"], max_context=data["max_context"],
                       shared_prefix_tokens=data["shared_prefix_tokens"], **dists)
 
 
 def published_shape() -> dict[str, int]:
-    import yaml
+    from stackpin.yamlio import load_data
 
-    published: dict[str, int] = yaml.safe_load(DEFAULTS_FILE.read_text(encoding="utf-8"))["published"]
+    published: dict[str, int] = load_data(DEFAULTS_FILE.read_text(encoding="utf-8"))["published"]
     return published
 
 

@@ -5,6 +5,7 @@ Loaded once per process and handed out as immutable models; nothing else in stac
 
 from __future__ import annotations
 
+from enum import StrEnum
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, model_
 from stackpin.catalog.search import site_dirs
 from stackpin.catalog.version import PackageVersion, parse_version
 from stackpin.errors import StackpinError
+from stackpin.yamlio import load_data
 
 
 class _Fact(BaseModel):
@@ -71,7 +73,19 @@ class Gpu(_Sourced):
     scaleup_gbps: float
     native_fp8: bool
     native_fp4: bool
+    # Published dense peak TFLOPs per GPU by precision; None where the GPU has no such format.
+    tflops_bf16: float | None = None
+    tflops_fp8: float | None = None
+    tflops_fp4: float | None = None
     source: str
+
+    def peak_tflops(self, precision: str) -> float:
+        """Dense peak in `precision` (bf16, fp8 or fp4); a GPU without it: its widest format's."""
+        table: dict[str, float] = {p: v for p in ("bf16", "fp8", "fp4")
+                                   if (v := getattr(self, f"tflops_{p}")) is not None}
+        if not table:
+            raise StackpinError(f"GPU {self.name}: the catalog gives no peak TFLOPs")
+        return table.get(precision, next(iter(table.values())))
 
     @property
     def compute_capability(self) -> tuple[int, int]:
@@ -85,8 +99,13 @@ class Gpu(_Sourced):
         return self.compute_capability[0]
 
 
+class PlatformKind(StrEnum):
+    rack = "rack"  # an NVL72 rack: nodes that share one NVLink domain, deployed and counted whole
+    node = "node"  # one HGX node
+
+
 class Platform(_Sourced):
-    kind: Literal["rack", "node"]
+    kind: PlatformKind
     gpu: str
     gpus_per_node: int
     nodes: int
@@ -109,6 +128,13 @@ class ActiveParams(_Fact):
 
     prefill: float
     decode: float
+
+
+class Experts(_Fact):
+    """An MoE model's routed experts per layer and how many one token picks (shared experts aside)."""
+
+    routed: int
+    per_token: int
 
 
 class ModelPrecision(_Fact):
@@ -136,6 +162,7 @@ class ModelFacts(_Sourced):
     precision: ModelPrecision
     checkpoint_gib: float
     routed_expert_share: float
+    experts: Experts | None = None  # None: not an MoE model stackpin knows the routing of (not simulated)
     kv_bytes_per_token: int
     max_context: int
     speculative_methods: tuple[str, ...]
@@ -361,7 +388,7 @@ class Catalog(_Fact):
 
 
 def _parse(text: str) -> Any:
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return load_data(text)
 
 
 def _read(name: str) -> Any:

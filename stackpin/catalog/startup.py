@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stackpin.catalog.search import SearchPath, bundled, search_path
 from stackpin.errors import StackpinError
+from stackpin.yamlio import load_data
 
 
 class _Fact(BaseModel):
@@ -98,8 +99,7 @@ def _startup(version: str, path: SearchPath) -> StartupFacts | None:
         if candidate.is_file():
             shown = f"stackpin/catalog/engines/{candidate.name}" if directory == bundled() else str(candidate)
             try:
-                loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml's parser: a few times faster
-                data = yaml.load(candidate.read_text(encoding="utf-8"), Loader=loader)
+                data = load_data(candidate.read_text(encoding="utf-8"))
                 return StartupFacts.model_validate({**data, "file": shown})
             except (yaml.YAMLError, TypeError) as exc:
                 raise StackpinError(f"{shown}: not a start-up facts file ({exc})") from None

@@ -1,6 +1,6 @@
 """`stackpin autotune`: inspect, verify and pack FlashInfer autotune caches (see stackpin.autotune).
 
-Registered in stackpin/cli/main.py with `main.add_command(autotune)`. Heavy imports (httpx via stackpin.lock.oci)
+Registered in stackpin/cli/main.py with `main.add_command(autotune)`. Heavy imports (httpx via stackpin.lock.oci.client)
 stay inside the commands so `stackpin --help` stays fast.
 """
 
@@ -32,7 +32,7 @@ def _is_ref(source: str, layout: str | None) -> bool:
     """A source is a reference when it is not a path here and names its registry explicitly (so a
     mistyped directory never turns into a Docker Hub lookup)."""
     from stackpin.errors import ResolveError
-    from stackpin.lock.oci import ImageRef
+    from stackpin.lock.oci.reference import ImageRef
 
     if os.path.exists(source):
         return False
@@ -62,7 +62,7 @@ def _load(source: str, layout: str | None, stack: ExitStack) -> tuple[CacheInfo,
     if layout is not None:
         fetched = fetch_cache(source, dest, layout=layout)
     else:
-        from stackpin.lock.oci import RegistryClient
+        from stackpin.lock.oci.client import RegistryClient
 
         client = stack.enter_context(RegistryClient())
         fetched = fetch_cache(source, dest, client=client)
@@ -193,7 +193,7 @@ def pack(directory: str, push_ref: str | None, output_file: str | None, layout: 
         result["layout"] = {"path": layout, "tag": tag, "digest": resolved.digest, "pin": pinned(resolved)}
         lines += [f"layout {layout}: {tag} -> {resolved.digest}", f"pin: {pinned(resolved)}"]
     if push_ref:
-        from stackpin.lock.oci import RegistryClient
+        from stackpin.lock.oci.client import RegistryClient
 
         with RegistryClient() as client:
             resolved = push_cache(directory, push_ref, client)

@@ -14,12 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, emit_objects, finite, user_errors
+from stackpin.cli.common import HISTORY, OUTPUT, emit, emit_objects, finite, user_errors
 from stackpin.cli.complete import revisions
-from stackpin.cli.history import HISTORY
 
 if TYPE_CHECKING:
-    from stackpin.bench.compare import Comparison
     from stackpin.bench.replay import Progress
     from stackpin.bench.result import BenchResult, Point
 
@@ -242,63 +240,9 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
 
 
 def _read(paths: tuple[str, ...]) -> list[BenchResult]:
-    from stackpin.bench.result import read_result
+    from stackpin.bench.resultfile import read_result
 
     return [read_result(Path(p)) for p in paths]
-
-
-def _threshold(text: str) -> float:
-    from stackpin.errors import StackpinError
-
-    try:
-        value = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
-    except ValueError:
-        raise StackpinError(f"--threshold {text!r}: give a fraction (0.05) or a percentage (5%)") from None
-    if not 0 <= value < 10:  # NaN fails it too
-        raise StackpinError(f"--threshold {text!r}: out of range")
-    return value
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:+.1f}%"
-
-
-def _number(value: float, unit: str) -> str:
-    if unit == "agents":
-        return f"{value:g}"
-    return f"{value:.3f}" if unit == "s" else f"{value:.1f}"
-
-
-def comparison_data(comparison: Comparison) -> dict[str, Any]:
-    return {"a": list(comparison.a), "b": list(comparison.b), "runs": list(comparison.runs),
-            "agents": comparison.agents, "threshold": comparison.threshold, "forced": list(comparison.forced),
-            "gpus": list(comparison.gpus),
-            "verdict": comparison.verdict, "regressed": comparison.regressed,
-            "metrics": [{"name": m.name, "unit": m.unit, "higherIsBetter": m.higher_is_better, "a": m.a, "b": m.b,
-                         "change": m.change, "low": m.low, "high": m.high, "basis": m.basis, "verdict": m.verdict}
-                        for m in comparison.metrics]}
-
-
-def print_comparison(comparison: Comparison, output: str) -> None:
-    if output != "text":
-        emit(comparison_data(comparison), output)
-        return
-    a, b = comparison.runs
-    click.echo(f"A: {', '.join(sorted(set(comparison.a)))} ({a} run{'s' * (a != 1)})   "
-               f"B: {', '.join(sorted(set(comparison.b)))} ({b} run{'s' * (b != 1)})")
-    if comparison.gpus[0] != comparison.gpus[1]:
-        click.echo(f"note: A ran on {comparison.gpus[0]} GPUs, B on {comparison.gpus[1]}: agent counts compare per "
-                   "GPU, and TTFT at one agent count (a different load per GPU) is left out", err=True)
-    if comparison.forced:
-        click.echo(f"warning: compared with --force although {', '.join(comparison.forced)} differ(s)", err=True)
-    header = ["METRIC", "A", "B", "CHANGE", "95% CI", "FROM", "VERDICT"]
-    rows = [[m.name, _number(m.a, m.unit), _number(m.b, m.unit), _pct(m.change),
-             "-" if m.low is None else f"[{_pct(m.low)}, {_pct(m.high)}]", m.basis, m.verdict]
-            for m in comparison.metrics]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    for row in [header, *rows]:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    click.echo(f"verdict: {comparison.verdict} (threshold {comparison.threshold:.0%})")
 
 
 @bench.command("compare")
@@ -323,6 +267,7 @@ def compare(results: tuple[str, ...], more_a: tuple[str, ...], more_b: tuple[str
     of the change and a verdict. Refused (exit 2) when the controls differ, unless --force.
     """
     from stackpin.bench.compare import compare as compare_results
+    from stackpin.cli.comparison import print_comparison, threshold
 
     if len(results) not in (0, 2):
         raise click.UsageError("give A.json B.json, or --a FILE ... --b FILE ...")
@@ -330,7 +275,7 @@ def compare(results: tuple[str, ...], more_a: tuple[str, ...], more_b: tuple[str
     paths_b = (results[1],) + more_b if results else more_b
     if not paths_a or not paths_b:
         raise click.UsageError("give A.json B.json, or --a FILE ... --b FILE ...")
-    comparison = compare_results(_read(paths_a), _read(paths_b), threshold=_threshold(threshold_text), seed=seed,
+    comparison = compare_results(_read(paths_a), _read(paths_b), threshold=threshold(threshold_text), seed=seed,
                                  resamples=resamples, agents=agents, force=force)
     print_comparison(comparison, output)
     if exit_code and comparison.regressed:
@@ -351,7 +296,7 @@ def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str,
     shows the headline and `stackpin rollback --if-regressed` compares the newest two revisions' results.
     """
     from stackpin.bench.headline import headline
-    from stackpin.bench.result import read_result
+    from stackpin.bench.resultfile import read_result
     from stackpin.errors import StackpinError
     from stackpin.history.attachments import attach as attach_record
     from stackpin.history.store import HistoryStore

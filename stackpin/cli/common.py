@@ -31,6 +31,9 @@ def finite(min: float | None = None, max: float | None = None, min_open: bool = 
 
 OUTPUT = click.option("-o", "--output", type=click.Choice(["text", "json", "yaml"]), default="text",
                       show_default=True, help="Output format; json and yaml have stable keys.")
+HISTORY = click.option("--history", "history_dir", default="history", show_default=True, metavar="DIR",
+                       type=click.Path(file_okay=False),
+                       help="Where revisions are kept: <namespace>/<deployment>@<platform>/NNNNNN.yaml.")
 
 
 

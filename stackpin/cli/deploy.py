@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from stackpin.cli.common import (
+    HISTORY,
     LOCK_TIMEOUT,
     OUTPUT,
     STRICT,
@@ -22,7 +23,6 @@ from stackpin.cli.common import (
     user_errors,
 )
 from stackpin.cli.complete import deployments
-from stackpin.cli.history import HISTORY
 
 if TYPE_CHECKING:
     from stackpin.deploy.apply import ApplyResult

@@ -6,8 +6,7 @@ import sys
 
 import click
 
-from stackpin.cli.common import OUTPUT, cluster_options, emit, user_errors
-from stackpin.cli.history import HISTORY
+from stackpin.cli.common import HISTORY, OUTPUT, cluster_options, emit, user_errors
 
 INPUTS = "A and B are each a profile, a lockfile, a stack name (its lockfile in --lockdir), DEPLOYMENT@REV or " \
          "git:REF:PATH (the file at a git revision, its extends: bases read at the same revision)."

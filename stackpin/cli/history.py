@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from stackpin.cli.common import (
+    HISTORY,
     LOCK_TIMEOUT,
     OUTPUT,
     STRICT,
@@ -36,9 +37,6 @@ if TYPE_CHECKING:
     from stackpin.history.record import Recorded
     from stackpin.history.store import HistoryStore
 
-HISTORY = click.option("--history", "history_dir", default="history", show_default=True, metavar="DIR",
-                       type=click.Path(file_okay=False),
-                       help="Where revisions are kept: <namespace>/<deployment>@<platform>/NNNNNN.yaml.")
 DEPLOYMENTS = click.option("--deployments", "deployments_dir", default="deployments", show_default=True, metavar="DIR",
                            type=click.Path(file_okay=False),
                            help="Where each deployment's newest revision is rendered for GitOps: "
@@ -80,9 +78,8 @@ def _print_recorded(recorded: Recorded, output: str) -> None:
         emit({"deployment": str(revision.deployment), "file": str(recorded.path), **_revision_data(revision),
               "directory": str(recorded.directory), "files": list(recorded.files)}, output)
         return
-    what = revision.summary().what
-    click.echo(f"recorded {recorded.path}  revision {revision.revision} of {revision.deployment}: {what} "
-               f"{revision.stack_digest}")
+    click.echo(f"recorded {recorded.path}  revision {revision.revision} of {revision.deployment}: "
+               f"{revision.action_label} {revision.stack_digest}")
     click.echo(f"rendered {recorded.directory}/  ({len(recorded.files)} files)")
 
 
@@ -247,33 +244,22 @@ def _startup_budget(revision: Revision) -> float:
 
 def _regressed(store: HistoryStore, key: DeploymentKey, threshold_text: str,
                output: str) -> tuple[int | None, dict[str, Any] | None]:
-    """The revision to roll back to when the newest revision's bench result regresses against the
-    previous one's (None, after saying why, when it does not or cannot be told), and the comparison."""
-    from stackpin.bench.compare import compare
-    from stackpin.bench.result import read_result
-    from stackpin.cli.bench import _threshold, comparison_data, print_comparison
-    from stackpin.history.attachments import attachment_path
+    """The revision to roll back to (None, after saying why, when there is none) and the comparison;
+    the decision is stackpin.bench.regression's, this only prints it."""
+    from stackpin.bench.regression import check_regression
+    from stackpin.cli.comparison import comparison_data, print_comparison, threshold
 
-    newest = store.newest(key)
-    if newest is None or newest.revision < 2:
-        click.echo(f"no rollback: {key} has no revision before its newest to compare with", err=True)
+    check = check_regression(store, key, threshold(threshold_text))
+    if check.comparison is None:
+        click.echo(f"no rollback: {check.reason}", err=True)
         return None, None
-    previous = newest.revision - 1
-    paths = {n: attachment_path(store, key, n, "bench") for n in (previous, newest.revision)}
-    missing = [n for n, p in paths.items() if not p.is_file()]
-    if missing:
-        click.echo(f"no rollback: revision {' and '.join(map(str, missing))} of {key} has no bench result "
-                   "(stackpin bench attach DEPLOYMENT@REV RESULT.json)", err=True)
-        return None, None
-    comparison = compare([read_result(paths[previous])], [read_result(paths[newest.revision])],
-                         threshold=_threshold(threshold_text))
     if output == "text":
-        click.echo(f"revision {previous} (A) vs revision {newest.revision} (B) of {key}:")
-        print_comparison(comparison, output)
-    if not comparison.regressed:
-        click.echo(f"no rollback: revision {newest.revision} does not regress against revision {previous}", err=True)
-        return None, comparison_data(comparison)
-    return previous, comparison_data(comparison)
+        click.echo(f"revision {check.previous} (A) vs revision {check.newest} (B) of {key}:")
+        print_comparison(check.comparison, output)
+    if check.roll_back_to is None:
+        click.echo(f"no rollback: revision {check.newest} does not regress against revision {check.previous}",
+                   err=True)
+    return check.roll_back_to, comparison_data(check.comparison)
 
 
 @click.command("history")
@@ -344,7 +330,7 @@ def _bench_headlines(store: HistoryStore, key: DeploymentKey, entries: list[Hist
     """Revision -> (one-line headline, data) of its attached bench result (`stackpin bench attach`);
     history keeps attachments opaque, the bench stage reads them."""
     from stackpin.bench.headline import headline, headline_data
-    from stackpin.bench.result import read_result
+    from stackpin.bench.resultfile import read_result
     from stackpin.errors import StackpinError
     from stackpin.history.attachments import attachment_path
 
@@ -374,7 +360,7 @@ def _print_history(store: HistoryStore, key: DeploymentKey, entries: list[Histor
     for e in entries:
         r = e.summary
         change = e.change if e.change is not None else ("(first revision)" if r.revision == 1 else "-")
-        rows.append([str(r.revision), r.short_digest, r.created, _cell(r.author), _cell(r.what), _cell(r.message),
+        rows.append([str(r.revision), r.short_digest, r.created, _cell(r.author), _cell(r.action_label), _cell(r.message),
                      _cell(change), *([_cell(bench[r.revision][0]) if r.revision in bench else "-"] if bench else [])])
     _table(["REVISION", "STACK", "CREATED", "AUTHOR", "ACTION", "MESSAGE", "CHANGE", *(["BENCH"] if bench else [])],
            rows)

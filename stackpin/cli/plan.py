@@ -32,16 +32,18 @@ if TYPE_CHECKING:
               "the median session in the request logs).")
 @click.option("--force", is_flag=True, help="Plan results side by side even when their controls (trace, model, "
               "precision, SLO) differ; the answer lists what differs.")
+@click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
+              help="Where the aiconfigurator column looks up each result's lock (by its stack digest).")
 @OUTPUT
 @user_errors
 def plan(results: tuple[str, ...], agents: int, slo_text: str | None, mature: tuple[str, ...], gain: float | None,
          chart: str | None, turn_tokens: float | None, trajectory_tokens: float | None, force: bool,
-         output: str) -> None:
+         lockdir: str, output: str) -> None:
     """Size a fleet from measured curves: per stack, agents per GPU meeting the SLO (interpolated on the
     curve, never extrapolated past it), GPUs, whole racks, rack power and agents per MW, and how long
     an agent waits for a turn and a trajectory; with --mature or --gain the mature-stack scenario and
     its difference in racks. Exit 2 when the results' controls differ (unless --force)."""
-    from stackpin.bench.result import read_result
+    from stackpin.bench.resultfile import read_result
     from stackpin.errors import StackpinError
     from stackpin.plan.capacity import make_plan
     from stackpin.plan.slo import parse_slo, results_slo
@@ -53,7 +55,7 @@ def plan(results: tuple[str, ...], agents: int, slo_text: str | None, mature: tu
     slo = given or results_slo([r for _, r in loaded])
     matured = [(Path(p), read_result(Path(p))) for p in mature]
     answer = make_plan(loaded, agents, slo, mature=matured, gain=gain, force=force, turn_tokens=turn_tokens,
-                       trajectory_tokens=trajectory_tokens)
+                       trajectory_tokens=trajectory_tokens, lockdir=Path(lockdir))
     if chart:
         from stackpin.plan.chart import plan_chart
         from stackpin.yamlio import write_output

@@ -24,7 +24,7 @@ def plot(results: tuple[str, ...], out: str, slo_text: str | None, output: str) 
 
     Each point is one agent count (labelled); per-agent speed is the slowest agent's. Same results, same bytes.
     """
-    from stackpin.bench.result import read_result
+    from stackpin.bench.resultfile import read_result
     from stackpin.plan.slo import parse_slo
     from stackpin.report.curves import curve_chart, result_label, slo_speed, slo_ttft
     from stackpin.yamlio import write_output

@@ -6,9 +6,8 @@ from pathlib import Path
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.common import HISTORY, OUTPUT, emit, user_errors
 from stackpin.cli.complete import deployments
-from stackpin.cli.history import HISTORY
 
 
 def _results(values: tuple[str, ...]) -> dict[int, list[Path]]:

@@ -87,20 +87,24 @@ parameter, its bounds, whether it ended on one, and the figures it moves; with -
 model refitted without each independent figure and its error on that figure (about half a minute).""")
 @click.option("--leave-one-out", "loo", is_flag=True, help="Refit without each independent figure and print the "
               "error on it: how well the model predicts a figure it was not fitted to.")
+@click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
+              help="The shipped locks the figures are of (stackpin's own lockfiles/); validation profiles are "
+                   "read relative to its parent.")
 @OUTPUT
 @user_errors
-def figures(loo: bool, output: str) -> None:
+def figures(loo: bool, lockdir: str, output: str) -> None:
     from stackpin.sim.aic import installed_version, mapping
     from stackpin.sim.curve import figures as compute
     from stackpin.sim.curve import model_figures, validation
     from stackpin.sim.fit import independent as independent_figures
     from stackpin.sim.fit import leave_one_out, provenance
 
-    rows = compute()
-    aic = model_figures("aiconfigurator") if installed_version() == mapping()["version"] else None
-    fitted = provenance()
-    left = leave_one_out() if loo else None
-    checks = validation()
+    locks = Path(lockdir)
+    rows = compute(lockdir=locks)
+    aic = model_figures("aiconfigurator", lockdir=locks) if installed_version() == mapping()["version"] else None
+    fitted = provenance(lockdir=locks)
+    left = leave_one_out(lockdir=locks) if loo else None
+    checks = validation(lockdir=locks)
     if output != "text":
         out = [{"name": f.name, "published": f.published, "simulated": f.simulated, "tolerance": f.tolerance,
                 "within": f.within} for f in rows]

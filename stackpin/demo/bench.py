@@ -205,7 +205,7 @@ def _measured(loaded: dict[str, Any]) -> tuple[dict[str, Measured], list[str]]:
 
 
 def _figures_table(results: dict[str, Path], trace: Path) -> None:
-    from stackpin.bench.result import read_result
+    from stackpin.bench.resultfile import read_result
     from stackpin.sim.curve import figures
 
     measured, bounds = _measured({name: read_result(path) for name, path in results.items()})
@@ -241,7 +241,7 @@ def held(stack: DemoStack, trace: Path, out: Path, slo: str = SLO) -> Path:
     """bench_stack; where a point stayed invalid after bench run's retry (a host busier than the demo's
     speed allows), the stack once more at half the speed: twice the wall time, half the lag in the stack's
     time. What is still invalid then is left out of every figure, and the table says so."""
-    from stackpin.bench.result import read_result
+    from stackpin.bench.resultfile import read_result
 
     path = bench_stack(stack, trace, out, slo)
     invalid = [p.agents for p in read_result(path).points if p.invalid]

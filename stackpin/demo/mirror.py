@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from stackpin.catalog import load_catalog
-from stackpin.lock.oci import ImageRef
+from stackpin.lock.oci.reference import ImageRef
 from stackpin.lock.ocilayout import LayoutWriter
 from stackpin.lock.resolvers import STAND_IN_ANNOTATION, STAND_IN_MARKER, write_hf_cache_ref
 from stackpin.profile.loader import load_profile

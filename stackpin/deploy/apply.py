@@ -36,7 +36,16 @@ from stackpin.deploy.applyset import (
 from stackpin.deploy.clusterfacts import cluster_facts
 from stackpin.deploy.kube import CONFIGMAPS, NAMESPACES, ApiResource, Cluster, ClusterError, Conflicts, Unreachable
 from stackpin.deploy.lease import LeaseLost, holding
-from stackpin.deploy.objects import DGD_KIND, ObjectKey, StackObjects, apply_rank, as_member, key_of, stack_objects
+from stackpin.deploy.objects import (
+    DGD_KIND,
+    Action,
+    ObjectKey,
+    StackObjects,
+    apply_rank,
+    as_member,
+    key_of,
+    stack_objects,
+)
 from stackpin.deploy.preflight import Preflight, dropped_fields, preflight
 from stackpin.deploy.readiness import Readiness
 from stackpin.deploy.recreate import recreate_reasons
@@ -74,7 +83,7 @@ class ApplyOptions:
 @dataclass(frozen=True)
 class Outcome:
     subject: str
-    action: str  # created | configured | unchanged | recreated | pruned
+    action: Action
 
     def __str__(self) -> str:
         return f"{self.subject} {self.action}"
@@ -198,15 +207,15 @@ class CheckedApply:
     source: StackSource
     options: ApplyOptions
     plan: Plan
-    predicted: dict[ObjectKey, str]
+    predicted: dict[ObjectKey, Action]
     notes: Notes
     namespace_pending: bool = False  # a dry run for a namespace that does not exist yet
 
-    def result(self, dry_run: bool, recorded: bool, actions: dict[ObjectKey, str]) -> ApplyResult:
+    def result(self, dry_run: bool, recorded: bool, actions: dict[ObjectKey, Action]) -> ApplyResult:
         plan, lock = self.plan, self.source.lock
         dgd = next(k for k in plan.keys if k.kind == DGD_KIND)
-        outcomes = [Outcome(k.subject, actions.get(k, "created")) for k in plan.keys]
-        outcomes += [Outcome(m.key.subject, "pruned") for m in plan.prune]
+        outcomes = [Outcome(k.subject, actions.get(k, Action.created)) for k in plan.keys]
+        outcomes += [Outcome(m.key.subject, Action.pruned) for m in plan.prune]
         return ApplyResult(plan.stack.deployment, plan.stack.namespace, lock.metadata.name, lock.stack_digest,
                            self.source.revision, dry_run, plan.parent.subject, recorded, tuple(outcomes),
                            tuple(self.notes.items), (plan.res_of[dgd], dgd.name))
@@ -304,10 +313,10 @@ def read_plan(cluster: Cluster, source: StackSource, options: ApplyOptions, note
     return Plan(stack, parent, desired, res_of, live, recreate, prune, pre.namespace_missing)
 
 
-def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions, notes: Notes) -> dict[ObjectKey, str]:
+def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions, notes: Notes) -> dict[ObjectKey, Action]:
     """2. Check: every write as a server-side dry run; all conflicts are reported together. Returns
     the predicted action per object."""
-    predicted: dict[ObjectKey, str] = {}
+    predicted: dict[ObjectKey, Action] = {}
     conflicts: list[Conflicts] = []
     dropped: list[str] = []
     for obj, key in zip(plan.desired, plan.keys, strict=True):
@@ -318,7 +327,7 @@ def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions, notes: Notes) 
                            uid=current["metadata"]["uid"], dry_run=True)
             notes.add(f"{key.subject}: the new object cannot be dry-run while the old one exists; only its "
                       "deletion was")
-            predicted[key] = "recreated"
+            predicted[key] = Action.recreated
             continue
         try:
             result = cluster.apply(plan.res_of[key], obj, force=options.force_conflicts, dry_run=True)
@@ -329,8 +338,8 @@ def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions, notes: Notes) 
             dropped.append(f"{key.subject}: the server would drop {', '.join(lost[:5])}"
                            + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
                            + " (a CRD without the version or conversion webhook it needs?)")
-        predicted[key] = ("created" if current is None else
-                          "unchanged" if _comparable(current) == _comparable(result) else "configured")
+        predicted[key] = (Action.created if current is None else
+                          Action.unchanged if _comparable(current) == _comparable(result) else Action.configured)
     for member in plan.prune:
         cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"],
                        dry_run=True)
@@ -345,7 +354,7 @@ def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions, notes: Notes) 
 
 
 def _write(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOptions, timeout_s: float,
-           progress: Progress) -> tuple[dict[ObjectKey, str], bool]:
+           progress: Progress) -> tuple[dict[ObjectKey, Action], bool]:
     """3. Write, in the order the module docstring gives. Returns the action per object and whether a
     record entry was added. A lost server or Lease says how far the writes got."""
     done: list[str] = []
@@ -366,7 +375,7 @@ def _write(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOpti
 
 
 def _writes(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOptions, timeout_s: float,
-            progress: Progress, step: Progress) -> tuple[dict[ObjectKey, str], bool]:
+            progress: Progress, step: Progress) -> tuple[dict[ObjectKey, Action], bool]:
     """The writes of `_write`; `step` hears each one done, `progress` what happens in between."""
     stack, ns = plan.stack, plan.stack.namespace
     superset = parent_object(plan.parent, stack.deployment, plan.parent.group_kinds | stack.group_kinds,
@@ -375,7 +384,7 @@ def _writes(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOpt
     step(f"{plan.parent.subject} written (the kinds of the old and the new stack)")
     parent = replace(plan.parent, exists=True, resource_version=written["metadata"]["resourceVersion"])
     live = dict(plan.live)
-    actions: dict[ObjectKey, str] = {}
+    actions: dict[ObjectKey, Action] = {}
     for key in plan.keys:
         current = live[key]
         if current is None:
@@ -385,7 +394,7 @@ def _writes(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOpt
             progress(f"{key.subject}: deleting for recreate ({'; '.join(plan.recreate[key])})")
             cluster.delete(plan.res_of[key], ns, key.name, propagation="Foreground", uid=uid)
             step(f"{key.subject} deleted for recreate")
-            actions[key] = "recreated"
+            actions[key] = Action.recreated
         elif not current["metadata"].get("deletionTimestamp"):
             continue
         # Deleting (now, or left so by an interrupted recreate): applying to it would be lost with it.
@@ -394,9 +403,9 @@ def _writes(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOpt
     for obj, key in zip(plan.desired, plan.keys, strict=True):  # a ComputeDomain before its user
         before = live[key]
         after = cluster.apply(plan.res_of[key], obj, force=options.force_conflicts)
-        actions[key] = actions.get(key) or ("created" if before is None else "unchanged" if
+        actions[key] = actions.get(key) or (Action.created if before is None else Action.unchanged if
                                             before["metadata"]["resourceVersion"] == after["metadata"][
-                                                "resourceVersion"] else "configured")
+                                                "resourceVersion"] else Action.configured)
         step(f"{key.subject} {actions[key]}")
     for member in plan.prune:  # the DynamoGraphDeployment first, then what it used
         cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"])

@@ -26,6 +26,7 @@ from typing import Any
 from stackpin.deploy.apply import ApplyOptions, Notes, read_plan
 from stackpin.deploy.applyset import AppliedRevision, parent_name, read_parent
 from stackpin.deploy.kube import CONFIGMAPS, Cluster, ClusterError, Conflicts, FieldConflict
+from stackpin.deploy.objects import Action
 from stackpin.deploy.preflight import dropped_fields
 from stackpin.deploy.source import StackSource
 from stackpin.diff.model import StackDiff
@@ -40,7 +41,7 @@ Warn = Callable[[str], None]
 @dataclass(frozen=True)
 class ObjectChange:
     subject: str
-    action: str  # unchanged | configured | created | pruned | recreated
+    action: Action
     diff: str  # unified diff of the YAML, live -> after the apply; empty when unchanged
     conflicts: tuple[FieldConflict, ...] = ()  # fields another manager owns: apply stops without --force-conflicts
     note: str = ""
@@ -67,7 +68,7 @@ class LiveDiff:
     @property
     def changed(self) -> bool:
         """Applying B would change the cluster: an object, or the stack the record holds."""
-        return (any(o.action != "unchanged" for o in self.objects)
+        return (any(o.action != Action.unchanged for o in self.objects)
                 or (self.live.stack_digest, self.live.revision) != (self.target_digest, self.target_revision))
 
     def as_dict(self) -> dict[str, Any]:
@@ -130,7 +131,7 @@ def live_diff(cluster: Cluster, deployment: str, source: StackSource, *, namespa
         if key in plan.recreate:
             assert current is not None
             reasons = "; ".join(plan.recreate[key])
-            changes.append(ObjectChange(key.subject, "recreated", yaml_diff(current, obj, key.subject, "rendered"),
+            changes.append(ObjectChange(key.subject, Action.recreated, yaml_diff(current, obj, key.subject, "rendered"),
                                         note=f"needs delete and recreate ({reasons}); the new object is shown as "
                                              "rendered: it cannot be dry-run while the old one exists"))
             continue
@@ -143,11 +144,12 @@ def live_diff(cluster: Cluster, deployment: str, source: StackSource, *, namespa
         if lost := dropped_fields(obj, after):
             notes.add(f"{key.subject}: the server would drop {', '.join(lost[:5])}")
         text = yaml_diff(current, after, key.subject)
-        action = "created" if current is None else "configured" if text else "unchanged"
+        action = Action.created if current is None else Action.configured if text else Action.unchanged
         note = "" if not conflicts else "apply stops here without --force-conflicts"
         changes.append(ObjectChange(key.subject, action, text, conflicts, note))
     for member in plan.prune:
-        changes.append(ObjectChange(member.key.subject, "pruned", yaml_diff(member.live, None, member.key.subject)))
+        changes.append(ObjectChange(member.key.subject, Action.pruned,
+                                    yaml_diff(member.live, None, member.key.subject)))
     live = parent.latest
     return LiveDiff(deployment, ns, parent.subject, live, source.origin, lock.metadata.name, lock.stack_digest,
                     source.revision, _stack_diff(live, source, deployment, notes), tuple(changes),

@@ -4,6 +4,7 @@ writes), in the target namespace, labelled as members of the deployment's ApplyS
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from stackpin.deploy.applyset import PART_OF_LABEL, Parent
@@ -11,8 +12,19 @@ from stackpin.deploy.kube import group_kind
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.build import LABEL_PREFIX
 from stackpin.render.output import KUSTOMIZATION, render_stack
+from stackpin.yamlio import load_data
 
 DGD_KIND = "DynamoGraphDeployment"
+
+
+class Action(StrEnum):
+    """What an apply does (or a live diff would do) to one object; written as its value."""
+
+    created = "created"
+    configured = "configured"
+    unchanged = "unchanged"
+    recreated = "recreated"
+    pruned = "pruned"
 STACK_LABEL = f"{LABEL_PREFIX}profile"
 DIGEST_ANNOTATION = f"{LABEL_PREFIX}stack-digest"
 REVISION_ANNOTATION = f"{LABEL_PREFIX}revision"
@@ -64,11 +76,8 @@ class StackObjects:
 def stack_objects(lock: StackLock, namespace: str | None) -> StackObjects:
     """Render the lock (validated, as `stackpin render` writes it) and parse the files back; the
     namespace is the profile's unless one is given."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     rendered = render_stack(lock)
-    objects = [yaml.load(text, Loader=loader) for name, text in rendered.files.items() if name != KUSTOMIZATION]
+    objects = [load_data(text) for name, text in rendered.files.items() if name != KUSTOMIZATION]
     target = namespace or lock.stack_profile.metadata.namespace
     for obj in objects:
         obj["metadata"]["namespace"] = target

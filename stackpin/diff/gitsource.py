@@ -21,7 +21,7 @@ import yaml
 
 from stackpin.errors import InputError, Location, Problem, StackpinError
 from stackpin.profile.model import LOCK_KIND
-from stackpin.yamlio import MAX_INPUT_BYTES
+from stackpin.yamlio import MAX_INPUT_BYTES, load_data
 
 PREFIX = "git:"
 _TIMEOUT_S = 60  # one local git command; a repository on a hung network filesystem must not hang us
@@ -117,7 +117,7 @@ def _extends_of(data: bytes) -> str | None:
     """The `extends:` of a profile, if it has one (a lockfile or unreadable YAML: none; the loader
     reports what is wrong with it)."""
     try:
-        doc = yaml.load(data, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        doc = load_data(data)
     except yaml.YAMLError:
         return None
     if not isinstance(doc, dict) or doc.get("kind") == LOCK_KIND:

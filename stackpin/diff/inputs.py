@@ -30,7 +30,7 @@ from stackpin.lock.lockfile import StackLock, effective_profile, lock_path, read
 from stackpin.profile.k8s_names import DNS_LABEL
 from stackpin.profile.loader import load_profile
 from stackpin.profile.model import LOCK_KIND, StackProfile
-from stackpin.yamlio import MAX_INPUT_BYTES
+from stackpin.yamlio import MAX_INPUT_BYTES, load_data
 
 RevisionLock = Callable[[str, int], StackLock]
 # DEPLOYMENT is whatever the history resolves (`NAME`, `NAME@PLATFORM`, `NAMESPACE/NAME@PLATFORM`):
@@ -70,7 +70,7 @@ def _kind_of(path: Path) -> str | None:
     try:
         if path.stat().st_size > MAX_INPUT_BYTES:
             return None
-        doc = yaml.load(path.read_bytes(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        doc = load_data(path.read_bytes())
     except (OSError, yaml.YAMLError):
         return None
     kind = doc.get("kind") if isinstance(doc, dict) else None

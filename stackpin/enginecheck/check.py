@@ -25,13 +25,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.flags import FlagCatalog, dynamo_catalog, vllm_catalog
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.pod import kubelet_value
+from stackpin.yamlio import load_data
 
 SCRIPT = "check_runtime.py"
 TIMEOUT_S = 600  # one pool: vLLM's imports and config construction take some seconds on two cores
@@ -57,7 +56,7 @@ class PoolCheck:
 
 
 def model_config(catalog_key: str) -> dict[str, Any]:
-    data = yaml.safe_load(resources.files("stackpin.catalog").joinpath("model_configs.yaml").read_text("utf-8"))
+    data = load_data(resources.files("stackpin.catalog").joinpath("model_configs.yaml").read_text("utf-8"))
     if catalog_key not in data:
         raise EngineCheckError(f"no config.json for model {catalog_key} in stackpin/catalog/model_configs.yaml")
     config: dict[str, Any] = data[catalog_key]["config"]

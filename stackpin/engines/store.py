@@ -13,15 +13,13 @@ import re
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from stackpin.catalog import Versions, merged_versions, versions_skeleton
 from stackpin.catalog.engine_data import CATALOG_FORMAT, DynamoRelease, FlashinferRelease, VllmRelease
 from stackpin.catalog.search import engine_file_name
 from stackpin.catalog.version import parse_version
 from stackpin.engines.pins import Pin
 from stackpin.errors import StackpinError
-from stackpin.yamlio import ambiguous_scalar, write_files
+from stackpin.yamlio import ambiguous_scalar, load_data, write_files
 
 Release = VllmRelease | DynamoRelease | FlashinferRelease
 _ENTRY = re.compile(r"^  (?:\"([^\"]+)\"|'([^']+)'|([^\s:#][^:#]*?)):\s")
@@ -80,7 +78,7 @@ def set_pin(text: str, section: str, version: str, fields: dict[str, str]) -> st
 
 def _check_versions(path: Path, text: str) -> None:
     """The edited file must still be a versions.yaml the catalog reads."""
-    data = yaml.safe_load(text) or {}
+    data = load_data(text) or {}
     base = versions_skeleton()
     try:
         Versions.model_validate(merged_versions({**base, **data}, ()))

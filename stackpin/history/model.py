@@ -22,7 +22,7 @@ from pydantic.alias_generators import to_camel
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock, sha256, stack_digest
 from stackpin.profile.k8s_names import DNS_LABEL, DNS_LABEL_MAX, DNS_LABEL_PATTERN
-from stackpin.yamlio import MAX_INPUT_BYTES, dump_yaml, read_regular
+from stackpin.yamlio import MAX_INPUT_BYTES, dump_yaml, load_data, read_regular
 
 REVISION_KIND: Final = "StackRevision"
 API_VERSION: Final = "stackpin.dev/v1"
@@ -103,6 +103,11 @@ class Revision(_Model):
         """The stack's name (the lock's metadata.name)."""
         return self.lock.metadata.name
 
+    @property
+    def action_label(self) -> str:
+        """`promote gb300-tuned` or `rollback to 1 (gb300-launch)`: how tables and pages name what made it."""
+        return self.summary().action_label
+
 
     def summary(self) -> RevisionSummary:
         return RevisionSummary(self.revision, self.stack, self.stack_digest, self.created, self.author, self.message,
@@ -128,8 +133,8 @@ class RevisionSummary:
         return self.stack_digest.removeprefix("sha256:")[:12]
 
     @property
-    def what(self) -> str:
-        """`promote STACK`, or `rollback to N (STACK)`."""
+    def action_label(self) -> str:
+        """`promote STACK`, or `rollback to N (STACK)`: how tables and pages name what made it."""
         if self.action.get("kind") == ActionKind.rollback:
             return f"rollback to {self.action.get('revision')} ({self.stack})"
         return f"promote {self.stack}"
@@ -192,12 +197,9 @@ def new_revision(key: DeploymentKey, number: int, lock: StackLock, *, created: s
 
 def revision_text(revision: Revision) -> str:
     """The bytes of a revision file: the same revision always gives the same bytes."""
-    import yaml
-
     data = _document(revision.model_dump(mode="json", by_alias=True, exclude_none=True))
     text = dump_yaml(data, sort_keys=False)
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    if yaml.load(text, Loader=loader) != data:  # what is read back must be what was hashed
+    if load_data(text) != data:  # what is read back must be what was hashed
         raise StackpinError(f"revision {revision.revision} of {revision.deployment}: a value does not survive a "
                             "YAML round trip (a control character in the message or author?)")
     header = (f"# Revision {revision.revision} of deployment {revision.deployment}, recorded by `stackpin "
@@ -235,7 +237,7 @@ def parse_revision(raw: bytes, path: Path, key: DeploymentKey, number: int) -> R
     import yaml
 
     try:
-        data = yaml.load(raw.decode("utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = load_data(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise RevisionError(path, "is not UTF-8 text") from None
     except yaml.YAMLError as exc:

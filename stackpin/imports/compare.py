@@ -19,7 +19,6 @@ from stackpin.imports.dgd import Component, Dgd
 from stackpin.lock.canonical import canonical_json
 
 SWITCH = "(switch)"
-ABSENT = None
 WORKER_MODULES = ("dynamo.vllm",)
 FRONTEND_MODULE = "dynamo.frontend"
 

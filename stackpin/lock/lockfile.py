@@ -29,7 +29,8 @@ from stackpin.yamlio import dump_yaml, load_yaml, recover_writes, write_files
 if TYPE_CHECKING:
     # Locking needs these; reading a lock (render) does not, so they load inside the functions.
     from stackpin.catalog import Catalog
-    from stackpin.lock.oci import ImageRef, Resolved
+    from stackpin.lock.oci.media import Resolved
+    from stackpin.lock.oci.reference import ImageRef
     from stackpin.lock.resolvers import ImageSource, ModelRevision, ModelSource
     from stackpin.profile.loader import LoadedProfile
 AUTOTUNE_ANNOTATIONS = {
@@ -210,7 +211,7 @@ def _offline_error(what: str) -> StackpinError:
 
 
 def _profile_images(profile: StackProfile) -> dict[str, ImageRef]:
-    from stackpin.lock.oci import ImageRef
+    from stackpin.lock.oci.reference import ImageRef
 
     return {"runtime": ImageRef.parse(profile.spec.versions.runtime_image)}
 
@@ -219,7 +220,7 @@ def lock_profiles(loaded: Sequence[LoadedProfile], sources: Sources, lockdir: Pa
                   catalog: Catalog | None = None) -> list[StackLock]:
     """Resolve every reference of every profile (concurrently, once each) and build their locks."""
     from stackpin.catalog import load_catalog
-    from stackpin.lock.oci import ImageRef
+    from stackpin.lock.oci.reference import ImageRef
 
     catalog = catalog or load_catalog()
     wanted: dict[ImageRef, None] = {}
@@ -354,12 +355,12 @@ def _read_lock_fast(path: Path) -> StackLock | None:
     """A well-formed, untampered lock through libyaml's parser (render reads many); else None."""
     import yaml
 
-    from stackpin.yamlio import MAX_INPUT_BYTES, read_regular
+    from stackpin.yamlio import MAX_INPUT_BYTES, load_data, read_regular
 
     try:
         # Regular files only, bounded: a FIFO or a device goes to the slow path, whose reader refuses it.
         text = read_regular(path, MAX_INPUT_BYTES).decode("utf-8")
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = load_data(text)
         lock = StackLock.model_validate(data)
         lock.stack_profile  # noqa: B018 - validates the embedded profile
     except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError):

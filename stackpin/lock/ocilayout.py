@@ -20,7 +20,8 @@ from typing import Any
 
 from stackpin.errors import IntegrityError, ResolveError
 from stackpin.lock.canonical import canonical_json
-from stackpin.lock.oci import (
+from stackpin.lock.oci.client import RegistryClient
+from stackpin.lock.oci.media import (
     EMPTY_JSON,
     INDEX_TYPES,
     OCI_CONFIG,
@@ -28,14 +29,9 @@ from stackpin.lock.oci import (
     OCI_INDEX,
     OCI_LAYER_TAR,
     OCI_MANIFEST,
-    ImageRef,
-    RegistryClient,
     Resolved,
     annotations_of,
-    apply_mirror,
     artifact_manifest,
-    as_image_ref,
-    check_digest,
     descriptor,
     descriptor_digest,
     manifest_media_type,
@@ -44,6 +40,7 @@ from stackpin.lock.oci import (
     platforms_of,
     verify_digest,
 )
+from stackpin.lock.oci.reference import ImageRef, apply_mirror, as_image_ref, check_digest
 
 REF_NAME = "org.opencontainers.image.ref.name"
 LAYOUT_VERSION = {"imageLayoutVersion": "1.0.0"}

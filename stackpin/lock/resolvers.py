@@ -15,7 +15,8 @@ from typing import Protocol
 
 from stackpin.errors import ResolveError, clip
 from stackpin.lock.deadline import call_with_deadline, remaining
-from stackpin.lock.oci import ImageRef, Resolved
+from stackpin.lock.oci.media import Resolved
+from stackpin.lock.oci.reference import ImageRef
 from stackpin.profile.identifiers import model_id_problem, revision_problem
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
@@ -39,7 +40,7 @@ class RegistrySource:
     deadline_at: float | None = None  # time.monotonic() instant the whole run gives up at
 
     def resolve_many(self, refs: Sequence[ImageRef]) -> list[Resolved]:
-        from stackpin.lock.oci import RegistryClient  # httpx loads only when a registry is used
+        from stackpin.lock.oci.client import RegistryClient  # httpx loads only when a registry is used
         from stackpin.lock.progress import progress
 
         with RegistryClient(timeout=self.timeout, docker_config=self.docker_config,

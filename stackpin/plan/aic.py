@@ -4,8 +4,8 @@
 The estimate is static: the steady-state curve (stackpin.sim.curve) on the default AgentPerf-shaped
 workload with aiconfigurator-core's step latencies, read at the target per-agent speed like a measured
 curve (plan/curve.py); TTFT is not modelled there, so only the speed target is checked. The stack comes
-from the lock whose digest the result carries, looked up in lockfiles/ (the working directory's, then
-the repository's).
+from the lock whose digest the result carries, looked up in the lock directory the caller names (`stackpin
+plan --lockdir`, default the working directory's lockfiles/); never in stackpin's own checkout.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from stackpin.errors import StackpinError
 from stackpin.plan.curve import CurvePoint, operating_point
 from stackpin.sim.stack import SimStack
 
-REPO_LOCKS = Path(__file__).resolve().parents[2] / "lockfiles"
+LOCKDIR = Path("lockfiles")  # as every command's --lockdir: relative to the working directory
 
 
 @dataclass(frozen=True)
@@ -52,28 +52,27 @@ def _locks_by_digest(folder: Path) -> dict[str, Path]:
     return found
 
 
-def _lock_stack(digest: str) -> SimStack | None:
+def _lock_stack(digest: str, lockdir: Path) -> SimStack | None:
     from stackpin.sim.stack import load_stack
 
-    for folder in dict.fromkeys([Path.cwd() / "lockfiles", REPO_LOCKS]):
-        path = _locks_by_digest(folder).get(digest)
-        if path is not None:
-            try:
-                return load_stack(path)
-            except StackpinError:
-                return None  # a stack the simulator cannot model: the column says there is no lock to model
-    return None
+    path = _locks_by_digest(lockdir.resolve()).get(digest)
+    if path is None:
+        return None
+    try:
+        return load_stack(path)
+    except StackpinError:
+        return None  # a stack the simulator cannot model: the column says there is no lock to model
 
 
-def aic_column(result: BenchResult, slo: Slo, agents: int) -> AicColumn:
-    from stackpin.plan.capacity import _capacity
+def aic_column(result: BenchResult, slo: Slo, agents: int, lockdir: Path = LOCKDIR) -> AicColumn:
+    from stackpin.plan.racks import capacity_for
     from stackpin.sim.aic import refusal
     from stackpin.sim.curve import curve
 
-    stack = _lock_stack(result.stack.digest)
+    stack = _lock_stack(result.stack.digest, lockdir)
     if stack is None:
         return AicColumn(None, None, None, None, None,
-                         f"no lock with digest {result.stack.digest} in lockfiles/ to model")
+                         f"no lock with digest {result.stack.digest} in {lockdir}/ to model")
     why = refusal(stack)
     if why is not None:
         return AicColumn(None, None, None, None, None, why)
@@ -81,7 +80,7 @@ def aic_column(result: BenchResult, slo: Slo, agents: int) -> AicColumn:
     points = [CurvePoint(p.agents, p.agent_tps, 0.0, p.output_tps_per_gpu) for p in simulated]
     op = operating_point(points, slo.model_copy(update={"ttft_s": float("inf")}), stack.gpus)
     # op.agents is per whole stack (the simulated curve is the stack's), not per the share a result measured.
-    cap = _capacity(op, agents, result, stack.gpus)
+    cap = capacity_for(op, agents, result, stack.gpus)
     return AicColumn(op.agents_per_gpu or None, op.tps_per_gpu or None, cap.gpus, cap.racks, op.bound.value,
                      "static: stackpin's steady-state curve with aiconfigurator's step latencies on the default "
                      "AgentPerf-shaped workload; speed target only (TTFT not modelled)")

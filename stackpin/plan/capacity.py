@@ -7,7 +7,6 @@ where it knows one. Waits are output tokens over the per-agent speed at the oper
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -15,25 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.bench.result import BenchResult, Slo
-from stackpin.catalog import load_catalog
 from stackpin.errors import StackpinError
-from stackpin.plan.aic import AicColumn, aic_column, available
+from stackpin.plan.aic import LOCKDIR, AicColumn, aic_column, available
 from stackpin.plan.controls import differing_controls
 from stackpin.plan.curve import Bound, Operating, curve_of, operating_point
-
-_EPS = 1e-9  # 100.0000000001 GPUs is 100 GPUs, not 101
-
-
-@dataclass(frozen=True)
-class Capacity:
-    gpus: int | None  # N / agents per GPU, rounded up; None when the target is unmet
-    instances: int | None  # whole stack deployments
-    racks: int | None  # whole racks (or nodes, per rack_kind)
-    rack_kind: str  # "rack" or "node", as the catalog's platform is
-    rack_gpus: int
-    rack_power_kw: float | None  # None: the catalog knows no public figure
-    power_kw: float | None
-    agents_per_mw: float | None  # the plan's agents per MW of its racks' power
+from stackpin.plan.racks import Capacity, capacity_for
 
 
 @dataclass(frozen=True)
@@ -120,23 +105,6 @@ def workload_of(results: Sequence[BenchResult], turn_tokens: float | None = None
     return Workload(turn, trajectory, source)
 
 
-def _capacity(op: Operating, agents: int, result: BenchResult, stack_gpus: int | None = None) -> Capacity:
-    """Capacity for `agents` at `op`, whose agents count per stack instance of `stack_gpus` GPUs (default the
-    result's: the GPUs it measured, a share of the stack when the simulator served one)."""
-    platform = load_catalog().platforms.get(result.stack.platform)
-    if platform is None:
-        raise StackpinError(f"stack {result.stack.name}: platform {result.stack.platform} is not in the catalog")
-    unit, power = platform.total_gpus, platform.power_kw
-    if op.bound is Bound.unmet or op.agents <= 0:
-        return Capacity(None, None, None, platform.kind, unit, power, None, None)
-    gpus = math.ceil(agents / op.agents_per_gpu - _EPS)
-    instances = math.ceil(agents / op.agents - _EPS)
-    racks = math.ceil(instances * (stack_gpus or result.stack.gpus) / unit - _EPS)
-    # Agents per MW of the plan: its agents over its whole racks' power (a last rack part-filled counts whole).
-    per_mw = agents / (racks * power / 1000) if power and racks else None
-    return Capacity(gpus, instances, racks, platform.kind, unit, power, racks * power if power else None, per_mw)
-
-
 def _waits(op: Operating, workload: Workload, slo: Slo) -> Waits:
     if op.bound is Bound.unmet or op.speed <= 0:
         return Waits(None, None)
@@ -155,7 +123,7 @@ def scenario(result: BenchResult, slo: Slo, agents: int, workload: Workload, sou
         # A stated software gain: the same per-agent speed, `gain` times the agents and throughput per GPU.
         op = Operating(op.agents * gain, op.agents_per_gpu * gain, op.tps_per_gpu * gain, op.speed, op.bound,
                        op.limited_by, f"{op.note}; times the stated gain {gain:g}")
-    return Scenario(source, op, _capacity(op, agents, result), _waits(op, workload, slo))
+    return Scenario(source, op, capacity_for(op, agents, result), _waits(op, workload, slo))
 
 
 def _pair(mature: Sequence[tuple[Path, BenchResult]], results: Sequence[tuple[Path, BenchResult]]
@@ -176,7 +144,9 @@ def _pair(mature: Sequence[tuple[Path, BenchResult]], results: Sequence[tuple[Pa
 
 def make_plan(results: Sequence[tuple[Path, BenchResult]], agents: int, slo: Slo, *,
               mature: Sequence[tuple[Path, BenchResult]] = (), gain: float | None = None, force: bool = False,
-              turn_tokens: float | None = None, trajectory_tokens: float | None = None) -> Plan:
+              turn_tokens: float | None = None, trajectory_tokens: float | None = None,
+              lockdir: Path = LOCKDIR) -> Plan:
+    """`lockdir`: where the aiconfigurator column looks up each result's lock."""
     if not results:
         raise StackpinError("plan needs at least one bench result")
     if agents <= 0:
@@ -203,8 +173,8 @@ def make_plan(results: Sequence[tuple[Path, BenchResult]], agents: int, slo: Slo
                  if later and later.capacity.racks is not None and current.capacity.racks is not None else None)
         stacks.append(StackPlan(str(path), res.stack.name, res.stack.digest, res.stack.platform, res.stack.gpus,
                                 res.simulation.model if res.simulation else None, current, later, delta,
-                                aic_column(res, slo, agents) if with_aic else None,
-                                aic_column(paired[i][1], slo, agents) if with_aic and i in paired else None))
+                                aic_column(res, slo, agents, lockdir) if with_aic else None,
+                                aic_column(paired[i][1], slo, agents, lockdir) if with_aic and i in paired else None))
     notes = [] if with_aic else ["aiconfigurator's static estimate is not shown: the `sim` extra "
                                  "(aiconfigurator-core) is not installed"]
     for model in sorted({s.simulated for s in stacks if s.simulated}):

@@ -9,23 +9,45 @@ the numbers say so (`splits_evenly`, `pod_fits_node`) and the validation rules r
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from enum import StrEnum
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.profile.model import Placement, Pool, StackProfile
 
-Role = Literal["worker", "prefill", "decode"]
+
+class Role(StrEnum):
+    """A pool's role: the placement's closed set (a StrEnum: written and compared as its value)."""
+
+    worker = "worker"
+    prefill = "prefill"
+    decode = "decode"
+
 
 # The roles each placement runs, in the order they are listed, validated and rendered.
 ROLES: dict[Placement, tuple[Role, ...]] = {
-    Placement.colocated: ("worker",),
-    Placement.disaggregated: ("prefill", "decode"),
+    Placement.colocated: (Role.worker,),
+    Placement.disaggregated: (Role.prefill, Role.decode),
 }
-ALL_ROLES: tuple[Role, ...] = ("worker", "prefill", "decode")
+ALL_ROLES: tuple[Role, ...] = tuple(Role)
 
 
 def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
+
+
+def model_parallel_of(pool: Pool) -> int:
+    """GPUs one data-parallel rank's model spans: TP x PP (vLLM's world before DP folds in)."""
+    return pool.tensor_parallel * pool.pipeline_parallel
+
+
+def shape_label(tensor_parallel: int, pipeline_parallel: int = 1, data_parallel: int = 1,
+                expert_parallel_size: int = 1) -> str:
+    """`TP2 x DP8 x EP16`: a pool's parallel shape, the one wording every message and table uses
+    (PP, DP and EP only above 1)."""
+    parts = [f"TP{tensor_parallel}"]
+    parts += [f"{name}{size}" for name, size in (("PP", pipeline_parallel), ("DP", data_parallel),
+                                                 ("EP", expert_parallel_size)) if size > 1]
+    return " x ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -67,7 +89,7 @@ class PoolTopology:
     @property
     def model_parallel(self) -> int:
         """GPUs the dense weights are split over: TP x PP."""
-        return self.tensor_parallel * self.pipeline_parallel
+        return model_parallel_of(self.spec)
 
     @property
     def expert_shards(self) -> int:
@@ -128,7 +150,7 @@ class Topology:
     @property
     def decode_role(self) -> Role:
         """The role that decodes (and so holds the running sequences)."""
-        return "worker" if self.mode == Placement.colocated else "decode"
+        return Role.worker if self.mode == Placement.colocated else Role.decode
 
 
 def pool_topology(role: Role, pool: Pool, gpus_per_node: int) -> PoolTopology:

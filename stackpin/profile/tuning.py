@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from stackpin.catalog import Catalog
 from stackpin.profile.model import Pool
-from stackpin.profile.topology import PoolTopology, Role, Topology
+from stackpin.profile.topology import PoolTopology, Role, Topology, model_parallel_of, shape_label
 
 SHARED_FILE = "autotune_configs.json"  # before per-rank files: one file, read by rank 0 and broadcast
 
@@ -27,7 +27,7 @@ def expected_files(pool: Pool, per_rank: bool = True) -> list[tuple[int, int, st
     """(dp, world rank, file name) for every rank of one replica of `pool`."""
     if not per_rank:
         return []
-    world = pool.tensor_parallel * pool.pipeline_parallel
+    world = model_parallel_of(pool)
     out = []
     for dp in range(pool.data_parallel):
         for local in range(world):
@@ -38,13 +38,8 @@ def expected_files(pool: Pool, per_rank: bool = True) -> list[tuple[int, int, st
 
 
 def pool_shape(pool: Pool) -> str:
-    """`TP2 x DP8`: the parallel shape that decides a pool's rank files."""
-    parts = [f"TP{pool.tensor_parallel}"]
-    if pool.pipeline_parallel > 1:
-        parts.append(f"PP{pool.pipeline_parallel}")
-    if pool.data_parallel > 1:
-        parts.append(f"DP{pool.data_parallel}")
-    return " x ".join(parts)
+    """`TP2 x DP8`: the parallel shape that decides a pool's rank files (expert parallelism does not)."""
+    return shape_label(pool.tensor_parallel, pool.pipeline_parallel, pool.data_parallel)
 
 
 def ranges(values: Iterable[int]) -> str:

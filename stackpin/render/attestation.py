@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from stackpin.catalog import Catalog
 from stackpin.lock.lockfile import StackLock
-from stackpin.render.plan import ComponentPlan
+from stackpin.render.plan import Attestation, ComponentPlan
 from stackpin.render.pod import AUTOTUNE_WORK, GPU_RESOURCE
 
 SCRIPT = "attest_runtime.py"
@@ -32,13 +31,6 @@ CACHE_DIR = AUTOTUNE_WORK  # the writable copy vLLM reads (VLLM_FLASHINFER_AUTOT
 # (about 1 GiB resident): a tenth of a core requested, a little memory, room to spare in the limit (GPUs: see
 # init_container).
 RESOURCES = {"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "4Gi"}}
-
-
-@dataclass(frozen=True)
-class Attestation:
-    config_map: str  # the ConfigMap's name
-    expected: str  # expected.json
-    digest: str  # sha256 of expected.json: what a passing worker prints as attested
 
 
 def script_text() -> str:

@@ -29,8 +29,9 @@ from stackpin.render.plan import ComponentPlan, Probe, StackPlan
 from stackpin.render.pod import ARCH_KEY, AUTOTUNE_WORK, GPU_RESOURCE, Pod, assemble_pod
 from stackpin.validate.autotune import cache_shape_problems
 from stackpin.validate.engineargs import flag_problems
-from stackpin.validate.graphs import empty_capture_list
-from stackpin.validate.placement import speculative_mismatch
+from stackpin.validate.graphs import empty_capture_hit
+from stackpin.validate.placement import speculative_mismatch_hit
+from stackpin.validate.rules import hit_text
 
 LABEL_PREFIX = "stackpin.dev/"
 ESTIMATES_ANNOTATION = f"{LABEL_PREFIX}estimates"  # cluster-facing facts the objects rest on that are estimates
@@ -193,13 +194,10 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     if directories is not None:
         # SP205 refuses such a cache at lock time; a lock made around it must not render either.
         problems += [why for _, why in cache_shape_problems(profile, topology, directories, catalog)]
-    if empty_capture_list(profile):
-        # SP105 refuses this profile: vLLM asserts a capture size when graphs are on.
-        problems.append("spec.cudaGraphs.captureSizes is empty with CUDA graphs on; vLLM fails at startup")
-    if speculative_mismatch(profile, topology):
-        # SP154 refuses this profile; a lock made around validation must not render either.
-        problems.append("prefill and decode must run identical speculative settings; remove the per-pool "
-                        "speculative override")
+    # SP105 and SP154 refuse these profiles; a lock made around validation must not render either.
+    for code, hit in (("SP105", empty_capture_hit(profile)), ("SP154", speculative_mismatch_hit(profile, topology))):
+        if hit is not None:
+            problems.append(hit_text(code, hit))
 
     labels = {**base_labels, "app.kubernetes.io/managed-by": "stackpin", f"{LABEL_PREFIX}profile": profile.name,
               f"{LABEL_PREFIX}stack-digest": lock.short_digest}

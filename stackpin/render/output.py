@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock, effective_profile, lock_path, read_lock, sha256
 from stackpin.render.build import RenderError, build_objects
-from stackpin.yamlio import dump_yaml, recover_writes, refuse_links_below, write_files
+from stackpin.yamlio import dump_yaml, load_data, recover_writes, refuse_links_below, write_files
 
 KUSTOMIZATION = "kustomization.yaml"
 LOCK_SUFFIX = ".lock.yaml"
@@ -54,11 +55,8 @@ def _dump_checked(obj: dict[str, Any], name: str) -> str:
     """Dump canonically, then parse the text back: what is written must mean exactly what was
     built. (PyYAML emits U+0085 NEL raw inside quoted scalars, where a reader folds it; such a value
     is refused rather than written as another string.)"""
-    import yaml
-
     text = dump_yaml(obj)
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    if yaml.load(text, Loader=loader) != obj:
+    if load_data(text) != obj:
         raise RenderError(f"{name}: a value does not survive YAML round-trip (control characters such as "
                           "U+0085?); remove it from the profile")
     return text
@@ -136,10 +134,16 @@ def write_stacks(stacks: Sequence[RenderedStack], outdir: Path) -> list[Path]:
     return written
 
 
+class DriftStatus(StrEnum):
+    drifted = "drifted"  # the file differs from what render would write
+    missing = "missing"
+    extra = "extra"  # a file (or stack directory) of stackpin's that render would not write
+
+
 @dataclass(frozen=True)
 class Drift:
     path: str
-    status: str  # drifted | missing | extra
+    status: DriftStatus
 
     def __str__(self) -> str:
         return f"{self.status:<8} {self.path}"
@@ -155,16 +159,16 @@ def check_stacks(stacks: Sequence[RenderedStack], outdir: Path, whole_dir: bool)
         for name, text in stack.files.items():
             path = directory / name
             if not path.is_file():
-                drift.append(Drift(str(path), "missing"))
+                drift.append(Drift(str(path), DriftStatus.missing))
             elif path.read_bytes() != text.encode("utf-8"):
-                drift.append(Drift(str(path), "drifted"))
+                drift.append(Drift(str(path), DriftStatus.drifted))
         if directory.is_dir():
-            drift += [Drift(str(p), "extra") for p in sorted(directory.iterdir())
+            drift += [Drift(str(p), DriftStatus.extra) for p in sorted(directory.iterdir())
                       if p.name not in stack.files and _generated(p)]
     if whole_dir and outdir.is_dir():
         # A stack directory of stackpin's whose lock is gone; a user's own directories are theirs.
         known = {s.name for s in stacks}
-        drift += [Drift(str(p), "extra") for p in sorted(outdir.iterdir())
+        drift += [Drift(str(p), DriftStatus.extra) for p in sorted(outdir.iterdir())
                   if p.name not in known and p.is_dir() and any(_generated(f) for f in p.iterdir())]
     return drift
 

@@ -6,13 +6,19 @@ build.py fills it from a lock and lays it out per CRD version; capture.py reuses
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stackpin.profile.model import ModelStore
 from stackpin.profile.topology import PoolTopology
 
-if TYPE_CHECKING:
-    from stackpin.render.attestation import Attestation
+
+@dataclass(frozen=True)
+class Attestation:
+    """The stack's runtime check (stackpin.render.attestation makes it)."""
+
+    config_map: str  # the ConfigMap's name
+    expected: str  # expected.json
+    digest: str  # sha256 of expected.json: what a passing worker prints as attested
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stackpin.bench.result import BenchResult, read_result
+from stackpin.bench.result import BenchResult
+from stackpin.bench.resultfile import read_result
 from stackpin.diff.run import diff_locks
 from stackpin.errors import StackpinError
 from stackpin.history.model import DeploymentKey, Revision
@@ -39,10 +40,8 @@ def _value(value: Any) -> str:
 
 
 def _revision_row(revision: Revision, change: str | None) -> dict[str, Any]:
-    action = (f"promote {revision.stack}" if revision.action.kind == "promote"
-              else f"{revision.action} ({revision.stack})")
     return {"number": revision.revision, "digest": revision.short_digest, "created": revision.created,
-            "author": revision.author, "action": action, "message": revision.message.strip(),
+            "author": revision.author, "action": revision.action_label, "message": revision.message.strip(),
             "change": change if change is not None else ("(first revision)" if revision.revision == 1 else "-")}
 
 

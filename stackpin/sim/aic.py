@@ -27,9 +27,9 @@ MAPPING_FILE = Path(__file__).with_name("aiconfigurator.yaml")
 
 @cache
 def mapping() -> dict[str, Any]:
-    import yaml
+    from stackpin.yamlio import load_data
 
-    data: dict[str, Any] = yaml.safe_load(MAPPING_FILE.read_text(encoding="utf-8"))
+    data: dict[str, Any] = load_data(MAPPING_FILE.read_text(encoding="utf-8"))
     return data
 
 

@@ -18,11 +18,16 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.bench.trace import TraceTurn
+from stackpin.profile.topology import Role
 from stackpin.sim.models import step_model
 from stackpin.sim.roofline import accepted_tokens, load_params
 from stackpin.sim.stack import SimStack, load_stack
 
-REPO = Path(__file__).resolve().parents[2]
+# The calibration figures are of the shipped locks, read from the lock directory the caller names
+# (`stackpin sim figures --lockdir`; relative to the working directory, as every command's --lockdir),
+# never from stackpin's own checkout: an installed stackpin has none. Validation rows name profiles
+# relative to the project root, the lock directory's parent (as `stackpin lock` names local sources).
+LOCKDIR = Path("lockfiles")
 CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
 
 
@@ -75,7 +80,7 @@ def curve(stack: SimStack, workload: Workload | None = None, params: dict[str, A
     points = []
     prefill_capacity = math.inf  # prompt tokens/s the prefill pool can take (disaggregated)
     if not stack.colocated:
-        pre_pool = stack.pool("prefill")
+        pre_pool = stack.pool(Role.prefill)
         pre = step_model(model, stack, pre_pool, params)
         chunk = pre_pool.max_batched_tokens
         prefill_capacity = pre_pool.engines * chunk / pre.step_time(0, 0, int(workload.context), chunk)
@@ -144,15 +149,22 @@ class Figure:
 
 
 @cache
-def _stack(name: str) -> SimStack:
-    return load_stack(REPO / "lockfiles" / f"{name}.lock.yaml")
+def _stack(name: str, lockdir: Path) -> SimStack:
+    from stackpin.errors import StackpinError
+
+    path = lockdir / f"{name}.lock.yaml"
+    if not path.is_file():
+        raise StackpinError(f"the calibration figures are of the shipped lock {name}: no {path}",
+                            "run in the stackpin checkout, or name its lockfiles/ with --lockdir")
+    return load_stack(path)
 
 
-def figures(params: dict[str, Any] | None = None) -> list[Figure]:
-    """The published figures (calibration.yaml) next to what the step model gives for the shipped locks."""
+def figures(params: dict[str, Any] | None = None, lockdir: Path = LOCKDIR) -> list[Figure]:
+    """The published figures (calibration.yaml) next to what the step model gives for the shipped locks
+    in `lockdir`."""
     spec = calibration()
     return [Figure(item["name"], float(item["published"]), round(value, 3), float(spec["tolerance"]))
-            for item, value in zip(spec["figures"], _values("roofline", params), strict=True)]
+            for item, value in zip(spec["figures"], _values("roofline", params, lockdir=lockdir), strict=True)]
 
 
 @dataclass(frozen=True)
@@ -165,7 +177,7 @@ class ModelFigure:
     reason: str = ""
 
 
-def model_figures(model: str, params: dict[str, Any] | None = None) -> list[ModelFigure]:
+def model_figures(model: str, params: dict[str, Any] | None = None, lockdir: Path = LOCKDIR) -> list[ModelFigure]:
     """The calibration figures under `model` (not fitted to them): the value, or the refusal of a stack
     the model cannot stand for."""
     from stackpin.errors import StackpinError
@@ -174,7 +186,7 @@ def model_figures(model: str, params: dict[str, Any] | None = None) -> list[Mode
     out = []
     for item in spec["figures"]:
         try:
-            value = _values(model, params, [item])[0]
+            value = _values(model, params, [item], lockdir)[0]
         except StackpinError as exc:
             out.append(ModelFigure(item["name"], float(item["published"]), None, exc.message))
             continue
@@ -196,15 +208,16 @@ class Validation:
         return self.simulated / self.published - 1
 
 
-def validation(params: dict[str, Any] | None = None) -> list[Validation]:
-    """calibration.yaml's validation rows: each figure beside the model's value for its stack."""
+def validation(params: dict[str, Any] | None = None, lockdir: Path = LOCKDIR) -> list[Validation]:
+    """calibration.yaml's validation rows: each figure beside the model's value for its stack (a profile
+    path relative to the project root, `lockdir`'s parent)."""
     from stackpin.profile.loader import load_profile
     from stackpin.sim.stack import profile_stack
 
     out = []
     for item in calibration().get("validation") or []:
         term = item["of"]
-        stack = profile_stack(load_profile(REPO / item["profile"]).profile, term["stack"])
+        stack = profile_stack(load_profile(lockdir.resolve().parent / item["profile"]).profile, term["stack"])
         workload = Workload(**item["workload"]) if "workload" in item else None
         if term["metric"] == "single_agent_tps":
             value = single_agent_tps(stack, params)
@@ -218,17 +231,18 @@ def validation(params: dict[str, Any] | None = None) -> list[Validation]:
 def calibration() -> dict[str, Any]:
     """calibration.yaml: the published figures, how each is computed from the shipped locks, the
     tolerance (read once; callers do not change it)."""
-    import yaml
+    from stackpin.yamlio import load_data
 
-    spec: dict[str, Any] = yaml.safe_load(CALIBRATION_FILE.read_text(encoding="utf-8"))
+    spec: dict[str, Any] = load_data(CALIBRATION_FILE.read_text(encoding="utf-8"))
     return spec
 
 
-def _values(model: str, params: dict[str, Any] | None, items: list[dict[str, Any]] | None = None) -> list[float]:
+def _values(model: str, params: dict[str, Any] | None, items: list[dict[str, Any]] | None = None,
+            lockdir: Path = LOCKDIR) -> list[float]:
     cache_curves: dict[str, list[CurvePoint]] = {}
 
     def value(term: dict[str, Any]) -> float:
-        stack = _stack(term["stack"])
+        stack = _stack(term["stack"], lockdir.resolve())
         if term["metric"] == "single_agent_tps":
             return single_agent_tps(stack, params, model)
         if term["stack"] not in cache_curves:

@@ -18,19 +18,18 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from stackpin.lock.lockfile import StackLock
 from stackpin.sim.models import StepTimes, step_model
 from stackpin.sim.roofline import accepted_tokens
 from stackpin.sim.stack import SimPool, SimStack, share_of, sim_stack
+from stackpin.yamlio import load_data
 
 FACTS = Path(__file__).with_name("dynamo.yaml")
 
 
 @cache
 def facts() -> dict[str, Any]:
-    data: dict[str, Any] = yaml.safe_load(FACTS.read_text(encoding="utf-8"))
+    data: dict[str, Any] = load_data(FACTS.read_text(encoding="utf-8"))
     return data
 
 

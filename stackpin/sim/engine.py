@@ -19,6 +19,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from stackpin.profile.topology import Role
 from stackpin.sim.models import StepTimes, step_model
 from stackpin.sim.roofline import StepModel, accepted_tokens
 from stackpin.sim.stack import SimPool, SimStack
@@ -131,7 +132,7 @@ class EngineStats:
 class Engine:
     """One scheduler: a colocated worker, a prefill engine or a decode engine."""
 
-    def __init__(self, stack: SimStack, pool: SimPool, clock: Clock, role: str,
+    def __init__(self, stack: SimStack, pool: SimPool, clock: Clock, role: Role,
                  on_prefilled: Callable[[Seq], None] | None = None, model: StepTimes | None = None) -> None:
         self.model: StepTimes = model or StepModel.of(stack, pool)
         self.alpha = self.model.alpha
@@ -178,7 +179,7 @@ class Engine:
         self.running = [s for s in self.running if not s.cancelled]
         while self.waiting and self.waiting[0].cancelled:
             self.waiting.popleft()
-        decoders = [s for s in self.running if s.to_prefill == 0] if self.role != "prefill" else []
+        decoders = [s for s in self.running if s.to_prefill == 0] if self.role != Role.prefill else []
         context = sum(s.prompt + s.generated for s in decoders)
         k = self.model.best_k(len(decoders), context) if decoders else 0
         budget = pool.max_batched_tokens - len(decoders) * (1 + k)
@@ -244,7 +245,7 @@ class Engine:
                 seq.emit(1, finished)
                 if finished:
                     done.append(seq)
-                elif self.role == "prefill":
+                elif self.role == Role.prefill:
                     done.append(seq)
                     if self.on_prefilled is not None:
                         self.on_prefilled(seq)
@@ -261,13 +262,13 @@ class Simulator:
         self.clock = Clock(speed)
         # One step model per pool, shared by its engines (the aiconfigurator one holds compiled engines).
         decode = step_model(model, stack, stack.decode)
-        self.decoders = [Engine(stack, stack.decode, self.clock, "decode" if not stack.colocated else "worker",
+        self.decoders = [Engine(stack, stack.decode, self.clock, Role.decode if not stack.colocated else Role.worker,
                                 model=decode) for _ in range(stack.decode.engines)]
         self.prefillers: list[Engine] = []
         if not stack.colocated:
-            pool = stack.pool("prefill")
+            pool = stack.pool(Role.prefill)
             prefill = step_model(model, stack, pool)
-            self.prefillers = [Engine(stack, pool, self.clock, "prefill", self._transfer, model=prefill)
+            self.prefillers = [Engine(stack, pool, self.clock, Role.prefill, self._transfer, model=prefill)
                                for _ in range(pool.engines)]
         self.transfer_model: StepTimes = decode
         self.tasks: list[asyncio.Task[None]] = []

@@ -13,9 +13,10 @@ import copy
 import math
 import random
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from stackpin.sim.curve import calibration, figures
+from stackpin.sim.curve import LOCKDIR, calibration, figures
 from stackpin.sim.roofline import load_params
 
 Path_ = tuple[str, ...]
@@ -41,17 +42,17 @@ def put(params: dict[str, Any], path: Path_, value: float) -> None:
     node[path[-1]] = value
 
 
-def loss(params: dict[str, Any], names: set[str] | None = None) -> float:
+def loss(params: dict[str, Any], names: set[str] | None = None, lockdir: Path = LOCKDIR) -> float:
     f = params["fitted"]
     # A graph replay costs less than piecewise graphs, which cost less than launching every kernel.
     if not (f["graph_step_s"] * 1.2 <= f["piecewise_step_s"] and f["piecewise_step_s"] * 1.2 <= f["eager_step_s"]):
         return math.inf
-    return sum(math.log(max(x.simulated, 1e-9) / x.published) ** 2 for x in figures(params)
+    return sum(math.log(max(x.simulated, 1e-9) / x.published) ** 2 for x in figures(params, lockdir)
                if names is None or x.name in names)
 
 
-def _search(params: dict[str, Any], names: set[str] | None) -> float:
-    best = loss(params, names)
+def _search(params: dict[str, Any], names: set[str] | None, lockdir: Path) -> float:
+    best = loss(params, names, lockdir)
     step = 0.3
     for _ in range(40):
         improved = False
@@ -60,7 +61,7 @@ def _search(params: dict[str, Any], names: set[str] | None) -> float:
             for factor in (1 + step, 1 / (1 + step)):
                 trial = min(high, max(low, value * factor))
                 put(params, path, trial)
-                trial_loss = loss(params, names)
+                trial_loss = loss(params, names, lockdir)
                 if trial_loss < best - 1e-12:
                     best, value, improved = trial_loss, trial, True
                 else:
@@ -73,19 +74,19 @@ def _search(params: dict[str, Any], names: set[str] | None) -> float:
 
 
 def fit(names: set[str] | None = None, restarts: int = 12, seed: int = 0,
-        from_file: bool = True) -> tuple[dict[str, Any], float]:
+        from_file: bool = True, lockdir: Path = LOCKDIR) -> tuple[dict[str, Any], float]:
     """The best parameters for the named figures (all by default) and their loss. The search starts from
     the file's values (unless `from_file` is off: they were fitted to every figure), then from random
     starts inside the bounds."""
     rng = random.Random(seed)
     start = load_params()
-    params, best = copy.deepcopy(start), loss(start, names) if from_file else math.inf
+    params, best = copy.deepcopy(start), loss(start, names, lockdir) if from_file else math.inf
     for restart in range(restarts):
         trial = copy.deepcopy(start)
         if restart or not from_file:
             for path, low, high in free(start):
                 put(trial, path, math.exp(rng.uniform(math.log(low), math.log(high))))
-        trial_loss = _search(trial, names)
+        trial_loss = _search(trial, names, lockdir)
         if trial_loss < best:
             params, best = trial, trial_loss
     return params, best
@@ -101,16 +102,17 @@ class Provenance:
     moves: tuple[str, ...]  # figures that move by more than 1% when it moves by 20%
 
 
-def provenance(params: dict[str, Any] | None = None) -> list[Provenance]:
+def provenance(params: dict[str, Any] | None = None, lockdir: Path = LOCKDIR) -> list[Provenance]:
     params = copy.deepcopy(params or load_params())
-    base = {f.name: f.simulated for f in figures(params)}
+    base = {f.name: f.simulated for f in figures(params, lockdir)}
     out = []
     for path, low, high in free(params):
         value = get(params, path)
         moved: set[str] = set()
         for factor in (0.8, 1.2):
             put(params, path, value * factor)
-            moved |= {f.name for f in figures(params) if base[f.name] and abs(f.simulated / base[f.name] - 1) > 0.01}
+            moved |= {f.name for f in figures(params, lockdir)
+                      if base[f.name] and abs(f.simulated / base[f.name] - 1) > 0.01}
         put(params, path, value)
         bound = "low" if value <= low * 1.01 else "high" if value >= high / 1.01 else None
         out.append(Provenance(".".join(path), value, low, high, bound, tuple(n for n in base if n in moved)))
@@ -140,12 +142,13 @@ class LeftOut:
         return self.predicted / self.published - 1
 
 
-def leave_one_out(restarts: int = 4) -> list[LeftOut]:
+def leave_one_out(restarts: int = 4, lockdir: Path = LOCKDIR) -> list[LeftOut]:
     every = {f["name"] for f in calibration()["figures"]}
     out = []
     for name in independent():
         # Random starts only: the file's values were fitted with this figure and would carry it in.
-        params, _ = fit(every - {name} - _dependents(name), restarts=restarts, from_file=False)
-        figure = next(f for f in figures(params) if f.name == name)
+        params, _ = fit(every - {name} - _dependents(name), restarts=restarts, from_file=False,
+                        lockdir=lockdir)
+        figure = next(f for f in figures(params, lockdir) if f.name == name)
         out.append(LeftOut(name, figure.published, figure.simulated))
     return out

@@ -25,9 +25,9 @@ GIB = 1024**3
 
 @cache
 def load_params(path: Path = PARAMS_FILE) -> dict[str, Any]:
-    import yaml
+    from stackpin.yamlio import load_data
 
-    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data: dict[str, Any] = load_data(path.read_text(encoding="utf-8"))
     return data
 
 
@@ -102,9 +102,9 @@ class StepModel:
         # Resolved once: the server calls step_time several times an engine step.
         f = self.params["fitted"]
         stack, model, pool = self.stack, self.stack.model, self.pool
-        routing = self.params["experts"]
+        assert model.experts is not None  # profile_stack refuses a model without its routing
         experts_gib = model.checkpoint_gib * model.routed_expert_share
-        picked = float(routing["top_k"]) / float(routing["routed"])
+        picked = model.experts.per_token / model.experts.routed
         # The decode active parameters less the routed experts one token picks are read every step.
         always_gib = max(model.active_params_b.decode * model.checkpoint_gib / model.params_b - experts_gib * picked, 0)
         bw = stack.gpu.hbm_tbps * 1e12 * float(f["bw_efficiency"])
@@ -133,11 +133,9 @@ class StepModel:
 
     def _flops_per_gpu(self) -> float:
         """Peak dense FLOP/s in the precision the dense weights are served in (FP8 for fp8-fp4)."""
-        table = self.params["compute_tflops"][self.stack.gpu_key]
         weights = self.stack.precision
         served = "fp8" if "fp8" in weights else ("fp4" if "fp4" in weights else "bf16")
-        fallback = [p for p in ("bf16", "fp8", "fp4") if p in table][0]  # a GPU without it: its widest
-        return float(table.get(served, table[fallback])) * 1e12
+        return self.stack.gpu.peak_tflops(served) * 1e12
 
     def weights_read_gib(self, tokens: int) -> float:
         """Weight GiB one GPU reads in a step of `tokens` tokens: the always-active weights, plus every

@@ -64,7 +64,7 @@ class SimStack:
 
     @property
     def decode(self) -> SimPool:
-        return self.pool("worker" if self.colocated else "decode")
+        return self.pool(Role.worker if self.colocated else Role.decode)
 
 
 def _pool(profile: StackProfile, topo: PoolTopology, model: ModelFacts, gpu: Gpu) -> SimPool:
@@ -74,7 +74,7 @@ def _pool(profile: StackProfile, topo: PoolTopology, model: ModelFacts, gpu: Gpu
     memory = pool_memory(profile, topo, model, catalog)
     return SimPool(
         role=topo.role, replicas=topo.replicas, engines=topo.replicas * topo.data_parallel,
-        gpus_per_engine=topo.tensor_parallel * topo.pipeline_parallel, weights_gib_per_gpu=memory.weights_gib,
+        gpus_per_engine=topo.model_parallel, weights_gib_per_gpu=memory.weights_gib,
         model_parallel=topo.model_parallel, expert_shards=topo.expert_shards,
         max_num_seqs=topo.spec.max_num_seqs or defaults.max_num_seqs_for(gpu.hbm_gib) or 256,
         max_batched_tokens=topo.spec.max_num_batched_tokens or defaults.max_num_batched_tokens_for(gpu.hbm_gib) or 8192,
@@ -99,6 +99,8 @@ def profile_stack(profile: StackProfile, name: str, digest: str = "") -> SimStac
     if found is None:
         raise StackpinError(f"{name}: model {spec.model.id} is not in the catalog; cannot simulate it")
     model = found[1]
+    if model.experts is None:
+        raise StackpinError(f"{name}: the catalog gives no expert routing for {spec.model.id}; cannot simulate it")
     gpu_key = catalog.platforms[spec.target.platform].gpu
     gpu = catalog.gpus[gpu_key]
     topo = topology_of(profile, catalog)

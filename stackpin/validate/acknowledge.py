@@ -17,7 +17,7 @@ from stackpin.errors import InputError, Problem
 from stackpin.profile.loader import LoadedProfile
 from stackpin.profile.model import Acknowledgement, Pools
 from stackpin.profile.topology import Role
-from stackpin.validate import (
+from stackpin.validate.rules import (
     RULES,
     Acknowledged,
     Context,

@@ -58,7 +58,7 @@ def duplicate_names(loaded: Sequence[LoadedProfile]) -> None:
 def check_profiles(paths: Iterable[str | Path], upgrade_to: str | None = None) -> CheckResult:
     """Validate every profile; bad input in one file does not hide findings in the others. With
     `upgrade_to` (a vLLM version), the findings are what moving each profile to it breaks or changes."""
-    from stackpin.validate.upgrade import upgrade_findings
+    from stackpin.validate.upgradecheck import upgrade_findings
 
     reports, errors, loaded_all = [], [], []
     for path in paths:

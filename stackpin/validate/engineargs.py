@@ -28,7 +28,7 @@ from stackpin.profile.engine_args import (
 )
 from stackpin.profile.model import Placement, Pool, RouterMode, StackProfile
 from stackpin.profile.topology import Role
-from stackpin.validate import Context, Hit, Severity, choices_hint, pool_path, pools, rule
+from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pool_path, pools, rule
 from stackpin.yamlio import FieldPath
 
 Kind = Literal["engineArgs", "dynamoArgs"]

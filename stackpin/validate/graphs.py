@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.profile.model import CudaGraphMode, StackProfile
-from stackpin.validate import Context, Hit, Severity, pools, rule
+from stackpin.profile.topology import Role
 from stackpin.validate.kernels import startup_model
+from stackpin.validate.rules import Context, Hit, Severity, pools, rule
 
 _G = ("spec", "cudaGraphs")
 
@@ -46,6 +47,15 @@ def empty_capture_list(profile: StackProfile) -> bool:
     """`captureSizes: []` with CUDA graphs on: vLLM asserts at least one size and fails at startup (SP105)."""
     graphs = profile.spec.cuda_graphs
     return graphs.capture_sizes == [] and graphs.mode != CudaGraphMode.NONE
+
+
+def empty_capture_hit(profile: StackProfile) -> Hit | None:
+    """SP105's finding for an empty capture list with graphs on (render refuses with the same words)."""
+    if not empty_capture_list(profile):
+        return None
+    return Hit(_G + ("captureSizes",), "captureSizes is empty: with CUDA graphs on vLLM asserts at least one "
+               "capture size and fails at startup (an empty list does not turn graphs off)",
+               "list the sizes to capture, drop captureSizes for vLLM's defaults, or set cudaGraphs.mode: NONE")
 
 
 def _full_decode(ctx: Context) -> bool:
@@ -119,10 +129,8 @@ def not_multiple(ctx: Context) -> Iterator[Hit]:
 @rule("SP105", Severity.error, "no capture size left")
 def none_left(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
-    if empty_capture_list(ctx.profile):
-        yield Hit(_G + ("captureSizes",), "captureSizes is empty: with CUDA graphs on vLLM asserts at least one "
-                  "capture size and fails at startup (an empty list does not turn graphs off)",
-                  "list the sizes to capture, drop captureSizes for vLLM's defaults, or set cudaGraphs.mode: NONE")
+    if (empty := empty_capture_hit(ctx.profile)) is not None:
+        yield empty
         return
     if not graphs.capture_sizes or graphs.mode == CudaGraphMode.NONE:
         return
@@ -200,7 +208,7 @@ def no_decode_graph(ctx: Context) -> Iterator[Hit]:
     if (fallback[0] if fallback else graphs.mode.value) not in facts.separate_decode_modes:
         return
     for role, path, pool in pools(ctx):
-        if pool.spec.max_num_seqs is None or role == "prefill":
+        if pool.spec.max_num_seqs is None or role == Role.prefill:
             continue  # the memory-dependent default (SP191 asks to pin it); a prefill pool does not decode
         limit = pool.spec.max_num_seqs * (1 + ctx.profile.speculative_for(pool.spec).k)
         above = sorted({s for s in graphs.capture_sizes if s > limit})

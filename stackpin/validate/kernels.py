@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.catalog.startup import AttentionBackend, ModelStartup, StartupFacts, startup_facts, startup_file_name
-from stackpin.validate import Context, Hit, Severity, choices_hint, rule
+from stackpin.validate.rules import Context, Hit, Severity, choices_hint, rule
 
 _K = ("spec", "kernels")
 

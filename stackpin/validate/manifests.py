@@ -28,6 +28,7 @@ from stackpin.catalog.version import parse_version
 from stackpin.errors import InputError, Location, Problem
 from stackpin.extras import have, require
 from stackpin.profile.k8s_names import DNS_LABEL_MAX, DNS_LABEL_PATTERN, DNS_SUBDOMAIN_MAX, DNS_SUBDOMAIN_PATTERN
+from stackpin.yamlio import SAFE_LOADER
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -121,8 +122,7 @@ def validate_paths(paths: list[Path]) -> list[ManifestError]:
     return validate_objects(objects)
 
 
-# The C loader when PyYAML was built with libyaml; a base chosen at run time is opaque to mypy.
-class _Loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+class _Loader(SAFE_LOADER):  # type: ignore[misc]
     """Safe loader that keeps timestamps as strings, as kubectl's YAML-to-JSON step does."""
 
 

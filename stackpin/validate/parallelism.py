@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.validate import Context, Hit, Severity, pools, rule
+from stackpin.validate.rules import Context, Hit, Severity, pools, rule
 
 
 @rule("SP121", Severity.error, "tensor-parallel group spans nodes",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.profile.model import Placement, StackProfile
-from stackpin.profile.topology import Topology
-from stackpin.validate import Context, Hit, Severity, pool_path, pools, rule
+from stackpin.profile.topology import Role, Topology
 from stackpin.validate.admission import GroveComponent, pcs_name
+from stackpin.validate.rules import Context, Hit, Severity, pool_path, pools, rule
 
 _P = ("spec", "placement")
 
@@ -37,17 +37,24 @@ def speculative_mismatch(profile: StackProfile, topology: Topology) -> bool:
     """Whether prefill and decode run different speculative settings: NIXL then refuses every KV
     transfer (its compatibility hash covers speculative_config). SP154 reports it; render refuses it."""
     active = topology.by_role
-    if "prefill" not in active or "decode" not in active:
+    if Role.prefill not in active or Role.decode not in active:
         return False
-    return profile.speculative_for(active["prefill"].spec) != profile.speculative_for(active["decode"].spec)
+    return profile.speculative_for(active[Role.prefill].spec) != profile.speculative_for(active[Role.decode].spec)
+
+
+def speculative_mismatch_hit(profile: StackProfile, topology: Topology) -> Hit | None:
+    """SP154's finding (render refuses with the same words)."""
+    if not speculative_mismatch(profile, topology):
+        return None
+    return Hit(_P + ("pools", "decode", "speculative"), "prefill and decode pools run different speculative "
+               "settings; NIXL's compatibility hash covers speculative_config and refuses the KV transfer",
+               "give both pools the same speculative settings")
 
 
 @rule("SP154", Severity.error, "prefill and decode disagree on speculative settings")
 def spec_mismatch(ctx: Context) -> Iterator[Hit]:
-    if speculative_mismatch(ctx.profile, ctx.topology):
-        yield Hit(_P + ("pools", "decode", "speculative"), "prefill and decode pools run different speculative "
-                  "settings; NIXL's compatibility hash covers speculative_config and refuses the KV transfer",
-                  "give both pools the same speculative settings")
+    if (hit := speculative_mismatch_hit(ctx.profile, ctx.topology)) is not None:
+        yield hit
 
 
 @rule("SP155", Severity.error, "unknown KV connector")

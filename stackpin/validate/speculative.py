@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterator
 
 from stackpin.profile.model import Speculative
-from stackpin.validate import Context, Hit, Severity, choices_hint, pools, rule
+from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pools, rule
 from stackpin.yamlio import FieldPath
 
 

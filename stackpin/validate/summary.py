@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.profile.model import StackProfile
 from stackpin.profile.sizing import pool_memory
-from stackpin.profile.topology import topology_of
+from stackpin.profile.topology import shape_label, topology_of
 
 
 class PoolSummary(BaseModel):
@@ -24,15 +24,12 @@ class PoolSummary(BaseModel):
     kv_gib_per_gpu: float | None
     kv_tokens_per_gpu: int | None
     headroom_gib_per_gpu: float | None
+    pipeline_parallel: int = Field(default=1, exclude=True)  # in the label only: -o json keeps its keys
 
     @property
     def shape(self) -> str:
-        parts = [f"TP{self.tensor_parallel}"]
-        if self.data_parallel > 1:
-            parts.append(f"DP{self.data_parallel}")
-        if self.expert_parallel_size > 1:
-            parts.append(f"EP{self.expert_parallel_size}")
-        return f"{self.replicas}x {' '.join(parts)}"
+        label = shape_label(self.tensor_parallel, self.pipeline_parallel, self.data_parallel, self.expert_parallel_size)
+        return f"{self.replicas}x {label}"
 
 
 class StackSummary(BaseModel):
@@ -64,6 +61,7 @@ def summarize(profile: StackProfile, catalog: Catalog | None = None) -> StackSum
             kv_gib_per_gpu=round(mem.kv_gib, 1) if mem else None,
             kv_tokens_per_gpu=mem.kv_tokens if mem else None,
             headroom_gib_per_gpu=round(mem.headroom_gib, 1) if mem else None,
+            pipeline_parallel=pool.pipeline_parallel,
         ))
     return StackSummary(
         name=profile.name, platform=profile.spec.target.platform, gpu=catalog.gpus[platform.gpu].name,

@@ -16,23 +16,18 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from stackpin.catalog import Catalog, DynamoPin, load_catalog
+from stackpin.catalog import Catalog, DynamoPin
 from stackpin.catalog.engine_data import EngineOption
 from stackpin.catalog.flags import FlagCatalog, vllm_catalog
-from stackpin.catalog.search import profile_catalogs
 from stackpin.catalog.version import parse_version
 from stackpin.profile.engine_args import MODELLED_VLLM
-from stackpin.profile.loader import LoadedProfile
 from stackpin.profile.model import AutotuneMode, Pool, StackProfile
-from stackpin.validate import Context, Finding, Hit, Severity, pools, rule, run_rules
 from stackpin.validate.engineargs import field_path, renders
+from stackpin.validate.rules import Context, Hit, Severity, pools, rule
 
 _V = ("spec", "versions")
-# The moved profile's own pins disagree with its runtime image and with each other only because the move
-# rewrote them; SP241 says what to set instead, so these are not reported again.
 # SP241-SP243 report only under --upgrade-to: an acknowledgement of one would be stale (SP251) everywhere else.
 UPGRADE_ONLY = "it reports only under `validate --upgrade-to`: an acknowledgement of it is stale everywhere else"
-BOOKKEEPING = frozenset({"SP161", "SP162", "SP163", "SP164", "SP165"})
 _TARGET = re.compile(r"vllm==([0-9]+\.[0-9]+\.[0-9]+(?:[.-]?(?:post|rc|dev)[0-9]+)?)")
 
 
@@ -59,17 +54,6 @@ def moved(profile: StackProfile, vllm: str, catalog: Catalog) -> StackProfile:
         change.update(dynamo=dynamo[0], nixl=dynamo[1].nixl)
     spec = profile.spec.model_copy(update={"versions": versions.model_copy(update=change)})
     return profile.model_copy(update={"spec": spec})
-
-
-def upgrade_findings(loaded: LoadedProfile, vllm: str, catalog: Catalog | None = None) -> list[Finding]:
-    """Findings of the profile moved to vLLM `vllm` that the profile as written does not have."""
-    with profile_catalogs(loaded.profile.spec.catalog_path):  # the pins of its own catalogs, too
-        catalog = catalog or load_catalog()
-        before = {(f.code, f.path) for f in run_rules(loaded, catalog)}
-        target = LoadedProfile(moved(loaded.profile, vllm, catalog), loaded.path, loaded.sources,
-                               loaded.positions, loaded.document)
-        after = run_rules(target, catalog, upgrade_from=loaded.profile)
-    return [f for f in after if (f.code, f.path) not in before and f.code not in BOOKKEEPING]
 
 
 def _upgrade(ctx: Context) -> tuple[StackProfile, str, str] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.catalog.version import parse_version
-from stackpin.validate import Context, Hit, Severity, rule
+from stackpin.validate.rules import Context, Hit, Severity, rule
 
 _V = ("spec", "versions")
 

@@ -1,360 +1,57 @@
-"""OCI distribution client: image references, mirrors, digest resolution, blob/manifest push and pull.
-
-Every manifest and blob fetched is checked against the sha256 digest that names it; a mismatch is an
-`IntegrityError`. Every other failure a user can hit (unknown tag, credentials, network) is a one-line
-`ResolveError`; no httpx exception escapes.
+"""The OCI distribution client: digest resolution, blob and manifest push and pull over one shared
+httpx client, with retries, deadlines and registry auth (stackpin.lock.oci.auth).
 
 httpx is imported inside functions so that importing this module (e.g. for `stackpin --help`) stays cheap.
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import ipaddress
-import json
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from stackpin.errors import IntegrityError, ResolveError
 from stackpin.lock.canonical import canonical_json
 from stackpin.lock.deadline import call_with_deadline, remaining
+from stackpin.lock.oci.auth import authorization
+from stackpin.lock.oci.credentials import default_docker_config, load_docker_credentials
+from stackpin.lock.oci.media import (
+    EMPTY_JSON,
+    INDEX_TYPES,
+    MANIFEST_ACCEPT,
+    MANIFEST_TYPES,
+    OCI_MANIFEST,
+    Resolved,
+    annotations_of,
+    artifact_manifest,
+    descriptor,
+    descriptor_digest,
+    manifest_media_type,
+    parse_manifest,
+    platforms_of,
+    sha256_digest,
+    verify_digest,
+)
+from stackpin.lock.oci.reference import (
+    DOCKER_HUB,
+    DOCKER_HUB_API,
+    ImageRef,
+    apply_mirror,
+    as_image_ref,
+    check_digest,
+    hostname,
+    is_loopback,
+    mirror_for,
+)
 
 if TYPE_CHECKING:
     import httpx
 
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-DOCKER_LIST = "application/vnd.docker.distribution.manifest.list.v2+json"
-DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
-OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
-DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
-OCI_EMPTY = "application/vnd.oci.empty.v1+json"
-OCI_LAYER_TAR = "application/vnd.oci.image.layer.v1.tar"
-EMPTY_JSON = b"{}"
-
-INDEX_TYPES = frozenset({OCI_INDEX, DOCKER_LIST})
-MANIFEST_TYPES = frozenset({OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST})
-IMAGE_CONFIG_TYPES = frozenset({OCI_CONFIG, DOCKER_CONFIG})
-MANIFEST_ACCEPT = ", ".join((OCI_INDEX, OCI_MANIFEST, DOCKER_LIST, DOCKER_MANIFEST))
-
-DOCKER_HUB = "docker.io"
-# Docker Hub's API lives on a different host than the name users write.
-DOCKER_HUB_API = "registry-1.docker.io"
-_HUB_ALIASES = frozenset({"docker.io", "index.docker.io", "registry-1.docker.io"})
-
-_DIGEST_RE = re.compile(r"sha256:[a-f0-9]{64}")
-_TAG_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
-_COMPONENT_RE = re.compile(r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*")
-_LABEL = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
-_HOST_RE = re.compile(rf"(?:{_LABEL}(?:\.{_LABEL})*|\[[0-9A-Fa-f:.]+\])(?::[0-9]{{1,5}})?")
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
-
-
-# --- references ------------------------------------------------------------------------------
-
-
-def check_digest(digest: str, context: str) -> str:
-    """`digest` if it is a well-formed sha256 digest (the only algorithm supported), else a ResolveError."""
-    if not _DIGEST_RE.fullmatch(digest):
-        raise ResolveError(f"invalid digest {digest!r} in {context}: expected 'sha256:' and 64 lowercase hex digits")
-    return digest
-
-
-def _normalize_registry(host: str) -> str:
-    return DOCKER_HUB if host.lower() in _HUB_ALIASES else host
-
-
-@dataclass(frozen=True)
-class ImageRef:
-    """A fully qualified image reference: `registry/repository[:tag][@digest]`."""
-
-    registry: str
-    repository: str
-    tag: str | None = None
-    digest: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> ImageRef:
-        """Parse like docker does: `nginx` is `docker.io/library/nginx:latest`; the first path
-        component is a registry only if it has a `.` or `:`, is `localhost`, or has upper case."""
-        where = f"image reference {text!r}"
-        if not text or text != text.strip():
-            raise ResolveError(f"invalid {where}: empty or surrounded by whitespace")
-        name, at, digest = text.partition("@")
-        if at:
-            check_digest(digest, where)
-        tag = None
-        # A ':' after the last '/' starts the tag; one before it belongs to host:port.
-        colon = name.rfind(":")
-        if colon > name.rfind("/"):
-            name, tag = name[:colon], name[colon + 1 :]
-            if not _TAG_RE.fullmatch(tag):
-                raise ResolveError(
-                    f"invalid {where}: tag {tag!r} must be 1-128 of [A-Za-z0-9_.-], not starting with '.' or '-'"
-                )
-        first, slash, rest = name.partition("/")
-        if slash and ("." in first or ":" in first or first == "localhost" or first != first.lower()):
-            registry, repository = _normalize_registry(first), rest
-        else:
-            registry, repository = DOCKER_HUB, name
-        if not _HOST_RE.fullmatch(registry):
-            raise ResolveError(f"invalid {where}: registry {registry!r} is not host[:port]")
-        if registry == DOCKER_HUB and "/" not in repository:
-            repository = f"library/{repository}"
-        for component in repository.split("/"):
-            if not _COMPONENT_RE.fullmatch(component):
-                raise ResolveError(
-                    f"invalid {where}: repository component {component!r} must be lowercase "
-                    "letters and digits separated by '.', '_', '__' or '-'"
-                )
-        if len(registry) + 1 + len(repository) > 255:
-            raise ResolveError(f"invalid {where}: name longer than 255 characters")
-        if tag is None and not at:
-            tag = "latest"
-        return cls(registry, repository, tag, digest if at else None)
-
-    def __str__(self) -> str:
-        text = self.name
-        if self.tag:
-            text += f":{self.tag}"
-        if self.digest:
-            text += f"@{self.digest}"
-        return text
-
-    @property
-    def name(self) -> str:
-        """`registry/repository`, without tag or digest."""
-        return f"{self.registry}/{self.repository}"
-
-    @property
-    def reference(self) -> str:
-        """What goes after `/manifests/` in the API: the digest when pinned, else the tag."""
-        return self.digest or self.tag or "latest"
-
-    @property
-    def pinned(self) -> bool:
-        return self.digest is not None
-
-    def with_digest(self, digest: str) -> ImageRef:
-        return replace(self, digest=check_digest(digest, f"pin for {self}"))
-
-
-def as_image_ref(ref: ImageRef | str) -> ImageRef:
-    """Accept either form wherever a reference is expected."""
-    return ref if isinstance(ref, ImageRef) else ImageRef.parse(ref)
-
-
-def mirror_for(registry: str, mirrors: Mapping[str, str]) -> str | None:
-    """The mirror configured for `registry` (keys like `index.docker.io` count as `docker.io`)."""
-    for key, value in mirrors.items():
-        if _normalize_registry(key) == registry:
-            return value
-    return None
-
-
-def apply_mirror(ref: ImageRef, mirrors: Mapping[str, str]) -> ImageRef:
-    """Where to fetch `ref` from: a mirror value `host[:port][/path/prefix]` replaces the registry
-    and prefixes the repository. Refs of registries without a mirror come back unchanged."""
-    mirror = mirror_for(ref.registry, mirrors)
-    if mirror is None:
-        return ref
-    host, _, prefix = mirror.strip("/").partition("/")
-    bad_prefix = prefix and not all(_COMPONENT_RE.fullmatch(c) for c in prefix.split("/"))
-    if "://" in mirror or not _HOST_RE.fullmatch(host) or bad_prefix:
-        raise ResolveError(
-            f"invalid mirror {mirror!r} for {ref.registry}: expected host[:port][/path/prefix] without a scheme"
-        )
-    repository = f"{prefix}/{ref.repository}" if prefix else ref.repository
-    return replace(ref, registry=host, repository=repository)
-
-
-# --- manifests and digests (shared with ocilayout) ---------------------------------------------
-
-
-@dataclass(frozen=True)
-class Resolved:
-    """What a reference resolved to, and where that answer came from."""
-
-    ref: ImageRef
-    digest: str
-    media_type: str
-    size: int
-    platforms: dict[str, str]
-    source: str
-    annotations: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def pinned_ref(self) -> ImageRef:
-        return self.ref.with_digest(self.digest)
-
-
-def sha256_digest(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
-
-
-def verify_digest(data: bytes, digest: str, what: str) -> bytes:
-    actual = sha256_digest(data)
-    if actual != digest:
-        raise IntegrityError(f"{what}: content has digest {actual}, expected {digest}")
-    return data
-
-
-def descriptor(data: bytes, media_type: str, annotations: Mapping[str, str] | None = None) -> dict[str, Any]:
-    desc: dict[str, Any] = {"mediaType": media_type, "digest": sha256_digest(data), "size": len(data)}
-    if annotations:
-        desc["annotations"] = dict(annotations)
-    return desc
-
-
-def descriptor_digest(desc: Any, what: str) -> str:
-    digest = desc.get("digest") if isinstance(desc, dict) else None
-    if not isinstance(digest, str):
-        raise ResolveError(f"{what}: descriptor without a digest")
-    return check_digest(digest, what)
-
-
-def artifact_manifest(
-    layers: Sequence[dict[str, Any]], artifact_type: str, annotations: Mapping[str, str] | None
-) -> dict[str, Any]:
-    """An OCI 1.1 artifact: an image manifest with `artifactType` and the empty `{}` config."""
-    manifest: dict[str, Any] = {
-        "schemaVersion": 2,
-        "mediaType": OCI_MANIFEST,
-        "artifactType": artifact_type,
-        "config": {**descriptor(EMPTY_JSON, OCI_EMPTY), "data": base64.b64encode(EMPTY_JSON).decode()},
-        "layers": list(layers),
-    }
-    if annotations:
-        manifest["annotations"] = dict(annotations)
-    return manifest
-
-
-def parse_manifest(data: bytes, what: str) -> dict[str, Any]:
-    try:
-        doc = json.loads(data)
-    except ValueError:
-        raise ResolveError(f"{what} is not valid JSON") from None
-    if not isinstance(doc, dict):
-        raise ResolveError(f"{what} is not a JSON object")
-    return doc
-
-
-def manifest_media_type(manifest: dict[str, Any], declared: str | None) -> str:
-    """`mediaType` is optional in OCI manifests; fall back to what the transport declared."""
-    media_type = manifest.get("mediaType") or declared
-    if not media_type:
-        media_type = OCI_INDEX if "manifests" in manifest else OCI_MANIFEST
-    return media_type.split(";")[0].strip()
-
-
-def platform_key(os_name: str, arch: str, variant: str | None = None) -> str:
-    return f"{os_name}/{arch}/{variant}" if variant else f"{os_name}/{arch}"
-
-
-def platforms_of(
-    manifest: dict[str, Any], digest: str, media_type: str, load_blob: Callable[[str], bytes]
-) -> dict[str, str]:
-    """`os/arch[/variant]` -> platform manifest digest. An index lists them; an image manifest's
-    platform is in its config blob; an artifact (non-image config or `artifactType`) has none."""
-    if media_type in INDEX_TYPES:
-        platforms: dict[str, str] = {}
-        for entry in manifest.get("manifests") or []:
-            plat = entry.get("platform") if isinstance(entry, dict) else None
-            # buildkit attestations are listed as unknown/unknown: not a runnable platform.
-            if not isinstance(plat, dict) or plat.get("os") in (None, "unknown") or not plat.get("architecture"):
-                continue
-            key = platform_key(plat["os"], plat["architecture"], plat.get("variant"))
-            platforms.setdefault(key, descriptor_digest(entry, f"index {digest}"))
-        return platforms
-    config = manifest.get("config")
-    if (
-        manifest.get("artifactType")
-        or not isinstance(config, dict)
-        or config.get("mediaType") not in IMAGE_CONFIG_TYPES
-    ):
-        return {}
-    image_config = parse_manifest(load_blob(descriptor_digest(config, f"manifest {digest}")), f"config of {digest}")
-    os_name, arch = image_config.get("os"), image_config.get("architecture")
-    if not os_name or not arch:
-        return {}
-    return {platform_key(os_name, arch, image_config.get("variant")): digest}
-
-
-def annotations_of(manifest: dict[str, Any]) -> dict[str, str]:
-    annotations = manifest.get("annotations")
-    return dict(annotations) if isinstance(annotations, dict) else {}
-
-
-# --- credentials --------------------------------------------------------------------------------
-
-
-def default_docker_config() -> Path:
-    base = os.environ.get("DOCKER_CONFIG")
-    return Path(base) / "config.json" if base else Path.home() / ".docker" / "config.json"
-
-
-def _auth_key(key: str) -> str:
-    """`https://index.docker.io/v1/` and `docker.io` name the same registry in config.json."""
-    host = key.split("://", 1)[-1].split("/", 1)[0]
-    return _normalize_registry(host)
-
-
-def load_docker_credentials(path: Path) -> dict[str, tuple[str, str]]:
-    """registry -> (user, password) from `auths` in a docker config.json. Only inline credentials
-    (`auth` = base64 "user:pass", or `username`/`password`) are read: credential helpers
-    (`credsStore`, `credHelpers`) and `identitytoken` are not supported. A missing file means none."""
-    try:
-        doc = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except OSError as exc:
-        raise ResolveError(f"cannot read docker config {path}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ResolveError(f"docker config {path} is not valid JSON: {exc}") from None
-    auths = doc.get("auths") if isinstance(doc, dict) else None
-    creds: dict[str, tuple[str, str]] = {}
-    for key, entry in (auths if isinstance(auths, dict) else {}).items():
-        if not isinstance(entry, dict):
-            continue
-        user, password = entry.get("username"), entry.get("password")
-        if entry.get("auth"):
-            try:
-                user, _, password = base64.b64decode(entry["auth"], validate=True).decode().partition(":")
-            except ValueError:
-                raise ResolveError(f"docker config {path}: auths.{key}.auth is not base64 of 'user:password'") from None
-        if user and password is not None:
-            creds[_auth_key(key)] = (user, password)
-    return creds
-
-
-def _hostname(registry: str) -> str:
-    if registry.startswith("["):
-        return registry[1 : registry.find("]")]
-    return registry.rsplit(":", 1)[0]
-
-
-def is_loopback(registry: str) -> bool:
-    host = _hostname(registry)
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _parse_challenge(header: str) -> tuple[str, dict[str, str]]:
-    scheme, _, rest = header.strip().partition(" ")
-    params = {k.lower(): v for k, v in re.findall(r'(\w+)="([^"]*)"', rest)}
-    return scheme.lower(), params
 
 
 def _error_codes(resp: httpx.Response) -> list[str]:
@@ -373,9 +70,6 @@ def _tries(attempts: int) -> str:
 def _transport_reason(exc: Exception) -> str:
     text = str(exc)
     return "connection refused" if "refused" in text.lower() else (text or type(exc).__name__)
-
-
-# --- client -------------------------------------------------------------------------------------
 
 
 class RegistryClient:
@@ -413,7 +107,7 @@ class RegistryClient:
             self._plain_http = plain_http
         else:
             hosts = frozenset(plain_http)
-            self._plain_http = lambda registry: registry in hosts or _hostname(registry) in hosts
+            self._plain_http = lambda registry: registry in hosts or hostname(registry) in hosts
         self._http = httpx.Client(
             timeout=timeout,
             follow_redirects=True,
@@ -656,41 +350,8 @@ class RegistryClient:
 
     def _authorize(self, ref: ImageRef, challenge: str, scope: str) -> str | None:
         """The Authorization header value answering a 401 challenge, or None if we have nothing."""
-        import httpx
-
-        scheme, params = _parse_challenge(challenge)
-        creds = self._credentials(ref.registry)
-        if scheme == "basic":
-            if not creds:
-                return None
-            return "Basic " + base64.b64encode(f"{creds[0]}:{creds[1]}".encode()).decode()
-        if scheme != "bearer":
-            return None
-        realm = params.get("realm")
-        if not realm or "://" not in realm:
-            raise ResolveError(f"registry {ref.registry} sent a Bearer challenge without a realm URL")
-        query = [("scope", s) for s in (params.get("scope") or scope).split()]
-        if "service" in params:
-            query.append(("service", params["service"]))
-        try:
-            realm_host = httpx.URL(realm).netloc.decode()
-        except httpx.InvalidURL:
-            raise ResolveError(f"registry {ref.registry} sent an invalid token realm {realm!r}") from None
-        resp = self._send("GET", realm, f"token service {realm_host}", params=query, auth=creds or None)
-        if resp.status_code in (401, 403):
-            raise self._unauthorized(ref)
-        if resp.status_code != 200:
-            raise ResolveError(
-                f"token service {realm_host} for registry {ref.registry} answered HTTP {resp.status_code}"
-            )
-        try:
-            body = resp.json()
-            token = body.get("token") or body.get("access_token")
-        except (ValueError, AttributeError):
-            token = None
-        if not isinstance(token, str) or not token:
-            raise ResolveError(f"token service {realm_host} answered without a token")
-        return f"Bearer {token}"
+        return authorization(ref, challenge, scope, self._credentials(ref.registry), self._send,
+                             lambda: self._unauthorized(ref))
 
     def _send(self, method: str, url: str, where: str, **kwargs: Any) -> httpx.Response:
         """Send with bounded retries of transport errors and 429/5xx; the last answer is returned."""

@@ -1,0 +1,67 @@
+"""Printing a bench comparison and reading --threshold: shared by `bench compare` and
+`rollback --if-regressed`."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from stackpin.cli.common import emit
+
+if TYPE_CHECKING:
+    from stackpin.bench.compare import Comparison
+
+
+def threshold(text: str) -> float:
+    from stackpin.errors import StackpinError
+
+    try:
+        value = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise StackpinError(f"--threshold {text!r}: give a fraction (0.05) or a percentage (5%)") from None
+    if not 0 <= value < 10:  # NaN fails it too
+        raise StackpinError(f"--threshold {text!r}: out of range")
+    return value
+
+
+def _pct(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f}%"
+
+
+def _number(value: float, unit: str) -> str:
+    if unit == "agents":
+        return f"{value:g}"
+    return f"{value:.3f}" if unit == "s" else f"{value:.1f}"
+
+
+def comparison_data(comparison: Comparison) -> dict[str, Any]:
+    return {"a": list(comparison.a), "b": list(comparison.b), "runs": list(comparison.runs),
+            "agents": comparison.agents, "threshold": comparison.threshold, "forced": list(comparison.forced),
+            "gpus": list(comparison.gpus),
+            "verdict": comparison.verdict, "regressed": comparison.regressed,
+            "metrics": [{"name": m.name, "unit": m.unit, "higherIsBetter": m.higher_is_better, "a": m.a, "b": m.b,
+                         "change": m.change, "low": m.low, "high": m.high, "basis": m.basis, "verdict": m.verdict}
+                        for m in comparison.metrics]}
+
+
+def print_comparison(comparison: Comparison, output: str) -> None:
+    if output != "text":
+        emit(comparison_data(comparison), output)
+        return
+    a, b = comparison.runs
+    click.echo(f"A: {', '.join(sorted(set(comparison.a)))} ({a} run{'s' * (a != 1)})   "
+               f"B: {', '.join(sorted(set(comparison.b)))} ({b} run{'s' * (b != 1)})")
+    if comparison.gpus[0] != comparison.gpus[1]:
+        click.echo(f"note: A ran on {comparison.gpus[0]} GPUs, B on {comparison.gpus[1]}: agent counts compare per "
+                   "GPU, and TTFT at one agent count (a different load per GPU) is left out", err=True)
+    if comparison.forced:
+        click.echo(f"warning: compared with --force although {', '.join(comparison.forced)} differ(s)", err=True)
+    header = ["METRIC", "A", "B", "CHANGE", "95% CI", "FROM", "VERDICT"]
+    rows = [[m.name, _number(m.a, m.unit), _number(m.b, m.unit), _pct(m.change),
+             "-" if m.low is None else f"[{_pct(m.low)}, {_pct(m.high)}]", m.basis, m.verdict]
+            for m in comparison.metrics]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    click.echo(f"verdict: {comparison.verdict} (threshold {comparison.threshold:.0%})")
