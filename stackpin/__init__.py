@@ -12,10 +12,9 @@ from __future__ import annotations
 # costs now. Type checkers read any constant of this name as true (PEP 484 convention, mypy and pyright).
 TYPE_CHECKING = False
 
-__version__ = "0.1.0"
-
 # Public name -> the module that defines it.
 _EXPORTS = {
+    "__version__": "stackpin.version",  # not in __all__; a module of its own that the stages may import
     # entry points
     "load_profile": "stackpin.profile.loader",
     "validate_profiles": "stackpin.api",
@@ -120,6 +119,7 @@ if TYPE_CHECKING:
     from stackpin.render.output import RenderedStack
     from stackpin.validate import Finding, Severity
     from stackpin.validate.check import CheckResult, ProfileReport
+    from stackpin.version import __version__ as __version__
 else:
     # Hidden from type checkers: to them an unknown name must stay an error, not Any.
     def __getattr__(name: str) -> object:

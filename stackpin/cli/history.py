@@ -360,8 +360,9 @@ def _print_history(store: HistoryStore, key: DeploymentKey, entries: list[Histor
     for e in entries:
         r = e.summary
         change = e.change if e.change is not None else ("(first revision)" if r.revision == 1 else "-")
-        rows.append([str(r.revision), r.short_digest, r.created, _cell(r.author), _cell(r.action_label), _cell(r.message),
-                     _cell(change), *([_cell(bench[r.revision][0]) if r.revision in bench else "-"] if bench else [])])
+        rows.append([str(r.revision), r.short_digest, r.created, _cell(r.author), _cell(r.action_label),
+                     _cell(r.message), _cell(change),
+                     *([_cell(bench[r.revision][0]) if r.revision in bench else "-"] if bench else [])])
     _table(["REVISION", "STACK", "CREATED", "AUTHOR", "ACTION", "MESSAGE", "CHANGE", *(["BENCH"] if bench else [])],
            rows)
 

@@ -30,9 +30,9 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic.alias_generators import to_camel
 
-from stackpin import __version__
 from stackpin.deploy.kube import ClusterError
 from stackpin.lock.canonical import canonical_json
+from stackpin.version import __version__
 
 ID_LABEL = "applyset.kubernetes.io/id"
 PART_OF_LABEL = "applyset.kubernetes.io/part-of"

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from stackpin import __version__
 from stackpin.errors import InputError, Location, Problem
 from stackpin.examples.packaged import DEFAULT, SCHEMA_FILE, example_names, example_text, schema_text
+from stackpin.version import __version__
 from stackpin.yamlio import FieldPath, ambiguous_scalar, create_exclusive, parse_yaml
 
 MODELINE = f"# yaml-language-server: $schema={SCHEMA_FILE}\n"

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stackpin import __version__
 from stackpin.errors import StackpinError
+from stackpin.version import __version__
 from stackpin.yamlio import read_regular, write_atomic
 
 # Bumped when what `read_revision` checks, or what a summary or CHANGE line holds, changes: entries made

@@ -42,12 +42,13 @@ def model_parallel_of(pool: Pool) -> int:
 
 def shape_label(tensor_parallel: int, pipeline_parallel: int = 1, data_parallel: int = 1,
                 expert_parallel_size: int = 1) -> str:
-    """`TP2 x DP8 x EP16`: a pool's parallel shape, the one wording every message and table uses
-    (PP, DP and EP only above 1)."""
-    parts = [f"TP{tensor_parallel}"]
-    parts += [f"{name}{size}" for name, size in (("PP", pipeline_parallel), ("DP", data_parallel),
-                                                 ("EP", expert_parallel_size)) if size > 1]
-    return " x ".join(parts)
+    """`TP2 x DP8 EP16`: a pool's parallel shape, the one wording every message and table uses. TP, PP
+    and DP multiply into the replica's GPUs (`x`); EP is not a further factor (it spans TP x DP), so it
+    follows after a space. PP, DP and EP are named only above 1."""
+    factors = [f"TP{tensor_parallel}"] + [f"{name}{size}" for name, size in (("PP", pipeline_parallel),
+                                                                               ("DP", data_parallel)) if size > 1]
+    label = " x ".join(factors)
+    return f"{label} EP{expert_parallel_size}" if expert_parallel_size > 1 else label
 
 
 @dataclass(frozen=True)
