@@ -137,8 +137,13 @@ async def _share(options: RunOptions, model: str, agent_ids: list[int], agents: 
                  start_at: float, counters: Any, slot: int) -> ShareResult:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+
     def wake() -> None:
-        loop.call_soon_threadsafe(stop.set)
+        # A Ctrl-C can land after this share's loop has closed (a terminal's, then the parent's, reach
+        # every worker): there is nothing left to wake then, and raising in the handler would turn the
+        # share's kept result into a failed worker.
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(stop.set)
 
     _on_sigint.append(wake)
     if _early_stop:
