@@ -114,14 +114,22 @@ def test_a_disaggregated_stack_under_load_follows_its_analytic_curve(tmp_path: P
     pools = tuple(dataclasses.replace(p, replicas=1 if p.role == "prefill" else 3,
                                       engines=1 if p.role == "prefill" else 3) for p in launch.pools)
     stack = dataclasses.replace(launch, pools=pools, gpus=sum(p.engines * p.gpus_per_engine for p in pools))
-    with serve_in_thread(stack, speed=4.0) as sim:
-        code, _, err = bench(["run", "--endpoint", sim.url, "--trace", str(steady_trace), "--lock",
-                              str(LOCKS["gb300-launch"]), "--agents", "24", "--delay-scale", "0",
-                              "--duration", "16", "--slo", "none", "--out", str(tmp_path / "r.json")])
-        with urllib.request.urlopen(sim.url + "/stackpin/sim/stats") as answer:
-            engines = json.loads(answer.read())["engines"]
-    assert code == 0, err
-    (point,) = read_result(tmp_path / "r.json").points
+    # A host too busy to run the simulator on its clock (or the client on time) makes the point invalid,
+    # and an invalid point says nothing about the curve: measured again at a lower simulator speed, as
+    # the demo does, until the host keeps up.
+    for speed in (4.0, 2.0, 1.0):
+        with serve_in_thread(stack, speed=speed) as sim:
+            code, _, err = bench(["run", "--endpoint", sim.url, "--trace", str(steady_trace), "--lock",
+                                  str(LOCKS["gb300-launch"]), "--agents", "24", "--delay-scale", "0",
+                                  "--duration", "16", "--slo", "none", "--retries", "0",
+                                  "--out", str(tmp_path / "r.json")])
+            with urllib.request.urlopen(sim.url + "/stackpin/sim/stats") as answer:
+                engines = json.loads(answer.read())["engines"]
+        assert code == 0, err
+        (point,) = read_result(tmp_path / "r.json").points
+        if point.invalid is None:
+            break
+    assert point.invalid is None, f"the host could not keep up even at speed 1: {point.invalid}"
     assert point.errors == 0
     decoding = [e for e in engines if e["role"] == "decode"]
     assert len(decoding) == 3 and min(e["routed"] for e in decoding) > point.requests / 6, engines
