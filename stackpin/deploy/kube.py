@@ -32,10 +32,12 @@ file a kubeconfig names is read only if it is a regular file of bounded size: a 
 
 One budget bounds a command's API traffic (`--request-timeout`): every request's timeout is what is
 left of it, and the time each one takes is taken off. Each request is sent once (httpx2 does not retry),
-so a dead server costs the budget once, not once per retry per request; a token from an exec plugin or
-a tokenFile that the server refuses (401) is fetched again and that request sent once more, as kubectl
-does. Watches are outside the budget (`--timeout` bounds them), as are the Lease renewals, which run
-beside the command with timeouts of their own.
+so a dead server costs the budget once, not once per retry per request. One exception, lightkube's: when
+the server refuses (401) a token read from a tokenFile, or one an exec plugin gave an earlier request,
+the file is read or the plugin run again and that request sent once more (kubectl refreshes the token
+for the next request instead); a refused token costs two round trips, not a retry loop. Watches are
+outside the budget (`--timeout` bounds them), as are the Lease renewals, which run beside the command
+with timeouts of their own.
 """
 
 from __future__ import annotations
@@ -231,7 +233,7 @@ class Cluster:
     def _send(self, method: str, path: str, query: Sequence[tuple[str, str]], body: Any, content_type: str,
               what: str, timeout: tuple[float, float], stream: bool = False) -> httpx2.Response:
         """One HTTP exchange, sent once; the body read whole unless `stream`. Failures without an
-        answer are Unreachable; an exec plugin's (see _PluginAuth) a ClusterError naming the context."""
+        answer are Unreachable; an exec plugin's (see _plugin_auth) a ClusterError naming the context."""
         from httpx2 import Timeout
 
         headers = {"Accept": "application/json"}
