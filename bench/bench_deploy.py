@@ -81,6 +81,9 @@ def _count_requests(server: Envtest, cmd: list[str], env: dict[str, str]) -> int
     return int(total() - before)
 
 
+# What the console script does, for whichever tree PYTHONPATH names (-P: not the cwd first, which is this one).
+STACKPIN = [sys.executable, "-P", "-c", "import sys, stackpin.cli.main as m; sys.argv[0] = 'stackpin'; "
+            "sys.exit((getattr(m, 'run', None) or m.main)())"]
 REAPPLY_AIM = 2.0  # x kubectl apply --server-side -k, nothing changed
 STATUS_AIM = 3.0  # x kubectl get -o yaml of the same objects
 # What connect() imports (stackpin/deploy/kube.py), and what the kubernetes client it replaced needed.
@@ -109,8 +112,6 @@ def main() -> None:
     parser.add_argument("--baseline", type=Path, help="another stackpin source tree, run beside (PYTHONPATH)")
     args = parser.parse_args()
     repeats = args.repeats
-    bindir = Path(sys.executable).parent
-    stackpin = str(bindir / "stackpin")
     ensure_bytecode()
     if args.baseline:
         ensure_bytecode(args.baseline)
@@ -124,9 +125,9 @@ def main() -> None:
             env = {**os.environ, "KUBECONFIG": str(server.kubeconfig), "KUBECACHEDIR": str(Path(tmp) / "kube-cache")}
             envs = {tool: {**env, "PYTHONPATH": str(tree)} for tool, tree in trees.items()}
             envs["kubectl"] = env
-            ours = ([stackpin, "apply", f"lockfiles/{STACK}.lock.yaml"], [stackpin, "status", "dsv41-flash", "-n",
-                                                                          NAMESPACE],
-                    [stackpin, "diff", "dsv41-flash@live", f"lockfiles/{STACK}.lock.yaml"])
+            ours = ([*STACKPIN, "apply", f"lockfiles/{STACK}.lock.yaml"], [*STACKPIN, "status", "dsv41-flash", "-n",
+                                                                           NAMESPACE],
+                    [*STACKPIN, "diff", "dsv41-flash@live", f"lockfiles/{STACK}.lock.yaml"])
             tools = {
                 **dict.fromkeys(trees, ours),
                 "kubectl": ([kubectl, "apply", "--server-side", "-k", f"manifests/{STACK}"],
@@ -156,8 +157,7 @@ def main() -> None:
                                   _count_requests(server, get, e), _count_requests(server, live, e))
             apply, get, _ = ours
             _timed(apply, envs["stackpin"])  # the record back, for status to read
-            # The console script run by path: its tree comes from PYTHONPATH (`-m` would put the cwd first).
-            groups = {tool: import_ms_by_group([sys.executable, *get], env=envs[tool]) for tool in trees}
+            groups = {tool: import_ms_by_group(get, env=envs[tool]) for tool in trees}
     except EnvtestUnavailable as exc:
         print(f"skipped: no Kubernetes API server to measure against: {exc}")
         return
@@ -176,8 +176,9 @@ def main() -> None:
         ratios[index] = (mine, theirs)
         print(f"{label:<34} {mine * 1000:>7.0f}ms{before} {theirs * 1000:>7.0f}ms  {mine / theirs:4.1f}x  "
               f"{requests['stackpin'][index]} / {requests['kubectl'][index]}")
-    print(f"stackpin: {_shown(stackpin)} apply lockfiles/{STACK}.lock.yaml; kubectl: {_shown(kubectl)} apply "
-          f"--server-side -k manifests/{STACK}" + (f"; baseline: PYTHONPATH={trees['baseline']}" if base else ""))
+    print(f"stackpin: its console script's entry point, apply lockfiles/{STACK}.lock.yaml; kubectl: "
+          f"{_shown(kubectl)} apply --server-side -k manifests/{STACK}"
+          + (f"; baseline: PYTHONPATH={trees['baseline']}" if base else ""))
     print(f"cluster client import, cumulative (-X importtime, inflated by the tracing), median of {repeats}:")
     for name, statement in CLIENTS.items():
         took = _import_ms(statement, repeats)
