@@ -9,13 +9,17 @@ client certificate and key as files or data, exec plugin, username/password) and
 client carries the requests; the REST API is spoken with plain JSON, so one code path serves core
 kinds, custom resources and discovery. lightkube is imported here only, when a cluster command connects.
 
-Why lightkube (measured in bench/bench_deploy.py; import of what connect() needs, median wall time of
-a fresh interpreter on the bench machine): the official `kubernetes` client costs ~285 ms to import
-(its whole generated API and urllib3), lightkube's kubeconfig + client adapter ~160 ms (httpx2, msgspec);
-kr8s ~400 ms (async-first: anyio, its object model), plain httpx ~90 ms but with every kubeconfig and
-credential rule written by hand. lightkube is maintained (releases through 2026), typed, small, and its
-kubeconfig models and auth are the ones kubectl users expect. Where it differs from kubectl this module
-fills in, without redoing what it does:
+Why lightkube. Import cost, measured 2026-12-02 on the shared 2-core machine: a fresh interpreter (wall,
+median of 7, `python -c pass` taken off) imports the official `kubernetes` client in ~285 ms, kr8s in
+~405 ms (async-first: anyio, its object model), lightkube's kubeconfig + client adapter with httpx2 in
+~160 ms, plain httpx in ~90 ms; inside a `stackpin status` process, after stackpin's own modules, what
+connect() adds is ~170 ms for `kubernetes`, ~125 ms for lightkube + httpx2, ~120 ms for plain httpx
+(bench/bench_deploy.py prints the -X importtime figures). Plain httpx saves nothing that counts and
+leaves every kubeconfig and credential rule to be written by hand; kr8s costs more than what it would
+replace. lightkube is maintained (releases through 2026), typed and small, and kubectl's kubeconfig
+models and credentials are what it is for. Most of what is left is the HTTP stack: under -X importtime
+httpx2 and what it loads (httpcore2, h11, h2, anyio, truststore) take ~75 ms, lightkube with msgspec and
+asyncio ~35 ms. Where lightkube differs from kubectl this module fills in, without redoing what it does:
 - it reads one file: the $KUBECONFIG list is merged here (`_merged`), paths made absolute per file;
 - its exec auth accepts client.authentication.k8s.io/v1alpha1 and v1beta1 but not v1 (kubectl's
   current one), and passes the plugin no KUBERNETES_EXEC_INFO: here the plugin gets KUBERNETES_EXEC_INFO
