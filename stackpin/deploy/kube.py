@@ -657,6 +657,9 @@ def connect(kubeconfig: str | None, context: str | None, request_timeout_s: floa
                         ("client-key", None if user.client_key_data else user.client_key),
                         ("tokenFile", user.token_file)):
         _credential_file(where, chosen, field, path)
+    if user.auth_provider is not None and not (user.token or user.token_file or user.exec):
+        raise ClusterError(f"kubeconfig {where}: context {chosen}: its user's auth-provider is not supported",
+                           "use an exec plugin instead, such as kubelogin (kubectl oidc-login) for oidc")
     proxy, sni = raw_cluster.get("proxy-url"), raw_cluster.get("tls-server-name")
     try:
         if not isinstance(proxy or "", str) or not isinstance(sni or "", str):
