@@ -54,13 +54,18 @@ OBJECTS = ("/apis/nvidia.com/v1beta1/namespaces/dynamo/dynamographdeployments/ds
            "/api/v1/namespaces/dynamo/configmaps/stackpin-dsv41-flash")
 
 
-def _timed(cmd: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:3])} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
-    return elapsed
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall, CPU: user + system) seconds of one process; CPU moves less when other work shares the cores."""
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - start
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(cmd[:3])} failed ({code}): {err.read().decode(errors='replace')[-500:]}")
+    return elapsed, usage.ru_utime + usage.ru_stime
 
 
 def _reset(server: Envtest) -> None:
@@ -135,10 +140,10 @@ def main() -> None:
                              "computedomain/dsv41-flash-compute-domain", f"configmap/{ATTESTATION}"],
                             [kubectl, "diff", "--server-side", "-k", f"manifests/{STACK}"]),
             }
-            first: dict[str, list[float]] = {t: [] for t in tools}
-            again: dict[str, list[float]] = {t: [] for t in tools}
-            status: dict[str, list[float]] = {t: [] for t in tools}
-            diff: dict[str, list[float]] = {t: [] for t in tools}
+            first: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
+            again: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
+            status: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
+            diff: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
             for tool, (apply, _, _) in tools.items():  # warm the page cache and kubectl's discovery cache
                 _reset(server)
                 _timed(apply, envs[tool])
@@ -165,17 +170,24 @@ def main() -> None:
     print(f"medians of {repeats}, whole process, same kube-apiserver on loopback, run in turn; stack {STACK} "
           f"(3 objects); {load_note()}")
     base = "baseline" in trees
-    print(f"{'case':<34} {'stackpin':>9}{' baseline' if base else ''} {'kubectl':>9}  ratio  resource requests "
-          "(stackpin / kubectl)")
+    print(f"{'case':<34} {'stackpin':>9}{'  baseline' if base else ''} {'kubectl':>9}  ratio  resource requests "
+          f"(stackpin / kubectl)  CPU: stackpin{' / baseline' if base else ''}")
     rows = (("first apply", first, 0), ("re-apply, nothing changed", again, 1), ("status vs get -o yaml", status, 2),
             ("diff @live vs diff --server-side", diff, 3))
     ratios = {}
+    def wall(samples: list[tuple[float, float]]) -> float:
+        return statistics.median(w for w, _ in samples)
+
+    def cpu(samples: list[tuple[float, float]]) -> str:
+        return f"{statistics.median(c for _, c in samples) * 1000:.0f}ms"
+
     for label, times, index in rows:
-        mine, theirs = statistics.median(times["stackpin"]), statistics.median(times["kubectl"])
-        before = f" {statistics.median(times['baseline']) * 1000:>7.0f}ms" if base else ""
+        mine, theirs = wall(times["stackpin"]), wall(times["kubectl"])
+        before = f" {wall(times['baseline']) * 1000:>8.0f}ms" if base else ""
         ratios[index] = (mine, theirs)
         print(f"{label:<34} {mine * 1000:>7.0f}ms{before} {theirs * 1000:>7.0f}ms  {mine / theirs:4.1f}x  "
-              f"{requests['stackpin'][index]} / {requests['kubectl'][index]}")
+              f"{requests['stackpin'][index]:>5} / {requests['kubectl'][index]:<18} {cpu(times['stackpin'])}"
+              + (f" / {cpu(times['baseline'])}" if base else ""))
     print(f"stackpin: its console script's entry point, apply lockfiles/{STACK}.lock.yaml; kubectl: "
           f"{_shown(kubectl)} apply --server-side -k manifests/{STACK}"
           + (f"; baseline: PYTHONPATH={trees['baseline']}" if base else ""))
