@@ -23,7 +23,7 @@ from devkit.timing import ensure_bytecode, import_ms_by_group, interleaved_media
 PY_STACKPIN = [sys.executable, "-m", "stackpin"]
 _SCRIPT = Path(sys.executable).with_name("stackpin")
 STACKPIN = [str(_SCRIPT)] if _SCRIPT.exists() else PY_STACKPIN  # the console script users run, when installed
-HEAVY = ("kubernetes", "httpx", "matplotlib", "jsonschema", "rich", "pydantic")
+HEAVY = ("lightkube", "httpx2", "kubernetes", "httpx", "matplotlib", "jsonschema", "rich", "pydantic")
 HELM = ROOT / ".bench" / "bin" / "helm"
 ONE_PROFILE = "profiles/deepseek-v4.1-flash/gb300-tuned.yaml"
 VALIDATE_AIM_RATIO = 1.7

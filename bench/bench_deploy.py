@@ -13,12 +13,23 @@ stackpin does more per run than kubectl (the lock is rendered and validated, CRD
 checked, every write dry-run first, members listed for pruning, the record kept); the request counts
 printed say how much.
 
-Run from the repository root: `python bench/bench_deploy.py [REPEATS]` (default 7). Without a
-kube-apiserver binary (see devkit/envtest.py) it prints why and exits 0.
+Then where a cluster command's start-up goes: the import of the cluster client (what
+stackpin/deploy/kube.py's connect() imports: lightkube and httpx2), beside the official `kubernetes`
+client it replaced when that is installed (`python -X importtime`, cumulative, medians), and `stackpin
+status`'s import time by package.
+
+Aims (issue 21): a re-apply that changes nothing within 2x `kubectl apply --server-side -k`, and status
+within 3x `kubectl get -o yaml`.
+
+Run from the repository root: `python bench/bench_deploy.py [REPEATS] [--baseline DIR]` (default 10
+repeats). `--baseline DIR` runs another stackpin source tree too (PYTHONPATH=DIR; a checkout from before
+a change), in the same rounds. Without a kube-apiserver binary (see devkit/envtest.py) it prints why and
+exits 0.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import subprocess
@@ -31,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from devkit.envtest import Envtest, EnvtestUnavailable, find_tool, start_envtest  # noqa: E402
+from devkit.timing import ensure_bytecode, import_ms_by_group, load_note  # noqa: E402
 
 STACK = "gb300-disagg-wide-ep"
 NAMESPACE = "dynamo"  # the namespace the rendered files name, so `kubectl apply -k` needs no override
@@ -42,13 +54,18 @@ OBJECTS = ("/apis/nvidia.com/v1beta1/namespaces/dynamo/dynamographdeployments/ds
            "/api/v1/namespaces/dynamo/configmaps/stackpin-dsv41-flash")
 
 
-def _timed(cmd: list[str], env: dict[str, str]) -> float:
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, check=False)
-    elapsed = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd[:3])} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
-    return elapsed
+def _timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float]:
+    """(wall, CPU: user + system) seconds of one process; CPU moves less when other work shares the cores."""
+    with tempfile.TemporaryFile() as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, cwd=ROOT)
+        _, status, usage = os.wait4(proc.pid, 0)
+        elapsed = time.perf_counter() - start
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            err.seek(0)
+            raise SystemExit(f"{' '.join(cmd[:3])} failed ({code}): {err.read().decode(errors='replace')[-500:]}")
+    return elapsed, usage.ru_utime + usage.ru_stime
 
 
 def _reset(server: Envtest) -> None:
@@ -69,58 +86,123 @@ def _count_requests(server: Envtest, cmd: list[str], env: dict[str, str]) -> int
     return int(total() - before)
 
 
+# What the console script does, for whichever tree PYTHONPATH names (-P: not the cwd first, which is this one).
+STACKPIN = [sys.executable, "-P", "-c", "import sys, stackpin.cli.main as m; sys.argv[0] = 'stackpin'; "
+            "sys.exit((getattr(m, 'run', None) or m.main)())"]
+REAPPLY_AIM = 2.0  # x kubectl apply --server-side -k, nothing changed
+STATUS_AIM = 3.0  # x kubectl get -o yaml of the same objects
+# What connect() imports (stackpin/deploy/kube.py), and what the kubernetes client it replaced needed.
+CLIENTS = {"lightkube + httpx2 (now)": "import lightkube.config.kubeconfig, lightkube.config.client_adapter, httpx2",
+           "kubernetes (before)": "import kubernetes.client, kubernetes.config.kube_config, urllib3"}
+
+
+def _import_ms(statement: str, repeats: int) -> float | None:
+    """Median cumulative import time (ms, `python -X importtime`) of the statement's top-level imports in a
+    fresh interpreter; None when it cannot be imported here."""
+    samples = []
+    for _ in range(repeats):
+        proc = subprocess.run([sys.executable, "-X", "importtime", "-c", statement], capture_output=True, text=True,
+                              check=False)
+        if proc.returncode:
+            return None
+        samples.append(sum(int(line.split("|")[1]) for line in proc.stderr.splitlines()
+                           if line.startswith("import time:") and "|" in line and "cumulative" not in line
+                           and not line.split("|")[2].startswith("  ")) / 1000)
+    return statistics.median(samples)
+
+
 def main() -> None:
-    repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 7
-    bindir = Path(sys.executable).parent
-    stackpin = str(bindir / "stackpin")
+    parser = argparse.ArgumentParser()
+    parser.add_argument("repeats", nargs="?", type=int, default=10)
+    parser.add_argument("--baseline", type=Path, help="another stackpin source tree, run beside (PYTHONPATH)")
+    args = parser.parse_args()
+    repeats = args.repeats
+    ensure_bytecode()
+    if args.baseline:
+        ensure_bytecode(args.baseline)
+    # Each stackpin runs its own tree, whatever the console script's editable install points at.
+    trees = {"stackpin": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
     try:
         kubectl = str(find_tool("kubectl"))
         with tempfile.TemporaryDirectory(prefix="bench-deploy-") as tmp, start_envtest(Path(tmp) / "envtest") as server:
             server.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                      "metadata": {"name": NAMESPACE}})
             env = {**os.environ, "KUBECONFIG": str(server.kubeconfig), "KUBECACHEDIR": str(Path(tmp) / "kube-cache")}
+            envs = {tool: {**env, "PYTHONPATH": str(tree)} for tool, tree in trees.items()}
+            envs["kubectl"] = env
+            ours = ([*STACKPIN, "apply", f"lockfiles/{STACK}.lock.yaml"], [*STACKPIN, "status", "dsv41-flash", "-n",
+                                                                           NAMESPACE],
+                    [*STACKPIN, "diff", "dsv41-flash@live", f"lockfiles/{STACK}.lock.yaml"])
             tools = {
-                "stackpin": ([stackpin, "apply", f"lockfiles/{STACK}.lock.yaml"],
-                             [stackpin, "status", "dsv41-flash", "-n", NAMESPACE],
-                             [stackpin, "diff", "dsv41-flash@live", f"lockfiles/{STACK}.lock.yaml"]),
+                **dict.fromkeys(trees, ours),
                 "kubectl": ([kubectl, "apply", "--server-side", "-k", f"manifests/{STACK}"],
                             [kubectl, "get", "-n", NAMESPACE, "-o", "yaml", "dynamographdeployment/dsv41-flash",
                              "computedomain/dsv41-flash-compute-domain", f"configmap/{ATTESTATION}"],
                             [kubectl, "diff", "--server-side", "-k", f"manifests/{STACK}"]),
             }
-            first: dict[str, list[float]] = {t: [] for t in tools}
-            again: dict[str, list[float]] = {t: [] for t in tools}
-            status: dict[str, list[float]] = {t: [] for t in tools}
-            diff: dict[str, list[float]] = {t: [] for t in tools}
-            for apply, _, _ in tools.values():  # warm the page cache and kubectl's discovery cache
+            first: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
+            again: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
+            status: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
+            diff: dict[str, list[tuple[float, float]]] = {t: [] for t in tools}
+            for tool, (apply, _, _) in tools.items():  # warm the page cache and kubectl's discovery cache
                 _reset(server)
-                _timed(apply, env)
+                _timed(apply, envs[tool])
             for _ in range(repeats):
                 for tool, (apply, get, live) in tools.items():
                     _reset(server)
-                    first[tool].append(_timed(apply, env))
-                    again[tool].append(_timed(apply, env))
-                    status[tool].append(_timed(get, env))
-                    diff[tool].append(_timed(live, env))  # exit 0: no change (both tools)
+                    first[tool].append(_timed(apply, envs[tool]))
+                    again[tool].append(_timed(apply, envs[tool]))
+                    status[tool].append(_timed(get, envs[tool]))
+                    diff[tool].append(_timed(live, envs[tool]))  # exit 0: no change (both tools)
             requests = {}
             for tool, (apply, get, live) in tools.items():
+                e = envs[tool]
                 _reset(server)
-                requests[tool] = (_count_requests(server, apply, env), _count_requests(server, apply, env),
-                                  _count_requests(server, get, env), _count_requests(server, live, env))
+                requests[tool] = (_count_requests(server, apply, e), _count_requests(server, apply, e),
+                                  _count_requests(server, get, e), _count_requests(server, live, e))
+            apply, get, _ = ours
+            _timed(apply, envs["stackpin"])  # the record back, for status to read
+            groups = {tool: import_ms_by_group(get, env=envs[tool]) for tool in trees}
     except EnvtestUnavailable as exc:
         print(f"skipped: no Kubernetes API server to measure against: {exc}")
         return
 
-    print(f"medians of {repeats}, whole process, same kube-apiserver on loopback; stack {STACK} (3 objects)")
-    print(f"{'case':<34} {'stackpin':>9} {'kubectl':>9}  ratio  resource requests (stackpin / kubectl)")
+    print(f"medians of {repeats}, whole process, same kube-apiserver on loopback, run in turn; stack {STACK} "
+          f"(3 objects); {load_note()}")
+    base = "baseline" in trees
+    print(f"{'case':<34} {'stackpin':>9}{'  baseline' if base else ''} {'kubectl':>9}  ratio  resource requests "
+          f"(stackpin / kubectl)  CPU: stackpin{' / baseline' if base else ''}")
     rows = (("first apply", first, 0), ("re-apply, nothing changed", again, 1), ("status vs get -o yaml", status, 2),
             ("diff @live vs diff --server-side", diff, 3))
+    ratios = {}
+    def wall(samples: list[tuple[float, float]]) -> float:
+        return statistics.median(w for w, _ in samples)
+
+    def cpu(samples: list[tuple[float, float]]) -> str:
+        return f"{statistics.median(c for _, c in samples) * 1000:.0f}ms"
+
     for label, times, index in rows:
-        ours, theirs = statistics.median(times["stackpin"]), statistics.median(times["kubectl"])
-        print(f"{label:<34} {ours * 1000:>7.0f}ms {theirs * 1000:>7.0f}ms  {ours / theirs:4.1f}x  "
-              f"{requests['stackpin'][index]} / {requests['kubectl'][index]}")
-    print(f"stackpin: {_shown(stackpin)} apply lockfiles/{STACK}.lock.yaml; kubectl: {_shown(kubectl)} apply "
-          f"--server-side -k manifests/{STACK}")
+        mine, theirs = wall(times["stackpin"]), wall(times["kubectl"])
+        before = f" {wall(times['baseline']) * 1000:>8.0f}ms" if base else ""
+        ratios[index] = (mine, theirs)
+        print(f"{label:<34} {mine * 1000:>7.0f}ms{before} {theirs * 1000:>7.0f}ms  {mine / theirs:4.1f}x  "
+              f"{requests['stackpin'][index]:>5} / {requests['kubectl'][index]:<18} {cpu(times['stackpin'])}"
+              + (f" / {cpu(times['baseline'])}" if base else ""))
+    print(f"stackpin: its console script's entry point, apply lockfiles/{STACK}.lock.yaml; kubectl: "
+          f"{_shown(kubectl)} apply --server-side -k manifests/{STACK}"
+          + (f"; baseline: PYTHONPATH={trees['baseline']}" if base else ""))
+    print(f"cluster client import, cumulative (-X importtime, inflated by the tracing), median of {repeats}:")
+    for name, statement in CLIENTS.items():
+        took = _import_ms(statement, repeats)
+        print(f"  {name:<26} " + (f"{took:6.0f} ms" if took is not None else "not installed"))
+    for tool, by_group in groups.items():
+        print(f"{tool} status, import time by package (self, -X importtime): "
+              + ", ".join(f"{group} {value:.0f}ms" for group, value in by_group.items()))
+    for index, what, aim in ((1, "re-apply (nothing changed) vs kubectl apply --server-side -k", REAPPLY_AIM),
+                             (2, "status vs kubectl get -o yaml", STATUS_AIM)):
+        mine, theirs = ratios[index]
+        print(f"aim: {what} within {aim:g}x: {mine * 1000:.0f} ms vs {theirs * 1000:.0f} ms = "
+              f"{mine / theirs:.1f}x: {'met' if mine <= aim * theirs else 'NOT met'}")
 
 
 def _shown(path: str) -> str:

@@ -87,6 +87,10 @@ _GROUPS = {
     "rich": ("rich", "pygments", "markdown_it", "mdurl"),
     "click": ("click",),
     "yaml": ("yaml", "_yaml"),
+    # The cluster commands' client (stackpin/deploy/kube.py) and what it brings; `kubernetes` before it.
+    "cluster client": ("lightkube", "httpx2", "httpcore2", "msgspec", "h2", "hpack", "hyperframe", "anyio", "sniffio",
+                       "truststore", "wsproto", "h11", "certifi", "idna", "kubernetes", "urllib3", "requests",
+                       "oauthlib", "requests_oauthlib", "websocket", "google", "durationpy", "dateutil", "six"),
     # Its modules' own time, which includes building its pydantic model classes (in class bodies).
     "stackpin+models": ("stackpin",),
 }
@@ -99,13 +103,13 @@ def _group(module: str) -> str:
     return "stdlib, site"
 
 
-def import_ms_by_group(cmd: Sequence[str], runs: int = 5) -> dict[str, float]:
+def import_ms_by_group(cmd: Sequence[str], runs: int = 5, env: Mapping[str, str] | None = None) -> dict[str, float]:
     """Self import time (ms, `python -X importtime`) summed per group, median of `runs` runs. `cmd`
-    is a python command line: [python, args...]."""
+    is a python command line: [python, args...]; `env` its whole environment (default: this one's)."""
     samples: dict[str, list[float]] = {}
     for _ in range(runs):
         proc = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], cwd=ROOT, capture_output=True, text=True,
-                              check=True)
+                              check=True, env=None if env is None else dict(env))
         totals: dict[str, float] = dict.fromkeys([*_GROUPS, "stdlib, site"], 0.0)
         for line in proc.stderr.splitlines():
             if not line.startswith("import time:") or "|" not in line or "self [us]" in line:

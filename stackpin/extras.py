@@ -14,7 +14,7 @@ from stackpin.errors import StackpinError
 
 # extra -> the import names its packages provide (all needed), and what needs it.
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "cluster": ("kubernetes",),  # apply, status, rollback --apply, diff DEPLOYMENT@live, history --cluster
+    "cluster": ("lightkube", "httpx2"),  # apply, status, rollback --apply, diff DEPLOYMENT@live, history --cluster
     "plot": ("matplotlib",),  # bench plot, plan --chart
     "report": ("jinja2", "matplotlib"),  # report: the page's templates and its charts
     "manifests": ("kubernetes_validate",),  # built-in kinds' schemas: validate --manifests, bench job, ...

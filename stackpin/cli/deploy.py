@@ -1,4 +1,4 @@
-"""`stackpin apply` and `stackpin status`: the commands that talk to a cluster. The kubernetes client
+"""`stackpin apply` and `stackpin status`: the commands that talk to a cluster. The cluster client
 loads only when one of them runs (stackpin.deploy.kube)."""
 
 from __future__ import annotations
