@@ -503,7 +503,7 @@ def _read_kubeconfig(path: str) -> dict[str, Any]:
 
     import yaml
 
-    from stackpin.yamlio import read_regular
+    from stackpin.yamlio import load_data, read_regular
 
     full = os.path.expanduser(path)
     try:
@@ -514,7 +514,7 @@ def _read_kubeconfig(path: str) -> dict[str, Any]:
                 from None
         raise ClusterError(f"kubeconfig {path}: cannot be read ({exc.strerror or exc})") from None
     try:
-        doc = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        doc = load_data(raw)
     except (yaml.YAMLError, ValueError, RecursionError) as exc:
         raise ClusterError(f"kubeconfig {path}: cannot be read ({_one_line(str(exc))[:200]})") from None
     if doc is None:

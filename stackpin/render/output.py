@@ -30,10 +30,7 @@ class RenderedStack:
     def objects(self) -> list[dict[str, Any]]:
         """The Kubernetes objects, parsed back from their files in file order (the kustomization left out);
         `_dump_checked` made sure each file parses back to exactly the object built."""
-        import yaml
-
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        return [yaml.load(text, Loader=loader) for name, text in self.files.items() if name != KUSTOMIZATION]
+        return [load_data(text) for name, text in self.files.items() if name != KUSTOMIZATION]
 
 
 def file_name(obj: dict[str, Any]) -> str:
