@@ -5,8 +5,12 @@ input named in one line per problem across every file given."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from click.testing import CliRunner, Result
 
@@ -183,3 +187,16 @@ def test_every_command_has_examples_that_use_its_own_options() -> None:
             assert words[:1 + len(name.split())] == ["stackpin", *name.split()], example
             used = {w.split("=")[0] for w in words if w.startswith("-")}
             assert used <= options, (name, used - options)
+
+
+@pytest.mark.parametrize("args", [["history", "dsv41-flash"], ["validate", "profiles", "-o", "json"], ["rules"]])
+def test_a_reader_that_goes_away_is_not_an_error(args: list[str]) -> None:
+    """`stackpin ... | head`: when nobody reads stdout any more, the command stops quietly, as click stops
+    every command (exit 1), never with `error: Broken pipe` (history said so) or a traceback."""
+    read_end, write_end = os.pipe()
+    proc = subprocess.Popen([sys.executable, "-m", "stackpin", *args], cwd=ROOT, stdout=write_end,
+                            stderr=subprocess.PIPE, text=True)
+    os.close(write_end)
+    os.close(read_end)  # the reader is gone before the command writes
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and stderr == ""

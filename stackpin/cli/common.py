@@ -141,6 +141,10 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except StackpinError as exc:
             failed(exc.lines(), exc.exit_code)
+        except BrokenPipeError:
+            # The reader of stdout went away (`stackpin ... | head`): not a problem to report. click's own
+            # handler stops quietly (exit 1), as it does for every command.
+            raise
         except OSError as exc:  # the filesystem said no (read-only, full, not a directory, ...)
             where = f"{exc.filename}: " if exc.filename else ""
             failed([f"{where}{exc.strerror or exc}"], 2)
