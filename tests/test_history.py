@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -630,3 +631,18 @@ def test_a_listing_comes_from_the_verified_cache_the_second_time(tmp_path: Path,
     path = store.path(GB300, 2)
     path.write_text(path.read_text().replace("Tuned stack", "Tuned stacK"))
     assert "revisionDigest does not match" in invoke(tmp_path, "history", "dsv41-flash").output
+
+
+@pytest.mark.parametrize("content", ["[" * 100_000, '{"stamp": 1, "listed": {"a": NaN}}', "\x00" * 64])
+def test_a_hostile_verified_cache_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, content: str) -> None:
+    """The per-user cache may hold anything (deeply nested JSON once gave a traceback): it is ignored and
+    the history is read in full."""
+    monkeypatch.setenv("STACKPIN_CACHE_DIR", str(tmp_path / "cache"))
+    three_revisions(tmp_path)
+    (cache,) = (tmp_path / "cache" / "verified-revisions").iterdir()
+    cache.write_text(content)
+    result = subprocess.run([sys.executable, "-m", "stackpin", "history", "dsv41-flash", "--history",
+                             str(tmp_path / "history")], capture_output=True, text=True,
+                            env={**os.environ, "STACKPIN_CACHE_DIR": str(tmp_path / "cache")}, cwd=tmp_path)
+    assert result.returncode == 0 and "Traceback" not in result.stderr
+    assert "rollback to 1 (gb300-launch)" in result.stdout

@@ -103,7 +103,7 @@ class VerifiedCache:
             signed = {str(k): str(v) for k, v in data.get("signed", {}).items()}
             listed = {str(k): _summary_data(v) for k, v in data.get("listed", {}).items()}
             changes = {str(k): v for k, v in data.get("changes", {}).items() if isinstance(v, str)}
-        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
             return
         self.entries, self.signed, self.listed, self.changes = entries, signed, listed, changes
 
