@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("stackpin.cli.bench", "bench"), "trace": ("stackpin.cli.trace", "trace"),
     "sim": ("stackpin.cli.sim", "sim"), "plan": ("stackpin.cli.plan", "plan"),
     "report": ("stackpin.cli.reportpage", "report"), "import": ("stackpin.cli.importcmd", "import_"),
-    "init": ("stackpin.cli.init", "init"),
+    "init": ("stackpin.cli.init", "init"), "upgrade": ("stackpin.cli.upgrade", "upgrade"),
 }
 SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {"bench": (("stackpin.cli.plot", "plot"),)}
 

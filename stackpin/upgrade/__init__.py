@@ -1,0 +1,1 @@
+"""Stack upgrades as dependency updates: check, propose, trial, promote (see README.md)."""

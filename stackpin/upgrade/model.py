@@ -1,0 +1,132 @@
+"""The records an upgrade leaves in its proposal directory, read back by the next step.
+
+`upgrade propose` writes `proposal.json` (a `Proposal`), `upgrade trial` writes `trial.json` (a
+`Trial`) beside it, and `upgrade promote` reads both. Each step checks that what it reads is what the
+step before wrote (the trial names the proposal's sha256; promote re-checks it and the candidate lock's
+digest), so an edited proposal or a trial of another candidate cannot be promoted. Keys are camelCase,
+as in lockfiles; paths are as the user gave them, relative to the working directory (the repository
+root), never absolute machine paths when the user gave relative ones.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic.alias_generators import to_camel
+
+PROPOSAL_FILE = "proposal.json"
+PROPOSAL_MARKDOWN = "proposal.md"
+TRIAL_FILE = "trial.json"
+PROPOSAL_API = "stackpin.dev/v1alpha1"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
+
+class Versions(_Model):
+    """The engine pins of one stack (spec.versions)."""
+
+    dynamo: str
+    vllm: str
+    flashinfer: str
+    nixl: str
+    runtime_image: str
+
+
+class Rewrite(_Model):
+    """A flag the release renamed, rewritten in the candidate (engineArgs key or env var)."""
+
+    path: str  # the candidate's field, dotted: spec.placement.pools.worker.engineArgs
+    old: str
+    new: str
+    source: str  # how stackpin knows: the release's deprecation message, from its catalog
+
+
+class PinnedDefault(_Model):
+    """A default the release changes that the stack relied on, written out in the candidate."""
+
+    path: str
+    flag: str
+    value: JsonValue  # the old default, now explicit
+    old_default: JsonValue
+    new_default: JsonValue
+
+
+class Blocker(_Model):
+    """Something the proposal cannot translate: a person has to decide."""
+
+    path: str
+    message: str
+    code: str | None = None  # the validation rule, when one found it
+
+
+class Finding(_Model):
+    """A `validate --upgrade-to` finding of the candidate that the current stack does not have."""
+
+    code: str
+    severity: str
+    path: str
+    message: str
+    hint: str | None = None
+
+
+class Proposal(_Model):
+    api_version: Literal["stackpin.dev/v1alpha1"] = PROPOSAL_API
+    kind: Literal["UpgradeProposal"] = "UpgradeProposal"
+    deployment: str  # the history key, NAMESPACE/NAME@PLATFORM
+    current_profile: str
+    candidate_profile: str | None  # None when a blocker stopped the proposal before writing it
+    current: Versions
+    candidate: Versions
+    catalog: str | None  # the catalog directory the new releases were added to
+    added: list[str]  # releases added to it, NAME==VERSION
+    rewrites: list[Rewrite]
+    pinned: list[PinnedDefault]
+    blockers: list[Blocker]
+    findings: list[Finding]
+    remeasure: list[str]  # what must be measured again before the candidate can be trusted
+    capture_job: str | None  # the autotune capture Job rendered for the candidate, when its cache is stale
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.blockers)
+
+
+class Verdict(StrEnum):
+    gain = "gain"  # the candidate is significantly better on the trial's main metric
+    no_change = "no-change"  # no significant difference either way
+    regression = "regression"  # significantly worse
+    inconclusive = "inconclusive"  # the runs disagree too much to say
+
+
+class MetricVerdict(_Model):
+    name: str
+    unit: str
+    current: float | None
+    candidate: float | None
+    change: float | None  # relative, candidate vs current
+    low: float | None  # confidence interval of the change
+    high: float | None
+    verdict: Verdict
+
+
+class Trial(_Model):
+    api_version: Literal["stackpin.dev/v1alpha1"] = PROPOSAL_API
+    kind: Literal["UpgradeTrial"] = "UpgradeTrial"
+    proposal_sha256: str  # of proposal.json's bytes when the trial ran
+    current_lock: str  # what was benched as the current stack: a lockfile path or DEPLOYMENT@REV
+    current_digest: str
+    candidate_lock: str  # the candidate's lockfile (in the proposal directory)
+    candidate_digest: str
+    simulated: bool  # measured on stackpin's simulator or the Dynamo bed, not on hardware
+    bed: str  # "sim", "dynamo" or the endpoint URLs measured
+    runs: int
+    trace: str
+    slo: str | None
+    current_results: list[str]
+    candidate_results: list[str]
+    metrics: list[MetricVerdict]
+    verdict: Verdict  # the main metric's verdict
