@@ -138,7 +138,8 @@ class PackageIndex:
         request = self._http().build_request("GET", url, headers={"Accept": accept} if accept else None)
         assert self.where is not None
         auth = _HostAuth(self.where)
-        if auth.applies(request.url):
+        sent = auth.applies(request.url)
+        if sent:
             request.headers["Authorization"] = auth.header()
         try:
             response = self._http().send(request, stream=True)
@@ -148,8 +149,10 @@ class PackageIndex:
             if response.status_code == 404:
                 raise _NotFound
             if response.status_code >= 400:
-                reason = "give credentials in the URL or ~/.netrc" if response.status_code == 401 else ""
-                raise ResolveError(f"{self._shown(url)}: HTTP {response.status_code}", reason or None)
+                hint = None
+                if response.status_code in (401, 403):
+                    hint = "it refused the credentials given" if sent else "give credentials in the URL or ~/.netrc"
+                raise ResolveError(f"{self._shown(url)}: HTTP {response.status_code}", hint)
             yield response
         except httpx.HTTPError as exc:
             raise self._failed(url, exc) from None
