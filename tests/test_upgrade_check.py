@@ -328,3 +328,55 @@ def test_cache_dir_keeps_the_downloaded_wheel(env: dict[str, str | None], index:
     result = invoke(env, str(profile), "--index-url", index, "--cache-dir", str(cache))
     assert result.exit_code == 1, result.output
     assert sorted(p.name for p in cache.iterdir()) == ["ai_dynamo-9.1.0-py3-none-any.whl", "vllm-9.1.0.tar.gz"]
+
+
+def test_credentials_stay_with_the_index_host(env: dict[str, str | None], profile: Path,
+                                              private: tuple[str, type[_Index]]) -> None:
+    """A file the index links on another origin (a CDN) is fetched without the index's credentials."""
+    url, handler = private
+
+    class Cdn(_Index):
+        credentials = ""  # anything goes; only what it was sent is looked at
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.seen.append(self.headers.get("Authorization"))
+            body = handler.files.get(self.path.rpartition("/")[2], b"")
+            self.send_response(200 if body else 404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    Cdn.seen = []
+    cdn = ThreadingHTTPServer(("127.0.0.1", 0), Cdn)
+    threading.Thread(target=cdn.serve_forever, daemon=True).start()
+    try:
+        page = json.loads(handler.pages["vllm"])
+        for entry in page["files"]:
+            entry["url"] = f"http://127.0.0.1:{cdn.server_address[1]}/files/{entry['filename']}"
+        handler.pages = {**handler.pages, "vllm": json.dumps(page).encode()}
+        with_user = url.replace("http://", f"http://pypi-user:{SECRET}@")
+        result = invoke(env, str(profile), "--index-url", with_user)
+        assert result.exit_code == 1, result.output
+        assert Cdn.seen == [None]  # vllm 9.1.0's sdist, for the FlashInfer it pins
+    finally:
+        cdn.shutdown()
+        cdn.server_close()
+
+
+def test_html_pages_as_pep_503_and_658_write_them() -> None:
+    from stackpin.engines.simple import parse_html
+
+    page = """<html><body>
+      <a href="../../files/ai_dynamo-9.1.0-py3-none-any.whl#sha256=ABC" data-dist-info-metadata="sha256=def"
+         data-requires-python="&gt;=3.10">ai_dynamo-9.1.0-py3-none-any.whl</a><br>
+      <a href="/files/ai_dynamo-9.0.0.tar.gz" data-yanked="">ai_dynamo-9.0.0.tar.gz</a>
+      <a href="/x/y/ai_dynamo-9.0.1-py3-none-any.whl" data-core-metadata="true"></a>
+      <a>no link</a></body></html>"""
+    assert parse_html(page) == [
+        {"filename": "ai_dynamo-9.1.0-py3-none-any.whl", "url": "../../files/ai_dynamo-9.1.0-py3-none-any.whl",
+         "hashes": {"sha256": "abc"}, "yanked": False, "core-metadata": {"sha256": "def"}},
+        {"filename": "ai_dynamo-9.0.0.tar.gz", "url": "/files/ai_dynamo-9.0.0.tar.gz", "hashes": {},
+         "yanked": True, "core-metadata": False},
+        {"filename": "ai_dynamo-9.0.1-py3-none-any.whl", "url": "/x/y/ai_dynamo-9.0.1-py3-none-any.whl",
+         "hashes": {}, "yanked": False, "core-metadata": True},
+    ]

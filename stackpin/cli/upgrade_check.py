@@ -56,8 +56,8 @@ def check(paths: tuple[str, ...], index_url: str | None, find_links: Path | None
 
 
 def _change(name: str, old: str | None, new: str | None) -> str:
-    if new is None:
-        return f"{name} ? (not pinned)"
+    if new is None:  # the release pins none, or its vLLM is on neither the catalog nor the index
+        return f"{name} {old} -> ?"
     return f"{name} {new}" if old == new else f"{name} {old} -> {new}"
 
 

@@ -211,11 +211,13 @@ class PackageIndex:
             return []
         except PageError as exc:
             raise ResolveError(f"{project}: {self._shown(page)} is not a simple repository page ({exc})") from None
-        except httpx.InvalidURL as exc:
-            raise self._failed(page, exc) from None
-        for entry in files:  # absolute URLs, against the page they were found on
-            entry["url"] = str(httpx.URL(page).join(entry["url"]))
-        return files
+        joined = []
+        for entry in files:  # absolute URLs, against the page they were found on; a link httpx refuses is skipped
+            try:
+                joined.append({**entry, "url": str(httpx.URL(page).join(entry["url"]))})
+            except httpx.InvalidURL:
+                continue
+        return joined
 
     def releases(self, project: str, pre: bool = False) -> list[Version]:
         """The versions of `project` with a file on the index that is not yanked, oldest first; final
