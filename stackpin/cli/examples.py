@@ -38,6 +38,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "autotune verify": (f"stackpin autotune verify cache/ {PROFILE}",),
     "engines list": ("stackpin engines list",),
     "engines add": ("stackpin engines add vllm==0.33.0",),
+    "upgrade check": ("stackpin upgrade check profiles/",
+                      "stackpin upgrade check profiles/ --find-links wheels/ -o json"),
     "engines diff": ("stackpin engines diff vllm 0.31.0 0.33.0",),
     "engines check": (f"stackpin engines check {LOCK}",),
     "trace gen": ("stackpin trace gen --sessions 200 --seed 1 --out agents.jsonl",),

@@ -1,30 +1,47 @@
-"""Fetch one published package file from a Python package index, as pip finds it, without pip.
+"""Published package files from a Python package index, as pip finds them, without pip.
 
-`pip download` cannot fetch vLLM's sdist without building its metadata (torch, cmake), so the PEP 691
-JSON simple index pip reads is read directly, and the file is checked against the sha256 the index
-publishes. Which file: a pure-Python wheel when there is one (ai-dynamo, flashinfer-python; its
+`pip download` cannot fetch vLLM's sdist without building its metadata (torch, cmake), so the simple
+repository page pip reads is read directly: PEP 691 JSON, else PEP 503 HTML (pypiserver, most mirrors),
+or a directory of files (`--find-links DIR`, air-gapped sites). A file is checked against the sha256 the
+index publishes. Which file: a pure-Python wheel when there is one (ai-dynamo, flashinfer-python; its
 METADATA is the built one), else the sdist (vLLM's wheels are 330 MB of compiled code, its sdist 47 MB
-of the same Python), else a manylinux x86_64 wheel.
+of the same Python), else a manylinux x86_64 wheel. A release's Requires-Dist comes from its PEP 658
+`.metadata` file when the index offers one, else from the file itself.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
-import os
+import tempfile
+from collections.abc import Generator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from email.parser import HeaderParser
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from stackpin.engines.package import normalize
-from stackpin.errors import ResolveError
+from packaging.version import InvalidVersion, Version
 
-DEFAULT_INDEX = "https://pypi.org/simple"
+from stackpin.engines.package import normalize, requires_of
+from stackpin.engines.pipconfig import DEFAULT_INDEX, Endpoint, endpoint, index_url, redact_text
+from stackpin.engines.simple import MAX_PAGE, FileEntry, PageError, parse_directory, parse_html, parse_json, release_of
+from stackpin.errors import ResolveError, StackpinError, clip
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["DEFAULT_INDEX", "JSON_INDEX", "IndexFile", "PackageIndex", "choose", "default_index", "fetch"]
+
 JSON_INDEX = "application/vnd.pypi.simple.v1+json"
+# pip's Accept: JSON first, HTML (PEP 503) from indexes that only serve that.
+ACCEPT = f"{JSON_INDEX}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
+MAX_DOWNLOAD = 2 << 30  # one package file; vLLM's largest wheels are ~400 MB
 
 
 def default_index() -> str:
-    """PIP_INDEX_URL when set (a site's mirror), else PyPI."""
-    return os.environ.get("PIP_INDEX_URL") or DEFAULT_INDEX
+    """The index pip would read: $PIP_INDEX_URL, else pip's configuration files, else PyPI."""
+    return index_url(None)
 
 
 @dataclass(frozen=True)
@@ -42,62 +59,240 @@ def _rank(filename: str) -> tuple[int, int]:
     return 2, 0 if "x86_64" in filename else 1
 
 
+def _of_version(project: str, version: str, files: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [f for f in files if release_of(project, f.get("filename", "")) == version.lower() and not f.get("yanked")]
+
+
 def choose(project: str, version: str, files: list[dict[str, Any]]) -> IndexFile:
     """The file of `project==version` stackpin reads, from an index page's file list."""
-    stem = normalize(project).replace("-", "_")
-
-    def release_of(filename: str) -> str | None:
-        name = filename.lower()
-        for suffix in (".tar.gz", ".zip"):
-            if name.endswith(suffix):
-                base = name.removesuffix(suffix)
-                head, _, tail = base.rpartition("-")
-                return tail if normalize(head).replace("-", "_") == stem else None
-        if name.endswith(".whl"):
-            parts = name.split("-")
-            return parts[1] if normalize(parts[0]).replace("-", "_") == stem else None
-        return None
-
-    matching = [f for f in files if release_of(f.get("filename", "")) == version.lower() and not f.get("yanked")]
-    matching = [f for f in matching if f.get("hashes", {}).get("sha256")]
+    matching = [f for f in _of_version(project, version, files) if f.get("hashes", {}).get("sha256")]
     if not matching:
         raise ResolveError(f"{project}=={version}: no wheel or sdist with a sha256 on the index")
     best = min(matching, key=lambda f: _rank(f["filename"]))
     return IndexFile(best["filename"], best["url"], best["hashes"]["sha256"])
 
 
-def fetch(project: str, version: str, index_url: str, directory: Path, timeout: float = 600.0) -> Path:
-    """Download `project==version` into `directory` (kept there: a second call reads it again, after
-    checking its sha256) and return its path."""
-    import httpx  # only `engines add` reaches the network; validation never imports it
+class _HostAuth:
+    """Basic credentials for the index's own origin only: a file served from elsewhere (a CDN) is fetched
+    without them, as pip does."""
 
-    page = f"{index_url.rstrip('/')}/{normalize(project)}/"
-    partial: Path | None = None
-    try:
-        with httpx.Client(timeout=timeout, follow_redirects=True) as client:
-            response = client.get(page, headers={"Accept": JSON_INDEX})
-            response.raise_for_status()
-            chosen = choose(project, version, response.json().get("files", []))
-            target = directory / chosen.filename
-            if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == chosen.sha256:
-                return target
-            url = httpx.URL(page).join(chosen.url)
-            digest = hashlib.sha256()
-            partial = target.with_name(target.name + ".part")
-            with client.stream("GET", url) as stream, partial.open("wb") as out:
-                stream.raise_for_status()
-                for chunk in stream.iter_bytes():
+    def __init__(self, where: Endpoint) -> None:
+        self.where = where
+
+    def applies(self, url: httpx.URL) -> bool:
+        return self.where.credentials is not None and _origin(url) == self.where.origin
+
+    def header(self) -> str:
+        assert self.where.credentials is not None
+        user, password = self.where.credentials
+        return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int]:
+    return url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80)
+
+
+class _NotFound(Exception):
+    pass
+
+
+class PackageIndex:
+    """One index (an http(s) URL) or one directory of package files, read as pip reads them. Pages are
+    read once per instance; `close()` (or `with`) ends its connections."""
+
+    def __init__(self, url: str | None = None, *, find_links: Path | None = None, timeout: float = 30.0) -> None:
+        self.directory = find_links
+        self.where = None if find_links is not None else endpoint(index_url(url))
+        self.timeout = timeout
+        self._client: httpx.Client | None = None
+        self._pages: dict[str, list[FileEntry]] = {}
+        if find_links is not None and not find_links.is_dir():
+            raise StackpinError(f"--find-links {find_links}: not a directory")
+
+    @property
+    def shown(self) -> str:
+        """The index as messages name it: the directory, or the URL without credentials."""
+        return str(self.directory) if self.where is None else self.where.shown
+
+    def __enter__(self) -> PackageIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+
+    def _http(self) -> httpx.Client:
+        import httpx  # only commands that read an index import it
+
+        if self._client is None:
+            self._client = httpx.Client(timeout=self.timeout, follow_redirects=True)
+        return self._client
+
+    @contextmanager
+    def _get(self, url: str, accept: str | None = None) -> Generator[httpx.Response, None, None]:
+        import httpx
+
+        request = self._http().build_request("GET", url, headers={"Accept": accept} if accept else None)
+        assert self.where is not None
+        auth = _HostAuth(self.where)
+        sent = auth.applies(request.url)
+        if sent:
+            request.headers["Authorization"] = auth.header()
+        try:
+            response = self._http().send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise self._failed(url, exc) from None
+        try:
+            if response.status_code == 404:
+                raise _NotFound
+            if response.status_code >= 400:
+                hint = None
+                if response.status_code in (401, 403):
+                    hint = "it refused the credentials given" if sent else "give credentials in the URL or ~/.netrc"
+                raise ResolveError(f"{self._shown(url)}: HTTP {response.status_code}", hint)
+            yield response
+        except httpx.HTTPError as exc:
+            raise self._failed(url, exc) from None
+        finally:
+            response.close()
+
+    def _shown(self, url: str) -> str:
+        return redact_text(clip(url, 200))
+
+    def _failed(self, url: str, exc: Exception) -> ResolveError:
+        words = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return ResolveError(f"{self._shown(url)}: {redact_text(clip(words, 200))}")
+
+    def _read(self, url: str, limit: int, accept: str | None = None) -> tuple[bytes, str]:
+        """The body of `url`, at most `limit` bytes, and its content type."""
+        import httpx
+
+        try:
+            with self._get(url, accept) as response:
+                declared = response.headers.get("content-length", "")
+                if declared.isdigit() and int(declared) > limit:
+                    raise ResolveError(f"{self._shown(url)}: {declared} bytes, more than the {limit} read")
+                body = bytearray()
+                for chunk in response.iter_bytes():
+                    body += chunk
+                    if len(body) > limit:
+                        raise ResolveError(f"{self._shown(url)}: more than the {limit} bytes read")
+                return bytes(body), response.headers.get("content-type", "")
+        except httpx.HTTPError as exc:  # connecting, before the response
+            raise self._failed(url, exc) from None
+
+    def page_url(self, project: str) -> str:
+        assert self.where is not None
+        return f"{self.where.url.rstrip('/')}/{normalize(project)}/"
+
+    def files(self, project: str) -> list[FileEntry]:
+        """Every file of `project` on the index (none when the index does not have the project)."""
+        key = normalize(project)
+        if key not in self._pages:
+            self._pages[key] = self._files(key)
+        return self._pages[key]
+
+    def _files(self, project: str) -> list[FileEntry]:
+        if self.directory is not None:
+            return parse_directory(self.directory, project)
+        import httpx
+
+        page = self.page_url(project)
+        try:
+            body, kind = self._read(page, MAX_PAGE, ACCEPT)
+            if "json" in kind:
+                files = parse_json(body)
+            else:
+                files = parse_html(body.decode("utf-8", errors="replace"))
+        except _NotFound:
+            return []
+        except PageError as exc:
+            raise ResolveError(f"{project}: {self._shown(page)} is not a simple repository page ({exc})") from None
+        joined = []
+        for entry in files:  # absolute URLs, against the page they were found on; a link httpx refuses is skipped
+            try:
+                joined.append({**entry, "url": str(httpx.URL(page).join(entry["url"]))})
+            except httpx.InvalidURL:
+                continue
+        return joined
+
+    def releases(self, project: str, pre: bool = False) -> list[Version]:
+        """The versions of `project` with a file on the index that is not yanked, oldest first; final
+        releases only unless `pre`."""
+        found = set()
+        for entry in self.files(project):
+            text = release_of(project, entry["filename"])
+            if text is None or entry.get("yanked"):
+                continue
+            try:
+                version = Version(text)
+            except InvalidVersion:
+                continue
+            if pre or not (version.is_prerelease or version.is_devrelease):
+                found.add(version)
+        return sorted(found)
+
+    def download(self, project: str, version: str, directory: Path) -> Path:
+        """`project==version`'s file into `directory` (kept: a second call checks its sha256 and reads it
+        again) and its path."""
+        chosen = choose(project, version, self.files(project))
+        if self.directory is not None:
+            return Path(self.directory) / chosen.filename  # hashed when the directory was listed
+        target = directory / chosen.filename
+        if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == chosen.sha256:
+            return target
+        directory.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(target.name + ".part")
+        digest, size = hashlib.sha256(), 0
+        try:
+            with self._get(chosen.url) as response, partial.open("wb") as out:
+                for chunk in response.iter_bytes():
+                    size += len(chunk)
+                    if size > MAX_DOWNLOAD:
+                        raise ResolveError(f"{chosen.filename}: more than {MAX_DOWNLOAD} bytes")
                     digest.update(chunk)
                     out.write(chunk)
-    except httpx.HTTPError as exc:
-        if partial is not None:
+        except _NotFound:
             partial.unlink(missing_ok=True)
-        raise ResolveError(f"{project}=={version}: {page}: {exc}") from None
-    except ValueError:
-        raise ResolveError(f"{project}=={version}: {page} is not a PEP 691 JSON index") from None
-    assert partial is not None
-    if digest.hexdigest() != chosen.sha256:
-        partial.unlink(missing_ok=True)
-        raise ResolveError(f"{chosen.filename}: sha256 {digest.hexdigest()} is not the index's {chosen.sha256}")
-    partial.replace(target)
-    return target
+            raise ResolveError(f"{project}=={version}: {self._shown(chosen.url)}: HTTP 404") from None
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        if digest.hexdigest() != chosen.sha256:
+            partial.unlink(missing_ok=True)
+            raise ResolveError(f"{chosen.filename}: sha256 {digest.hexdigest()} is not the index's {chosen.sha256}")
+        partial.replace(target)
+        return target
+
+    def requires(self, project: str, version: str, cache_dir: Path | None = None) -> tuple[str, ...]:
+        """`project==version`'s Requires-Dist: from the PEP 658 metadata file the index offers, else from
+        the package file (downloaded into `cache_dir`, else a temporary directory)."""
+        for entry in sorted(_of_version(project, version, self.files(project)), key=lambda f: _rank(f["filename"])):
+            if entry.get("core-metadata") and entry["filename"].endswith(".whl"):
+                return self._core_metadata(entry)
+        if cache_dir is not None:
+            return requires_of(self.download(project, version, cache_dir))
+        with tempfile.TemporaryDirectory(prefix="stackpin-index-") as tmp:
+            return requires_of(self.download(project, version, Path(tmp)))
+
+    def _core_metadata(self, entry: FileEntry) -> tuple[str, ...]:
+        url = entry["url"] + ".metadata"
+        try:
+            body, _ = self._read(url, MAX_PAGE)
+        except _NotFound:
+            raise ResolveError(f"{self._shown(url)}: HTTP 404 (the index says it has this metadata)") from None
+        expected = entry["core-metadata"].get("sha256") if isinstance(entry["core-metadata"], dict) else None
+        if expected and hashlib.sha256(body).hexdigest() != expected.lower():
+            raise ResolveError(f"{self._shown(url)}: sha256 is not the index's {expected}")
+        metadata = HeaderParser().parsestr(body.decode("utf-8", errors="replace"))
+        return tuple(sorted(metadata.get_all("Requires-Dist") or ()))
+
+
+def fetch(project: str, version: str, index: str, directory: Path, timeout: float = 600.0) -> Path:
+    """Download `project==version` from the index at `index` into `directory` and return its path."""
+    with PackageIndex(index, timeout=timeout) as source:
+        return source.download(project, version, directory)
+

@@ -89,6 +89,24 @@ def _sdist(data: bytes) -> tuple[str, Iterator[tuple[str, bytes]]]:
     return metadata, iter(sources)
 
 
+def requires_of(path: Path) -> tuple[str, ...]:
+    """The Requires-Dist of any project's wheel or sdist, read from its METADATA / PKG-INFO only."""
+    try:
+        if path.name.endswith(".whl"):
+            text, _ = _wheel(path.read_bytes())
+        elif path.name.endswith((".tar.gz", ".tgz")):
+            text, _ = _sdist(path.read_bytes())
+        else:
+            raise PackageError("neither a wheel (.whl) nor an sdist (.tar.gz)")
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+        raise PackageError(f"{path.name}: not a readable archive ({exc})") from None
+    except UnicodeDecodeError:
+        raise PackageError(f"{path.name}: its METADATA / PKG-INFO is not UTF-8") from None
+    except PackageError as exc:
+        raise PackageError(f"{path.name}: {exc.message}") from None
+    return tuple(sorted(HeaderParser().parsestr(text).get_all("Requires-Dist") or ()))
+
+
 def read_package(path: Path, data: bytes | None = None) -> Package:
     """Read a wheel (.whl) or sdist (.tar.gz) of vllm, ai-dynamo or flashinfer-python."""
     data = path.read_bytes() if data is None else data

@@ -11,7 +11,7 @@ root), never absolute machine paths when the user gave relative ones.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 from pydantic.alias_generators import to_camel
@@ -19,7 +19,7 @@ from pydantic.alias_generators import to_camel
 PROPOSAL_FILE = "proposal.json"
 PROPOSAL_MARKDOWN = "proposal.md"
 TRIAL_FILE = "trial.json"
-PROPOSAL_API = "stackpin.dev/v1alpha1"
+PROPOSAL_API: Final = "stackpin.dev/v1alpha1"
 
 
 class _Model(BaseModel):
