@@ -31,10 +31,13 @@ def _code(template: str, **subs: str) -> str:
     return text
 
 
-def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, str]:
+def _vllm_sources(version: str, inverse_action: bool, newer: bool, *, rename: bool = False,
+                  remove: bool = False) -> dict[str, str]:
     """vllm/... sources. `inverse_action`: the parser registers an --enable-x/--disable-x action (as
     0.33.0 does); without it only argparse's --no-x exist (as up to 0.31.0). `newer`: a later release
-    with one flag, one speculative method and one env var more, and one default changed."""
+    with one flag, one speculative method and one env var more, and one default changed. `rename`:
+    --gdn-backend renamed --linear-attn-backend, the old string kept and deprecated in the words vLLM
+    uses ("... is deprecated ... Use --x instead."). `remove`: --disable-custom-all-reduce gone."""
     methods = '"ngram", EagleModelTypes' + (', DSparkModelTypes' if newer else "")
     block_default = "32" if newer else "16"
     extra_field = "\n    kv_offload_gib: float = 0.0" if newer else ""
@@ -44,6 +47,22 @@ def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, 
     extra_env_decl = '\n    VLLM_NEW_KNOB: str = "1"' if newer else ""
     register = ('self.register("action", BooleanOptionalAction, InverseAction)' if inverse_action
                 else "self.hint = None")
+    custom_all_reduce = "" if remove else (
+        '\n        group.add_argument(\n'
+        '            "--disable-custom-all-reduce", **parallel_kwargs["disable_custom_all_reduce"]\n'
+        '        )')
+    gdn = ('parser.add_argument(\n'
+           '            "--linear-attn-backend", choices=["triton", "flashinfer"], default=None, help="Linear backend."\n'
+           '        )\n'
+           '        parser.add_argument(\n'
+           '            "--gdn-backend",\n'
+           '            choices=["triton", "flashinfer"],\n'
+           '            default=None,\n'
+           '            help="--gdn-backend is deprecated and will be removed in v9.3.0. Use --linear-attn-backend instead.",\n'
+           '        )') if rename else (
+           'parser.add_argument(\n'
+           '            "--gdn-backend", choices=["triton", "flashinfer"], default=None, help="GDN backend."\n'
+           '        )')
     return {
         "vllm/__init__.py": f'__version__ = "{version}"\n',
         "vllm/config/__init__.py": textwrap.dedent("""\
@@ -319,10 +338,7 @@ def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, 
                     group = parser.add_argument_group("ParallelConfig")
                     group.add_argument("--tensor-parallel-size", "-tp", **parallel_kwargs["tensor_parallel_size"])
                     group.add_argument("--enable-expert-parallel", "-ep", **parallel_kwargs["enable_expert_parallel"])
-                    group.add_argument("--all2all-backend", **parallel_kwargs["all2all_backend"])
-                    group.add_argument(
-                        "--disable-custom-all-reduce", **parallel_kwargs["disable_custom_all_reduce"]
-                    )
+                    group.add_argument("--all2all-backend", **parallel_kwargs["all2all_backend"])@REDUCE@
                     group.add_argument("--data-parallel-rank", "-dpn", type=parse_int, help="Rank.")
 
                     cache_kwargs = get_kwargs(CacheConfig)
@@ -364,9 +380,7 @@ def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, 
                         help=_OLD_LOG_FILE_MESSAGE,
                     )
                     parser.add_argument("--disable-log-stats", action="store_true", help="No stats.")
-                    parser.add_argument(
-                        "--gdn-backend", choices=["triton", "flashinfer"], default=None, help="GDN backend."
-                    )
+                    @GDN@
                     return parser
 
 
@@ -385,7 +399,7 @@ def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, 
                         help="Log requests.",
                     )
                     return parser
-            """, EXTRA=extra_arg),
+            """, EXTRA=extra_arg, REDUCE=custom_all_reduce, GDN=gdn),
         "vllm/envs.py": _code("""\
             import os
             from typing import TYPE_CHECKING, Any, Callable
@@ -458,9 +472,9 @@ def vllm_requires(flashinfer: str = "0.7.2.post1", torch: str = "2.14.0") -> lis
 
 
 def vllm_sdist(directory: Path, version: str = "9.0.0", *, inverse_action: bool = True, newer: bool = False,
-               requires: list[str] | None = None) -> Path:
+               requires: list[str] | None = None, rename: bool = False, remove: bool = False) -> Path:
     """A vllm-<version>.tar.gz with PKG-INFO at its top, as PyPI publishes vLLM's sdists."""
-    files = _vllm_sources(version, inverse_action, newer)
+    files = _vllm_sources(version, inverse_action, newer, rename=rename, remove=remove)
     files["PKG-INFO"] = _metadata("vllm", version, vllm_requires() if requires is None else requires)
     files["setup.py"] = "from setuptools import setup\nsetup()\n"
     files["tests/test_nothing.py"] = "def test_nothing():\n    pass\n"
