@@ -19,7 +19,7 @@ from pydantic.alias_generators import to_camel
 PROPOSAL_FILE = "proposal.json"
 PROPOSAL_MARKDOWN = "proposal.md"
 TRIAL_FILE = "trial.json"
-PROPOSAL_API = "stackpin.dev/v1alpha1"
+PROPOSAL_API: Literal["stackpin.dev/v1alpha1"] = "stackpin.dev/v1alpha1"
 
 
 class _Model(BaseModel):
