@@ -38,7 +38,8 @@ def propose(profile: Path, to: str | None, from_dir: Path | None, index_url: str
     --force.
     """
     from stackpin.upgrade.markdown import title
-    from stackpin.upgrade.propose import propose as run, proposal_json
+    from stackpin.upgrade.propose import proposal_json
+    from stackpin.upgrade.propose import propose as run
     from stackpin.upgrade.releases import Source
 
     if from_dir is not None and index_url is not None:

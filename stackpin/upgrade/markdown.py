@@ -23,8 +23,7 @@ def _cell(text: str) -> str:
 
 
 def title(p: Proposal) -> str:
-    stack = Path(p.current_profile).name
-    return (f"Upgrade {stack} to Dynamo {p.candidate.dynamo} (vLLM {p.current.vllm} -> {p.candidate.vllm}, "
+    return (f"Upgrade {p.current_profile} to Dynamo {p.candidate.dynamo} (vLLM {p.current.vllm} -> {p.candidate.vllm}, "
             f"FlashInfer {p.current.flashinfer} -> {p.candidate.flashinfer})")
 
 

@@ -138,7 +138,8 @@ def _edit(loaded: LoadedProfile, name: str, target: Versions, plan: Translation,
     if stale_cache:
         # `tune`: the engine tunes at start (what the capture Job records), never reads the stale cache;
         # `off` would serve untuned kernels, and `replay` needs a cache for this FlashInfer (SP201).
-        edit.set(("spec", "autotune", "mode"), AutotuneMode.tune.value)
+        edit.set(("spec", "autotune", "mode"), AutotuneMode.tune.value,
+                 comment="until the cache is captured again for this FlashInfer (proposal.md)")
         if edit.has(("spec", "autotune", "cache")):
             edit.delete(("spec", "autotune", "cache"))
         else:  # inherited: the base's cache stays for the stacks that replay it
@@ -214,7 +215,7 @@ def _remeasure(diff: StackDiff | None, stale: bool, current: StackProfile, targe
     if stale:
         out.insert(0, f"spec.autotune.cache: {current.spec.autotune.cache} was captured with FlashInfer "
                    f"{current.spec.versions.flashinfer}; capture it again on the candidate (FlashInfer "
-                   f"{target.flashinfer}) with {CAPTURE_FILE}, pack it, pin it and set mode: replay")
+                   f"{target.flashinfer}; its capture Job: {CAPTURE_FILE}), pack it, pin it and set mode: replay")
     return out
 
 
@@ -269,7 +270,7 @@ def propose(profile: Path, *, to: str | None, source: Source, catalog: Path | No
         candidate_profile=str(candidate_path) if candidate_text is not None else None,
         current=written, candidate=target, catalog=str(where), added=list(found.added),
         rewrites=list(plan.rewrites), pinned=list(plan.pinned), blockers=list(plan.blockers), findings=findings,
-        remeasure=_remeasure(diff, stale and candidate_text is not None, current.profile, target),
+        remeasure=_remeasure(diff, stale, current.profile, target),
         capture_job=str(directory / CAPTURE_FILE) if directory / CAPTURE_FILE in files else None)
     from stackpin.upgrade.markdown import proposal_markdown
 

@@ -60,8 +60,9 @@ class TextEdit:
                 return col + len(spelled)
         raise self._fail(path, "cannot find the key's text")
 
-    def set(self, path: FieldPath, value: Any) -> None:
-        """Replace a scalar's text, or insert the field (and any mapping above it) when the file lacks it."""
+    def set(self, path: FieldPath, value: Any, comment: str | None = None) -> None:
+        """Replace a scalar's text, or insert the field (and any mapping above it) when the file lacks it.
+        `comment`: replaces the line's comment (one that described the old value would mislead)."""
         present, old, lines, at = self._read(path)
         if not present:
             self.insert(path, value)
@@ -70,7 +71,10 @@ class TextEdit:
         if isinstance(old, dict | list) or found is None or not found.group("value"):
             raise self._fail(path, "is not a value on its key's line")
         text = lines[at[0]]
-        lines[at[0]] = text[: found.start("value")] + scalar_text(value) + text[found.end("value"):]
+        rest = text[found.end("value"):]
+        if comment is not None:
+            rest = f"  # {comment}" + ("\n" if text.endswith("\n") else "")
+        lines[at[0]] = text[: found.start("value")] + scalar_text(value) + rest
         self.text = "".join(lines)
 
     def rename(self, path: FieldPath, new_key: str) -> None:
