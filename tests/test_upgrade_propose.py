@@ -4,8 +4,12 @@ a default the stack relies on, and a FlashInfer change under a replayed autotune
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -14,7 +18,9 @@ from click.testing import CliRunner, Result
 
 from devkit import enginepkgs as pkgs
 from stackpin.cli.main import main
+from stackpin.errors import StackpinError
 from stackpin.upgrade.model import Proposal
+from stackpin.upgrade.textedit import TextEdit
 
 DATA = Path(__file__).resolve().parent / "data" / "upgrade"
 PROFILE = "p/gb300-fixture.yaml"
@@ -172,3 +178,66 @@ def test_a_release_missing_from_the_directory_is_named(tmp_path: Path) -> None:
     assert result.stderr == (f"error: {empty}: no ai-dynamo 9.1.0 package (wheel or sdist) in it (hint: copy it in, "
                              "e.g. pip download --no-deps ai-dynamo==9.1.0)\n")
     assert not Path("proposals").exists()
+
+
+class _Index(BaseHTTPRequestHandler):
+    """A PEP 691 index of a directory: /simple/<project>/ lists its files, /files/<name> serves one."""
+
+    root: Path
+
+    def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
+        parts = self.path.strip("/").split("/")
+        if parts[0] == "simple" and len(parts) == 2:
+            stem = parts[1].replace("-", "_")
+            files = [{"filename": p.name, "url": f"../../files/{p.name}",
+                      "hashes": {"sha256": hashlib.sha256(p.read_bytes()).hexdigest()}}
+                     for p in sorted(self.root.iterdir()) if p.name.split("-")[0] == stem]
+            body = json.dumps({"files": files}).encode()
+        elif parts[0] == "files" and (self.root / parts[-1]).is_file():
+            body = (self.root / parts[-1]).read_bytes()
+        else:
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:  # noqa: ARG002 (quiet)
+        return
+
+
+def test_the_releases_come_from_an_index(packages: Path) -> None:
+    handler = type("Handler", (_Index,), {"root": packages})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        result = invoke("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--index-url", url, "--out", "pr",
+                        "-o", "json")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert result.exit_code == 0, result.output
+    proposal = Proposal.model_validate_json(result.stdout)
+    assert proposal.added == ["ai-dynamo==9.1.0", "vllm==9.1.0", "flashinfer-python==9.1.0"]
+    assert proposal.capture_job == "pr/capture-job.yaml" and Path("pr/proposal.md").is_file()
+    assert proposal.rewrites and Path(CANDIDATE).is_file()
+
+
+@pytest.mark.parametrize(("edit", "expected"), [
+    (lambda e: e.set(("a", "b"), "x y"), "a:\n  b: x y  # keep\n  'c': [1, 2]\n"),
+    (lambda e: e.rename(("a", "c"), "--d"), "a:\n  b: 1  # keep\n  --d: [1, 2]\n"),
+    (lambda e: e.set(("a", "e", "f"), "1.5"), "a:\n  b: 1  # keep\n  'c': [1, 2]\n  e:\n    f: '1.5'\n"),
+    (lambda e: e.delete(("a", "b")), "a:\n  'c': [1, 2]\n"),
+])
+def test_text_edits_touch_only_their_lines(edit: Callable[[TextEdit], None], expected: str) -> None:
+    text = TextEdit("a:\n  b: 1  # keep\n  'c': [1, 2]\n", "t.yaml")
+    edit(text)
+    assert text.text == expected
+
+
+def test_a_flow_mapping_is_not_edited() -> None:
+    text = TextEdit("a: {b: 1}\n", "t.yaml")
+    with pytest.raises(StackpinError, match="t.yaml: a: is a flow mapping"):
+        text.set(("a", "c"), 2)
