@@ -241,3 +241,18 @@ def test_a_flow_mapping_is_not_edited() -> None:
     text = TextEdit("a: {b: 1}\n", "t.yaml")
     with pytest.raises(StackpinError, match="t.yaml: a: is a flow mapping"):
         text.set(("a", "c"), 2)
+
+
+def test_a_renamed_flag_a_base_sets_blocks(packages: Path) -> None:
+    """Maps merge through extends: the candidate cannot drop a key its base sets, so the base must change."""
+    stack, base = Path(PROFILE), Path("p/_rack.yaml")
+    text = stack.read_text()
+    stack.write_text(text.replace("          --gdn-backend: flashinfer\n", ""))
+    base.write_text(base.read_text() + "  placement:\n    mode: colocated\n    pools:\n      worker:\n"
+                    "        replicas: 18\n        engineArgs:\n          --gdn-backend: flashinfer\n")
+    result = invoke("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--from-dir", str(packages), "-o", "json")
+    assert result.exit_code == 1, result.output
+    [blocker] = Proposal.model_validate_json(result.stdout).blockers
+    assert blocker.path == "spec.placement.pools.worker.engineArgs.--gdn-backend"
+    assert blocker.message.startswith("--gdn-backend is renamed --linear-attn-backend, but p/_rack.yaml sets it")
+    assert not Path(CANDIDATE).exists()

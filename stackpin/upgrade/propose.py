@@ -211,11 +211,13 @@ def _capture_job(candidate: LoadedProfile) -> str:
 
 
 def _remeasure(diff: StackDiff | None, stale: bool, current: StackProfile, target: Versions) -> list[str]:
+    """The stale cache first, then what the stack diff says the change invalidates."""
     out = [f"{i.what.value}: {i.detail}" for i in diff.invalidates] if diff is not None else []
     if stale:
+        job = CAPTURE_FILE if diff is not None else "stackpin autotune capture-job"
         out.insert(0, f"spec.autotune.cache: {current.spec.autotune.cache} was captured with FlashInfer "
                    f"{current.spec.versions.flashinfer}; capture it again on the candidate (FlashInfer "
-                   f"{target.flashinfer}; its capture Job: {CAPTURE_FILE}), pack it, pin it and set mode: replay")
+                   f"{target.flashinfer}; its capture Job: {job}), pack it, pin it and set mode: replay")
     return out
 
 

@@ -26,7 +26,7 @@ def parse_target(text: str) -> str:
             raise ValueError
         parse_version(found.group(1))
     except ValueError:
-        raise StackpinError(f"--to {text!r}: give the target as dynamo==X (a Dynamo release, e.g. dynamo==1.7.0)",
+        raise StackpinError(f"--to {text!r}: give the target as dynamo==X (a Dynamo release, e.g. dynamo==1.7.0)"
                             ) from None
     return found.group(1)
 
