@@ -31,10 +31,14 @@ def _code(template: str, **subs: str) -> str:
     return text
 
 
-def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, str]:
+def _vllm_sources(version: str, inverse_action: bool, newer: bool, *, rename: bool = False,
+                  remove: bool = False, serve: bool = False) -> dict[str, str]:
     """vllm/... sources. `inverse_action`: the parser registers an --enable-x/--disable-x action (as
     0.33.0 does); without it only argparse's --no-x exist (as up to 0.31.0). `newer`: a later release
-    with one flag, one speculative method and one env var more, and one default changed."""
+    with one flag, one speculative method and one env var more, and one default changed. `rename`:
+    --gdn-backend renamed --linear-attn-backend, the old string kept and deprecated in the words vLLM
+    uses ("... is deprecated ... Use --x instead."). `remove`: --disable-custom-all-reduce gone.
+    `serve`: the other flags render writes for a stack (--max-model-len, ...), so a stack on it renders."""
     methods = '"ngram", EagleModelTypes' + (', DSparkModelTypes' if newer else "")
     block_default = "32" if newer else "16"
     extra_field = "\n    kv_offload_gib: float = 0.0" if newer else ""
@@ -44,6 +48,29 @@ def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, 
     extra_env_decl = '\n    VLLM_NEW_KNOB: str = "1"' if newer else ""
     register = ('self.register("action", BooleanOptionalAction, InverseAction)' if inverse_action
                 else "self.hint = None")
+    served = "".join(f'\n        parser.add_argument("{flag}", type=str, default=None, help="Served.")' for flag in (
+        "--revision", "--pipeline-parallel-size", "--data-parallel-size", "--max-model-len", "--max-num-seqs",
+        "--max-num-batched-tokens", "--kv-events-config")) if serve else ""
+    custom_all_reduce = "" if remove else (
+        '\n        group.add_argument(\n'
+        '            "--disable-custom-all-reduce", **parallel_kwargs["disable_custom_all_reduce"]\n'
+        '        )')
+    # The renamed option registered, the old string kept with vLLM's deprecation wording in its help.
+    renamed = textwrap.indent(textwrap.dedent("""\
+        parser.add_argument(
+            "--linear-attn-backend", choices=["triton", "flashinfer"], default=None, help="Linear backend."
+        )
+        parser.add_argument(
+            "--gdn-backend",
+            choices=["triton", "flashinfer"],
+            default=None,
+            help="--gdn-backend is deprecated and will be removed in v9.3.0. "
+            "Use --linear-attn-backend instead.",
+        )"""), " " * 8).lstrip()
+    gdn = renamed if rename else (
+        'parser.add_argument(\n'
+        '            "--gdn-backend", choices=["triton", "flashinfer"], default=None, help="GDN backend."\n'
+        '        )')
     return {
         "vllm/__init__.py": f'__version__ = "{version}"\n',
         "vllm/config/__init__.py": textwrap.dedent("""\
@@ -319,10 +346,7 @@ def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, 
                     group = parser.add_argument_group("ParallelConfig")
                     group.add_argument("--tensor-parallel-size", "-tp", **parallel_kwargs["tensor_parallel_size"])
                     group.add_argument("--enable-expert-parallel", "-ep", **parallel_kwargs["enable_expert_parallel"])
-                    group.add_argument("--all2all-backend", **parallel_kwargs["all2all_backend"])
-                    group.add_argument(
-                        "--disable-custom-all-reduce", **parallel_kwargs["disable_custom_all_reduce"]
-                    )
+                    group.add_argument("--all2all-backend", **parallel_kwargs["all2all_backend"])@REDUCE@
                     group.add_argument("--data-parallel-rank", "-dpn", type=parse_int, help="Rank.")
 
                     cache_kwargs = get_kwargs(CacheConfig)
@@ -364,9 +388,7 @@ def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, 
                         help=_OLD_LOG_FILE_MESSAGE,
                     )
                     parser.add_argument("--disable-log-stats", action="store_true", help="No stats.")
-                    parser.add_argument(
-                        "--gdn-backend", choices=["triton", "flashinfer"], default=None, help="GDN backend."
-                    )
+                    @GDN@@SERVED@
                     return parser
 
 
@@ -385,7 +407,7 @@ def _vllm_sources(version: str, inverse_action: bool, newer: bool) -> dict[str, 
                         help="Log requests.",
                     )
                     return parser
-            """, EXTRA=extra_arg),
+            """, EXTRA=extra_arg, REDUCE=custom_all_reduce, GDN=gdn, SERVED=served),
         "vllm/envs.py": _code("""\
             import os
             from typing import TYPE_CHECKING, Any, Callable
@@ -458,9 +480,10 @@ def vllm_requires(flashinfer: str = "0.7.2.post1", torch: str = "2.14.0") -> lis
 
 
 def vllm_sdist(directory: Path, version: str = "9.0.0", *, inverse_action: bool = True, newer: bool = False,
-               requires: list[str] | None = None) -> Path:
+               requires: list[str] | None = None, rename: bool = False, remove: bool = False,
+               serve: bool = False) -> Path:
     """A vllm-<version>.tar.gz with PKG-INFO at its top, as PyPI publishes vLLM's sdists."""
-    files = _vllm_sources(version, inverse_action, newer)
+    files = _vllm_sources(version, inverse_action, newer, rename=rename, remove=remove, serve=serve)
     files["PKG-INFO"] = _metadata("vllm", version, vllm_requires() if requires is None else requires)
     files["setup.py"] = "from setuptools import setup\nsetup()\n"
     files["tests/test_nothing.py"] = "def test_nothing():\n    pass\n"
@@ -474,7 +497,16 @@ def vllm_wheel(directory: Path, version: str = "9.0.0", *, inverse_action: bool 
     return _zip(directory / f"vllm-{version}-cp38-abi3-manylinux_2_28_x86_64.whl", files)
 
 
-def _dynamo_sources(version: str) -> dict[str, str]:
+def _dynamo_sources(version: str, serve: bool = False) -> dict[str, str]:
+    """`serve`: the worker's parser flags and the frontend's --migration-limit, which render writes."""
+    worker = "".join(f"""
+        add_argument(
+            g, flag_name="{flag}", env_var="DYN_{flag[2:].upper().replace('-', '_')}", default=None, help="Parser."
+        )""" for flag in ("--dyn-tool-call-parser", "--dyn-reasoning-parser")) if serve else ""
+    frontend = """
+        add_argument(
+            g, flag_name="--migration-limit", env_var="DYN_MIGRATION_LIMIT", default=0, arg_type=int, help="Retries."
+        )""" if serve else ""
     return {
         "dynamo/__init__.py": "",
         "dynamo/common/__init__.py": "",
@@ -621,10 +653,10 @@ def _dynamo_sources(version: str) -> dict[str, str]:
                         env_var="DYN_VLLM_ENABLE_MULTIMODAL",
                         default=False,
                         help="Multimodal.",
-                    )
-            """, VERSION=version),
+                    )@WORKER@
+            """, VERSION=version, WORKER=worker),
         "dynamo/frontend/__init__.py": "",
-        "dynamo/frontend/frontend_args.py": textwrap.dedent("""\
+        "dynamo/frontend/frontend_args.py": _code("""\
             from dynamo.common.configuration.groups.router_args import RouterArgGroup
             from dynamo.common.configuration.utils import add_argument
 
@@ -639,16 +671,17 @@ def _dynamo_sources(version: str) -> dict[str, str]:
                         default=8000,
                         arg_type=int,
                         help="HTTP port.",
-                    )
-            """),
+                    )@FRONTEND@
+            """, FRONTEND=frontend),
         "dynamo/planner/__init__.py": "",
         "dynamo/planner/connectors/clients/kubernetes_api.py": 'DYNAMO_API_VERSION = "v1beta1"\n',
     }
 
 
-def dynamo_wheel(directory: Path, version: str = "9.0.0", vllm: str = "9.0.0", nixl: str = "1.4.1") -> Path:
+def dynamo_wheel(directory: Path, version: str = "9.0.0", vllm: str = "9.0.0", nixl: str = "1.4.1", *,
+                 serve: bool = False) -> Path:
     """An ai_dynamo-<version>-py3-none-any.whl whose vllm extra pins vllm and nixl."""
-    files = _dynamo_sources(version)
+    files = _dynamo_sources(version, serve)
     files[f"ai_dynamo-{version}.dist-info/METADATA"] = _metadata("ai-dynamo", version, [
         f"ai-dynamo-runtime=={version}", "pyzmq>=26.0.0", f"nixl[cu13]=={nixl}; extra == 'vllm'",
         f"vllm[flashinfer]=={vllm}; extra == 'vllm'", "sglang==0.5.21; extra == 'sglang'"])

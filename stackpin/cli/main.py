@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
     "bench": (("stackpin.cli.plot", "plot"),),
-    "upgrade": (("stackpin.cli.upgrade_check", "check"),),
+    "upgrade": (("stackpin.cli.upgrade_check", "check"), ("stackpin.cli.upgrade_propose", "propose")),
 }
 
 

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
+
+from pydantic import JsonValue
 
 from stackpin.catalog import Catalog, DynamoPin
 from stackpin.catalog.engine_data import EngineOption
@@ -22,8 +25,10 @@ from stackpin.catalog.flags import FlagCatalog, vllm_catalog
 from stackpin.catalog.version import parse_version
 from stackpin.profile.engine_args import MODELLED_VLLM
 from stackpin.profile.model import AutotuneMode, Pool, StackProfile
+from stackpin.profile.topology import Role
 from stackpin.validate.engineargs import field_path, renders
 from stackpin.validate.rules import Context, Hit, Severity, pools, rule
+from stackpin.yamlio import FieldPath
 
 _V = ("spec", "versions")
 # SP241-SP243 report only under --upgrade-to: an acknowledgement of one would be stale (SP251) everywhere else.
@@ -91,23 +96,70 @@ def _default(option: EngineOption) -> str:
     return repr(option.default)
 
 
-def _keep(flag: str, was: EngineOption, old: str, catalog: FlagCatalog) -> str:
-    """How to keep an old default."""
+def keep_entry(flag: str, was: EngineOption, catalog: FlagCatalog) -> tuple[str, JsonValue] | None:
+    """The engineArgs entry that keeps `flag`'s old default under `catalog` (the new release): the flag
+    with the old value, or the switch that turns a boolean the old way; None when nothing can (the old
+    release decided it at start, or nothing turns the option off)."""
     value = was.default
     if value is None:
-        return f"vLLM {old} decided it when the engine started; pass {flag} in engineArgs to choose the value yourself"
+        return None
     if isinstance(value, bool) and catalog.option(flag) is not None:
         off = catalog.negative(flag)
         if value is False and off is None:
-            return f"vLLM {old} left {flag} off; nothing turns it off in engineArgs, check the release notes"
-        entry = f"{flag}: true" if value else f"{off}: true"
-    else:
-        entry = f"{flag}: {json.dumps(value) if isinstance(value, dict | list) else value}"
-    return f"to keep the old behaviour, pass {entry} in engineArgs"
+            return None
+        return (flag, True) if value else (str(off), True)
+    return flag, value
+
+
+def _keep(flag: str, was: EngineOption, old: str, catalog: FlagCatalog) -> str:
+    """How to keep an old default."""
+    entry = keep_entry(flag, was, catalog)
+    if entry is not None:
+        key, value = entry
+        text = "true" if value is True else json.dumps(value) if isinstance(value, dict | list) else value
+        return f"to keep the old behaviour, pass {key}: {text} in engineArgs"
+    if was.default is None:
+        return f"vLLM {old} decided it when the engine started; pass {flag} in engineArgs to choose the value yourself"
+    return f"vLLM {old} left {flag} off; nothing turns it off in engineArgs, check the release notes"
 
 
 def _passed(catalog: FlagCatalog, flag: str, pool: Pool) -> bool:
     return any(catalog.canonical(f) == flag for f in pool.engine_args)
+
+
+@dataclass(frozen=True)
+class ReliedDefault:
+    """A default the new release changes that some pools of the stack leave to the engine."""
+
+    flag: str
+    was: EngineOption
+    now: EngineOption
+    modelled: str | None  # the profile field that renders the flag (MODELLED_VLLM), when one does
+    roles: tuple[Role, ...]  # the pools that leave it to the default
+
+    @property
+    def path(self) -> FieldPath:
+        """Where rule SP242 reports it: the modelled field of the first such pool, else versions.vllm."""
+        return tuple(field_path(self.modelled, self.roles[0]).split(".")) if self.modelled else _V + ("vllm",)
+
+
+def relied_defaults(profile: StackProfile, active: Sequence[tuple[Role, Pool]], old: FlagCatalog,
+                    new: FlagCatalog) -> Iterator[ReliedDefault]:
+    """Defaults `new` changes from `old` that `profile` (moved to `new`) leaves to the engine in some
+    of its `active` pools: rule SP242, and what `upgrade propose` pins."""
+    for flag in sorted(set(old.flags) & set(new.flags)):
+        was, now = old.flags[flag], new.flags[flag]
+        if was.default == now.default or was.default_expr or now.default_expr:
+            continue  # a default computed when the engine starts cannot be compared from the source
+        if set(now.all_strings) <= set(now.deprecated):
+            continue  # the whole option is on its way out; SP226 speaks for any use of it
+        modelled = MODELLED_VLLM.get(flag)
+        if modelled is not None:  # relied on where render writes nothing for the field
+            roles = tuple(role for role, pool in active if renders(flag, profile, pool, new) is None)
+        else:
+            roles = tuple(role for role, pool in active if not _passed(new, flag, pool))
+        if roles:
+            yield ReliedDefault(flag, was, now, modelled, roles)
 
 
 @rule("SP242", Severity.warning, "default the upgraded vLLM changes that the profile relies on",
@@ -120,25 +172,12 @@ def changed_default(ctx: Context) -> Iterator[Hit]:
     if old is None:
         return
     active = [(role, pool.spec) for role, _, pool in pools(ctx)]
-    for flag in sorted(set(old.flags) & set(ctx.vllm.flags)):
-        was, now = old.flags[flag], ctx.vllm.flags[flag]
-        if was.default == now.default or was.default_expr or now.default_expr:
-            continue  # a default computed when the engine starts cannot be compared from the source
-        if set(now.all_strings) <= set(now.deprecated):
-            continue  # the whole option is on its way out; SP226 speaks for any use of it
-        if flag in MODELLED_VLLM:  # relied on where render writes nothing for the field
-            unset = [role for role, pool in active if renders(flag, ctx.profile, pool, ctx.vllm) is None]
-            if not unset:
-                continue
-            path = tuple(field_path(MODELLED_VLLM[flag], unset[0]).split("."))
-        elif all(_passed(ctx.vllm, flag, pool) for _, pool in active):
-            continue  # every pool passes it
-        else:
-            path = _V + ("vllm",)
+    for relied in relied_defaults(ctx.profile, active, old, ctx.vllm):
+        now = relied.now
         decides = ", which leaves it to the engine at start" if now.default is None else ""
-        yield Hit(path, f"vLLM {vllm} changes the default of {flag} from {_default(was)} (vLLM {old_version}) to "
-                  f"{_default(now)}{decides}; the profile leaves it to the default",
-                  _keep(flag, was, old_version, ctx.vllm))
+        yield Hit(relied.path, f"vLLM {vllm} changes the default of {relied.flag} from {_default(relied.was)} "
+                  f"(vLLM {old_version}) to {_default(now)}{decides}; the profile leaves it to the default",
+                  _keep(relied.flag, relied.was, old_version, ctx.vllm))
 
 
 @rule("SP243", Severity.error, "pinned autotune cache the upgraded release will not read", acknowledge=UPGRADE_ONLY)

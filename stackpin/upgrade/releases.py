@@ -1,0 +1,114 @@
+"""The target of an upgrade and its releases: Dynamo X, the vLLM its `vllm` extra pins, the FlashInfer that
+vLLM pins, added to a catalog directory with `engines add`'s library (stackpin follows Dynamo's pins)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from stackpin.catalog import load_catalog
+from stackpin.catalog.search import find_engine_file
+from stackpin.catalog.version import parse_version
+from stackpin.engines.add import add_release
+from stackpin.engines.index import choose
+from stackpin.errors import StackpinError
+
+_TARGET = re.compile(r"(?:ai-)?dynamo==(\S+)")
+_ENGINES = {"ai-dynamo": "dynamo", "vllm": "vllm", "flashinfer-python": "flashinfer"}
+
+
+def parse_target(text: str) -> str:
+    """The Dynamo version of `dynamo==X`; one line of bad input for anything else."""
+    found = _TARGET.fullmatch(text.strip())
+    try:
+        if found is None:
+            raise ValueError
+        parse_version(found.group(1))
+    except ValueError:
+        raise StackpinError(f"--to {text!r}: give the target as dynamo==X (a Dynamo release, e.g. dynamo==1.7.0)"
+                            ) from None
+    return found.group(1)
+
+
+def newest_dynamo(current: str, *, from_dir: Path | None, index_url: str | None) -> str:
+    """The newest Dynamo release on the index (or in `from_dir`) newer than `current`.
+
+    Integration point: the listing is `upgrade check`'s (stackpin/upgrade/check.py), built apart; until
+    it is connected here, `propose` needs the target named."""
+    del current, from_dir, index_url
+    raise StackpinError("no target: give --to dynamo==X")
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where packages come from: a directory of package files (air-gapped), else an index."""
+
+    from_dir: Path | None = None
+    index_url: str | None = None
+
+    def file_for(self, project: str, version: str) -> Path | None:
+        """The file of `project==version` in `from_dir`, chosen as from an index page (a pure wheel first,
+        then the sdist); None when reading from an index."""
+        if self.from_dir is None:
+            return None
+        listing = [{"filename": p.name, "url": p.name, "hashes": {"sha256": "-"}}  # read from disk: add hashes it
+                   for p in sorted(self.from_dir.iterdir()) if p.is_file()]
+        try:
+            return self.from_dir / choose(project, version, listing).filename
+        except StackpinError:
+            raise StackpinError(f"{self.from_dir}: no {project} {version} package (wheel or sdist) in it",
+                                f"copy it in, e.g. pip download --no-deps {project}=={version}") from None
+
+
+@dataclass(frozen=True)
+class Target:
+    dynamo: str
+    vllm: str
+    flashinfer: str
+    nixl: str
+    added: tuple[str, ...]  # NAME==VERSION added to the catalog directory by this run
+
+
+def _forget_read_catalogs() -> None:
+    """`engines add` wrote into a directory on the search path: what the process read from it before
+    (releases, flag catalogs, version pins, all cached by search path) is stale."""
+    from stackpin.catalog import _load, flags
+
+    for cached in (_load, flags._read, flags._release, flags._vllm_catalog, flags._dynamo_catalog):
+        cached.cache_clear()
+
+
+def add_target(dynamo: str, catalog_dir: Path, source: Source) -> Target:
+    """Add Dynamo `dynamo`, then the vLLM it pins, then the FlashInfer that vLLM pins, each unless the
+    catalog search path (profile_catalogs in force) already has it, and return the versions. A release is
+    added whole or not at all; one added before a later one fails stays, correct and harmless."""
+    added: list[str] = []
+
+    def ensure(project: str, version: str) -> dict[str, str] | None:
+        """The release's pins as versions.yaml records them (None: look them up), adding it if missing."""
+        if find_engine_file(_ENGINES[project], version) is not None:
+            return None
+        done = add_release(f"{project}=={version}", from_file=source.file_for(project, version),
+                           catalog_dir=catalog_dir, index_url=source.index_url)
+        added.append(f"{project}=={version}")
+        _forget_read_catalogs()
+        return done.pin
+
+    pin = ensure("ai-dynamo", dynamo) or _pins("dynamo", dynamo)
+    vllm, nixl = pin.get("vllm"), pin.get("nixl")
+    if not vllm or not nixl:
+        raise StackpinError(f"Dynamo {dynamo}: no vllm and nixl pins in the catalogs' versions.yaml",
+                            f"add it again: stackpin engines add ai-dynamo=={dynamo} --catalog {catalog_dir}")
+    flashinfer = (ensure("vllm", vllm) or _pins("vllm", vllm)).get("flashinfer")
+    if not flashinfer:
+        raise StackpinError(f"vLLM {vllm}: no flashinfer pin in the catalogs' versions.yaml",
+                            f"add it again: stackpin engines add vllm=={vllm} --catalog {catalog_dir}")
+    ensure("flashinfer-python", flashinfer)
+    return Target(dynamo, vllm, flashinfer, nixl, tuple(added))
+
+
+def _pins(section: str, version: str) -> dict[str, str]:
+    versions = load_catalog().versions
+    found = (versions.dynamo if section == "dynamo" else versions.vllm).get(version)
+    return {k: str(v) for k, v in found.model_dump().items() if v is not None} if found is not None else {}
