@@ -21,7 +21,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("stackpin.cli.reportpage", "report"), "import": ("stackpin.cli.importcmd", "import_"),
     "init": ("stackpin.cli.init", "init"), "upgrade": ("stackpin.cli.upgrade", "upgrade"),
 }
-SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {"bench": (("stackpin.cli.plot", "plot"),)}
+SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "bench": (("stackpin.cli.plot", "plot"),),
+    "upgrade": (
+        ("stackpin.cli.upgrade_trial", "trial"),
+        ("stackpin.cli.upgrade_trial", "promote"),
+    ),
+}
 
 
 class LazyGroup(click.Group):

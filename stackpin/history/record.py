@@ -59,10 +59,13 @@ def checked_message(message: str) -> str:
 
 
 def promote(lock: StackLock, message: str, store: HistoryStore, deployments: Path, *,
-            env: Mapping[str, str] | None = None, allow_same: bool = False) -> Recorded:
+            env: Mapping[str, str] | None = None, allow_same: bool = False,
+            check: Hook | None = None, then: Hook | None = None) -> Recorded:
     """Record `lock` as the next revision of its deployment and render the deployment directory. The
     stack the newest revision already has is refused (a revision that changes nothing would read as a
-    change in history, diff and rollback) unless `allow_same`."""
+    change in history, diff and rollback) unless `allow_same`. `check` and `then` as `rollback`'s
+    (`stackpin upgrade promote` checks the newest revision is still the one it benched, then attaches
+    the trial's results)."""
     text = checked_message(message)
     rendered = render_stack(lock)  # a stack that does not render is refused before anything is written
     key = DeploymentKey.of_lock(lock)
@@ -75,7 +78,7 @@ def promote(lock: StackLock, message: str, store: HistoryStore, deployments: Pat
                                 "pass --allow-same to record it again")
         return lock, Action(kind=ActionKind.promote), text, rendered
 
-    return _record(store, key, deployments, choose, env)
+    return _record(store, key, deployments, choose, env, check, then)
 
 
 def rollback(store: HistoryStore, key: DeploymentKey, deployments: Path, *, to: int | None = None,
