@@ -77,8 +77,7 @@ def trial(proposal: str, sim: bool, endpoint: str | None, current_endpoint: str 
     from stackpin.bench.sessions import read_trace
     from stackpin.cli.comparison import threshold
     from stackpin.cli.lock import _parse_mirrors
-    from stackpin.errors import StackpinError
-    from stackpin.upgrade.trial import RESULTS_DIR, LockOptions, proposal_dir, run_trial
+    from stackpin.upgrade.trial import RESULTS_DIR, LockOptions, proposal_dir, read_proposal, run_trial, trialable
     from stackpin.upgrade.trialbed import Bed, BenchControls, EndpointBed, SimBed
 
     bed: Bed
@@ -98,8 +97,7 @@ def trial(proposal: str, sim: bool, endpoint: str | None, current_endpoint: str 
 
         FaultSpec.parse(fault_candidate)  # one line for a bad spec, before anything is locked or served
     directory = proposal_dir(proposal)
-    if not directory.is_dir():
-        raise StackpinError(f"{proposal}: no such proposal directory")
+    trialable(read_proposal(directory)[0], directory)  # a blocked proposal is refused before any write
     if trace_file is None:
         from stackpin.bench.tracegen import generate, render
         from stackpin.yamlio import write_atomic

@@ -185,7 +185,7 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
                 then(revision)
             except BaseException as exc:
                 try:
-                    _take_back(store, path, deployments, key, newest)
+                    _take_back(store, path, deployments, key, newest, stack)
                 except (StackpinError, OSError) as undo:
                     why = exc.lines()[0] if isinstance(exc, StackpinError) else type(exc).__name__
                     raise StackpinError(f"{path}: revision {number} was recorded, then what it was recorded for "
@@ -196,9 +196,10 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
 
 
 def _take_back(store: HistoryStore, path: Path, deployments: Path, key: DeploymentKey,
-               previous: Revision | None) -> None:
+               previous: Revision | None, written: RenderedStack) -> None:
     """Undo a recorded revision: the head back to `previous`, its file removed, the deployment directory
-    back to `previous`."""
+    back to `previous` (for a first revision, the files it was given removed: a GitOps tool must not
+    deploy a revision that no longer exists)."""
     if previous is not None:
         store.write_head(key, previous)
     else:
@@ -207,3 +208,11 @@ def _take_back(store: HistoryStore, path: Path, deployments: Path, key: Deployme
     signature_path(path).unlink(missing_ok=True)
     if previous is not None:
         write_deployment(deployments, deployment_files(previous), key)
+        return
+    directory = deployment_dir(deployments, key)
+    for name in written.files:
+        (directory / name).unlink(missing_ok=True)
+    try:
+        directory.rmdir()
+    except OSError:  # not empty (files of someone else's): left as it is
+        pass

@@ -97,26 +97,35 @@ def current_source(proposal: Proposal, lockdir: Path, history: Path) -> StackSou
     newest = store.newest(key) if key is not None else None
     if key is not None and newest is not None:
         return StackSource(newest.lock, origin=f"{key}@{newest.revision}", revision=newest.revision)
-    source = resolve_source(proposal.current_profile, lockdir, history)
+    from stackpin.lock.lockfile import lock_path
+
+    source = resolve_source(proposal.current_profile, lockdir, history)  # refused unless its lock is current
+    source = StackSource(source.lock, origin=str(lock_path(lockdir, source.lock.metadata.name)))
     if str(DeploymentKey.of_lock(source.lock)) != proposal.deployment:
         raise TrialRefused(f"{proposal.current_profile} is a stack of {DeploymentKey.of_lock(source.lock)}, not of "
                            f"the proposal's deployment {proposal.deployment}")
     return source
 
 
-def lock_candidate(proposal: Proposal, directory: Path, lockdir: Path, options: LockOptions,
-                   on_note: Callable[[str], None] | None = None) -> tuple[Path, StackLock]:
-    """Lock the candidate profile into `<proposal>/candidate.lock.yaml` (atomically), named relative to the
-    project root as `lockdir`'s locks are. A blocked proposal has no candidate to lock."""
-    from stackpin.history.model import DeploymentKey
-    from stackpin.lock.lockfile import render_lock
-    from stackpin.lock.run import lock_stacks
-
+def trialable(proposal: Proposal, directory: Path) -> str:
+    """The candidate profile; a blocked proposal has none to trial (exit 1, before anything is written)."""
     if proposal.blocked or proposal.candidate_profile is None:
         first = proposal.blockers[0] if proposal.blockers else None
         why = f"{first.path}: {first.message}" if first else "it has no candidate profile"
         raise TrialRefused(f"{directory / PROPOSAL_FILE}: the proposal is blocked ({why}); nothing to trial")
-    [lock] = lock_stacks([Path(proposal.candidate_profile)], lockdir, mirrors=dict(options.mirrors),
+    return proposal.candidate_profile
+
+
+def lock_candidate(proposal: Proposal, directory: Path, lockdir: Path, options: LockOptions,
+                   on_note: Callable[[str], None] | None = None) -> tuple[Path, StackLock]:
+    """Lock the candidate profile into `<proposal>/candidate.lock.yaml` (atomically), named relative to the
+    project root as `lockdir`'s locks are."""
+    from stackpin.history.model import DeploymentKey
+    from stackpin.lock.lockfile import render_lock
+    from stackpin.lock.run import lock_stacks
+
+    candidate = trialable(proposal, directory)
+    [lock] = lock_stacks([Path(candidate)], lockdir, mirrors=dict(options.mirrors),
                          oci_layout=options.oci_layout, hf_cache=options.hf_cache, hf_endpoint=options.hf_endpoint,
                          timeout=options.timeout, on_note=on_note, reuse=False)
     if str(DeploymentKey.of_lock(lock)) != proposal.deployment:
@@ -159,6 +168,9 @@ def run_trial(arg: str, bed: Bed, controls: BenchControls, trace_name: str, *, s
     directory = proposal_dir(arg)
     proposal, raw = read_proposal(directory)
     note = on_note or (lambda _: None)
+    trialable(proposal, directory)
+    # A trial that stops half way must not leave an earlier trial's verdict beside its own results.
+    (directory / TRIAL_FILE).unlink(missing_ok=True)
     current = current_source(proposal, lockdir, history)
     controls = replace(controls, slo=slo_option(slo_text, current.lock))
     candidate_path, candidate_lock = lock_candidate(proposal, directory, lockdir, lock_options, note)
