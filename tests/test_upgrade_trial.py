@@ -106,7 +106,12 @@ def unchanged(tmp_path_factory: pytest.TempPathFactory, site: Path, trace: Path)
     """A trial of the candidate that the simulator models as the current stack, with no history yet: the
     current profile's lock is benched."""
     proposal = write_proposal(tmp_path_factory.mktemp("unchanged") / "proposal", site)
-    code, out, err = trial(site, proposal, trace, proposal.parent / "history", "--threshold", "20%")
+    # A host busy with other work can stretch one run's timings (two cores, tests in parallel): the trial
+    # then rightly says inconclusive. What this fixture needs is the quiet case, so it tries up to three times.
+    for _ in range(3):
+        code, out, err = trial(site, proposal, trace, proposal.parent / "history", "--threshold", "20%")
+        if "trial: inconclusive" not in out:
+            break
     assert code == 0, out + err
     assert out.splitlines()[0] == "simulated: stackpin's simulator, not hardware"
     assert "trial: no-change" in out
@@ -116,21 +121,26 @@ def unchanged(tmp_path_factory: pytest.TempPathFactory, site: Path, trace: Path)
 # --- the simulator's slowdown --------------------------------------------------------------------------
 
 def test_a_slowed_simulator_measures_slower(tmp_path: Path, trace: Path) -> None:
-    """slow=2 doubles every step: side by side, the client measures about half the single-agent speed (a
-    ratio of the stack's times, robust to how fast the host is)."""
+    """slow=2 doubles every step: side by side, the client measures about half the single-agent speed, and
+    the simulator's own account (output tokens per simulated second its engines were busy, which no host
+    load moves) halves exactly."""
     lock = ROOT / "lockfiles" / "gb300-tuned.lock.yaml"
-    tps = {}
+    tps, engine_tps = {}, {}
     for slow in (1.0, 2.0):
         with serve_in_thread(lock, speed=1.0, share=18, faults=FaultSpec(slow=slow)) as sim:
             code, out, err = cli("bench", "run", "--endpoint", sim.url, "--trace", str(trace), "--lock", str(lock),
                                  "--agents", "1", "--delay-scale", "0", "--slo", "none", "--lag-limit", "50ms",
                                  "--out", str(tmp_path / f"{slow}.json"))
+            assert sim.server.sim is not None
+            engines = [*sim.server.sim.prefillers, *sim.server.sim.decoders]
+            engine_tps[slow] = sum(e.stats.output_tokens for e in engines) / sum(e.stats.busy_s for e in engines)
         assert code == 0, out + err
         result = read_result(tmp_path / f"{slow}.json")
         assert result.simulation is not None
         assert any("slow=2" in s for s in result.simulation.substitutions) == (slow == 2)  # the result says so
         tps[slow] = result.points[0].agent_tps.mean
-    assert 0.35 < tps[2.0] / tps[1.0] < 0.7, tps
+    assert engine_tps[2.0] / engine_tps[1.0] == pytest.approx(0.5, rel=0.05), engine_tps
+    assert 0.3 < tps[2.0] / tps[1.0] < 0.75, tps
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -266,3 +276,32 @@ def test_fault_candidate_is_for_the_simulator_only(tmp_path: Path) -> None:
     code, _, err = cli("upgrade", "trial", str(tmp_path), "--endpoint", "http://127.0.0.1:1", "--current-endpoint",
                        "http://127.0.0.1:2", "--fault-candidate", "slow=2")
     assert code == 2 and "--fault-candidate, --speed and --share are for --sim" in err
+
+
+def test_a_trial_against_endpoints_names_them(tmp_path: Path, site: Path, trace: Path) -> None:
+    """--endpoint/--current-endpoint: stacks already served (here two simulators, each of its lock); the
+    proposal given by its proposal.json; -o json carries the trial and the comparison."""
+    from stackpin.lock.lockfile import read_lock
+    from stackpin.lock.run import lock_stacks
+    from stackpin.sim.stack import sim_stack
+
+    proposal = write_proposal(tmp_path / "proposal", site)
+    current = sim_stack(read_lock(site / "lockfiles" / "gb300-tuned.lock.yaml"))
+    mirror = site / "mirror"
+    [candidate] = lock_stacks([site / "profiles" / "gb300-tuned-candidate.yaml"], site / "lockfiles",
+                              oci_layout=str(mirror / "oci"), hf_cache=str(mirror / "hf"), reuse=False)
+    with serve_in_thread(current, share=18) as cur, serve_in_thread(sim_stack(candidate), share=18) as cand:
+        code, out, err = cli("upgrade", "trial", str(proposal / PROPOSAL_FILE), "--endpoint", cand.url,
+                             "--current-endpoint", cur.url, "--trace", str(trace), "--runs", "2", "--delay-scale", "0",
+                             "--lag-limit", "50ms", "--slo", "none", "--threshold", "20%", "--lockdir",
+                             str(site / "lockfiles"), "--oci-layout", str(mirror / "oci"), "--hf-cache",
+                             str(mirror / "hf"), "--history", str(tmp_path / "history"), "-o", "json")
+    data = json.loads(out)
+    # the same stack on both sides: no change, or inconclusive when the host was busy (see `unchanged`)
+    assert data["trial"]["verdict"] in ("no-change", "inconclusive"), out + err
+    assert code == (0 if data["trial"]["verdict"] == "no-change" else 1)
+    assert data["trial"]["bed"] == f"current {cur.url}, candidate {cand.url}"
+    assert data["trial"]["simulated"] is True and data["trial"]["slo"] is None
+    assert data["trial"]["candidateDigest"] == candidate.stack_digest
+    assert data["trial"]["mainMetric"] == "single-agent tok/s" and data["comparison"]["runs"] == [2, 2]
+    assert data["file"] == str(proposal / "trial.json")
