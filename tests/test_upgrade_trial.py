@@ -63,21 +63,27 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     doc["metadata"]["labels"]["stackpin.dev/upgrade"] = "candidate"  # not modelled: the same stack to the sim
     candidate = root / "profiles" / "gb300-tuned-candidate.yaml"
     candidate.write_text(yaml.safe_dump(doc, sort_keys=False))
-    build_demo_mirror(root / "mirror", [load_profile(current).profile])
+    launch = root / "profiles" / "gb300-launch.yaml"  # the same deployment a month earlier (a gain to trial)
+    shutil.copyfile(PROFILES_DIR / "gb300-launch.yaml", launch)
+    build_demo_mirror(root / "mirror", [load_profile(p).profile for p in (current, launch)])
     mirror = root / "mirror"
-    run_lock([current], root / "lockfiles", oci_layout=str(mirror / "oci"), hf_cache=str(mirror / "hf"))
+    run_lock([current, launch], root / "lockfiles", oci_layout=str(mirror / "oci"), hf_cache=str(mirror / "hf"))
     return root
 
 
-def write_proposal(directory: Path, site: Path) -> Path:
+def write_proposal(directory: Path, site: Path, current: str = "gb300-tuned",
+                   candidate: str = "gb300-tuned-candidate") -> Path:
     """What `upgrade propose` leaves for `trial`: proposal.json naming the current and candidate profiles."""
     directory.mkdir(parents=True)
-    doc = yaml.safe_load((site / "profiles" / "gb300-tuned.yaml").read_text())
-    versions = Versions.model_validate(doc["spec"]["versions"])
-    proposal = Proposal(deployment=DEPLOYMENT, current_profile=str(site / "profiles" / "gb300-tuned.yaml"),
-                        candidate_profile=str(site / "profiles" / "gb300-tuned-candidate.yaml"), current=versions,
-                        candidate=versions, catalog=None, added=[], rewrites=[], pinned=[], blockers=[], findings=[],
-                        remeasure=["bench"], capture_job=None)
+
+    def versions(name: str) -> Versions:
+        doc = yaml.safe_load((site / "profiles" / f"{name}.yaml").read_text())
+        return Versions.model_validate(doc["spec"]["versions"])
+
+    proposal = Proposal(deployment=DEPLOYMENT, current_profile=str(site / "profiles" / f"{current}.yaml"),
+                        candidate_profile=str(site / "profiles" / f"{candidate}.yaml"), current=versions(current),
+                        candidate=versions(candidate), catalog=None, added=[], rewrites=[], pinned=[], blockers=[],
+                        findings=[], remeasure=["bench"], capture_job=None)
     (directory / PROPOSAL_FILE).write_text(proposal.model_dump_json(by_alias=True, indent=2) + "\n")
     return directory
 
@@ -181,6 +187,25 @@ def test_a_slowed_candidate_is_a_regression_and_is_not_promoted(tmp_path: Path, 
     assert (code, out) == (1, "")
     assert err == f"error: {proposal}: the trial's verdict is regression: not promoted\n"
     assert snapshot(history, tmp_path / "deployments") == before  # nothing written
+
+
+def test_a_gain_is_promoted(tmp_path: Path, site: Path, trace: Path) -> None:
+    """The launch stack deployed, the tuned one proposed (Dynamo 1.6.0 -> 1.6.1 and the tuning): a gain,
+    promoted without a flag on top of the revision benched, its message naming the upgrade."""
+    history, deployments = tmp_path / "history", tmp_path / "deployments"
+    code, _, err = cli("promote", str(site / "lockfiles" / "gb300-launch.lock.yaml"), "-m", "launch", "--history",
+                       str(history), "--deployments", str(deployments))
+    assert code == 0, err
+    proposal = write_proposal(tmp_path / "proposal", site, current="gb300-launch", candidate="gb300-tuned")
+    code, out, err = trial(site, proposal, trace, history, "--share", "2")  # divides both stacks' replicas
+    assert code == 0 and "trial: gain" in out, out + err
+    code, out, err = promote(proposal, history)
+    assert code == 0, err
+    assert f"revision 2 of {DEPLOYMENT}: promote gb300-tuned" in out
+    assert "message: Upgrade Dynamo 1.6.0 -> 1.6.1: trial gain, tok/s per GPU at the SLO +" in out
+    assert (history / DEPLOYMENT / "000002.bench.json").is_file()
+    code, out, err = cli("history", "--check", "--history", str(history), "--deployments", str(deployments))
+    assert code == 0, out + err
 
 
 def test_a_trial_that_changes_nothing_is_promoted_only_when_allowed(tmp_path: Path, unchanged: Path) -> None:
