@@ -59,6 +59,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "bench job": (f"stackpin bench job --lock {LOCK} --endpoint http://frontend:8000 --trace agents.jsonl "
                   "--pods 4 --out bench-job.yaml",),
     "bench merge": ("stackpin bench merge pod-*.json --out merged.json",),
+    "upgrade trial": ("stackpin upgrade trial upgrades/dynamo-1.7.0/ --sim --share 18 --speed 4 --runs 3",
+                      "stackpin upgrade trial upgrades/dynamo-1.7.0/ --endpoint http://candidate:8000 "
+                      "--current-endpoint http://current:8000 --trace agents.jsonl --agents 1,8,32"),
+    "upgrade promote": ("stackpin upgrade promote upgrades/dynamo-1.7.0/",
+                        "stackpin upgrade promote upgrades/dynamo-1.7.0/ --allow-no-change -m 'same speed, newer "
+                        "engines'"),
     "plan": ("stackpin plan --agents 10000 launch.json rubin.json --mature tuned.json --chart plan.png",),
 }
 

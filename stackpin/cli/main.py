@@ -23,7 +23,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
     "bench": (("stackpin.cli.plot", "plot"),),
-    "upgrade": (("stackpin.cli.upgrade_check", "check"), ("stackpin.cli.upgrade_propose", "propose")),
+    "upgrade": (
+        ("stackpin.cli.upgrade_check", "check"), ("stackpin.cli.upgrade_propose", "propose"),
+        ("stackpin.cli.upgrade_trial", "trial"), ("stackpin.cli.upgrade_trial", "promote"),
+    ),
 }
 
 

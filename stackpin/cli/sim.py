@@ -18,7 +18,8 @@ def sim() -> None:
 @sim.command(help="""Serve LOCK's stack on loopback: /v1/chat/completions (streaming SSE with usage),
 /v1/models, and /stackpin/sim (says it is simulated). --speed X runs simulated time X times faster
 than wall time (measured tok/s are then X times the stack's). --fault injects failures for client
-tests, e.g. error=0.1,stall=0.05,drop=0.05,malformed=0.05,after=8,seed=1.""")
+tests, e.g. error=0.1,stall=0.05,drop=0.05,malformed=0.05,after=8,seed=1; slow=F makes every engine step
+take F times as long (F >= 1), a measurably slower stack for regression drills.""")
 @click.argument("lock", type=click.Path(dir_okay=False, exists=True))
 @click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True)

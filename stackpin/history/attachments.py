@@ -30,21 +30,29 @@ def attach(store: HistoryStore, key: DeploymentKey, number: int, kind: str, text
     """Attach `text` to revision `number` (which must exist, verified). Returns the path and what
     happened: created, unchanged or replaced."""
     store.read(key, number)
-    path = attachment_path(store, key, number, kind)
     with store.writing(key):
-        try:
-            create_exclusive(path, text)
-            return path, "created"
-        except FileExistsError:
-            pass
-        try:
-            same = read_regular(path, MAX_INPUT_BYTES, follow=False) == text.encode("utf-8")
-        except OSError:  # a link, a FIFO, a huge file where the record should be: replaced only if asked
-            same = False
-        if same:
-            return path, "unchanged"
-        if not replace:
-            raise StackpinError(f"revision {number} of {key} already has a {kind} record ({path}) that differs; "
-                                "--replace to replace it")
-        write_atomic(path, text)
-        return path, "replaced"
+        return attach_held(store, key, number, kind, text, replace)
+
+
+def attach_held(store: HistoryStore, key: DeploymentKey, number: int, kind: str, text: str,
+                replace: bool = False) -> tuple[Path, str]:
+    """`attach` for a caller already holding the deployment's lock (flock is per open file: taking it
+    again would wait forever), such as a `then` hook of history.record, which runs once revision
+    `number` is written."""
+    path = attachment_path(store, key, number, kind)
+    try:
+        create_exclusive(path, text)
+        return path, "created"
+    except FileExistsError:
+        pass
+    try:
+        same = read_regular(path, MAX_INPUT_BYTES, follow=False) == text.encode("utf-8")
+    except OSError:  # a link, a FIFO, a huge file where the record should be: replaced only if asked
+        same = False
+    if same:
+        return path, "unchanged"
+    if not replace:
+        raise StackpinError(f"revision {number} of {key} already has a {kind} record ({path}) that differs; "
+                            "--replace to replace it")
+    write_atomic(path, text)
+    return path, "replaced"

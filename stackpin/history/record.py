@@ -59,10 +59,13 @@ def checked_message(message: str) -> str:
 
 
 def promote(lock: StackLock, message: str, store: HistoryStore, deployments: Path, *,
-            env: Mapping[str, str] | None = None, allow_same: bool = False) -> Recorded:
+            env: Mapping[str, str] | None = None, allow_same: bool = False,
+            check: Hook | None = None, then: Hook | None = None) -> Recorded:
     """Record `lock` as the next revision of its deployment and render the deployment directory. The
     stack the newest revision already has is refused (a revision that changes nothing would read as a
-    change in history, diff and rollback) unless `allow_same`."""
+    change in history, diff and rollback) unless `allow_same`. `check` and `then` as `rollback`'s
+    (`stackpin upgrade promote` checks the newest revision is still the one it benched, then attaches
+    the trial's results)."""
     text = checked_message(message)
     rendered = render_stack(lock)  # a stack that does not render is refused before anything is written
     key = DeploymentKey.of_lock(lock)
@@ -75,7 +78,7 @@ def promote(lock: StackLock, message: str, store: HistoryStore, deployments: Pat
                                 "pass --allow-same to record it again")
         return lock, Action(kind=ActionKind.promote), text, rendered
 
-    return _record(store, key, deployments, choose, env)
+    return _record(store, key, deployments, choose, env, check, then)
 
 
 def rollback(store: HistoryStore, key: DeploymentKey, deployments: Path, *, to: int | None = None,
@@ -182,7 +185,7 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
                 then(revision)
             except BaseException as exc:
                 try:
-                    _take_back(store, path, deployments, key, newest)
+                    _take_back(store, path, deployments, key, newest, stack)
                 except (StackpinError, OSError) as undo:
                     why = exc.lines()[0] if isinstance(exc, StackpinError) else type(exc).__name__
                     raise StackpinError(f"{path}: revision {number} was recorded, then what it was recorded for "
@@ -193,9 +196,10 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
 
 
 def _take_back(store: HistoryStore, path: Path, deployments: Path, key: DeploymentKey,
-               previous: Revision | None) -> None:
+               previous: Revision | None, written: RenderedStack) -> None:
     """Undo a recorded revision: the head back to `previous`, its file removed, the deployment directory
-    back to `previous`."""
+    back to `previous` (for a first revision, the files it was given removed: a GitOps tool must not
+    deploy a revision that no longer exists)."""
     if previous is not None:
         store.write_head(key, previous)
     else:
@@ -204,3 +208,11 @@ def _take_back(store: HistoryStore, path: Path, deployments: Path, key: Deployme
     signature_path(path).unlink(missing_ok=True)
     if previous is not None:
         write_deployment(deployments, deployment_files(previous), key)
+        return
+    directory = deployment_dir(deployments, key)
+    for name in written.files:
+        (directory / name).unlink(missing_ok=True)
+    try:
+        directory.rmdir()
+    except OSError:  # not empty (files of someone else's): left as it is
+        pass

@@ -35,6 +35,20 @@ def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mir
              oci_layout: str | None = None, hf_cache: str | None = None, hf_endpoint: str | None = None,
              docker_config: str | None = None, timeout: float | None = None,
              on_note: Callable[[str], None] | None = None) -> list[Locked]:
+    locks = lock_stacks(paths, lockdir, offline=offline, mirrors=mirrors, oci_layout=oci_layout, hf_cache=hf_cache,
+                        hf_endpoint=hf_endpoint, docker_config=docker_config, timeout=timeout, on_note=on_note)
+    # Everything resolved: only now touch the lock directory, all files or none.
+    return [Locked(path, lock) for path, lock in zip(write_locks(locks, lockdir), locks, strict=True)]
+
+
+def lock_stacks(paths: Sequence[Path], lockdir: Path, *, offline: bool = False,
+                mirrors: Mapping[str, str] | None = None, oci_layout: str | None = None, hf_cache: str | None = None,
+                hf_endpoint: str | None = None, docker_config: str | None = None, timeout: float | None = None,
+                on_note: Callable[[str], None] | None = None, reuse: bool = True) -> list[StackLock]:
+    """Validate and resolve, writing nothing: the locks `run_lock` writes. They name their profiles and
+    local sources relative to `lockdir`'s parent (the project root). `reuse=False` (a candidate stack
+    locked beside the current one, `stackpin upgrade trial`) neither reads the lockfiles already in
+    `lockdir` nor reuses their pins: the candidate usually shares the current stack's name."""
     deadline_at = None if timeout is None else time.monotonic() + timeout
     loaded = load_profiles(paths)
     names = [item.profile.name for item in loaded]
@@ -61,7 +75,7 @@ def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mir
         if on_note is not None:
             on_note(f"{path} is not a valid lockfile ({exc.lines()[0]}); it will be replaced")
 
-    previous = read_existing_locks(lockdir, names, on_invalid=None if offline else replace_invalid)
+    previous = read_existing_locks(lockdir, names, on_invalid=None if offline else replace_invalid) if reuse else {}
     for item in loaded:
         old = previous.get(item.profile.name)
         mine = profile_relpath(item.path, lockdir)
@@ -81,5 +95,4 @@ def run_lock(paths: Sequence[Path], lockdir: Path, *, offline: bool = False, mir
             errors += [f for f in run_rules(item, autotune_cache=directories) if f.severity == Severity.error]
     if errors:
         raise StackMismatch("\n".join(str(f) for f in errors) + "\nnot locked: fix the errors above")
-    # Everything resolved: only now touch the lock directory, all files or none.
-    return [Locked(path, lock) for path, lock in zip(write_locks(locks, lockdir), locks, strict=True)]
+    return locks

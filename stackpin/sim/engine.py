@@ -133,8 +133,10 @@ class Engine:
     """One scheduler: a colocated worker, a prefill engine or a decode engine."""
 
     def __init__(self, stack: SimStack, pool: SimPool, clock: Clock, role: Role,
-                 on_prefilled: Callable[[Seq], None] | None = None, model: StepTimes | None = None) -> None:
+                 on_prefilled: Callable[[Seq], None] | None = None, model: StepTimes | None = None,
+                 slow: float = 1.0) -> None:
         self.model: StepTimes = model or StepModel.of(stack, pool)
+        self.slow = slow  # the injected slowdown (--fault slow=F): every step takes F times as long
         self.alpha = self.model.alpha
         self.pool = pool
         self.role = role
@@ -207,7 +209,7 @@ class Engine:
             # admitted: they decode from the next step, at this same virtual instant.
             await asyncio.sleep(0)
             return
-        took = self.model.step_time(len(decoders), k, context, prefill)
+        took = self.model.step_time(len(decoders), k, context, prefill) * self.slow
         self.vtime += took
         st = self.stats
         st.steps += 1
@@ -257,18 +259,18 @@ class Engine:
 class Simulator:
     """The engines of a stack and the router in front of them (Dynamo's KV-aware router)."""
 
-    def __init__(self, stack: SimStack, speed: float, model: str = "roofline") -> None:
+    def __init__(self, stack: SimStack, speed: float, model: str = "roofline", slow: float = 1.0) -> None:
         self.stack = stack
         self.clock = Clock(speed)
         # One step model per pool, shared by its engines (the aiconfigurator one holds compiled engines).
         decode = step_model(model, stack, stack.decode)
         self.decoders = [Engine(stack, stack.decode, self.clock, Role.decode if not stack.colocated else Role.worker,
-                                model=decode) for _ in range(stack.decode.engines)]
+                                model=decode, slow=slow) for _ in range(stack.decode.engines)]
         self.prefillers: list[Engine] = []
         if not stack.colocated:
             pool = stack.pool(Role.prefill)
             prefill = step_model(model, stack, pool)
-            self.prefillers = [Engine(stack, pool, self.clock, Role.prefill, self._transfer, model=prefill)
+            self.prefillers = [Engine(stack, pool, self.clock, Role.prefill, self._transfer, model=prefill, slow=slow)
                                for _ in range(pool.engines)]
         self.transfer_model: StepTimes = decode
         self.tasks: list[asyncio.Task[None]] = []

@@ -1,4 +1,6 @@
-"""Injected failures, so the replay client's tests can see each kind against a real server."""
+"""Injected failures, so the replay client's tests can see each kind against a real server, and an
+injected slowdown (`slow`), so an upgrade trial or a regression gate can be drilled against a stack
+that is measurably worse than its twin."""
 
 from __future__ import annotations
 
@@ -22,10 +24,12 @@ class FaultSpec:
     malformed: float = 0.0
     after: int = 1
     seed: int = 0
+    slow: float = 1.0  # every engine step takes this many times as long (>= 1): not a per-request draw
+
 
     @classmethod
     def parse(cls, text: str) -> FaultSpec:
-        """`error=0.1,stall=0.05,after=8,seed=1`; a bad item is one line naming it."""
+        """`error=0.1,stall=0.05,after=8,seed=1,slow=2`; a bad item is one line naming it."""
         values: dict[str, float | int] = {}
         known = {f.name for f in fields(cls)}
         for item in filter(None, (part.strip() for part in text.split(","))):
@@ -40,6 +44,10 @@ class FaultSpec:
                 if not number.is_integer() or number < 0:
                     raise StackpinError(f"--fault {item}: must be a non-negative integer")
                 values[key] = int(number)
+            elif key == "slow":
+                if not 1 <= number < float("inf"):  # NaN fails it too
+                    raise StackpinError(f"--fault {item}: a slowdown is a factor of 1 or more")
+                values[key] = number
             elif not 0 <= number <= 1:
                 raise StackpinError(f"--fault {item}: a rate is between 0 and 1")
             else:

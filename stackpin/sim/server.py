@@ -44,6 +44,9 @@ class SimServer:
         if self.stack_gpus and self.stack_gpus != self.stack.gpus:
             self.substitutions.append(f"serves {self.stack.gpus} of the stack's {self.stack_gpus} GPUs (every "
                                       f"pool's replicas in proportion); per-GPU figures are per served GPU")
+        if self.faults.slow != 1:  # a bench result records it: a slowed stack never passes for the stack
+            self.substitutions.append(f"every engine step takes {self.faults.slow:g}x as long (--fault "
+                                      f"slow={self.faults.slow:g}): an injected slowdown, not the stack's timing")
 
     def info(self) -> dict[str, Any]:
         return {"simulated": True, "model": self.model, "substitutions": self.substitutions,
@@ -278,7 +281,7 @@ class Stream:
 
 async def _serve(server: SimServer, host: str, port: int, started: threading.Event | None = None,
                  bound: list[int] | None = None, stop: asyncio.Event | None = None) -> None:
-    server.sim = Simulator(server.stack, server.speed, server.model)
+    server.sim = Simulator(server.stack, server.speed, server.model, server.faults.slow)
     server.sim.start()
     # A bench opens hundreds of agents' connections at once: a deep accept queue, and prompts of
     # 131K words in one read buffer.

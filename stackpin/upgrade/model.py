@@ -116,9 +116,12 @@ class MetricVerdict(_Model):
 class Trial(_Model):
     api_version: Literal["stackpin.dev/v1alpha1"] = PROPOSAL_API
     kind: Literal["UpgradeTrial"] = "UpgradeTrial"
-    proposal_sha256: str  # of proposal.json's bytes when the trial ran
+    proposal_sha256: str  # of proposal.json's bytes when the trial ran (hex, as sha256sum prints it)
     current_lock: str  # what was benched as the current stack: a lockfile path or DEPLOYMENT@REV
     current_digest: str
+    # The deployment's newest revision when it was benched (None: the history had none, the current
+    # profile's lock was benched): promote refuses once the history has moved past it.
+    current_revision: int | None = None
     candidate_lock: str  # the candidate's lockfile (in the proposal directory)
     candidate_digest: str
     simulated: bool  # measured on stackpin's simulator or the Dynamo bed, not on hardware
@@ -129,4 +132,8 @@ class Trial(_Model):
     current_results: list[str]
     candidate_results: list[str]
     metrics: list[MetricVerdict]
-    verdict: Verdict  # the main metric's verdict
+    # bench compare's verdict over every headline (a regression of any one is a regression), made
+    # inconclusive where a headline's interval reaches past the threshold without a verdict
+    verdict: Verdict
+    main_metric: str | None = None  # the headline the message and the summary quote
+    threshold: float = 0.05  # the smallest relative change counted as a gain or a regression
