@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACKPIN := $(BIN)/stackpin
 PROFILES := profiles
 
-.PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench test bench lint schema examples docs crds clean
+.PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench demo-upgrade test bench lint schema examples docs crds clean
 
 # Every extra (stackpin/extras.py): the demo and the tests use them all. `pip install stackpin` alone is the core.
 $(BIN)/stackpin: pyproject.toml
@@ -28,6 +28,7 @@ demo: setup
 	$(STACKPIN) validate --manifests manifests
 	$(MAKE) --no-print-directory demo-history
 	$(MAKE) --no-print-directory demo-bench
+	$(MAKE) --no-print-directory demo-upgrade
 
 # The GB300 deployment's history: launch and tuned stacks promoted as revisions 1 and 2, then rolled
 # back to 1 (revision 3). History is never rewritten in use; the demo alone recreates this one
@@ -54,6 +55,12 @@ demo-history: setup
 # measurements, not sources). A few minutes on two cores.
 demo-bench: setup
 	$(BIN)/python -m stackpin.demo.bench .demo/bench
+
+# A stack upgrade as a dependency update (docs/upgrades.md): stand-in engine packages on a package index on
+# loopback (pypiserver), then upgrade check, propose (one blocked, one proposed), trial on the simulator
+# (a slowed candidate refused, an honest one promoted as no-change). In .demo/upgrade/, made anew. ~1 min.
+demo-upgrade: setup
+	$(BIN)/python -m devkit.upgrade_demo .demo/upgrade
 
 # An environment of its own, built once (scripts/pinned-venv.sh): $(call own-env,SCRIPT,VENV,DIR,WHAT). Where it
 # cannot be built, the tests that need it skip and say why: the reason is kept in DIR/UNAVAILABLE.

@@ -21,7 +21,7 @@ from click.testing import CliRunner, Result
 
 from devkit import enginepkgs as pkgs
 from stackpin.cli.main import main
-from tests.pypiserver import serve_packages
+from devkit.pypiserver import serve_packages
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "profiles" / "deepseek-v4.1-flash" / "gb300-tuned.yaml"

@@ -22,7 +22,7 @@ from stackpin.errors import StackpinError
 from stackpin.upgrade.model import Proposal
 from stackpin.upgrade.textedit import TextEdit
 
-DATA = Path(__file__).resolve().parent / "data" / "upgrade"
+DATA = Path(__file__).resolve().parent.parent / "devkit" / "upgrade-site"
 PROFILE = "p/gb300-fixture.yaml"
 CANDIDATE = "p/gb300-fixture.dynamo-9.1.0.yaml"
 PROPOSAL = Path("proposals/gb300-fixture-dynamo-9-1-0")
@@ -60,7 +60,7 @@ def site(tmp_path: Path, packages: Path, monkeypatch: pytest.MonkeyPatch) -> Non
 
 def test_a_rename_is_rewritten_a_relied_default_pinned_and_the_stale_cache_recaptured(
         packages: Path) -> None:
-    result = invoke("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--from-dir", str(packages))
+    result = invoke("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--find-links", str(packages))
     assert result.exit_code == 0, result.output
     current, candidate = Path(PROFILE).read_text(), Path(CANDIDATE).read_text()
     # Only the upgrade's lines change; every comment and the order stay.
@@ -124,7 +124,7 @@ def test_a_rename_is_rewritten_a_relied_default_pinned_and_the_stale_cache_recap
 
 
 def test_a_removed_flag_blocks_and_writes_the_proposal_only(packages: Path) -> None:
-    result = invoke("upgrade", "propose", PROFILE, "--to", "dynamo==9.2.0", "--from-dir", str(packages), "-o", "json")
+    result = invoke("upgrade", "propose", PROFILE, "--to", "dynamo==9.2.0", "--find-links", str(packages), "-o", "json")
     assert result.exit_code == 1, result.output
     assert not Path("p/gb300-fixture.dynamo-9.2.0.yaml").exists()
     directory = Path("proposals/gb300-fixture-dynamo-9-2-0")
@@ -142,7 +142,7 @@ def test_a_removed_flag_blocks_and_writes_the_proposal_only(packages: Path) -> N
 
 def test_nothing_is_replaced_without_force_and_present_releases_are_not_added_again(
         packages: Path) -> None:
-    args = ("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--from-dir", str(packages))
+    args = ("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--find-links", str(packages))
     assert invoke(*args).exit_code == 0
     Path(CANDIDATE).write_text(Path(CANDIDATE).read_text() + "# reviewed\n")
     before = {p: p.read_bytes() for p in [Path(CANDIDATE), *PROPOSAL.iterdir()]}
@@ -161,19 +161,35 @@ def test_nothing_is_replaced_without_force_and_present_releases_are_not_added_ag
     ("vllm==9.1.0", "error: --to 'vllm==9.1.0': give the target as dynamo==X (a Dynamo release, e.g. dynamo==1.7.0)"),
     ("dynamo==nine", "error: --to 'dynamo==nine': give the target as dynamo==X (a Dynamo release, e.g. dynamo==1.7.0)"),
     ("dynamo==9.0.0", "error: Dynamo 9.0.0 is not newer than the stack's Dynamo 9.0.0"),
-    (None, "error: no target: give --to dynamo==X"),
 ])
 def test_a_bad_target_is_one_line_and_writes_nothing(packages: Path, to: str | None, message: str) -> None:
     catalog = sorted(p.name for p in Path("catalog/engines").iterdir())
-    result = invoke("upgrade", "propose", PROFILE, *(["--to", to] if to else []), "--from-dir", str(packages))
+    result = invoke("upgrade", "propose", PROFILE, *(["--to", to] if to else []), "--find-links", str(packages))
     assert (result.exit_code, result.stderr) == (2, message + "\n")
     assert not Path("proposals").exists() and sorted(p.name for p in Path("catalog/engines").iterdir()) == catalog
+
+
+def test_without_to_the_newest_release_check_offers_is_proposed(packages: Path, tmp_path: Path) -> None:
+    # The newest is 9.2.0, whose vLLM removed a flag the stack passes: proposed, and blocked.
+    result = invoke("upgrade", "propose", PROFILE, "--find-links", str(packages), "-o", "json")
+    assert result.exit_code == 1, result.output
+    assert json.loads(result.stdout)["candidate"]["dynamo"] == "9.2.0"
+    # Nothing newer in the directory than the stack's own release: one line, nothing written.
+    only = tmp_path / "only"
+    only.mkdir()
+    shutil.copy(packages / "ai_dynamo-9.0.0-py3-none-any.whl", only)
+    shutil.rmtree("proposals", ignore_errors=True)
+    up_to_date = invoke("upgrade", "propose", PROFILE, "--find-links", str(only))
+    assert (up_to_date.exit_code, up_to_date.stderr) == (
+        2, f"error: {only}: no Dynamo release newer than 9.0.0 (hint: the stack is up to date; name a "
+           "pre-release with --to dynamo==X)\n")
+    assert not Path("proposals").exists()
 
 
 def test_a_release_missing_from_the_directory_is_named(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = invoke("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--from-dir", str(empty))
+    result = invoke("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--find-links", str(empty))
     assert result.exit_code == 2
     assert result.stderr == (f"error: {empty}: no ai-dynamo 9.1.0 package (wheel or sdist) in it (hint: copy it in, "
                              "e.g. pip download --no-deps ai-dynamo==9.1.0)\n")
@@ -250,7 +266,7 @@ def test_a_renamed_flag_a_base_sets_blocks(packages: Path) -> None:
     stack.write_text(text.replace("          --gdn-backend: flashinfer\n", ""))
     base.write_text(base.read_text() + "  placement:\n    mode: colocated\n    pools:\n      worker:\n"
                     "        replicas: 18\n        engineArgs:\n          --gdn-backend: flashinfer\n")
-    result = invoke("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--from-dir", str(packages), "-o", "json")
+    result = invoke("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--find-links", str(packages), "-o", "json")
     assert result.exit_code == 1, result.output
     [blocker] = Proposal.model_validate_json(result.stdout).blockers
     assert blocker.path == "spec.placement.pools.worker.engineArgs.--gdn-backend"

@@ -14,8 +14,8 @@ from stackpin.cli.common import user_errors
 @click.argument("profile", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--to", "to", metavar="dynamo==X", help="The Dynamo release to move to; vLLM, FlashInfer and NIXL "
               "follow its pins.")
-@click.option("--from-dir", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
-              help="Read the packages from this directory of wheels and sdists (air-gapped sites).")
+@click.option("--find-links", "from_dir", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
+              help="Read the packages from this directory of wheels and sdists (air-gapped sites; pip's --find-links).")
 @click.option("--index-url", metavar="URL", help="PEP 691 package index [default: $PIP_INDEX_URL or "
               "https://pypi.org/simple].")
 @click.option("--catalog", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
@@ -43,7 +43,7 @@ def propose(profile: Path, to: str | None, from_dir: Path | None, index_url: str
     from stackpin.upgrade.releases import Source
 
     if from_dir is not None and index_url is not None:
-        raise click.UsageError("give --from-dir or --index-url, not both")
+        raise click.UsageError("give --find-links or --index-url, not both")
     done = run(profile, to=to, source=Source(from_dir, index_url), catalog=catalog, out=out, force=force)
     p = done.proposal
     if output == "json":

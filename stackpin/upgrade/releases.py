@@ -32,12 +32,18 @@ def parse_target(text: str) -> str:
 
 
 def newest_dynamo(current: str, *, from_dir: Path | None, index_url: str | None) -> str:
-    """The newest Dynamo release on the index (or in `from_dir`) newer than `current`.
+    """The newest final Dynamo release on the index (or in `from_dir`) newer than `current`: the release
+    `upgrade check` offers (the same listing, stackpin.engines.index)."""
+    from packaging.version import Version
 
-    Integration point: the listing is `upgrade check`'s (stackpin/upgrade/check.py), built apart; until
-    it is connected here, `propose` needs the target named."""
-    del current, from_dir, index_url
-    raise StackpinError("no target: give --to dynamo==X")
+    from stackpin.engines.index import PackageIndex
+
+    with PackageIndex(index_url, find_links=from_dir) as index:
+        newer = [v for v in index.releases("ai-dynamo") if v > Version(current)]
+        if not newer:
+            raise StackpinError(f"{index.shown}: no Dynamo release newer than {current}",
+                                "the stack is up to date; name a pre-release with --to dynamo==X")
+    return str(newer[-1])
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,111 @@
+"""python -m devkit.upgrade_demo WORKDIR (`make demo-upgrade`): a stack upgrade as a dependency update, end to
+end, as a user runs it: check, propose, trial, promote, and one promote refused.
+
+The packages are stand-ins: devkit/enginepkgs.py's small vllm, ai-dynamo and flashinfer-python in the
+published packages' shapes (the 9.x series, so nobody mistakes them for releases), served by a real
+package index on loopback (pypiserver). Dynamo 9.1.0's vLLM renames a flag the stack passes and changes a
+default it relies on; Dynamo 9.2.0's vLLM removes a flag the stack passes. The stack is served on
+stackpin's simulator (`--sim`), which models the stack's shape and kernels, not engine versions, so the
+trial of an honest candidate finds no significant change and says it is simulated. A candidate made
+slower on purpose (`--fault-candidate slow=2`) is refused. WORKDIR is made anew on each run.
+"""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from devkit import enginepkgs as pkgs
+
+SITE = Path(__file__).resolve().parent / "upgrade-site"  # the stack the demo upgrades (and the tests)
+PROFILE = "profiles/gb300-fixture.yaml"
+CANDIDATE = "profiles/gb300-fixture.dynamo-9.1.0.yaml"
+PROPOSAL = "proposals/gb300-fixture-dynamo-9-1-0"
+DEPLOYMENT = "dynamo/dsv41-flash@gb300-nvl72"
+MIRROR = ["--oci-layout", "mirror/oci", "--hf-cache", "mirror/hf"]
+# A short trial: a share of the rack at wall speed, answers back to back, three runs a side (bench compare's
+# intervals need two or more). A real trial uses the deployment's own trace and the whole stack.
+TRIAL = ["--sim", "--share", "18", "--speed", "1", "--delay-scale", "0", "--runs", "3", "--lag-limit", "50ms",
+         "--trace", "trace.jsonl", *MIRROR]
+TRACE = ["--sessions", "4", "--seed", "1", "--param", "first_input.median=800", "--param", "turn_input.median=200",
+         "--param", "output.median=30", "--param", "output.min=20", "--param", "output.max=60",
+         "--param", "turns.median=2", "--param", "turns.max=3"]
+
+
+def build_packages(directory: Path) -> None:
+    """The stack's releases (Dynamo 9.0.0, vLLM 9.0.0) and two newer Dynamo releases with what they pin, each
+    with the flags a rendered stack passes (serve=True)."""
+    directory.mkdir(parents=True)
+    pkgs.vllm_sdist(directory, serve=True), pkgs.dynamo_wheel(directory, serve=True), pkgs.flashinfer_wheel(directory)
+    newer = pkgs.vllm_requires(flashinfer="9.1.0")
+    pkgs.vllm_sdist(directory, "9.1.0", newer=True, rename=True, serve=True, requires=newer)
+    pkgs.vllm_sdist(directory, "9.2.0", newer=True, remove=True, serve=True, requires=newer)
+    pkgs.flashinfer_wheel(directory, "9.1.0")
+    pkgs.dynamo_wheel(directory, "9.1.0", vllm="9.1.0", nixl="1.5.0", serve=True)
+    pkgs.dynamo_wheel(directory, "9.2.0", vllm="9.2.0", nixl="1.5.0", serve=True)
+
+
+def run(args: list[str], *, expect: int = 0, cwd: Path, env: dict[str, str] | None = None) -> str:
+    """`stackpin ARGS` in a subprocess, printed with its output; an exit other than `expect` stops the demo."""
+    shown = shlex.join(args)
+    print(f"$ {shown}", flush=True)
+    command = [sys.executable, *args[1:]] if args[0] == "python" else [sys.executable, "-m", "stackpin", *args[1:]]
+    done = subprocess.run(command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    sys.stdout.write(done.stdout)
+    if done.returncode != 0:
+        print(f"(exit {done.returncode})")
+    if done.returncode != expect:
+        raise SystemExit(f"{shown}: exit {done.returncode}, expected {expect}")
+    return done.stdout
+
+
+def main(argv: list[str]) -> int:
+    import os
+
+    from devkit.pypiserver import serve_packages
+
+    if len(argv) != 1:
+        print("usage: python -m devkit.upgrade_demo WORKDIR", file=sys.stderr)
+        return 2
+    work = Path(argv[0]).resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(SITE, work / "profiles")
+    build_packages(work / "packages")
+    env = {**os.environ, "STACKPIN_CATALOG_PATH": "", "STACKPIN_CACHE_DIR": str(work / "cache"),
+           "SOURCE_DATE_EPOCH": "1767225600", "STACKPIN_AUTHOR": "stackpin demo <demo@stackpin.dev>"}
+
+    def sp(*args: str, expect: int = 0) -> str:
+        return run(["stackpin", *args], expect=expect, cwd=work, env=env)
+
+    print("# The site: the stack on Dynamo 9.0.0 (stand-in packages), its catalog, its lock, revision 1.")
+    for name in ("vllm-9.0.0.tar.gz", "ai_dynamo-9.0.0-py3-none-any.whl"):
+        sp("engines", "add", "--from", f"packages/{name}", "--catalog", "catalog")
+    run(["python", "-m", "stackpin.demo", "mirror", "profiles"], cwd=work, env=env)
+    sp("lock", PROFILE, *MIRROR)
+    sp("promote", "lockfiles/gb300-fixture.lock.yaml", "-m", "Dynamo 9.0.0 stack")
+    sp("trace", "gen", *TRACE, "--out", "trace.jsonl")
+    with serve_packages(work / "packages") as index:
+        print(f"# A package index on loopback (pypiserver) serving packages/: {index}")
+        print("# 1. check: a newer Dynamo and what it pins (exit 1: an upgrade is available)")
+        sp("upgrade", "check", PROFILE, "--index-url", index, expect=1)
+        print("# 2. propose the newest: its vLLM removed a flag the stack passes, so it is blocked (exit 1)")
+        sp("upgrade", "propose", PROFILE, "--index-url", index, "--out", "proposals/newest", expect=1)
+        print("# 3. propose Dynamo 9.1.0: the rename rewritten, the changed default pinned, the cache re-captured")
+        sp("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--index-url", index)
+    run(["python", "-m", "stackpin.demo", "mirror", CANDIDATE], cwd=work, env=env)
+    print("# 4. a drill: the candidate served 2x slower is a regression, and promote refuses it (exit 1)")
+    sp("upgrade", "trial", PROPOSAL, *TRIAL, "--fault-candidate", "slow=2", expect=1)
+    sp("upgrade", "promote", PROPOSAL, expect=1)
+    print("# 5. the honest trial: the simulator does not model engine versions, so no significant change;")
+    print("#    promoted only because the flag says a no-change upgrade may go in")
+    sp("upgrade", "trial", PROPOSAL, *TRIAL, "--threshold", "20%")
+    sp("upgrade", "promote", PROPOSAL, "--allow-no-change")
+    sp("history", DEPLOYMENT)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
