@@ -1,5 +1,5 @@
-"""A real package index on loopback for tests and the upgrade demo: pypiserver (PEP 503 HTML simple pages, sha256 fragments)
-serving a directory of package files, never falling back to PyPI.
+"""A real package index on loopback for tests and the upgrade demo: pypiserver (PEP 503 HTML simple pages,
+sha256 fragments) serving a directory of package files, never falling back to PyPI.
 
     with serve_packages(tmp_path / "packages") as index_url:   # http://127.0.0.1:PORT/simple/
         ...

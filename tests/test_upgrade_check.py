@@ -20,8 +20,8 @@ import yaml
 from click.testing import CliRunner, Result
 
 from devkit import enginepkgs as pkgs
-from stackpin.cli.main import main
 from devkit.pypiserver import serve_packages
+from stackpin.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "profiles" / "deepseek-v4.1-flash" / "gb300-tuned.yaml"
