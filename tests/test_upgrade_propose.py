@@ -1,15 +1,13 @@
 """`stackpin upgrade propose` end to end through the CLI, on the fixture engines (devkit/enginepkgs.py) read
-from a directory of package files: a release that renames a flag the stack passes, one that removes one,
-a default the stack relies on, and a FlashInfer change under a replayed autotune cache. No network."""
+from a directory of package files (--find-links) and from pypiserver on loopback: a release that renames a
+flag the stack passes, one that removes one, a default the stack relies on, and a FlashInfer change under
+a replayed autotune cache. No network."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ import yaml
 from click.testing import CliRunner, Result
 
 from devkit import enginepkgs as pkgs
+from devkit.pypiserver import serve_packages
 from stackpin.cli.main import main
 from stackpin.errors import StackpinError
 from stackpin.upgrade.model import Proposal
@@ -196,44 +195,15 @@ def test_a_release_missing_from_the_directory_is_named(tmp_path: Path) -> None:
     assert not Path("proposals").exists()
 
 
-class _Index(BaseHTTPRequestHandler):
-    """A PEP 691 index of a directory: /simple/<project>/ lists its files, /files/<name> serves one."""
-
-    root: Path
-
-    def do_GET(self) -> None:  # noqa: N802 (the name http.server calls)
-        parts = self.path.strip("/").split("/")
-        if parts[0] == "simple" and len(parts) == 2:
-            stem = parts[1].replace("-", "_")
-            files = [{"filename": p.name, "url": f"../../files/{p.name}",
-                      "hashes": {"sha256": hashlib.sha256(p.read_bytes()).hexdigest()}}
-                     for p in sorted(self.root.iterdir()) if p.name.split("-")[0] == stem]
-            body = json.dumps({"files": files}).encode()
-        elif parts[0] == "files" and (self.root / parts[-1]).is_file():
-            body = (self.root / parts[-1]).read_bytes()
-        else:
-            self.send_error(404)
-            return
-        self.send_response(200)
-        self.send_header("Content-Type", "application/vnd.pypi.simple.v1+json")
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: object) -> None:  # noqa: ARG002 (quiet)
-        return
-
-
-def test_the_releases_come_from_an_index(packages: Path) -> None:
-    handler = type("Handler", (_Index,), {"root": packages})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}/simple"
+def test_the_releases_come_from_pypiserver(packages: Path) -> None:
+    """The same packages from a real package index on loopback (pypiserver's PEP 503 pages), as a site's
+    mirror serves them: a named release, then the newest without --to."""
+    with serve_packages(packages) as url:
         result = invoke("upgrade", "propose", PROFILE, "--to", "dynamo==9.1.0", "--index-url", url, "--out", "pr",
                         "-o", "json")
-    finally:
-        server.shutdown()
-        server.server_close()
+        newest = invoke("upgrade", "propose", PROFILE, "--index-url", url, "--out", "newest", "-o", "json")
+    assert newest.exit_code == 1, newest.output  # 9.2.0 removed a flag the stack passes
+    assert Proposal.model_validate_json(newest.stdout).blocked
     assert result.exit_code == 0, result.output
     proposal = Proposal.model_validate_json(result.stdout)
     assert proposal.added == ["ai-dynamo==9.1.0", "vllm==9.1.0", "flashinfer-python==9.1.0"]
