@@ -703,3 +703,19 @@ def flashinfer_wheel(directory: Path, version: str = "9.0.0") -> Path:
             "flashinfer-python", version, ["apache-tvm-ffi<0.2,>=0.1.11", "torch", "numpy"]),
     }
     return _zip(directory / f"flashinfer_python-{version}-py3-none-any.whl", files)
+
+
+def upgrade_series(directory: Path) -> Path:
+    """An upgrade's releases (tests/test_upgrade_propose.py, `make demo-upgrade`): the stack's Dynamo 9.0.0
+    and vLLM 9.0.0; Dynamo 9.1.0, whose vLLM renames --gdn-backend, changes the --block-size default and
+    pins FlashInfer 9.1.0; Dynamo 9.2.0, whose vLLM removes --disable-custom-all-reduce. Each carries the
+    flags a rendered stack passes (serve=True)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    vllm_sdist(directory, serve=True), dynamo_wheel(directory, serve=True), flashinfer_wheel(directory)
+    newer = vllm_requires(flashinfer="9.1.0")
+    vllm_sdist(directory, "9.1.0", newer=True, rename=True, serve=True, requires=newer)
+    vllm_sdist(directory, "9.2.0", newer=True, remove=True, serve=True, requires=newer)
+    flashinfer_wheel(directory, "9.1.0")
+    dynamo_wheel(directory, "9.1.0", vllm="9.1.0", nixl="1.5.0", serve=True)
+    dynamo_wheel(directory, "9.2.0", vllm="9.2.0", nixl="1.5.0", serve=True)
+    return directory

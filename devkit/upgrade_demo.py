@@ -35,19 +35,6 @@ TRACE = ["--sessions", "4", "--seed", "1", "--param", "first_input.median=800", 
          "--param", "turns.median=2", "--param", "turns.max=3"]
 
 
-def build_packages(directory: Path) -> None:
-    """The stack's releases (Dynamo 9.0.0, vLLM 9.0.0) and two newer Dynamo releases with what they pin, each
-    with the flags a rendered stack passes (serve=True)."""
-    directory.mkdir(parents=True)
-    pkgs.vllm_sdist(directory, serve=True), pkgs.dynamo_wheel(directory, serve=True), pkgs.flashinfer_wheel(directory)
-    newer = pkgs.vllm_requires(flashinfer="9.1.0")
-    pkgs.vllm_sdist(directory, "9.1.0", newer=True, rename=True, serve=True, requires=newer)
-    pkgs.vllm_sdist(directory, "9.2.0", newer=True, remove=True, serve=True, requires=newer)
-    pkgs.flashinfer_wheel(directory, "9.1.0")
-    pkgs.dynamo_wheel(directory, "9.1.0", vllm="9.1.0", nixl="1.5.0", serve=True)
-    pkgs.dynamo_wheel(directory, "9.2.0", vllm="9.2.0", nixl="1.5.0", serve=True)
-
-
 def run(args: list[str], *, expect: int | tuple[int, ...] = 0, cwd: Path, env: dict[str, str] | None = None) -> str:
     """`stackpin ARGS` in a subprocess, printed with its output; an exit not in `expect` stops the demo."""
     shown = shlex.join(args)
@@ -73,7 +60,7 @@ def main(argv: list[str]) -> int:
     work = Path(argv[0]).resolve()
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(SITE, work / "profiles")
-    build_packages(work / "packages")
+    pkgs.upgrade_series(work / "packages")
     env = {**os.environ, "STACKPIN_CATALOG_PATH": "", "STACKPIN_CACHE_DIR": str(work / "cache"),
            "SOURCE_DATE_EPOCH": "1767225600", "STACKPIN_AUTHOR": "stackpin demo <demo@stackpin.dev>"}
 

@@ -35,15 +35,7 @@ def invoke(*args: str) -> Result:
 def packages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Dynamo 9.0.0 (the stack's), 9.1.0 (its vLLM renames --gdn-backend, changes the block size default
     and pins FlashInfer 9.1.0) and 9.2.0 (its vLLM removes --disable-custom-all-reduce)."""
-    d = tmp_path_factory.mktemp("packages")
-    pkgs.vllm_sdist(d), pkgs.dynamo_wheel(d), pkgs.flashinfer_wheel(d)
-    newer = pkgs.vllm_requires(flashinfer="9.1.0")
-    pkgs.vllm_sdist(d, "9.1.0", newer=True, rename=True, serve=True, requires=newer)
-    pkgs.vllm_sdist(d, "9.2.0", newer=True, remove=True, serve=True, requires=newer)
-    pkgs.flashinfer_wheel(d, "9.1.0")
-    pkgs.dynamo_wheel(d, "9.1.0", vllm="9.1.0", nixl="1.5.0", serve=True)
-    pkgs.dynamo_wheel(d, "9.2.0", vllm="9.2.0", nixl="1.5.0", serve=True)
-    return d
+    return pkgs.upgrade_series(tmp_path_factory.mktemp("packages"))
 
 
 @pytest.fixture(autouse=True)

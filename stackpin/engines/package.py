@@ -9,6 +9,7 @@ import re
 import tarfile
 import zipfile
 from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
@@ -89,34 +90,40 @@ def _sdist(data: bytes) -> tuple[str, Iterator[tuple[str, bytes]]]:
     return metadata, iter(sources)
 
 
+@contextmanager
+def _archive_errors(name: str) -> Iterator[None]:
+    """Whatever a hostile or broken archive raises, as one line naming the file."""
+    try:
+        yield
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+        raise PackageError(f"{name}: not a readable archive ({exc})") from None
+    except UnicodeDecodeError:
+        raise PackageError(f"{name}: its METADATA / PKG-INFO is not UTF-8") from None
+    except PackageError as exc:
+        raise PackageError(f"{name}: {exc.message}") from None
+
+
+def _open(name: str, data: bytes) -> tuple[str, Iterator[tuple[str, bytes]]]:
+    """The metadata text and the members of a wheel or an sdist, by its file name."""
+    if name.endswith(".whl"):
+        return _wheel(data)
+    if name.endswith((".tar.gz", ".tgz")):
+        return _sdist(data)
+    raise PackageError("neither a wheel (.whl) nor an sdist (.tar.gz)")
+
+
 def requires_of(path: Path) -> tuple[str, ...]:
     """The Requires-Dist of any project's wheel or sdist, read from its METADATA / PKG-INFO only."""
-    try:
-        if path.name.endswith(".whl"):
-            text, _ = _wheel(path.read_bytes())
-        elif path.name.endswith((".tar.gz", ".tgz")):
-            text, _ = _sdist(path.read_bytes())
-        else:
-            raise PackageError("neither a wheel (.whl) nor an sdist (.tar.gz)")
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
-        raise PackageError(f"{path.name}: not a readable archive ({exc})") from None
-    except UnicodeDecodeError:
-        raise PackageError(f"{path.name}: its METADATA / PKG-INFO is not UTF-8") from None
-    except PackageError as exc:
-        raise PackageError(f"{path.name}: {exc.message}") from None
+    with _archive_errors(path.name):
+        text, _ = _open(path.name, path.read_bytes())
     return tuple(sorted(HeaderParser().parsestr(text).get_all("Requires-Dist") or ()))
 
 
 def read_package(path: Path, data: bytes | None = None) -> Package:
     """Read a wheel (.whl) or sdist (.tar.gz) of vllm, ai-dynamo or flashinfer-python."""
     data = path.read_bytes() if data is None else data
-    try:
-        if path.name.endswith(".whl"):
-            text, members = _wheel(data)
-        elif path.name.endswith((".tar.gz", ".tgz")):
-            text, members = _sdist(data)
-        else:
-            raise PackageError("neither a wheel (.whl) nor an sdist (.tar.gz)")
+    with _archive_errors(path.name):
+        text, members = _open(path.name, data)
         metadata = HeaderParser().parsestr(text)
         project, version = normalize(metadata.get("Name", "")), (metadata.get("Version") or "").strip()
         if project not in PROJECTS:
@@ -134,12 +141,6 @@ def read_package(path: Path, data: bytes | None = None) -> Package:
             raise PackageError(f"its metadata Version {version[:80]!r} is not a PEP 440 version") from None
         prefix = PROJECTS[project][1]
         files = {name: raw.decode("utf-8", errors="replace") for name, raw in members if name.startswith(prefix)}
-    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
-        raise PackageError(f"{path.name}: not a readable archive ({exc})") from None
-    except UnicodeDecodeError:
-        raise PackageError(f"{path.name}: its METADATA / PKG-INFO is not UTF-8") from None
-    except PackageError as exc:
-        raise PackageError(f"{path.name}: {exc.message}") from None
     if not files:
         raise PackageError(f"{path.name}: no Python sources under {prefix}")
     return Package(project=project, version=version, filename=path.name, sha256=hashlib.sha256(data).hexdigest(),
