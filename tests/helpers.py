@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import copy
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cache
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -146,3 +150,15 @@ def template_regex(template: str, **fill: object) -> str:
 def matches(template: str, text: str, **fill: object) -> bool:
     """Whether all of `text` reads as `template` says (see template_regex)."""
     return re.fullmatch(template_regex(template, **fill), text, re.DOTALL) is not None
+
+
+@contextmanager
+def serve_http(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served on a free loopback port in a thread; yields http://127.0.0.1:PORT; stopped after."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -7,9 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ from stackpin.catalog.flags import vllm_catalog
 from stackpin.cli.main import main
 from stackpin.engines.index import choose
 from stackpin.engines.store import set_pin
+from tests.helpers import serve_http
 
 BUNDLED_VERSIONS = Path(__file__).resolve().parent.parent / "stackpin" / "catalog" / "versions.yaml"
 
@@ -178,14 +178,8 @@ def index(built: dict[str, Path]) -> Iterator[tuple[str, type[_Index]]]:
             {"filename": "vllm-9.0.0-cp38-abi3-manylinux_2_28_aarch64.whl", "url": "x", "hashes": {"sha256": "0" * 64}},
         ]}).encode()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple", Handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(Handler) as url:
+        yield f"{url}/simple", Handler
 
 
 def test_add_downloads_from_an_index_and_checks_the_sha256(tmp_path: Path, index: tuple[str, type[_Index]]) -> None:

@@ -22,6 +22,7 @@ from click.testing import CliRunner, Result
 from devkit import enginepkgs as pkgs
 from devkit.pypiserver import serve_packages
 from stackpin.cli.main import main
+from tests.helpers import serve_http
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILE = ROOT / "profiles" / "deepseek-v4.1-flash" / "gb300-tuned.yaml"
@@ -246,14 +247,8 @@ def private(packages: Path) -> Iterator[tuple[str, type[_Index]]]:
     Handler.pages = {name: json.dumps({"meta": {"api-version": "1.1"}, "files": found}).encode()
                      for name, found in entries.items()}
     Handler.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/simple", Handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_http(Handler) as url:
+        yield f"{url}/simple", Handler
 
 
 def test_credentials_in_the_url_are_sent_and_never_printed(env: dict[str, str | None], profile: Path,
