@@ -78,6 +78,17 @@ def parse_slo(text: str) -> Slo:
     return Slo(tps=tps, ttft_s=ttft, percentile=percentile)  # type: ignore[arg-type]
 
 
+def parse_threshold(text: str, option: str = "--threshold") -> float:
+    """`5%` or `0.05` -> 0.05: the smallest relative change that counts."""
+    try:
+        value = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
+    except ValueError:
+        raise StackpinError(f"{option} {text!r}: give a fraction (0.05) or a percentage (5%)") from None
+    if not 0 <= value < 10:  # NaN fails it too
+        raise StackpinError(f"{option} {text!r}: out of range")
+    return value
+
+
 def parse_agents(text: str) -> tuple[int, ...]:
     try:
         counts = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))

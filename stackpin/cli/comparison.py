@@ -14,15 +14,9 @@ if TYPE_CHECKING:
 
 
 def threshold(text: str) -> float:
-    from stackpin.errors import StackpinError
+    from stackpin.bench.binding import parse_threshold
 
-    try:
-        value = float(text.removesuffix("%")) / (100 if text.endswith("%") else 1)
-    except ValueError:
-        raise StackpinError(f"--threshold {text!r}: give a fraction (0.05) or a percentage (5%)") from None
-    if not 0 <= value < 10:  # NaN fails it too
-        raise StackpinError(f"--threshold {text!r}: out of range")
-    return value
+    return parse_threshold(text)
 
 
 def _pct(value: float | None) -> str:

@@ -8,7 +8,7 @@ document; every error is reported at the file, line and column that supplied the
 from __future__ import annotations
 
 import difflib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -95,14 +95,17 @@ def _inner_model(annotation: Any) -> Any:
     return annotation
 
 
-def _problems(exc: ValidationError, positions: MergedPositions) -> list[Problem]:
+def validation_problems(exc: ValidationError, locate: Callable[[FieldPath], Location],
+                        model: type[BaseModel]) -> list[Problem]:
+    """A pydantic error of a YAML document as one Problem per field, at its file:line:col, in file order
+    (profiles, fleet files)."""
     problems = []
     for err in exc.errors(include_url=False):
         loc = tuple(err["loc"])
         message = err["msg"]
         if err["type"] == "extra_forbidden":
             message = "unknown field"
-            close = difflib.get_close_matches(str(loc[-1]), _known_fields(StackProfile, loc), n=1)
+            close = difflib.get_close_matches(str(loc[-1]), _known_fields(model, loc), n=1)
             if close:
                 message += f" (did you mean '{close[0]}'?)"
         elif err["type"] == "value_error":
@@ -111,8 +114,12 @@ def _problems(exc: ValidationError, positions: MergedPositions) -> list[Problem]
             message = "required field is missing"
         elif err["type"] in ("enum", "literal_error"):
             message = f"{message}, got {clip(repr(err.get('input')))}"
-        problems.append(Problem(positions.locate(loc), _field_path(loc), message))
+        problems.append(Problem(locate(loc), _field_path(loc), message))
     return sorted(problems, key=lambda p: (p.location.file, p.location.line, p.location.col))
+
+
+def _problems(exc: ValidationError, positions: MergedPositions) -> list[Problem]:
+    return validation_problems(exc, positions.locate, StackProfile)
 
 
 def _read_chain(path: Path) -> tuple[dict[str, Any], MergedPositions, tuple[Path, ...]]:

@@ -1,0 +1,1 @@
+"""Staged rollout of a deployment's revision across racks (README.md)."""
