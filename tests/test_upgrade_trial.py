@@ -295,6 +295,9 @@ def test_a_blocked_proposal_is_not_trialled(tmp_path: Path, site: Path) -> None:
     assert err == (f"error: {proposal}/proposal.json: the proposal is blocked (spec.kernels.moe: the backend is "
                    "gone in the new release); nothing to trial\n")
     assert sorted(p.name for p in proposal.iterdir()) == [PROPOSAL_FILE]
+    code, out, err = promote(proposal, tmp_path / "history")
+    assert (code, out) == (1, "") and err.endswith("the backend is gone in the new release); nothing to promote\n")
+    assert not (tmp_path / "history").exists()
 
 
 def test_fault_candidate_is_for_the_simulator_only(tmp_path: Path) -> None:

@@ -21,7 +21,15 @@ from stackpin.bench.result import BenchResult
 from stackpin.history.record import Recorded
 from stackpin.history.store import HistoryStore
 from stackpin.upgrade.model import PROPOSAL_FILE, Proposal, Trial, Verdict
-from stackpin.upgrade.trial import CANDIDATE_LOCK, TrialRefused, proposal_dir, read_proposal, read_trial, sha256_hex
+from stackpin.upgrade.trial import (
+    CANDIDATE_LOCK,
+    TrialRefused,
+    proposal_dir,
+    read_proposal,
+    read_trial,
+    sha256_hex,
+    trialable,
+)
 
 # Attachment kinds: `bench` is what `stackpin bench attach` writes (a result file verbatim), so `history`
 # shows the candidate's headline and `rollback --if-regressed` compares it with the previous revision's.
@@ -63,6 +71,7 @@ def promote_candidate(arg: str, store: HistoryStore, deployments: Path, *, allow
 
     directory = proposal_dir(arg)
     proposal, raw = read_proposal(directory)
+    trialable(proposal, directory, "promote")  # a blocked proposal says so, not "run the trial first"
     trial = read_trial(directory)
     allowed = {Verdict.gain} | ({Verdict.no_change} if allow_no_change else set())
     if trial.verdict not in allowed:

@@ -107,12 +107,12 @@ def current_source(proposal: Proposal, lockdir: Path, history: Path) -> StackSou
     return source
 
 
-def trialable(proposal: Proposal, directory: Path) -> str:
+def trialable(proposal: Proposal, directory: Path, step: str = "trial") -> str:
     """The candidate profile; a blocked proposal has none to trial (exit 1, before anything is written)."""
     if proposal.blocked or proposal.candidate_profile is None:
         first = proposal.blockers[0] if proposal.blockers else None
         why = f"{first.path}: {first.message}" if first else "it has no candidate profile"
-        raise TrialRefused(f"{directory / PROPOSAL_FILE}: the proposal is blocked ({why}); nothing to trial")
+        raise TrialRefused(f"{directory / PROPOSAL_FILE}: the proposal is blocked ({why}); nothing to {step}")
     return proposal.candidate_profile
 
 
