@@ -8,12 +8,17 @@ speed, a four-session trace with no tool time between turns (the gate has no --d
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from stackpin.bench.resultfile import read_result
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock, read_lock
 from stackpin.rollout.benchgate import GateResult, judge, measure
@@ -21,6 +26,7 @@ from stackpin.rollout.fleet import BenchGate
 from stackpin.sim.faults import FaultSpec
 from stackpin.sim.server import serve_in_thread
 from tests.helpers import ROOT
+from tests.kube import Kube, garbage_collector
 
 LOCK = ROOT / "lockfiles" / "gb300-tuned.lock.yaml"
 GATE = BenchGate(trace="agents.jsonl", runs=2, threshold="20%", lag_limit="50ms")
@@ -131,3 +137,75 @@ def test_an_interval_past_the_threshold_is_inconclusive() -> None:
     assert settled_verdict(comparison(-0.03, 0.01)) == "no significant change"
     assert settled_verdict(comparison(-0.09, 0.04)) == "inconclusive"
     assert settled_verdict(Comparison(("a",), ("b",), (2, 2), 1, 0.05, (), ())) == "inconclusive"
+
+
+# --- the test bed's live endpoint (devkit/livesim.py) ------------------------------------------------
+
+GB300 = "dsv41-flash@gb300-nvl72"
+
+
+def sim_info(url: str) -> dict:
+    with urllib.request.urlopen(url + "/stackpin/sim", timeout=10) as answer:
+        return json.loads(answer.read())
+
+
+def serving(url: str, digest: str, within_s: float = 15.0) -> dict:
+    """/stackpin/sim once it names `digest` (the bed polls the API server every half second; 503 until a
+    stack is live)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            info = sim_info(url)
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or time.monotonic() > deadline:
+                raise AssertionError(f"{exc.code}: {exc.read().decode()}") from None
+        else:
+            if info["stack_digest"] == digest or time.monotonic() > deadline:
+                return info
+        time.sleep(0.1)
+
+
+def test_the_live_endpoint_serves_the_applied_revision_and_follows_an_apply(kube: Kube, tmp_path: Path,
+                                                                            trace: Path) -> None:
+    """Apply revision 1 of the committed demo history (gb300-launch): the bed serves its simulator. Apply
+    revision 2 (gb300-tuned, injected with slow=2 by digest): it switches, streams through, and the gate
+    benches the new stack through it."""
+    from devkit.livesim import serve_live
+    from stackpin.history.store import HistoryStore
+
+    history = tmp_path / "history"
+    shutil.copytree(ROOT / "history", history)
+    store = HistoryStore(history)
+    key = store.resolve(GB300)
+    first, second = (store.read(key, n).lock.stack_digest for n in (1, 2))
+    assert first != second
+    with serve_live(kube.kubeconfig, kube.namespace, "dsv41-flash", history, {second: "slow=2"}, share=2) as url:
+        with pytest.raises(urllib.error.HTTPError) as nothing:
+            sim_info(url)
+        assert nothing.value.code == 503  # nothing applied yet: nothing served
+        assert kube.stackpin("apply", f"{GB300}@1", "--history", str(history)).exit_code == 0
+        info = serving(url, first)
+        assert (info["stack_digest"], info["stack"]) == (first, "gb300-launch")
+        assert not any("slow" in s for s in info["substitutions"])
+        with garbage_collector(kube):
+            applied = kube.stackpin("apply", f"{GB300}@2", "--history", str(history), "--allow-recreate",
+                                    "--timeout", "60")
+        assert applied.exit_code == 0, applied.output
+        info = serving(url, second)
+        assert (info["stack_digest"], info["stack"]) == (second, "gb300-tuned")
+        assert any("slow=2" in s for s in info["substitutions"]), info
+        with urllib.request.urlopen(url + "/v1/models", timeout=10) as answer:
+            model = json.loads(answer.read())["data"][0]["id"]
+        body = json.dumps({"model": model, "messages": [{"role": "user", "content": "a b c"}], "stream": True,
+                           "max_tokens": 5, "ignore_eos": True}).encode()
+        request = urllib.request.Request(url + "/v1/chat/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            events = [line for line in answer.read().decode().splitlines() if line.startswith("data: ")]
+        assert events[-1] == "data: [DONE]" and any('"content"' in e for e in events), events
+        # The gate benches the rack through it as it would a real rack's endpoint.
+        [path] = measure(url, store.read(key, 2).lock, BenchGate(trace="t", runs=1, slo="none", lag_limit="50ms"),
+                         trace, tmp_path / "gate", "after", lambda _: None)
+        result = read_result(path)
+        assert result.stack.digest == second and result.simulation is not None
+        assert any("slow=2" in s for s in result.simulation.substitutions)
+        assert result.points[0].request_log and not any(r.error for r in result.points[0].request_log)
