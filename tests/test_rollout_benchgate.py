@@ -139,6 +139,18 @@ def test_an_interval_past_the_threshold_is_inconclusive() -> None:
     assert settled_verdict(Comparison(("a",), ("b",), (2, 2), 1, 0.05, (), ())) == "inconclusive"
 
 
+def test_the_slo_of_the_stack_before_is_pinned_for_both_sides(trace: Path) -> None:
+    """No slo in the gate: each side would be held to its own spec.service; pinned_slo writes the old stack's
+    out, so the new one is held to it (and judge compares like with like)."""
+    from stackpin.bench.binding import service_slo
+    from stackpin.rollout.benchgate import gate_controls, pinned_slo
+
+    launch = read_lock(ROOT / "lockfiles" / "gb300-launch.lock.yaml")
+    pinned = pinned_slo(GATE, launch)
+    assert gate_controls(pinned, read_lock(LOCK), trace).slo == service_slo(launch)
+    assert pinned_slo(pinned, read_lock(LOCK)) is pinned
+    assert gate_controls(GATE.model_copy(update={"slo": "none"}), launch, trace).slo is None
+
 # --- the test bed's live endpoint (devkit/livesim.py) ------------------------------------------------
 
 GB300 = "dsv41-flash@gb300-nvl72"
@@ -196,12 +208,17 @@ def test_the_live_endpoint_serves_the_applied_revision_and_follows_an_apply(kube
         assert any("slow=2" in s for s in info["substitutions"]), info
         with urllib.request.urlopen(url + "/v1/models", timeout=10) as answer:
             model = json.loads(answer.read())["data"][0]["id"]
+        # A stream passes through as it is made: its first event arrives long before its last.
         body = json.dumps({"model": model, "messages": [{"role": "user", "content": "a b c"}], "stream": True,
-                           "max_tokens": 5, "ignore_eos": True}).encode()
+                           "max_tokens": 400, "ignore_eos": True}).encode()
         request = urllib.request.Request(url + "/v1/chat/completions", body, {"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=30) as answer:
-            events = [line for line in answer.read().decode().splitlines() if line.startswith("data: ")]
-        assert events[-1] == "data: [DONE]" and any('"content"' in e for e in events), events
+        started, events = time.monotonic(), []
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            for line in answer:
+                if line.startswith(b"data: "):
+                    events.append((time.monotonic() - started, line.decode().strip()))
+        assert events[-1][1] == "data: [DONE]" and len(events) > 10, events
+        assert events[0][0] < events[-1][0] / 2, (events[0][0], events[-1][0])
         # The gate benches the rack through it as it would a real rack's endpoint.
         [path] = measure(url, store.read(key, 2).lock, BenchGate(trace="t", runs=1, slo="none", lag_limit="50ms"),
                          trace, tmp_path / "gate", "after", lambda _: None)
