@@ -98,6 +98,17 @@ def test_a_dead_endpoint_is_one_line_naming_it(tmp_path: Path, lock: StackLock, 
     assert not list(tmp_path.glob("*.json"))
 
 
+def test_failed_requests_are_one_line_naming_the_endpoint(tmp_path: Path, lock: StackLock, trace: Path) -> None:
+    """A stack that answers errors is not measured: the gate stops on it rather than judge what came back."""
+    gate = GATE.model_copy(update={"slo": "none", "runs": 1})
+    with serve_in_thread(LOCK, share=18, faults=FaultSpec(error=0.5)) as sim:
+        with pytest.raises(StackpinError) as caught:
+            measure(sim.url, lock, gate, trace, tmp_path, "after", lambda _: None)
+    [line] = caught.value.lines()
+    assert line.startswith(f"bench gate: {sim.url}: run 1 of 1 (after): "), line
+    assert " requests failed (first: " in line, line
+    assert not list(tmp_path.glob("*.json"))
+
 def test_the_simulator_of_another_stack_is_refused(tmp_path: Path, trace: Path) -> None:
     """The rack serving something other than the stack the gate benches is an error, not a measurement."""
     other = read_lock(ROOT / "lockfiles" / "gb300-launch.lock.yaml")

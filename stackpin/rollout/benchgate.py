@@ -122,7 +122,7 @@ def judge(before: Sequence[Path], after: Sequence[Path], threshold: float) -> Ga
     elif settled == "inconclusive":
         verdict = "inconclusive"
         if main is not None:
-            summary += f"; the interval reaches past the {threshold:.0%} threshold"
+            summary += f"; the interval reaches past the {threshold * 100:g}% threshold"
     else:
         verdict = "pass"
     return GateResult(verdict, " ".join(summary.split()), tuple(map(str, before)), tuple(map(str, after)))
