@@ -183,6 +183,8 @@ def serve_live(cluster_kubeconfig: Path, namespace: str, deployment: str, histor
                     live.poll()
                 except StackpinError as exc:  # a lock that cannot be simulated, a broken history
                     live._serve(None, exc.message)  # said in the 503s; the next poll tries again
+                except ValueError as exc:  # a record's lock that is no lock (pydantic's ValidationError)
+                    live._serve(None, " ".join(str(exc).split())[:300])
 
         poller = threading.Thread(target=poll, name="livesim-poll", daemon=True)
         poller.start()

@@ -192,7 +192,7 @@ def test_the_live_endpoint_serves_the_applied_revision_and_follows_an_apply(kube
                                                                             trace: Path) -> None:
     """Apply revision 1 of the committed demo history (gb300-launch): the bed serves its simulator. Apply
     revision 2 (gb300-tuned, injected with slow=2 by digest): it switches, streams through, and the gate
-    benches the new stack through it."""
+    benches the new stack through it. Then a stack applied from a lockfile (no revision)."""
     from devkit.livesim import serve_live
     from stackpin.history.store import HistoryStore
 
@@ -237,3 +237,7 @@ def test_the_live_endpoint_serves_the_applied_revision_and_follows_an_apply(kube
         assert result.stack.digest == second and result.simulation is not None
         assert any("slow=2" in s for s in result.simulation.substitutions)
         assert result.points[0].request_log and not any(r.error for r in result.points[0].request_log)
+        # A stack applied from a lockfile has no revision: the record's own copy of its lock is served.
+        assert kube.apply("vera-rubin-tuned").exit_code == 0
+        other = read_lock(ROOT / "lockfiles" / "vera-rubin-tuned.lock.yaml").stack_digest
+        assert serving(url, other)["stack"] == "vera-rubin-tuned"
