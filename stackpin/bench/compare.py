@@ -67,6 +67,32 @@ class Comparison:
         return "improvement" if any(m.verdict == "improvement" for m in self.metrics) else "no significant change"
 
 
+# The headline a comparison is summed up by, the first it has: throughput at the SLO is what a stack is
+# for; single-agent speed when no SLO was scored.
+MAIN_METRICS = ("tok/s per GPU at the SLO", "single-agent tok/s")
+
+
+def unsure(metric: Metric, threshold: float) -> bool:
+    """No significant change, yet its interval reaches past the threshold: the runs cannot tell a change
+    from none."""
+    return (metric.verdict == "no significant change" and metric.low is not None and metric.high is not None
+            and (metric.low < -threshold or metric.high > threshold))
+
+
+def settled_verdict(comparison: Comparison) -> str:
+    """compare's verdict, or `inconclusive` short of a regression when a headline is unsure or no headline
+    was measured on both sides (what a trial or a rollout gate acts on)."""
+    if comparison.verdict != "regression" and (
+            not comparison.metrics or any(unsure(m, comparison.threshold) for m in comparison.metrics)):
+        return "inconclusive"
+    return comparison.verdict
+
+
+def main_metric(comparison: Comparison) -> Metric | None:
+    """The headline the comparison is summed up by (MAIN_METRICS), None when neither was measured."""
+    return next((m for name in MAIN_METRICS for m in comparison.metrics if m.name == name), None)
+
+
 def control_differences(a: BenchResult, b: BenchResult) -> list[tuple[str, object, object]]:
     out = []
     for name in MUST_MATCH:

@@ -19,22 +19,21 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from stackpin.bench.compare import Comparison, Metric, compare
+from stackpin.bench.compare import Comparison, Metric, compare, main_metric, settled_verdict, unsure
+from stackpin.bench.controlled import BenchControls, bench_once
 from stackpin.bench.result import BenchResult, result_json
 from stackpin.deploy.source import StackSource
 from stackpin.errors import InputError, Location, Problem, StackpinError
 from stackpin.lock.lockfile import StackLock
 from stackpin.upgrade.model import PROPOSAL_FILE, TRIAL_FILE, MetricVerdict, Proposal, Trial, Verdict
-from stackpin.upgrade.trialbed import Bed, BenchControls, SimBed, bench, endpoints
+from stackpin.upgrade.trialbed import Bed, SimBed, endpoints
 from stackpin.yamlio import MAX_INPUT_BYTES, read_regular, write_atomic
 
 CANDIDATE_LOCK = "candidate.lock.yaml"
 RESULTS_DIR = "results"
 # bench compare's verdicts, as a trial names them
-VERDICTS = {"regression": Verdict.regression, "improvement": Verdict.gain, "no significant change": Verdict.no_change}
-# The headline a trial is summed up by, the first the comparison has: throughput at the SLO is what an
-# upgrade is for; single-agent speed when no SLO was scored.
-MAIN_METRICS = ("tok/s per GPU at the SLO", "single-agent tok/s")
+VERDICTS = {"regression": Verdict.regression, "improvement": Verdict.gain, "no significant change": Verdict.no_change,
+            "inconclusive": Verdict.inconclusive}
 
 
 class TrialRefused(StackpinError):
@@ -138,23 +137,17 @@ def lock_candidate(proposal: Proposal, directory: Path, lockdir: Path, options: 
 
 
 def trial_verdict(comparison: Comparison) -> tuple[Verdict, list[MetricVerdict], str | None]:
-    """compare's verdict as the trial's, each headline's, and the main headline. A headline with no
-    significant change whose interval still reaches past the threshold is inconclusive (the runs cannot
-    tell a change from none), and so is the trial then, short of a regression; so is a trial with no
-    headline both sides measured."""
-    threshold = comparison.threshold
-
+    """compare's verdict as the trial's (bench.compare.settled_verdict), each headline's, and the main
+    headline. A headline with no significant change whose interval still reaches past the threshold is
+    inconclusive, and so is the trial then, short of a regression; so is a trial with no headline both
+    sides measured."""
     def verdict_of(m: Metric) -> Verdict:
-        unsure = m.low is not None and m.high is not None and (m.low < -threshold or m.high > threshold)
-        return Verdict.inconclusive if m.verdict == "no significant change" and unsure else VERDICTS[m.verdict]
+        return Verdict.inconclusive if unsure(m, comparison.threshold) else VERDICTS[m.verdict]
 
     metrics = [MetricVerdict(name=m.name, unit=m.unit, current=m.a, candidate=m.b, change=m.change, low=m.low,
                              high=m.high, verdict=verdict_of(m)) for m in comparison.metrics]
-    main = next((name for name in MAIN_METRICS if any(m.name == name for m in metrics)), None)
-    overall = VERDICTS[comparison.verdict]
-    if overall != Verdict.regression and (not metrics or any(m.verdict == Verdict.inconclusive for m in metrics)):
-        overall = Verdict.inconclusive
-    return overall, metrics, main
+    main = main_metric(comparison)
+    return VERDICTS[settled_verdict(comparison)], metrics, main.name if main else None
 
 
 def run_trial(arg: str, bed: Bed, controls: BenchControls, trace_name: str, *, slo_text: str | None = None,
@@ -188,7 +181,7 @@ def run_trial(arg: str, bed: Bed, controls: BenchControls, trace_name: str, *, s
             for run in range(1, runs + 1):
                 # ABBA: alternate which side goes first, so a drift of the host weighs on both alike
                 for side in ("current", "candidate") if run % 2 else ("candidate", "current"):
-                    result = bench(urls[side], sides[side], controls)
+                    result = bench_once(urls[side], sides[side], controls)
                     if result.interrupted:
                         raise StackpinError(f"interrupted in run {run} of {runs} ({side}): no trial written")
                     path = results / f"{side}-{run}.json"

@@ -1,33 +1,15 @@
 """Where a trial measures: each stack behind an endpoint (stackpin's simulator served in-process on a
-loopback port, or endpoints the user names), benched by `stackpin bench run`'s library with one set of
+loopback port, or endpoints the user names), each benched by `stackpin.bench.controlled` with one set of
 controls for both sides."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from stackpin.bench.result import BenchResult, Slo
-from stackpin.bench.sessions import Trace
+from stackpin.bench.controlled import BenchControls as BenchControls  # what the CLI builds a trial's controls as
 from stackpin.deploy.source import StackSource
-
-
-@dataclass(frozen=True)
-class BenchControls:
-    """What both sides are benched under: bench run's options, the same for current and candidate."""
-
-    trace: Trace
-    agents: tuple[int, ...] = (1,)
-    slo: Slo | None = None
-    workers: int = 1
-    duration_s: float | None = None
-    sessions: int | None = None
-    delay_scale: float = 1.0
-    timeout_s: float = 300.0
-    lag_limit_s: float = 0.01
-    retries: int = 1
 
 
 @dataclass(frozen=True)
@@ -66,15 +48,3 @@ def endpoints(bed: Bed, current: StackSource, candidate: StackSource) -> Iterato
                                                       faults=spec)).url
                 for source, spec in ((current, FaultSpec()), (candidate, faults))]
         yield urls[0], urls[1]
-
-
-def bench(endpoint: str, source: StackSource, controls: BenchControls) -> BenchResult:
-    """One `bench run` of `source` behind `endpoint`, under a fresh cache salt (no run hits the prefix
-    cache another filled). run_bench returns with Ctrl-C ignored; the caller restores it."""
-    from stackpin.bench.replay import RunOptions, run_bench
-
-    options = RunOptions(endpoint=endpoint, trace=controls.trace, agents=controls.agents, slo=controls.slo,
-                         workers=controls.workers, duration_s=controls.duration_s, sessions=controls.sessions,
-                         delay_scale=controls.delay_scale, timeout_s=controls.timeout_s,
-                         cache_salt=secrets.token_hex(3), lag_limit_s=controls.lag_limit_s, retries=controls.retries)
-    return run_bench(options, source)
