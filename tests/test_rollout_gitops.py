@@ -313,3 +313,18 @@ def test_json_lists_the_files_written(tmp_path: Path) -> None:
     data = json.loads(result.stdout)
     assert data["files"] == sorted(tree(tmp_path / "out"))
     assert data["waves"] == [["rack-a"], ["rack-b", "rack-c"]] and data["revision"] == REVISION
+
+
+def test_files_a_new_run_no_longer_has_are_removed(tmp_path: Path) -> None:
+    """A rack that left the fleet, another revision's attestation ConfigMap, the other format's file: removed,
+    as promote removes what a revision no longer renders; a file of someone else's stays."""
+    out = tmp_path / "out"
+    first = gitops(fleet_file(tmp_path, racks=3), out, "argocd", revision="dynamo/dsv41-flash@gb300-nvl72@1")
+    assert first.exit_code == 0
+    (out / "racks" / "rack-c" / "notes.yaml").write_text("# mine\n", encoding="utf-8")
+    assert gitops(fleet_file(tmp_path, racks=2), out, "flux").exit_code == 0
+    expected = tree(out)
+    fresh = tmp_path / "fresh"
+    assert gitops(fleet_file(tmp_path, racks=2), fresh, "flux").exit_code == 0
+    assert {k: v for k, v in expected.items() if k != "racks/rack-c/notes.yaml"} == tree(fresh)
+    assert "racks/rack-c/notes.yaml" in expected
