@@ -167,13 +167,35 @@ def applicationset(loaded: LoadedFleet, revision: Revision, options: GitOpsOptio
         "(the canary) first and each next wave once every Application of the one before is Healthy.",
         "Needs progressive syncs enabled (applicationsetcontroller.enable.progressive.syncs: \"true\" in",
         "argocd-cmd-params-cm). RollingSync turns the Applications' autosync off and triggers each sync",
-        "itself, with their syncPolicy (automated.prune: what its syncs prune).", *_NOT_EXPRESSED,
+        "itself, with their syncPolicy (automated.prune: what its syncs prune).",
+        "A kind Argo CD has no health check for does not hold a wave back: give DynamoGraphDeployment one",
+        "(resource.customizations.health.nvidia.com_DynamoGraphDeployment in argocd-cm).", *_NOT_EXPRESSED,
     ])
     return header + dump_yaml(doc)
 
 
-def kustomizations(loaded: LoadedFleet, revision: Revision, options: GitOpsOptions) -> str:
+# kstatus, which `wait` uses, counts a custom resource Current once its status.observedGeneration (if any)
+# is the generation: it does not know a DynamoGraphDeployment's `state`. These say what stackpin's own
+# readiness check says (deploy/readiness.py: state successful, the Ready condition not other than True).
+# Flux evaluates them on the object (fluxcd/pkg runtime/cel StatusEvaluator: failed before current);
+# an object with no status yet fails to evaluate, which keeps the Kustomization waiting.
+DGD_CURRENT = ("has(status.state) && status.state == 'successful' && (!has(status.conditions) || "
+               "status.conditions.filter(c, c.type == 'Ready').all(c, c.status == 'True'))")
+DGD_FAILED = "has(status.state) && status.state == 'failed'"
+
+
+def _dgd_api_versions(rendered: dict[str, str]) -> list[str]:
+    from stackpin.yamlio import load_data
+
+    found = {doc.get("apiVersion") for name, text in rendered.items() if name != "kustomization.yaml"
+             for doc in [load_data(text)] if isinstance(doc, dict) and doc.get("kind") == "DynamoGraphDeployment"}
+    return sorted(str(v) for v in found)
+
+
+def kustomizations(loaded: LoadedFleet, revision: Revision, options: GitOpsOptions, rendered: dict[str, str]) -> str:
     fleet = loaded.fleet
+    health = [{"apiVersion": api, "kind": "DynamoGraphDeployment", "current": DGD_CURRENT, "failed": DGD_FAILED}
+              for api in _dgd_api_versions(rendered)]
     name = fleet.metadata.name
     docs: list[dict[str, Any]] = []
     previous: list[str] = []
@@ -189,6 +211,8 @@ def kustomizations(loaded: LoadedFleet, revision: Revision, options: GitOpsOptio
                 "wait": True,
                 "timeout": _duration(fleet.spec.gates.ready.timeout_seconds),
             }
+            if health:
+                spec["healthCheckExprs"] = health
             if previous:
                 spec["dependsOn"] = [{"name": dep} for dep in previous]
             secret = rack.gitops.kube_config_secret if rack.gitops else None
@@ -202,9 +226,11 @@ def kustomizations(loaded: LoadedFleet, revision: Revision, options: GitOpsOptio
                          "spec": spec})
         previous = names
     header = _header(loaded, revision, [
-        "Flux Kustomizations, one per rack: each waits for its objects to be healthy (wait: true) and",
-        "depends on every Kustomization of the wave before, so wave 0 (the canary) goes first; the",
-        "timeout is the fleet's ready gate.", *_NOT_EXPRESSED,
+        "Flux Kustomizations, one per rack: each waits for its objects to be healthy (wait: true; the",
+        "DynamoGraphDeployment by its status.state, healthCheckExprs) and",
+        "depends on every Kustomization of the wave before, so wave 0 (the canary) goes first. All read one",
+        "GitRepository, so a dependency counts only once Ready at the same commit (kustomize-controller's",
+        "checkDependencies). The timeout is the fleet's ready gate.", *_NOT_EXPRESSED,
     ])
     return header + dump_yaml_all(docs)
 
@@ -222,7 +248,7 @@ def gitops_files(loaded: LoadedFleet, revision: Revision, options: GitOpsOptions
     if options.format is GitOpsFormat.argocd:
         files[APPLICATIONSET_FILE] = applicationset(loaded, revision, options)
     else:
-        files[KUSTOMIZATIONS_FILE] = kustomizations(loaded, revision, options)
+        files[KUSTOMIZATIONS_FILE] = kustomizations(loaded, revision, options, rendered)
     return dict(sorted(files.items()))
 
 
