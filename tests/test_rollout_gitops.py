@@ -328,3 +328,46 @@ def test_files_a_new_run_no_longer_has_are_removed(tmp_path: Path) -> None:
     assert gitops(fleet_file(tmp_path, racks=2), fresh, "flux").exit_code == 0
     assert {k: v for k, v in expected.items() if k != "racks/rack-c/notes.yaml"} == tree(fresh)
     assert "racks/rack-c/notes.yaml" in expected
+
+
+def _status_crd(rules: dict[str, str]) -> dict[str, Any]:
+    """A CRD whose objects the API server admits only when every rule holds: the health expressions, with
+    the object's fields reached through `self` (CEL's root in a CRD rule) instead of Flux's top level."""
+    text = {"type": "string", "maxLength": 64}  # bounds, or the server refuses the rules' estimated cost
+    condition = {"type": "object", "properties": {"type": text, "status": text}}
+    status = {"type": "object", "properties": {"state": text,
+                                               "conditions": {"type": "array", "maxItems": 16, "items": condition}}}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "healths.stackpin.test"},
+            "spec": {"group": "stackpin.test", "scope": "Namespaced",
+                     "names": {"plural": "healths", "singular": "health", "kind": "Health"},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                         "type": "object", "properties": {"status": status},
+                         "x-kubernetes-validations": [{"rule": rule, "message": name} for name, rule in rules.items()],
+                     }}}]}}
+
+
+@pytest.mark.parametrize(("status", "current", "failed"), [
+    ({"state": "successful", "conditions": [{"type": "Ready", "status": "True"}]}, True, False),
+    ({"state": "successful"}, True, False),
+    ({"state": "successful", "conditions": [{"type": "Ready", "status": "False"}]}, False, False),
+    ({"state": "pending", "conditions": [{"type": "Ready", "status": "False"}]}, False, False),
+    ({"state": "failed"}, False, True),
+    ({}, False, False),
+])
+def test_the_flux_health_expressions_mean_what_stackpins_readiness_means(
+        crd_env: Envtest, status: dict[str, Any], current: bool, failed: bool) -> None:
+    """cel-go, in the API server, compiles and evaluates the expressions Flux is given (Flux uses cel-go too);
+    stackpin's own readiness (deploy/readiness.py) agrees on each status."""
+    from stackpin.deploy.readiness import readiness
+    from stackpin.rollout.gitops import DGD_CURRENT, DGD_FAILED
+
+    def rooted(expr: str, holds: bool) -> str:
+        expr = re.sub(r"(?<![\w.])status\.", "self.status.", expr)
+        return f"has(self.status) && ({expr})" if holds else f"!has(self.status) || !({expr})"
+
+    crd_env.install_crd(_status_crd({"current": rooted(DGD_CURRENT, current), "failed": rooted(DGD_FAILED, failed)}))
+    obj = {"apiVersion": "stackpin.test/v1", "kind": "Health", "metadata": {"name": "h"}, "status": status}
+    code, data = crd_env.request("POST", "/apis/stackpin.test/v1/namespaces/dynamo/healths?dryRun=All", obj)
+    assert code == 201, data.get("message") if isinstance(data, dict) else data
+    assert readiness({"metadata": {"name": "h"}, "spec": {}, "status": status}).ready is current
