@@ -37,7 +37,7 @@ FORMAT_ARGS = {"argocd": ["--repo-url", REPO_URL, "--target-revision", "main"], 
 TOOL_FILE = {"argocd": "applicationset.yaml", "flux": "kustomizations.yaml"}
 
 
-def fleet_file(directory: Path, racks: int = 3, batch: int = 2, overrides: dict[int, dict[str, str]] | None = None
+def fleet_file(directory: Path, racks: int = 3, batch: int = 2, overrides: dict[int, dict[str, Any]] | None = None
                ) -> Path:
     """A fleet of `racks` GB300 racks (rack-a, rack-b, ...), the first the canary; `overrides`: rack fields by index."""
     entries = []
@@ -371,3 +371,10 @@ def test_the_flux_health_expressions_mean_what_stackpins_readiness_means(
     code, data = crd_env.request("POST", "/apis/stackpin.test/v1/namespaces/dynamo/healths?dryRun=All", obj)
     assert code == 201, data.get("message") if isinstance(data, dict) else data
     assert readiness({"metadata": {"name": "h"}, "spec": {}, "status": status}).ready is current
+
+
+def test_a_bad_gitops_section_is_named_at_its_line(tmp_path: Path) -> None:
+    fleet = fleet_file(tmp_path, overrides={0: {"gitops": {"kubeConfigSecret": "Bad_Name"}}})
+    result = gitops(fleet, tmp_path / "out", "flux")
+    _one_line_error(result, "fleet.yaml:", "gitops.kubeConfigSecret")
+    assert not (tmp_path / "out").exists()
