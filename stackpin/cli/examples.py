@@ -53,6 +53,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "sim figures": ("stackpin sim figures --leave-one-out",),
     "bench run": (f"stackpin bench run --endpoint http://127.0.0.1:8000 --trace agents.jsonl --lock {LOCK} "
                   "--agents 1,8,32 --out tuned.json",),
+    "rollout gitops": (f"stackpin rollout gitops gitops/fleet/gb300-fleet.yaml {DEPLOYMENT}@2 --output-dir "
+                       "gitops/fleet/argocd --format argocd --repo-url https://git.example.invalid/YOUR-ORG/stackpin.git",
+                       f"stackpin rollout gitops fleet.yaml {DEPLOYMENT}@2 --output-dir out/ --format flux "
+                       "--source stackpin"),
     "bench compare": ("stackpin bench compare launch.json tuned.json --threshold 5%",),
     "bench plot": ("stackpin bench plot launch.json tuned.json --out curve.png",),
     "bench attach": (f"stackpin bench attach {DEPLOYMENT}@2 tuned.json",),

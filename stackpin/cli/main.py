@@ -28,6 +28,7 @@ SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
         ("stackpin.cli.upgrade_check", "check"), ("stackpin.cli.upgrade_propose", "propose"),
         ("stackpin.cli.upgrade_trial", "trial"), ("stackpin.cli.upgrade_trial", "promote"),
     ),
+    "rollout": (("stackpin.cli.rollout_gitops", "gitops"),),
 }
 
 

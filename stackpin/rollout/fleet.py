@@ -15,6 +15,9 @@ error names the file, line and field.
           namespace: dynamo              # default: the revision's
           deployment: dsv41-flash        # default: the revision's
           endpoint: http://rack-a.example:8000   # the OpenAI-compatible endpoint the gate benches
+          gitops:                        # only for `stackpin rollout gitops`; default: the tool's own cluster
+            argocdCluster: rack-a        # the cluster's name as registered in Argo CD (destination.name)
+            kubeConfigSecret: rack-a-kubeconfig  # Flux: a Secret beside the Kustomization holding its kubeconfig
         - ...
       waves:
         canary: rack-a       # one rack first (default: the first rack)
@@ -52,6 +55,18 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
 
+class RackGitOps(_Model):
+    """Where GitOps mode (`stackpin rollout gitops`) sends the rack's directory. The kubeconfig above is
+    stackpin's own way in; Argo CD and Flux each keep their own, so each is named here."""
+
+    # The destination cluster's name as registered in Argo CD (`argocd cluster add`); None: in-cluster,
+    # Argo CD's name for the cluster it runs in.
+    argocd_cluster: Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[^\s]+$")] | None = None
+    # Flux: a Secret in the Kustomization's namespace holding the rack's kubeconfig under `value`
+    # (kubeConfig.secretRef); None: the cluster Flux runs in.
+    kube_config_secret: Name | None = None
+
+
 class Rack(_Model):
     name: Name
     kubeconfig: str | None = None  # relative to the fleet file; None: $KUBECONFIG, then ~/.kube/config
@@ -60,6 +75,7 @@ class Rack(_Model):
     namespace: Name | None = None  # None: the revision's metadata.namespace
     deployment: Name | None = None  # None: the revision's metadata.deployment
     endpoint: str | None = None  # what the bench gate measures; required on the canary when it benches
+    gitops: RackGitOps | None = None  # None: in GitOps mode, the cluster the tool itself runs in
 
     @field_validator("endpoint")
     @classmethod
