@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACKPIN := $(BIN)/stackpin
 PROFILES := profiles
 
-.PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench demo-upgrade test bench lint schema examples docs crds clean
+.PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench demo-upgrade demo-gitops test bench lint schema examples docs crds clean
 
 # Every extra (stackpin/extras.py): the demo and the tests use them all. `pip install stackpin` alone is the core.
 $(BIN)/stackpin: pyproject.toml
@@ -27,6 +27,7 @@ demo: setup
 	$(STACKPIN) render --lockdir lockfiles --output-dir manifests
 	$(STACKPIN) validate --manifests manifests
 	$(MAKE) --no-print-directory demo-history
+	$(MAKE) --no-print-directory demo-gitops
 	$(MAKE) --no-print-directory demo-bench
 	$(MAKE) --no-print-directory demo-upgrade
 
@@ -48,6 +49,16 @@ demo-history: setup
 		-m "Roll back to the launch stack while the tuned one is investigated"
 	$(STACKPIN) history $(DEMO_DEPLOYMENT)
 	$(STACKPIN) history --check
+
+# A staged rollout in GitOps mode (docs/rollout.md): revision 2 of the GB300 deployment to the example fleet
+# (gitops/fleet/gb300-fleet.yaml: a canary rack, then two), as an Argo CD ApplicationSet whose RollingSync
+# steps follow the waves and as Flux Kustomizations chained by dependsOn; the committed files come out the same.
+FLEET := gitops/fleet/gb300-fleet.yaml
+demo-gitops: setup
+	$(STACKPIN) rollout gitops $(FLEET) $(DEMO_DEPLOYMENT)@2 --output-dir gitops/fleet/argocd --format argocd \
+		--repo-url https://git.example.invalid/YOUR-ORG/stackpin.git --target-revision main --repo-path gitops/fleet/argocd
+	$(STACKPIN) rollout gitops $(FLEET) $(DEMO_DEPLOYMENT)@2 --output-dir gitops/fleet/flux --format flux \
+		--source stackpin --repo-path gitops/fleet/flux
 
 # Measure: a small agent trace replayed against the simulated launch, tuned and Vera Rubin stacks
 # (stackpin sim serve: a test bed, not hardware), then compare, plot, the HTML report and a capacity

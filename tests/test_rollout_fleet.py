@@ -71,3 +71,19 @@ def test_bad_input_names_the_line_and_field(tmp_path: Path, edit: tuple[str, str
     problem = caught.value.problems[0]
     assert (problem.location.file, problem.location.line, problem.field) == (str(path), line, field)
     assert problem.message.startswith(message)
+
+
+def test_a_fleet_error_is_one_line_and_exit_2_through_the_cli(tmp_path: Path) -> None:
+    """A rollout command reads the fleet first: a bad one stops it before anything is read or written."""
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import main
+
+    path = write(tmp_path, FLEET.replace("batchSize: 2", "batchSize: two"))
+    result = CliRunner().invoke(main, ["rollout", "gitops", str(path), "dynamo/dsv41-flash@gb300-nvl72@2",
+                                       "--output-dir", str(tmp_path / "out"), "--format", "flux", "--source", "s",
+                                       "--repo-path", "out"])
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"error: {path}:13:")
+    assert "spec.waves.batchSize" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
