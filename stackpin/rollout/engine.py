@@ -82,6 +82,7 @@ class Engine:
     poll_s: float = 1.0
     connect: Callable[[Rack], Cluster] | None = None
     _clusters: dict[str, Cluster] = field(default_factory=dict)
+    working: str = "?"  # the rack the last step began on (an error names it)
 
     # --- the record ---------------------------------------------------------------------------------
 
@@ -157,7 +158,10 @@ class Engine:
 
     def run(self) -> Rollout:
         """Carry the record on from its first step not done, to its end or a pause."""
+        from stackpin.rollout.record import this_runner
+
         spec = self.fleet.fleet.spec
+        self.save(self.record.model_copy(update={"runner": this_runner()}))
         try:
             if any(r.step == Step.failed for r in self.record.racks):  # a rollback the last run could not finish
                 failed = next(r for r in self.record.racks if r.step == Step.failed)
@@ -194,13 +198,13 @@ class Engine:
         return self.record
 
     def current_rack(self) -> str:
-        """The rack the rollout was working on (the first not done)."""
-        return next((r.name for r in self.record.racks if r.step != Step.done), "?")
+        return self.working
 
     def apply_rack(self, rack: Rack, canary: bool) -> None:
         entry = self.record.rack(rack.name)
         if entry.step.rank >= Step.applied.rank:
             return
+        self.working = rack.name
         live = self.live(rack)
         if entry.step == Step.pending:
             self.rack_update(rack.name, previous_revision=live.revision if live else None,
@@ -226,6 +230,7 @@ class Engine:
             return
         from stackpin.deploy.wait import WaitTimeout
 
+        self.working = rack.name
         try:
             self.wait(rack, self.target.lock)
         except WaitTimeout as exc:
@@ -239,6 +244,7 @@ class Engine:
         deadline, said = time.monotonic() + seconds, 0.0
         while racks:
             for rack in racks:
+                self.working = rack.name
                 res, name = self.serving(rack, self.target.lock)
                 live = self.cluster(rack).get(res, self.namespace(rack), name)
                 state = readiness(live) if live else None
@@ -260,6 +266,7 @@ class Engine:
         entry = self.record.rack(canary.name)
         if entry.step.rank >= Step.gated.rank:
             return
+        self.working = canary.name
         bench = self.fleet.fleet.spec.gates.bench
         if bench is None:
             gate = GateRecord(verdict="pass", summary="no bench gate: passed on ready and soak")
@@ -332,6 +339,7 @@ class Engine:
         self.save(self.record.with_state(State.stopped, f"rack {exc.rack}: {exc.reason}; rolled back to {what}"))
 
     def roll_back(self, rack: Rack, entry: RackRecord) -> None:
+        self.working = rack.name
         source = self.previous_source(rack, entry)
         self.note(rack.name, f"rolling back to {source.origin}")
         self.apply(rack, source)

@@ -100,6 +100,7 @@ class Rollout(_Model):
     stack_digest: str
     state: State = State.running
     reason: str = ""
+    runner: str = ""  # HOST:PID of the process running it (resume refuses while that process lives)
     started_at: str
     updated_at: str
     racks: tuple[RackRecord, ...]
@@ -122,6 +123,30 @@ class Rollout(_Model):
 
 def now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def this_runner() -> str:
+    import os
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def runner_alive(record: Rollout) -> bool:
+    """Whether the process that ran `record` still runs (known only on the same host)."""
+    import os
+    import socket
+
+    host, _, pid = record.runner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class Refused(StackpinError):
