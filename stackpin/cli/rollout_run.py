@@ -75,12 +75,16 @@ def _finish(record: Rollout, store: RolloutStore, output: str) -> None:
 @click.command()
 @click.argument("fleet_file", metavar="FLEET", type=click.Path(exists=True, dir_okay=False))
 @click.argument("revision", metavar="DEPLOYMENT@REV")
+@click.option("--allow-recreate", is_flag=True,
+              help="Let apply delete and recreate a DynamoGraphDeployment whose change cannot be made in place "
+                   "(that rack's pods go down; the rollout takes one wave at a time). Kept for resume.")
 @ROLLOUTS
 @HISTORY
 @LOCKDIR
 @OUTPUT
 @user_errors
-def start(fleet_file: str, revision: str, rollouts_dir: str, history_dir: str, lockdir: str, output: str) -> None:
+def start(fleet_file: str, revision: str, allow_recreate: bool, rollouts_dir: str, history_dir: str, lockdir: str,
+          output: str) -> None:
     """Roll DEPLOYMENT@REV out to the racks of FLEET (a fleet file), wave by wave: the canary, then
     batchSize racks at a time; each rack applied, awaited ready and soaked, the canary bench-gated.
 
@@ -96,7 +100,7 @@ def start(fleet_file: str, revision: str, rollouts_dir: str, history_dir: str, l
     require("cluster")
     fleet = load_fleet(fleet_file)
     source = resolve_source(revision, Path(lockdir), Path(history_dir))
-    record = new_record(fleet, source, "0")
+    record = new_record(fleet, source, "0", allow_recreate)
     store = RolloutStore(Path(rollouts_dir), fleet.fleet.metadata.name)
     record = record.model_copy(update={"id": store.acquire()})
     store.write(record)

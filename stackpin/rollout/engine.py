@@ -144,7 +144,7 @@ class Engine:
 
     def apply(self, rack: Rack, source: StackSource) -> None:
         ready = self.fleet.fleet.spec.gates.ready.timeout_seconds
-        options = ApplyOptions(namespace=rack.namespace, timeout_s=ready)
+        options = ApplyOptions(namespace=rack.namespace, timeout_s=ready, allow_recreate=self.record.allow_recreate)
         apply_stack(self.cluster(rack), source, options, progress=lambda m: self.note(rack.name, m),
                     warn=lambda m: self.note(rack.name, f"warning: {m}"))
 
@@ -352,7 +352,7 @@ class Engine:
         self.rack_update(rack.name, step=Step.rolled_back)
 
 
-def new_record(fleet: LoadedFleet, source: StackSource, rollout_id: str) -> Rollout:
+def new_record(fleet: LoadedFleet, source: StackSource, rollout_id: str, allow_recreate: bool = False) -> Rollout:
     """The record of a rollout about to start: every rack pending, in wave order."""
     from stackpin.history.model import DeploymentKey
 
@@ -368,4 +368,5 @@ def new_record(fleet: LoadedFleet, source: StackSource, rollout_id: str) -> Roll
     racks = tuple(RackRecord(name=r.name, wave=i) for i, wave in enumerate(fleet.fleet.spec.wave_plan()) for r in wave)
     return Rollout(id=rollout_id, fleet=fleet.fleet.metadata.name, fleet_file=str(fleet.path),
                    deployment=str(DeploymentKey.of_lock(lock)), revision=source.revision,
-                   stack_digest=lock.stack_digest, started_at=stamp, updated_at=stamp, racks=racks)
+                   stack_digest=lock.stack_digest, allow_recreate=allow_recreate, started_at=stamp,
+                   updated_at=stamp, racks=racks)

@@ -98,6 +98,7 @@ class Rollout(_Model):
     deployment: str  # the history's key, NAMESPACE/NAME@PLATFORM
     revision: int
     stack_digest: str
+    allow_recreate: bool = False  # apply may delete and recreate a DynamoGraphDeployment (its rack goes down)
     state: State = State.running
     reason: str = ""
     runner: str = ""  # HOST:PID of the process running it (resume refuses while that process lives)
