@@ -25,6 +25,7 @@ from typing import Any, Protocol, cast
 from stackpin.deploy.apply import ApplyOptions, apply_stack
 from stackpin.deploy.applyset import parent_name, read_parent
 from stackpin.deploy.kube import CONFIGMAPS, ApiResource, Cluster, Unreachable
+from stackpin.deploy.lease import DURATION_S
 from stackpin.deploy.objects import DGD_KIND, key_of, stack_objects
 from stackpin.deploy.readiness import readiness
 from stackpin.deploy.source import StackSource, resolve_source
@@ -36,6 +37,7 @@ from stackpin.rollout.fleet import BenchGate, LoadedFleet, OnFailure, Rack
 from stackpin.rollout.record import GateRecord, RackRecord, Rollout, RolloutStore, State, Step, now
 
 Note = Callable[[str], None]
+LEASE_WAIT_S = 3.0 * DURATION_S  # outlasts a dead holder's Lease (it expires unrenewed)
 
 
 class Bench(Protocol):
@@ -144,7 +146,9 @@ class Engine:
 
     def apply(self, rack: Rack, source: StackSource) -> None:
         ready = self.fleet.fleet.spec.gates.ready.timeout_seconds
-        options = ApplyOptions(namespace=rack.namespace, timeout_s=ready, allow_recreate=self.record.allow_recreate)
+        # A rollout killed mid-apply leaves its Lease until it expires: a resume waits it out.
+        options = ApplyOptions(namespace=rack.namespace, timeout_s=ready, allow_recreate=self.record.allow_recreate,
+                               lock_timeout_s=LEASE_WAIT_S)
         apply_stack(self.cluster(rack), source, options, progress=lambda m: self.note(rack.name, m),
                     warn=lambda m: self.note(rack.name, f"warning: {m}"))
 
