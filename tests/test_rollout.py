@@ -216,6 +216,7 @@ def bench_stand_in(monkeypatch: pytest.MonkeyPatch, verdict: str) -> list[str]:
 
     def measure(endpoint: str, lock: Any, gate: Any, trace: Path, out_dir: Path, label: str,
                 on_note: Any) -> tuple[Path, ...]:
+        assert trace.is_file()  # the fleet's trace, resolved against the fleet file
         labels.append(f"{label}:{lock.metadata.name}")
         on_note(f"bench run 1 of {gate.runs} on {endpoint}")
         files = tuple(out_dir / f"{label}-{i}.json" for i in range(gate.runs))
@@ -224,6 +225,7 @@ def bench_stand_in(monkeypatch: pytest.MonkeyPatch, verdict: str) -> list[str]:
         return files
 
     def judge(before: Sequence[Path], after: Sequence[Path], threshold: float) -> GateResult:
+        labels.append(f"judge:{threshold:g}")
         summary = "tok/s per GPU at the SLO -49.5% [-49.6%, -49.3%] (2 runs, stand-in)" if verdict == "fail" else \
             "tok/s per GPU at the SLO +0.4% [-0.2%, +1.0%] (2 runs, stand-in)"
         return GateResult(verdict, summary, tuple(map(str, before)), tuple(map(str, after)))
@@ -272,7 +274,7 @@ def test_b_a_failed_bench_gate_stops_after_the_canary_and_rolls_it_back(site: Si
     gate = canary["gate"]
     assert gate["verdict"] == "fail" and len(gate["before"]) == len(gate["after"]) == len(gate["afterRollback"]) == 2
     # before on the rack's own previous stack, after on the new one, then again after the rollback
-    assert measured == ["before:gb300-launch", "after:gb300-tuned", "after-rollback:gb300-launch"]
+    assert measured == ["before:gb300-launch", "after:gb300-tuned", "judge:0.05", "after-rollback:gb300-launch"]
     a, b, c = site.servers.envs
     assert [e["revision"] for e in site.applied(a)] == [1, 2, 1]  # the canary runs revision 1 again
     for env in (b, c):  # the next wave never started
@@ -339,6 +341,37 @@ def test_d_a_second_start_is_refused_naming_the_first(site: Site, tmp_path: Path
     [line] = second.stderr.splitlines()
     assert line.startswith("error: fleet west already has rollout 000001 (paused, ")
     assert not (site.path / "rollouts" / "west" / "000002.yaml").exists()
+    assert site.rollout("pause", "west").exit_code == 1  # only a running rollout pauses
+    aborted = site.rollout("abort", "west")
+    assert aborted.exit_code == 0 and site.record()["state"] == "aborted"
+    assert not (site.path / "rollouts" / "west" / "ACTIVE").exists()
+    third = site.rollout("start", str(site.fleet), f"{site.deployment}@2")
+    assert third.exit_code == 1 and site.record("000002")["state"] == "paused"  # a new rollout, a new record
+
+
+def test_pause_stops_a_running_rollout_between_steps_and_resume_carries_on(site: Site,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import stackpin.cli.rollout_run as run
+
+    site.apply_everywhere(1)
+    site.write_fleet()
+    heard: list[str] = []
+
+    def note(message: str) -> None:  # a person runs `rollout pause` as wave 2 begins
+        heard.append(message)
+        if message.startswith("wave 2") and heard.count(message) == 1:
+            assert site.rollout("pause", "west").exit_code == 0
+
+    monkeypatch.setattr(run, "note", note)
+    paused = site.rollout("start", str(site.fleet), f"{site.deployment}@2", "--allow-recreate")
+    assert paused.exit_code == 1, paused.output + paused.stderr
+    record = site.record()
+    assert (record["state"], record["reason"]) == ("paused", "paused by rollout pause")
+    assert [r["step"] for r in record["racks"]] == ["done", "pending", "pending"]
+    assert [e["revision"] for e in site.applied(site.servers.envs[1])] == [1]
+    done = site.rollout("resume", "west")
+    assert done.exit_code == 0, done.output + done.stderr
+    assert [(r["step"], r["applies"]) for r in site.record()["racks"]] == [("done", 1)] * 3
 
 
 def test_e_a_rack_whose_api_server_is_down_pauses_the_rollout_with_nothing_half_applied(site: Site) -> None:

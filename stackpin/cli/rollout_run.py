@@ -37,11 +37,11 @@ def _store(fleet_arg: str, rollouts_dir: str) -> RolloutStore:
 
 
 def _active(store: RolloutStore) -> Rollout:
-    from stackpin.errors import StackpinError
+    from stackpin.rollout.record import Refused
 
     rollout_id = store.active_id()
     if rollout_id is None:
-        raise StackpinError(f"fleet {store.fleet} has no active rollout in {store.directory}")
+        raise Refused(f"fleet {store.fleet} has no active rollout in {store.directory}")
     return store.read(rollout_id)
 
 
@@ -139,13 +139,12 @@ def resume(fleet: str, rollouts_dir: str, history_dir: str, lockdir: str, output
 @user_errors
 def pause(fleet: str, rollouts_dir: str) -> None:
     """Mark FLEET's active rollout paused: its process stops after the step it is in (exit 0)."""
-    from stackpin.errors import StackpinError
-    from stackpin.rollout.record import State
+    from stackpin.rollout.record import Refused, State
 
     store = _store(fleet, rollouts_dir)
     record = _active(store)
     if record.state != State.running:
-        raise StackpinError(f"rollout {record.id} is {record.state}, not running")
+        raise Refused(f"rollout {record.id} is {record.state}, not running")
     store.write(record.with_state(State.paused, "paused by rollout pause"))
     click.echo(f"rollout {record.id}: paused (a running process stops after its current step)")
 
