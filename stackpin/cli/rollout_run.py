@@ -218,5 +218,8 @@ def show(record: Rollout, store: RolloutStore, output: str) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     for row in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[5])
+    for r in record.racks:
+        if r.messages:
+            click.echo(f"{r.name}: {r.messages[-1]}")
     if record.reason:
         click.echo(f"reason: {record.reason}")
