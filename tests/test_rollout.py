@@ -284,6 +284,30 @@ def test_b_a_failed_bench_gate_stops_after_the_canary_and_rolls_it_back(site: Si
     assert "reason: rack rack-a: bench gate fail" in done.stdout
 
 
+def test_b_with_on_failure_pause_a_failed_gate_pauses_rolling_nothing_back_until_abort_rollback(
+        site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+    site.apply_everywhere(1)
+    site.write_fleet(bench=True, on_failure="pause")
+    measured = bench_stand_in(monkeypatch, "inconclusive")
+    paused = site.rollout("start", str(site.fleet), f"{site.deployment}@2", "--allow-recreate")
+    assert paused.exit_code == 1, paused.output + paused.stderr
+    record = site.record()
+    assert record["state"] == "paused"
+    assert record["reason"].startswith("rack rack-a: bench gate inconclusive: ")
+    assert record["racks"][0]["step"] == "soaked" and record["racks"][0]["applies"] == 1
+    a, b, _ = site.servers.envs
+    assert [e["revision"] for e in site.applied(a)] == [1, 2]  # nothing rolled back
+    assert [e["revision"] for e in site.applied(b)] == [1]
+    assert measured == ["before:gb300-launch", "after:gb300-tuned", "judge:0.05"]
+
+    aborted = site.cli("rollout", "abort", "west", "--rollback", *site.dirs())
+    assert aborted.exit_code == 0, aborted.output + aborted.stderr
+    record = site.record()
+    assert record["state"] == "aborted" and record["racks"][0]["step"] == "rolled-back"
+    assert [e["revision"] for e in site.applied(a)] == [1, 2, 1]
+    assert not (site.path / "rollouts" / "west" / "ACTIVE").exists()
+
+
 def test_c_kill_9_in_wave_two_then_resume_applies_no_rack_twice(site: Site) -> None:
     site.apply_everywhere(1)
     site.write_fleet()

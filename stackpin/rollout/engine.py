@@ -335,9 +335,9 @@ class Engine:
         rack = next(r for r in self.fleet.fleet.spec.racks if r.name == exc.rack)
         try:
             self.roll_back(rack, self.record.rack(exc.rack))
-        except Unreachable as lost:
-            self.save(self.record.with_state(State.paused, f"rack {exc.rack}: {exc.reason}; the rollback could not "
-                                             f"reach its API server ({lost.message}); resume to roll back"))
+        except StackpinError as lost:  # unreachable, a timeout, a refusal: resume retries the rollback
+            self.save(self.record.with_state(State.paused, f"rack {exc.rack}: {exc.reason}; the rollback did not "
+                                             f"finish ({' '.join(lost.lines())}); resume to roll back"))
             return
         what = f"revision {entry.previous_revision}" if entry.previous_revision else entry.previous_digest
         self.save(self.record.with_state(State.stopped, f"rack {exc.rack}: {exc.reason}; rolled back to {what}"))
