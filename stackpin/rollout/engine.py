@@ -68,7 +68,6 @@ class RackFailed(Exception):
 class Live:
     revision: int | None
     digest: str | None
-    lock: dict[str, Any] | None  # the record entry's lock of what is live
 
 
 @dataclass
@@ -132,8 +131,7 @@ class Engine:
         if not read_parent(cluster.get(CONFIGMAPS, ns, parent_name(deployment)), deployment, ns).exists:
             return None
         report = deployment_status(cluster, deployment, ns, lockdir=self.lockdir)
-        entry = report.last_applied
-        return Live(report.revision, report.stack_digest, entry.lock if entry else None)
+        return Live(report.revision, report.stack_digest)
 
     def serving(self, rack: Rack, lock: StackLock) -> tuple[ApiResource, str]:
         """The DynamoGraphDeployment `lock` renders on `rack`: its resource and name."""
