@@ -442,3 +442,24 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_locked(tmp_path: Path) -> N
         assert (none.exit_code, none.stderr) == (1, f"error: fleet west has no active rollout in {rollouts}/west\n")
     empty = CliRunner().invoke(main, ["rollout", "status", "--rollouts", rollouts])
     assert (empty.exit_code, empty.stdout) == (0, f"no rollouts in {rollouts}\n")
+
+
+def test_resume_is_refused_while_the_process_running_the_rollout_lives(tmp_path: Path) -> None:
+    import socket
+
+    from stackpin.rollout.record import RackRecord, Rollout, RolloutStore
+
+    store = RolloutStore(tmp_path / "rollouts", "west")
+    rollout_id = store.acquire()
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as alive:
+        try:
+            store.write(Rollout(id=rollout_id, fleet="west", fleet_file="fleet.yaml", deployment="dynamo/x@gb300-nvl72",
+                                revision=2, stack_digest="sha256:0", runner=f"{socket.gethostname()}:{alive.pid}",
+                                started_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z",
+                                racks=(RackRecord(name="rack-a", wave=0),)))
+            refused = CliRunner().invoke(main, ["rollout", "resume", "west", "--rollouts", str(tmp_path / "rollouts")])
+        finally:
+            alive.kill()
+    assert refused.exit_code == 1
+    assert refused.stderr == f"error: rollout 000001 is running (process {socket.gethostname()}:{alive.pid}): " \
+                             "pause it first\n"
