@@ -69,6 +69,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "upgrade promote": ("stackpin upgrade promote upgrades/dynamo-1.7.0/",
                         "stackpin upgrade promote upgrades/dynamo-1.7.0/ --allow-no-change -m 'same speed, newer "
                         "engines'"),
+    "rollout start": (f"stackpin rollout start fleet.yaml {DEPLOYMENT}@2",),
+    "rollout status": ("stackpin rollout status gb300-west -o json",),
+    "rollout pause": ("stackpin rollout pause gb300-west",),
+    "rollout resume": ("stackpin rollout resume fleet.yaml",),
+    "rollout abort": ("stackpin rollout abort gb300-west --rollback",),
     "plan": ("stackpin plan --agents 10000 launch.json rubin.json --mature tuned.json --chart plan.png",),
 }
 

@@ -23,6 +23,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("stackpin.cli.rollout", "rollout"),
 }
 SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
+    "rollout": (
+        ("stackpin.cli.rollout_run", "start"), ("stackpin.cli.rollout_run", "status"),
+        ("stackpin.cli.rollout_run", "pause"), ("stackpin.cli.rollout_run", "resume"),
+        ("stackpin.cli.rollout_run", "abort"),
+    ),
     "bench": (("stackpin.cli.plot", "plot"),),
     "upgrade": (
         ("stackpin.cli.upgrade_check", "check"), ("stackpin.cli.upgrade_propose", "propose"),
