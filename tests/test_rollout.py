@@ -7,10 +7,10 @@ There is no Dynamo operator and no controller manager. What the tests need of th
 operator reports readiness (tests/kube.py `ready_status`); `GarbageCollector` finishes foreground
 deletions (a launch -> tuned change recreates the DynamoGraphDeployment).
 
-The canary's bench gate calls stackpin.rollout.benchgate (`measure`, `judge`), written separately; until
-it lands `bench_stand_in` stands in for it: `measure` writes one small result file per run, `judge`
-returns a GateResult with the verdict the test chooses, so these tests judge the engine's flow around the
-gate, not the measurement.
+The canary's endpoint is devkit.livesim's bed: it serves, on loopback, the simulator of whichever stack is
+live on rack-a's API server, as the Dynamo operator and frontend would serve the applied
+DynamoGraphDeployment on a real rack; the new stack's simulator is made slower (`--fault slow=2`), so the
+real bench gate (stackpin.rollout.benchgate: bench runs, then bench compare) measures a regression.
 """
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ import subprocess
 import sys
 import threading
 import time
-import types
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,9 @@ from stackpin.cli.main import main
 from tests.kube import DGD, ROOT, add_rack_nodes, dead_kubeconfig, lockfile, ready_status
 
 RACKS = ("rack-a", "rack-b", "rack-c")
+# The gate's trace: four short sessions (ten requests), as `stackpin trace gen --param ...` writes them.
+SHORT = {"first_input.median": "800", "turn_input.median": "200", "output.median": "30", "output.min": "20",
+         "output.max": "60", "turns.median": "2", "turns.max": "3"}
 _ns = itertools.count(1)
 
 
@@ -133,18 +135,23 @@ class Site:
         return self.path / "fleet.yaml"
 
     def write_fleet(self, *, kubeconfigs: dict[str, Path] | None = None, on_failure: str = "rollback",
-                    bench: bool = False, soak: float = 0.5) -> Path:
+                    bench: str | None = None, soak: float = 0.5) -> Path:
+        """`bench`: the canary's endpoint, benched by the gate (None: no bench gate)."""
         racks = []
         for rack, env in zip(RACKS, self.servers.envs, strict=True):
             entry = {"name": rack, "kubeconfig": str((kubeconfigs or {}).get(rack, env.kubeconfig)),
                      "platform": "gb300-nvl72", "namespace": self.namespace}
             if rack == "rack-a":
-                entry["endpoint"] = "http://127.0.0.1:9"
+                entry["endpoint"] = bench or "http://127.0.0.1:9"
             racks.append(entry)
         gates: dict[str, Any] = {"ready": {"timeoutSeconds": 60}, "soakSeconds": soak}
         if bench:
-            (self.path / "agents.jsonl").write_text("", encoding="utf-8")
-            gates["bench"] = {"trace": "agents.jsonl", "runs": 2, "threshold": "5%"}
+            from stackpin.bench.tracegen import default_shape, generate, render
+
+            turns = generate(4, 1, default_shape().with_overrides(SHORT))
+            (self.path / "agents.jsonl").write_text(render(turns), encoding="utf-8")
+            # Short runs: one agent, answers back to back; the live bed serves a share of the rack.
+            gates["bench"] = {"trace": "agents.jsonl", "runs": 2, "threshold": "5%", "lagLimit": "50ms"}
         self.fleet.write_text(yaml.safe_dump({
             "apiVersion": "stackpin.dev/v1alpha1", "kind": "Fleet", "metadata": {"name": "west"},
             "spec": {"racks": racks, "waves": {"canary": "rack-a", "batchSize": 2}, "gates": gates,
@@ -202,38 +209,23 @@ def site(fleet_servers: Fleet, tmp_path: Path) -> Site:
     return Site(tmp_path, fleet_servers, namespace, str(key))
 
 
-def bench_stand_in(monkeypatch: pytest.MonkeyPatch, verdict: str) -> list[str]:
-    """Stands in for stackpin.rollout.benchgate (see the module docstring); returns the labels measured."""
+@contextmanager
+def slow_canary(site: Site) -> Iterator[str]:
+    """Rack-a's live endpoint: the stack live on its API server, revision 2's simulator two-fold slower."""
+    from devkit.livesim import serve_live
+    from stackpin.history.store import HistoryStore
 
-    @dataclasses.dataclass(frozen=True)
-    class GateResult:
-        verdict: str
-        summary: str
-        before: tuple[str, ...]
-        after: tuple[str, ...]
+    store = HistoryStore(site.path / "history")
+    tuned = store.read(store.resolve(site.deployment), 2).lock.stack_digest
+    with serve_live(site.servers.envs[0].kubeconfig, site.namespace, "dsv41-flash", site.path / "history",
+                    {tuned: "slow=2"}, share=2) as url:
+        yield url
 
-    labels: list[str] = []
 
-    def measure(endpoint: str, lock: Any, gate: Any, trace: Path, out_dir: Path, label: str,
-                on_note: Any) -> tuple[Path, ...]:
-        assert trace.is_file()  # the fleet's trace, resolved against the fleet file
-        labels.append(f"{label}:{lock.metadata.name}")
-        on_note(f"bench run 1 of {gate.runs} on {endpoint}")
-        files = tuple(out_dir / f"{label}-{i}.json" for i in range(gate.runs))
-        for f in files:
-            f.write_text(json.dumps({"stack": lock.metadata.name}), encoding="utf-8")
-        return files
+def stacks_of(files: Sequence[str]) -> list[str]:
+    from stackpin.bench.resultfile import read_result
 
-    def judge(before: Sequence[Path], after: Sequence[Path], threshold: float) -> GateResult:
-        labels.append(f"judge:{threshold:g}")
-        summary = "tok/s per GPU at the SLO -49.5% [-49.6%, -49.3%] (2 runs, stand-in)" if verdict == "fail" else \
-            "tok/s per GPU at the SLO +0.4% [-0.2%, +1.0%] (2 runs, stand-in)"
-        return GateResult(verdict, summary, tuple(map(str, before)), tuple(map(str, after)))
-
-    module = types.ModuleType("stackpin.rollout.benchgate")
-    module.measure, module.judge, module.GateResult = measure, judge, GateResult  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "stackpin.rollout.benchgate", module)
-    return labels
+    return [read_result(Path(f)).stack.name for f in files]
 
 
 def test_a_good_revision_rolls_to_three_racks_in_two_waves(site: Site) -> None:
@@ -258,23 +250,24 @@ def test_a_good_revision_rolls_to_three_racks_in_two_waves(site: Site) -> None:
     assert as_json["state"] == "succeeded" and as_json["revision"] == 2
 
 
-def test_b_a_failed_bench_gate_stops_after_the_canary_and_rolls_it_back(site: Site,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_b_a_slower_canary_fails_its_bench_gate_stops_the_rollout_and_is_rolled_back(site: Site) -> None:
     site.apply_everywhere(1)
-    site.write_fleet(bench=True)
-    measured = bench_stand_in(monkeypatch, "fail")
-    done = site.rollout("start", str(site.fleet), f"{site.deployment}@2", "--allow-recreate")
+    with slow_canary(site) as url:
+        site.write_fleet(bench=url)
+        done = site.rollout("start", str(site.fleet), f"{site.deployment}@2", "--allow-recreate")
     assert done.exit_code == 1, done.output + done.stderr
     record = site.record()
-    assert record["state"] == "stopped"
-    assert record["reason"].startswith("rack rack-a: bench gate fail: tok/s per GPU at the SLO -49.5%")
-    assert record["reason"].endswith("rolled back to revision 1")
+    assert record["state"] == "stopped", record["racks"][0]["messages"]
+    assert record["reason"].startswith("rack rack-a: bench gate fail: "), record["reason"]
+    assert "(2 runs, simulated)" in record["reason"] and record["reason"].endswith("rolled back to revision 1")
     canary = record["racks"][0]
     assert canary["step"] == "rolled-back" and canary["applies"] == 2
     gate = canary["gate"]
-    assert gate["verdict"] == "fail" and len(gate["before"]) == len(gate["after"]) == len(gate["afterRollback"]) == 2
+    assert gate["verdict"] == "fail"
     # before on the rack's own previous stack, after on the new one, then again after the rollback
-    assert measured == ["before:gb300-launch", "after:gb300-tuned", "judge:0.05", "after-rollback:gb300-launch"]
+    assert stacks_of(gate["before"]) == ["gb300-launch"] * 2
+    assert stacks_of(gate["after"]) == ["gb300-tuned"] * 2
+    assert stacks_of(gate["afterRollback"]) == ["gb300-launch"] * 2
     a, b, c = site.servers.envs
     assert [e["revision"] for e in site.applied(a)] == [1, 2, 1]  # the canary runs revision 1 again
     for env in (b, c):  # the next wave never started
@@ -285,22 +278,20 @@ def test_b_a_failed_bench_gate_stops_after_the_canary_and_rolls_it_back(site: Si
 
 
 def test_b_with_on_failure_pause_a_failed_gate_pauses_rolling_nothing_back_until_abort_rollback(
-        site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
+        site: Site) -> None:
     site.apply_everywhere(1)
-    site.write_fleet(bench=True, on_failure="pause")
-    measured = bench_stand_in(monkeypatch, "inconclusive")
-    paused = site.rollout("start", str(site.fleet), f"{site.deployment}@2", "--allow-recreate")
-    assert paused.exit_code == 1, paused.output + paused.stderr
-    record = site.record()
-    assert record["state"] == "paused"
-    assert record["reason"].startswith("rack rack-a: bench gate inconclusive: ")
-    assert record["racks"][0]["step"] == "soaked" and record["racks"][0]["applies"] == 1
-    a, b, _ = site.servers.envs
-    assert [e["revision"] for e in site.applied(a)] == [1, 2]  # nothing rolled back
-    assert [e["revision"] for e in site.applied(b)] == [1]
-    assert measured == ["before:gb300-launch", "after:gb300-tuned", "judge:0.05"]
-
-    aborted = site.cli("rollout", "abort", "west", "--rollback", *site.dirs())
+    with slow_canary(site) as url:
+        site.write_fleet(bench=url, on_failure="pause")
+        paused = site.rollout("start", str(site.fleet), f"{site.deployment}@2", "--allow-recreate")
+        assert paused.exit_code == 1, paused.output + paused.stderr
+        record = site.record()
+        assert record["state"] == "paused"
+        assert record["reason"].startswith("rack rack-a: bench gate fail: ")
+        assert record["racks"][0]["step"] == "soaked" and record["racks"][0]["applies"] == 1
+        a, b, _ = site.servers.envs
+        assert [e["revision"] for e in site.applied(a)] == [1, 2]  # nothing rolled back
+        assert [e["revision"] for e in site.applied(b)] == [1]
+        aborted = site.cli("rollout", "abort", "west", "--rollback", *site.dirs())  # benched again after it
     assert aborted.exit_code == 0, aborted.output + aborted.stderr
     record = site.record()
     assert record["state"] == "aborted" and record["racks"][0]["step"] == "rolled-back"

@@ -26,14 +26,13 @@ SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
     "rollout": (
         ("stackpin.cli.rollout_run", "start"), ("stackpin.cli.rollout_run", "status"),
         ("stackpin.cli.rollout_run", "pause"), ("stackpin.cli.rollout_run", "resume"),
-        ("stackpin.cli.rollout_run", "abort"),
+        ("stackpin.cli.rollout_run", "abort"), ("stackpin.cli.rollout_gitops", "gitops"),
     ),
     "bench": (("stackpin.cli.plot", "plot"),),
     "upgrade": (
         ("stackpin.cli.upgrade_check", "check"), ("stackpin.cli.upgrade_propose", "propose"),
         ("stackpin.cli.upgrade_trial", "trial"), ("stackpin.cli.upgrade_trial", "promote"),
     ),
-    "rollout": (("stackpin.cli.rollout_gitops", "gitops"),),
 }
 
 

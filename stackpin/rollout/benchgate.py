@@ -54,6 +54,9 @@ def pinned_slo(gate: BenchGate, lock: StackLock) -> BenchGate:
                                           f"ttft={float(service.ttft_seconds):g}s"})
 
 
+SWITCH_WAIT_S = 120.0  # how long a rack's endpoint may take to serve the stack just applied
+
+
 def measure(endpoint: str, lock: StackLock, gate: BenchGate, trace: Path, out_dir: Path, label: str,
             on_note: Callable[[str], None]) -> tuple[Path, ...]:
     """`gate.runs` bench runs of `lock` served at `endpoint`, written atomically to out_dir/<label>-<n>.json.
@@ -61,6 +64,7 @@ def measure(endpoint: str, lock: StackLock, gate: BenchGate, trace: Path, out_di
     one-line StackpinError naming the endpoint; files of the runs before it stay."""
     controls = gate_controls(gate, lock, trace)
     source = StackSource(lock, origin=lock.metadata.name)
+    _wait_serving(endpoint, lock, on_note)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths: list[Path] = []
     original = signal.getsignal(signal.SIGINT)
@@ -74,6 +78,28 @@ def measure(endpoint: str, lock: StackLock, gate: BenchGate, trace: Path, out_di
     finally:
         signal.signal(signal.SIGINT, original)  # run_bench leaves Ctrl-C ignored until the result is written
     return tuple(paths)
+
+
+def _wait_serving(endpoint: str, lock: StackLock, on_note: Callable[[str], None]) -> None:
+    """Until the endpoint serves `lock`'s stack, as far as it says which (a simulator names its digest):
+    a rack's frontend can still serve the stack before for a moment after the new one reports ready. After
+    SWITCH_WAIT_S, measure goes on and bench run's own check says what is served."""
+    import time
+
+    from stackpin.bench.replay import probe
+
+    deadline, said = time.monotonic() + SWITCH_WAIT_S, False
+    while time.monotonic() < deadline:
+        try:
+            found = probe(endpoint)
+        except StackpinError:
+            found = None  # not answering yet
+        if found is not None and found.digest in (None, lock.stack_digest):
+            return
+        if not said:
+            on_note(f"waiting for {endpoint} to serve {lock.metadata.name} ({lock.stack_digest[:19]})")
+            said = True
+        time.sleep(0.5)
 
 
 def _run(endpoint: str, source: StackSource, controls: BenchControls, which: str) -> BenchResult:
@@ -110,6 +136,9 @@ def judge(before: Sequence[Path], after: Sequence[Path], threshold: float) -> Ga
     invalid = next(((p, why) for p, r in zip([*before, *after], [*a, *b], strict=True)
                     if (why := _not_a_measurement(r)) is not None), None)
     main = main_metric(comparison)
+    if settled == "regression" and (main is None or main.verdict != "regression"):
+        # a failed gate is summed up by what regressed, not by a headline that held
+        main = next(m for m in comparison.metrics if m.verdict == "regression")
     runs = f"{len(a)} runs" if len(a) == len(b) else f"{len(a)}+{len(b)} runs"
     simulated = ", simulated" if any(r.simulation is not None for r in [*a, *b]) else ""
     summary = f"{_change(main)} ({runs}{simulated})" if main else f"no headline measured on both sides ({runs}" \

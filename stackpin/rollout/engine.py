@@ -15,12 +15,11 @@ A person's `rollout pause|abort` is seen between steps.
 
 from __future__ import annotations
 
-import importlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any
 
 from stackpin.deploy.apply import ApplyOptions, apply_stack
 from stackpin.deploy.applyset import parent_name, read_parent
@@ -33,25 +32,11 @@ from stackpin.deploy.status import deployment_status
 from stackpin.deploy.wait import wait_ready
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
-from stackpin.rollout.fleet import BenchGate, LoadedFleet, OnFailure, Rack
+from stackpin.rollout.fleet import LoadedFleet, OnFailure, Rack
 from stackpin.rollout.record import GateRecord, RackRecord, Rollout, RolloutStore, State, Step, now
 
 Note = Callable[[str], None]
 LEASE_WAIT_S = 3.0 * DURATION_S  # outlasts a dead holder's Lease (it expires unrenewed)
-
-
-class Bench(Protocol):
-    """`stackpin.rollout.benchgate` as the engine calls it."""
-
-    def measure(self, endpoint: str, lock: StackLock, gate: BenchGate, trace: Path, out_dir: Path, label: str,
-                on_note: Note) -> tuple[Path, ...]: ...
-
-    def judge(self, before: Sequence[Path], after: Sequence[Path], threshold: float) -> Any: ...
-
-
-def load_bench() -> Bench:
-    # Imported by name when a gate runs: the module is written beside this one.
-    return cast(Bench, importlib.import_module("stackpin.rollout.benchgate"))
 
 
 class Halt(Exception):
@@ -279,8 +264,10 @@ class Engine:
             from stackpin.bench.binding import parse_threshold
 
             after = self.measure(canary, self.target.lock, "after")
-            result = load_bench().judge([Path(p) for p in entry.gate.before], [Path(p) for p in after],
-                                        parse_threshold(bench.threshold, "threshold"))
+            from stackpin.rollout.benchgate import judge
+
+            result = judge([Path(p) for p in entry.gate.before], [Path(p) for p in after],
+                           parse_threshold(bench.threshold, "threshold"))
             gate = entry.gate.model_copy(update={"verdict": result.verdict, "summary": result.summary,
                                                  "after": after})
         self.rack_update(canary.name, gate=gate)
@@ -295,8 +282,12 @@ class Engine:
         out_dir = self.store.directory / self.record.id / rack.name
         out_dir.mkdir(parents=True, exist_ok=True)
         self.note(rack.name, f"bench gate: measuring {lock.metadata.name} ({label}), {bench.runs} run(s)")
-        files = load_bench().measure(rack.endpoint, lock, bench, self.fleet.resolve(bench.trace), out_dir, label,
-                                     lambda m: self.note(rack.name, m))
+        from stackpin.rollout.benchgate import measure, pinned_slo
+
+        # Every side is held to the SLO of the stack the rack ran before (bench compare refuses others).
+        gate = pinned_slo(bench, self.previous_lock(rack, self.record.rack(rack.name)))
+        files = measure(rack.endpoint, lock, gate, self.fleet.resolve(bench.trace), out_dir, label,
+                        lambda m: self.note(rack.name, m))
         return tuple(str(f) for f in files)
 
     # --- failure ------------------------------------------------------------------------------------
@@ -347,11 +338,16 @@ class Engine:
         self.apply(rack, source)
         self.rack_update(rack.name, applies=entry.applies + 1)
         self.wait(rack, source.lock)
+        self.rack_update(rack.name, step=Step.rolled_back)
         gate = self.record.rack(rack.name).gate
         if gate is not None and gate.before:
-            again = self.measure(rack, source.lock, "after-rollback")
+            try:
+                again = self.measure(rack, source.lock, "after-rollback")
+            except StackpinError as exc:  # rolled back all the same: the record says the bench did not run
+                entry = self.record.rack(rack.name)
+                self.rack_update(rack.name, messages=(*entry.messages, f"bench after the rollback: {exc.message}"))
+                return
             self.rack_update(rack.name, gate=gate.model_copy(update={"after_rollback": again}))
-        self.rack_update(rack.name, step=Step.rolled_back)
 
 
 def new_record(fleet: LoadedFleet, source: StackSource, rollout_id: str, allow_recreate: bool = False) -> Rollout:
