@@ -32,6 +32,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from devkit.envtest import Envtest, EnvtestUnavailable, GarbageCollector, start_envtest
+from devkit.fleetbed import add_rack_nodes, ready_status  # noqa: F401 (the cluster tests import them from here)
 from stackpin.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,18 +59,6 @@ def envtest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Envtest]:
         yield env
     finally:
         starting.__exit__(None, None, None)
-
-
-def add_rack_nodes(env: Envtest) -> None:
-    """One Node per shipped platform, labelled as the catalog says its GPU nodes are: a stand-in for the racks
-    (no kubelet runs here; the API server stores Node objects like any other). apply's preflight looks for a
-    node matching each pool's nodeSelector (stackpin/deploy/clusterfacts.py) and warns when there is none."""
-    from stackpin.catalog import load_catalog
-
-    for name, platform in sorted(load_catalog().platforms.items()):
-        labels = {**platform.node_labels, "kubernetes.io/arch": platform.cpu_arch}
-        env.ok("POST", "/api/v1/nodes", {"apiVersion": "v1", "kind": "Node",
-                                         "metadata": {"name": f"{name}-node-0", "labels": labels}})
 
 
 def dead_kubeconfig(directory: Path) -> tuple[Path, int]:
@@ -166,15 +155,6 @@ def kube(envtest: Envtest, request: pytest.FixtureRequest) -> Kube:
     envtest.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     # Namespaces are left behind: deleting one needs the namespace controller, which envtest does not run.
     return Kube(envtest, namespace, envtest.kubeconfig)
-
-
-def ready_status(components: dict[str, int], state: str = "successful", ready: str = "True") -> dict[str, Any]:
-    """A DynamoGraphDeployment status as the operator writes it (fields of the bundled CRD)."""
-    return {"state": state, "observedGeneration": 1,
-            "conditions": [{"type": "Ready", "status": ready, "reason": "AllComponentsReady" if ready == "True"
-                            else "ComponentsNotReady", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-            "components": {name: {"componentKind": "Deployment", "replicas": count, "updatedReplicas": count,
-                                  "readyReplicas": count} for name, count in components.items()}}
 
 
 @contextmanager

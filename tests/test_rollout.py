@@ -2,10 +2,9 @@
 rack: a revision in two waves, the canary's bench gate failing and rolled back, a kill -9 mid wave 2 and
 resume, a second start refused, a rack whose API server is down.
 
-There is no Dynamo operator and no controller manager. What the tests need of them, they do themselves:
-`Operator` marks every DynamoGraphDeployment whose status is of an older generation ready, as the Dynamo
-operator reports readiness (tests/kube.py `ready_status`); `GarbageCollector` finishes foreground
-deletions (a launch -> tuned change recreates the DynamoGraphDeployment).
+There is no Dynamo operator and no controller manager: devkit/fleetbed.py's stand-ins do what the tests
+need of them (the operator marking DynamoGraphDeployments ready, the garbage collector finishing
+foreground deletions; a launch -> tuned change recreates the DynamoGraphDeployment).
 
 The canary's endpoint is devkit.livesim's bed: it serves, on loopback, the simulator of whichever stack is
 live on rack-a's API server, as the Dynamo operator and frontend would serve the applied
@@ -22,10 +21,9 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +31,10 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from devkit.envtest import Envtest, EnvtestUnavailable, GarbageCollector, start_envtest
+from devkit.envtest import Envtest, EnvtestUnavailable
+from devkit.fleetbed import FleetBed, fleet_bed
 from stackpin.cli.main import main
-from tests.kube import DGD, ROOT, add_rack_nodes, dead_kubeconfig, lockfile, ready_status
+from tests.kube import DGD, ROOT, dead_kubeconfig, lockfile
 
 RACKS = ("rack-a", "rack-b", "rack-c")
 # The gate's trace: four short sessions (ten requests), as `stackpin trace gen --param ...` writes them.
@@ -44,81 +43,16 @@ SHORT = {"first_input.median": "800", "turn_input.median": "200", "output.median
 _ns = itertools.count(1)
 
 
-class Operator:
-    """Stands in for the Dynamo operator on each server: a DynamoGraphDeployment whose status is of an
-    older generation is marked ready (every component at its replicas), unless its namespace is held."""
-
-    def __init__(self, envs: Sequence[Envtest]) -> None:
-        self.envs = envs
-        self.held: set[tuple[int, str]] = set()  # (server port, namespace) left not ready
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> Operator:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=10)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            for env in self.envs:
-                if env.apiserver is None:
-                    continue
-                try:
-                    self._mark(env)
-                except (OSError, RuntimeError):  # a server a test stopped
-                    pass
-            time.sleep(0.2)
-
-    def _mark(self, env: Envtest) -> None:
-        for dgd in env.ok("GET", f"{DGD}/dynamographdeployments", timeout=5)["items"]:
-            meta = dgd["metadata"]
-            if (dgd.get("status") or {}).get("observedGeneration") == meta["generation"] or \
-                    (env.port, meta["namespace"]) in self.held or meta.get("deletionTimestamp"):
-                continue
-            status = ready_status({c["name"]: c.get("replicas", 1) for c in dgd["spec"].get("components") or []})
-            status["observedGeneration"] = meta["generation"]
-            env.request("PATCH", f"{DGD}/namespaces/{meta['namespace']}/dynamographdeployments/{meta['name']}"
-                        "/status?fieldManager=dynamo-operator", {"status": status},
-                        content_type="application/merge-patch+json", timeout=5)
-
-
-@dataclasses.dataclass
-class Fleet:
-    envs: tuple[Envtest, ...]
-    operator: Operator
-    collectors: dict[int, GarbageCollector]
-
-    def restart(self, env: Envtest) -> None:
-        """Start a stopped API server again, and its garbage collector afresh (its watch's resourceVersion is
-        gone with the server's watch cache)."""
-        env.start_apiserver()
-        self.collectors[env.port].stop()
-        self.collectors[env.port] = GarbageCollector(env).start()
-
-
 @pytest.fixture(scope="module")
-def fleet_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+def fleet_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetBed]:
     """Three API servers, each with the CRDs and rack nodes, the operator and garbage collector stand-ins."""
-    with ExitStack() as stack:
-        envs = []
-        try:
-            for rack in RACKS:
-                envs.append(stack.enter_context(start_envtest(tmp_path_factory.mktemp(f"envtest-{rack}"))))
-        except EnvtestUnavailable as exc:
-            if os.environ.get("STACKPIN_REQUIRE_ENVTEST") == "1":
-                pytest.fail(f"cluster tests cannot run (STACKPIN_REQUIRE_ENVTEST=1): {exc}", pytrace=False)
-            pytest.skip(f"no Kubernetes API server for the cluster tests: {exc}")
-        collectors = {}
-        for env in envs:
-            add_rack_nodes(env)
-            collectors[env.port] = GarbageCollector(env).start()
-        stack.callback(lambda: [c.stop() for c in collectors.values()])
-        operator = stack.enter_context(Operator(envs))
-        yield Fleet(tuple(envs), operator, collectors)
+    try:
+        with fleet_bed([tmp_path_factory.mktemp(f"envtest-{rack}") for rack in RACKS]) as bed:
+            yield bed
+    except EnvtestUnavailable as exc:
+        if os.environ.get("STACKPIN_REQUIRE_ENVTEST") == "1":
+            pytest.fail(f"cluster tests cannot run (STACKPIN_REQUIRE_ENVTEST=1): {exc}", pytrace=False)
+        pytest.skip(f"no Kubernetes API server for the cluster tests: {exc}")
 
 
 @dataclasses.dataclass
@@ -126,7 +60,7 @@ class Site:
     """One test's working directory: a history with revisions 1 and 2, a fleet file, a namespace per rack."""
 
     path: Path
-    servers: Fleet
+    servers: FleetBed
     namespace: str
     deployment: str  # the history key, NAMESPACE/NAME@PLATFORM
 
@@ -193,7 +127,7 @@ class Site:
 
 
 @pytest.fixture
-def site(fleet_servers: Fleet, tmp_path: Path) -> Site:
+def site(fleet_servers: FleetBed, tmp_path: Path) -> Site:
     namespace = f"ro{next(_ns)}"
     for env in fleet_servers.envs:
         env.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
