@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from stackpin.bench.compare import Metric, compare, main_metric, settled_verdict
+from stackpin.bench.compare import Metric, compare, main_metric, settled_verdict, unsure
 from stackpin.bench.controlled import BenchControls, bench_once
 from stackpin.bench.result import BenchResult, result_json
 from stackpin.deploy.source import StackSource
@@ -139,6 +139,9 @@ def judge(before: Sequence[Path], after: Sequence[Path], threshold: float) -> Ga
     if settled == "regression" and (main is None or main.verdict != "regression"):
         # a failed gate is summed up by what regressed, not by a headline that held
         main = next(m for m in comparison.metrics if m.verdict == "regression")
+    elif settled == "inconclusive" and (unsure_one := next((m for m in comparison.metrics
+                                                            if unsure(m, threshold)), None)):
+        main = unsure_one  # and an inconclusive one by the headline the runs could not settle
     runs = f"{len(a)} runs" if len(a) == len(b) else f"{len(a)}+{len(b)} runs"
     simulated = ", simulated" if any(r.simulation is not None for r in [*a, *b]) else ""
     summary = f"{_change(main)} ({runs}{simulated})" if main else f"no headline measured on both sides ({runs}" \
@@ -151,7 +154,7 @@ def judge(before: Sequence[Path], after: Sequence[Path], threshold: float) -> Ga
     elif settled == "inconclusive":
         verdict = "inconclusive"
         if main is not None:
-            summary += f"; the interval reaches past the {threshold * 100:g}% threshold"
+            summary += f"; the interval reaches past the {threshold * 100:g}% threshold on the worse side"
     else:
         verdict = "pass"
     return GateResult(verdict, " ".join(summary.split()), tuple(map(str, before)), tuple(map(str, after)))

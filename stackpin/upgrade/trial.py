@@ -138,7 +138,7 @@ def lock_candidate(proposal: Proposal, directory: Path, lockdir: Path, options: 
 
 def trial_verdict(comparison: Comparison) -> tuple[Verdict, list[MetricVerdict], str | None]:
     """compare's verdict as the trial's (bench.compare.settled_verdict), each headline's, and the main
-    headline. A headline with no significant change whose interval still reaches past the threshold is
+    headline. A headline with no significant change whose interval still reaches past the threshold on the worse side is
     inconclusive, and so is the trial then, short of a regression; so is a trial with no headline both
     sides measured."""
     def verdict_of(m: Metric) -> Verdict:

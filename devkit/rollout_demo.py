@@ -1,0 +1,101 @@
+"""python -m devkit.rollout_demo WORKDIR (`make demo-rollout`): a staged rollout across three racks, as a user
+runs it, on local API servers: one rollout that goes out in two waves, and one stopped after its canary.
+
+The racks are devkit/fleetbed.py's: one real kube-apiserver each on loopback, with stand-ins for the Dynamo
+operator (it marks an applied DynamoGraphDeployment ready) and the garbage collector. The canary's endpoint
+is devkit/livesim.py's: stackpin's simulator of whichever stack is live on the canary's API server, as the
+Dynamo frontend would serve it on a real rack (a test bed, not hardware). The history holds revision 1 (the
+launch stack), 2 (the tuned one) and 3 (the disaggregated wide-EP one); revision 3's simulator is made two-fold
+slower on the canary (`--fault slow=2`), so its bench gate measures a regression: the rollout stops and the
+canary is rolled back. Where no kube-apiserver can start (as for the cluster tests), it says so and stops.
+WORKDIR is made anew on each run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import yaml
+
+from devkit.upgrade_demo import run
+
+ROOT = Path(__file__).resolve().parent.parent
+RACKS = ("rack-a", "rack-b", "rack-c")
+DEPLOYMENT = "dynamo/dsv41-flash@gb300-nvl72"
+STACKS = ("gb300-launch", "gb300-tuned", "gb300-disagg-wide-ep")  # revisions 1, 2, 3
+# The canary's gate trace: four short sessions, as `stackpin trace gen --param ...` writes them.
+SHORT = {"first_input.median": "800", "turn_input.median": "200", "output.median": "30", "output.min": "20",
+         "output.max": "60", "turns.median": "2", "turns.max": "3"}
+
+
+def write_fleet(path: Path, kubeconfigs: list[Path], endpoint: str) -> None:
+    racks = [{"name": name, "kubeconfig": str(config), "platform": "gb300-nvl72"}
+             for name, config in zip(RACKS, kubeconfigs, strict=True)]
+    racks[0]["endpoint"] = endpoint
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "stackpin.dev/v1alpha1", "kind": "Fleet", "metadata": {"name": "west"},
+        "spec": {"racks": racks, "waves": {"canary": "rack-a", "batchSize": 2},
+                 "gates": {"ready": {"timeoutSeconds": 120}, "soakSeconds": 2,
+                           "bench": {"trace": "agents.jsonl", "runs": 2, "threshold": "5%", "lagLimit": "50ms"}},
+                 "onFailure": "rollback"}}, sort_keys=False), encoding="utf-8")
+
+
+def main(argv: list[str]) -> int:
+    from devkit.envtest import EnvtestUnavailable
+    from devkit.fleetbed import fleet_bed
+    from devkit.livesim import serve_live
+    from stackpin.bench.tracegen import default_shape, generate, render
+    from stackpin.history.store import HistoryStore
+
+    if len(argv) != 1:
+        print("usage: python -m devkit.rollout_demo WORKDIR", file=sys.stderr)
+        return 2
+    work = Path(argv[0]).resolve()
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    env = {**os.environ, "SOURCE_DATE_EPOCH": "1767225600", "STACKPIN_AUTHOR": "stackpin demo <demo@stackpin.dev>"}
+
+    def sp(*args: str, expect: int | tuple[int, ...] = 0) -> str:
+        return run(["stackpin", *args], expect=expect, cwd=work, env=env)
+
+    try:
+        bed = fleet_bed([work / f"envtest-{rack}" for rack in RACKS])
+        servers = bed.__enter__()
+    except EnvtestUnavailable as exc:
+        print(f"make demo-rollout needs a kube-apiserver, as the cluster tests do: {exc}; nothing was run")
+        return 0
+    try:
+        print("# Three racks, each a kube-apiserver on loopback; the history: revisions 1, 2 and 3.")
+        for stack in STACKS:
+            sp("promote", str(ROOT / "lockfiles" / f"{stack}.lock.yaml"), "-m", stack)
+        (work / "agents.jsonl").write_text(render(generate(4, 1, default_shape().with_overrides(SHORT))),
+                                           encoding="utf-8")
+        kubeconfigs = [e.kubeconfig for e in servers.envs]
+        print("# Every rack runs revision 1.")
+        for rack, config in zip(RACKS, kubeconfigs, strict=True):
+            print(f"# {rack}:")
+            sp("apply", f"{DEPLOYMENT}@1", "--kubeconfig", str(config), "--create-namespace")
+        store = HistoryStore(work / "history")
+        slow = store.read(store.resolve(DEPLOYMENT), 3).lock.stack_digest
+        with serve_live(kubeconfigs[0], "dynamo", "dsv41-flash", work / "history", {slow: "slow=2"},
+                        share=2) as url:
+            write_fleet(work / "fleet.yaml", kubeconfigs, url)
+            print(f"# fleet.yaml: rack-a the canary (its endpoint {url}: the live stack, simulated), then rack-b "
+                  "and rack-c; onFailure: rollback")
+            print("# 1. revision 2 goes out: the canary benched on revision 1, then on 2 (a gain), then wave 2")
+            sp("rollout", "start", "fleet.yaml", f"{DEPLOYMENT}@2", "--allow-recreate")
+            sp("rollout", "status", "west")
+            print("# 2. revision 3, made two-fold slower on the canary: its gate fails, the canary is rolled back")
+            print("#    to revision 2 and benched again, and wave 2 never starts (exit 1)")
+            sp("rollout", "start", "fleet.yaml", f"{DEPLOYMENT}@3", "--allow-recreate", expect=1)
+            sp("rollout", "status", "west")
+    finally:
+        bed.__exit__(None, None, None)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
