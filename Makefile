@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACKPIN := $(BIN)/stackpin
 PROFILES := profiles
 
-.PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench demo-upgrade demo-gitops test bench lint schema examples docs crds clean
+.PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench demo-upgrade demo-gitops demo-rollout test bench lint schema examples docs crds clean
 
 # Every extra (stackpin/extras.py): the demo and the tests use them all. `pip install stackpin` alone is the core.
 $(BIN)/stackpin: pyproject.toml
@@ -72,6 +72,13 @@ demo-bench: setup
 # (a slowed candidate refused, an honest one promoted as no-change). In .demo/upgrade/, made anew. ~1 min.
 demo-upgrade: setup
 	$(BIN)/python -m devkit.upgrade_demo .demo/upgrade
+
+# A staged rollout across three racks (docs/rollout.md), each a kube-apiserver on loopback (../shared/envtest, as
+# the cluster tests), the canary's endpoint the simulator of its live stack: revision 2 in two waves, then
+# revision 3 (made slower on the canary) stopped after the canary and rolled back. Where no kube-apiserver can
+# start it says so and stops. In .demo/rollout/, made anew. ~3 min.
+demo-rollout: setup
+	$(BIN)/python -m devkit.rollout_demo .demo/rollout
 
 # An environment of its own, built once (scripts/pinned-venv.sh): $(call own-env,SCRIPT,VENV,DIR,WHAT). Where it
 # cannot be built, the tests that need it skip and say why: the reason is kept in DIR/UNAVAILABLE.

@@ -70,17 +70,17 @@ def main(argv: list[str]) -> int:
     try:
         print("# Three racks, each a kube-apiserver on loopback; the history: revisions 1, 2 and 3.")
         for stack in STACKS:
-            sp("promote", str(ROOT / "lockfiles" / f"{stack}.lock.yaml"), "-m", stack)
+            sp("promote", os.path.relpath(ROOT / "lockfiles" / f"{stack}.lock.yaml", work), "-m", stack)
         (work / "agents.jsonl").write_text(render(generate(4, 1, default_shape().with_overrides(SHORT))),
                                            encoding="utf-8")
-        kubeconfigs = [e.kubeconfig for e in servers.envs]
+        kubeconfigs = [Path(os.path.relpath(e.kubeconfig, work)) for e in servers.envs]  # as the fleet names them
         print("# Every rack runs revision 1.")
         for rack, config in zip(RACKS, kubeconfigs, strict=True):
             print(f"# {rack}:")
             sp("apply", f"{DEPLOYMENT}@1", "--kubeconfig", str(config), "--create-namespace")
         store = HistoryStore(work / "history")
         slow = store.read(store.resolve(DEPLOYMENT), 3).lock.stack_digest
-        with serve_live(kubeconfigs[0], "dynamo", "dsv41-flash", work / "history", {slow: "slow=2"},
+        with serve_live(work / kubeconfigs[0], "dynamo", "dsv41-flash", work / "history", {slow: "slow=2"},
                         share=2) as url:
             write_fleet(work / "fleet.yaml", kubeconfigs, url)
             print(f"# fleet.yaml: rack-a the canary (its endpoint {url}: the live stack, simulated), then rack-b "

@@ -302,13 +302,8 @@ def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str,
     from stackpin.history.store import HistoryStore
 
     store = HistoryStore(Path(history_dir))
-    query, _, rev = revision_arg.rpartition("@")
-    if not (rev.isdigit() and query):
-        query, rev = revision_arg, ""
-    key = store.resolve(query)
-    revision = store.read(key, int(rev)) if rev else store.newest(key)
-    if revision is None:
-        raise StackpinError(f"{key} has no revisions in {history_dir}")
+    revision = store.query(revision_arg)
+    key = revision.deployment
     result = read_result(Path(result_file))
     if result.stack.digest != revision.stack_digest:
         raise StackpinError(f"{result_file} measured stack {result.stack.name} {result.stack.digest}, but revision "

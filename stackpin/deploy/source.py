@@ -34,12 +34,5 @@ def resolve_source(arg: str, lockdir: Path, history: Path = Path("history")) -> 
 def _from_history(arg: str, history: Path) -> StackSource:
     from stackpin.history.store import HistoryStore
 
-    store = HistoryStore(history)
-    query, _, rev = arg.rpartition("@")
-    if not (rev.isdigit() and query):  # no revision named: the deployment's newest
-        query, rev = arg, ""
-    key = store.resolve(query)
-    revision = store.read(key, int(rev)) if rev else store.newest(key)
-    if revision is None:
-        raise StackpinError(f"{key} has no revisions in {history}", "stackpin promote LOCK first")
-    return StackSource(revision.lock, origin=f"{key}@{revision.revision}", revision=revision.revision)
+    revision = HistoryStore(history).query(arg)
+    return StackSource(revision.lock, origin=f"{revision.deployment}@{revision.revision}", revision=revision.revision)

@@ -197,6 +197,17 @@ class HistoryStore:
         """The stack of revision `number` of the deployment `query` names (see `resolve`), verified."""
         return self.read(self.resolve(query), number).lock
 
+    def query(self, arg: str) -> Revision:
+        """`DEPLOYMENT@REV`, or `DEPLOYMENT` for its newest revision (a deployment as `resolve` takes it)."""
+        name, _, rev = arg.rpartition("@")
+        if not (rev.isdigit() and name):  # no revision named: the deployment's newest
+            name, rev = arg, ""
+        key = self.resolve(name)
+        revision = self.read(key, int(rev)) if rev else self.newest(key)
+        if revision is None:
+            raise StackpinError(f"{key} has no revisions in {self.root}", "stackpin promote LOCK first")
+        return revision
+
     def newest(self, key: DeploymentKey) -> Revision | None:
         """The newest revision, its whole chain verified."""
         return self.chain(key).newest

@@ -72,15 +72,7 @@ def read_revision(history: Path, query: str) -> Revision:
     """`DEPLOYMENT@REV` (or `DEPLOYMENT`, its newest) from the history, its chain verified."""
     from stackpin.history.store import HistoryStore
 
-    store = HistoryStore(history)
-    name, _, rev = query.rpartition("@")
-    if not (rev.isdigit() and name):
-        name, rev = query, ""
-    key = store.resolve(name)
-    revision = store.read(key, int(rev)) if rev else store.newest(key)
-    if revision is None:
-        raise StackpinError(f"{key} has no revisions in {history}", "stackpin promote LOCK first")
-    return revision
+    return HistoryStore(history).query(query)
 
 
 def _checked_racks(loaded: LoadedFleet, revision: Revision) -> None:
