@@ -149,18 +149,18 @@ def test_the_rolling_sync_steps_are_the_waves_in_order(tmp_path: Path, racks: in
     assert strategy["type"] == "RollingSync"
     steps = strategy["rollingSync"]["steps"]
     assert steps == [{"matchExpressions": [{"key": "stackpin.dev/wave", "operator": "In", "values": [str(n)]}]}
-                     for n in range(len(plan))]
+                     for n in range(1, len(plan) + 1)]
     by_rack = {app["metadata"]["labels"]["stackpin.dev/rack"]: app for app in applications(appset)}
     assert sorted(by_rack) == sorted(r.name for wave in plan for r in wave)
-    for number, wave in enumerate(plan):
+    for number, wave in enumerate(plan, start=1):
         for rack in wave:
             app = by_rack[rack.name]
             assert app["metadata"]["labels"]["stackpin.dev/wave"] == str(number)
             assert app["metadata"]["name"] == f"west-{rack.name}"
             assert app["spec"]["source"]["path"] == f"fleet/out/racks/{rack.name}"
             assert app["spec"]["destination"] == {"name": rack.name, "namespace": "dynamo"}
-    # Wave 0 is the canary alone.
-    assert [a for a in by_rack.values() if a["metadata"]["labels"]["stackpin.dev/wave"] == "0"] == [by_rack["rack-a"]]
+    # Wave 1 is the canary alone (as `rollout start` and `rollout status` number the waves).
+    assert [a for a in by_rack.values() if a["metadata"]["labels"]["stackpin.dev/wave"] == "1"] == [by_rack["rack-a"]]
 
 
 @pytest.mark.parametrize(("racks", "batch"), [(3, 2), (5, 2), (4, 1)])
@@ -170,7 +170,7 @@ def test_the_flux_kustomizations_depend_on_the_wave_before(tmp_path: Path, racks
     objects = {k["metadata"]["name"]: k for k in tool_objects(tmp_path / "out", "flux")}
     plan = load_fleet(fleet).fleet.spec.wave_plan()
     before: list[str] = []
-    for number, wave in enumerate(plan):
+    for number, wave in enumerate(plan, start=1):
         names = [f"west-{rack.name}" for rack in wave]
         for name, rack in zip(names, wave, strict=True):
             spec = objects[name]["spec"]

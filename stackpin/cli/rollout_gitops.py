@@ -48,6 +48,6 @@ def gitops(fleet_file: str, deployment: str, output_dir: str, fmt: str, repo_url
         return
     for name in result.files:
         click.echo(str(out / name))
-    waves = "; ".join(f"{n}: {', '.join(w)}" for n, w in enumerate(result.waves))
+    waves = "; ".join(f"{n}: {', '.join(w)}" for n, w in enumerate(result.waves, start=1))
     click.echo(f"wrote {len(result.files)} files for revision {result.revision} to fleet {result.fleet} "
                f"({fmt}; waves {waves})", err=True)

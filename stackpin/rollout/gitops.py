@@ -128,7 +128,7 @@ def applicationset(loaded: LoadedFleet, revision: Revision, options: GitOpsOptio
     elements = [{"rack": rack.name, "wave": str(number), "path": _repo_dir(options, rack),
                  "namespace": rack_namespace(rack, revision),
                  "cluster": (rack.gitops.argocd_cluster if rack.gitops else None) or IN_CLUSTER}
-                for number, wave in enumerate(waves) for rack in wave]
+                for number, wave in enumerate(waves, start=1) for rack in wave]  # 1: the canary, as in rollout start
     name = fleet.metadata.name
     doc = {
         "apiVersion": "argoproj.io/v1alpha1", "kind": "ApplicationSet",
@@ -139,7 +139,7 @@ def applicationset(loaded: LoadedFleet, revision: Revision, options: GitOpsOptio
             "generators": [{"list": {"elements": elements}}],
             "strategy": {"type": "RollingSync", "rollingSync": {"steps": [
                 {"matchExpressions": [{"key": WAVE_LABEL, "operator": "In", "values": [str(number)]}]}
-                for number in range(len(waves))]}},
+                for number in range(1, len(waves) + 1)]}},
             "template": {
                 "metadata": {"name": f"{name}-{{{{.rack}}}}",
                              "labels": {FLEET_LABEL: name, RACK_LABEL: "{{.rack}}", WAVE_LABEL: "{{.wave}}"}},
@@ -155,7 +155,7 @@ def applicationset(loaded: LoadedFleet, revision: Revision, options: GitOpsOptio
         },
     }
     header = _header(loaded, revision, [
-        "Argo CD ApplicationSet: one Application per rack, labelled with its wave; RollingSync syncs wave 0",
+        "Argo CD ApplicationSet: one Application per rack, labelled with its wave; RollingSync syncs wave 1",
         "(the canary) first and each next wave once every Application of the one before is Healthy.",
         "Needs progressive syncs enabled (applicationsetcontroller.enable.progressive.syncs: \"true\" in",
         "argocd-cmd-params-cm). RollingSync turns the Applications' autosync off and triggers each sync",
@@ -191,7 +191,7 @@ def kustomizations(loaded: LoadedFleet, revision: Revision, options: GitOpsOptio
     name = fleet.metadata.name
     docs: list[dict[str, Any]] = []
     previous: list[str] = []
-    for number, wave in enumerate(fleet.spec.wave_plan()):
+    for number, wave in enumerate(fleet.spec.wave_plan(), start=1):
         names = []
         for rack in wave:
             spec: dict[str, Any] = {
@@ -220,7 +220,7 @@ def kustomizations(loaded: LoadedFleet, revision: Revision, options: GitOpsOptio
     header = _header(loaded, revision, [
         "Flux Kustomizations, one per rack: each waits for its objects to be healthy (wait: true; the",
         "DynamoGraphDeployment by its status.state, healthCheckExprs) and",
-        "depends on every Kustomization of the wave before, so wave 0 (the canary) goes first. All read one",
+        "depends on every Kustomization of the wave before, so wave 1 (the canary) goes first. All read one",
         "GitRepository, so a dependency counts only once Ready at the same commit (kustomize-controller's",
         "checkDependencies). The timeout is the fleet's ready gate.", *_NOT_EXPRESSED,
     ])
