@@ -333,3 +333,18 @@ def test_a_trial_against_endpoints_names_them(tmp_path: Path, site: Path, trace:
     assert data["trial"]["candidateDigest"] == candidate.stack_digest
     assert data["trial"]["mainMetric"] == "single-agent tok/s" and data["comparison"]["runs"] == [2, 2]
     assert data["file"] == str(proposal / "trial.json")
+
+
+def test_promote_without_a_trial_is_refused_and_a_trial_record_that_is_no_file_is_bad_input(
+        tmp_path: Path, site: Path) -> None:
+    import os
+
+    proposal = write_proposal(tmp_path / "proposal", site)
+    code, out, err = promote(proposal, tmp_path / "history")
+    assert (code, out) == (1, "")
+    assert err == f"error: {proposal}/trial.json: no such file (hint: run stackpin upgrade trial first)\n"
+    os.mkfifo(proposal / "trial.json")  # a FIFO would block a plain read: refused unread, exit 2
+    code, out, err = promote(proposal, tmp_path / "history")
+    assert (code, out) == (2, "") and err.startswith(f"error: {proposal}/trial.json: cannot read: ")
+    assert len(err.splitlines()) == 1
+    assert not (tmp_path / "history").exists()

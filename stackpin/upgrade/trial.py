@@ -214,8 +214,10 @@ def read_trial(directory: Path) -> Trial:
     path = directory / TRIAL_FILE
     try:
         raw = read_regular(path, MAX_INPUT_BYTES)
-    except OSError as exc:
-        raise TrialRefused(f"{path}: cannot read: {exc.strerror or exc}", "run stackpin upgrade trial first") from None
+    except FileNotFoundError:  # not trialled yet: a refusal (exit 1), not bad input
+        raise TrialRefused(f"{path}: no such file", "run stackpin upgrade trial first") from None
+    except OSError as exc:  # a FIFO, a directory, too large: bad input (exit 2)
+        raise StackpinError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         return Trial.model_validate_json(raw)
     except ValidationError as exc:
