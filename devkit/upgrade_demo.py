@@ -12,13 +12,12 @@ slower on purpose (`--fault-candidate slow=2`) is refused. WORKDIR is made anew 
 
 from __future__ import annotations
 
-import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 from devkit import enginepkgs as pkgs
+from devkit.demorun import DEMO_ENV, SHORT_TRACE, run, stackpin_in, workdir
 
 SITE = Path(__file__).resolve().parent / "upgrade-site"  # the stack the demo upgrades (and the tests)
 PROFILE = "profiles/gb300-fixture.yaml"
@@ -30,23 +29,7 @@ MIRROR = ["--oci-layout", "mirror/oci", "--hf-cache", "mirror/hf"]
 # intervals need two or more). A real trial uses the deployment's own trace and the whole stack.
 TRIAL = ["--sim", "--share", "18", "--speed", "1", "--delay-scale", "0", "--runs", "3", "--lag-limit", "50ms",
          "--trace", "trace.jsonl", *MIRROR]
-TRACE = ["--sessions", "4", "--seed", "1", "--param", "first_input.median=800", "--param", "turn_input.median=200",
-         "--param", "output.median=30", "--param", "output.min=20", "--param", "output.max=60",
-         "--param", "turns.median=2", "--param", "turns.max=3"]
-
-
-def run(args: list[str], *, expect: int | tuple[int, ...] = 0, cwd: Path, env: dict[str, str] | None = None) -> str:
-    """`stackpin ARGS` in a subprocess, printed with its output; an exit not in `expect` stops the demo."""
-    shown = shlex.join(args)
-    print(f"+ {shown}", flush=True)  # as bash -x shows a command ("$ " would read as a docs/ block's own)
-    command = [sys.executable, *args[1:]] if args[0] == "python" else [sys.executable, "-m", "stackpin", *args[1:]]
-    done = subprocess.run(command, cwd=cwd, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    sys.stdout.write(done.stdout)
-    if done.returncode != 0:
-        print(f"(exit {done.returncode})")
-    if done.returncode not in (expect if isinstance(expect, tuple) else (expect,)):
-        raise SystemExit(f"{shown}: exit {done.returncode}, expected {expect}")
-    return done.stdout
+TRACE = ["--sessions", "4", "--seed", "1", *[x for k, v in SHORT_TRACE.items() for x in ("--param", f"{k}={v}")]]
 
 
 def main(argv: list[str]) -> int:
@@ -57,15 +40,12 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m devkit.upgrade_demo WORKDIR", file=sys.stderr)
         return 2
-    work = Path(argv[0]).resolve()
-    shutil.rmtree(work, ignore_errors=True)
+    work = workdir(argv[0])
     shutil.copytree(SITE, work / "profiles")
     pkgs.upgrade_series(work / "packages")
-    env = {**os.environ, "STACKPIN_CATALOG_PATH": "", "STACKPIN_CACHE_DIR": str(work / "cache"),
-           "SOURCE_DATE_EPOCH": "1767225600", "STACKPIN_AUTHOR": "stackpin demo <demo@stackpin.dev>"}
-
-    def sp(*args: str, expect: int | tuple[int, ...] = 0) -> str:
-        return run(["stackpin", *args], expect=expect, cwd=work, env=env)
+    site_env = {"STACKPIN_CATALOG_PATH": "", "STACKPIN_CACHE_DIR": str(work / "cache")}
+    sp = stackpin_in(work, **site_env)
+    env = {**os.environ, **DEMO_ENV, **site_env}  # for `python -m stackpin.demo` alike
 
     print("# The site: the stack on Dynamo 9.0.0 (stand-in packages), its catalog, its lock, revision 1.")
     for name in ("vllm-9.0.0.tar.gz", "ai_dynamo-9.0.0-py3-none-any.whl"):

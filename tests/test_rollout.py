@@ -37,9 +37,6 @@ from stackpin.cli.main import main
 from tests.kube import DGD, ROOT, dead_kubeconfig, lockfile
 
 RACKS = ("rack-a", "rack-b", "rack-c")
-# The gate's trace: four short sessions (ten requests), as `stackpin trace gen --param ...` writes them.
-SHORT = {"first_input.median": "800", "turn_input.median": "200", "output.median": "30", "output.min": "20",
-         "output.max": "60", "turns.median": "2", "turns.max": "3"}
 _ns = itertools.count(1)
 
 
@@ -80,10 +77,9 @@ class Site:
             racks.append(entry)
         gates: dict[str, Any] = {"ready": {"timeoutSeconds": 60}, "soakSeconds": soak}
         if bench:
-            from stackpin.bench.tracegen import default_shape, generate, render
+            from devkit.demorun import short_trace_text
 
-            turns = generate(4, 1, default_shape().with_overrides(SHORT))
-            (self.path / "agents.jsonl").write_text(render(turns), encoding="utf-8")
+            (self.path / "agents.jsonl").write_text(short_trace_text(), encoding="utf-8")
             # Short runs: one agent, answers back to back; the live bed serves a share of the rack.
             gates["bench"] = {"trace": "agents.jsonl", "runs": 2, "threshold": "5%", "lagLimit": "50ms"}
         self.fleet.write_text(yaml.safe_dump({

@@ -113,10 +113,11 @@ def unchanged(tmp_path_factory: pytest.TempPathFactory, site: Path, trace: Path)
     current profile's lock is benched."""
     proposal = write_proposal(tmp_path_factory.mktemp("unchanged") / "proposal", site)
     # A host busy with other work can stretch one run's timings (two cores, tests in parallel): the trial
-    # then rightly says inconclusive. What this fixture needs is the quiet case, so it tries up to three times.
-    for _ in range(3):
+    # then says inconclusive, or, for a 10 ms TTFT at one agent stretched within the lag limit, even
+    # regression. What this fixture needs is the quiet case, so it tries up to five times.
+    for _ in range(5):
         code, out, err = trial(site, proposal, trace, proposal.parent / "history", "--threshold", "20%")
-        if "trial: inconclusive" not in out:
+        if "trial: no-change" in out:
             break
     assert code == 0, out + err
     assert out.splitlines()[0] == "simulated: stackpin's simulator, not hardware"

@@ -126,6 +126,9 @@ def resume(fleet: str, rollouts_dir: str, history_dir: str, lockdir: str, output
     record = _active(store)
     if record.state == State.running and runner_alive(record):
         raise Refused(f"rollout {record.id} is running (process {record.runner}): pause it first")
+    if runner_alive(record):  # paused, but its process is still finishing the step it is in
+        raise Refused(f"rollout {record.id} is {record.state}, but its process {record.runner} still runs: "
+                      "resume once it has stopped")
     engine = _engine(store, record, fleet, history_dir, lockdir)
     engine.record = record.with_state(State.running)
     store.write(engine.record)
@@ -160,10 +163,13 @@ def pause(fleet: str, rollouts_dir: str) -> None:
 def abort(fleet: str, rollback: bool, rollouts_dir: str, history_dir: str, lockdir: str) -> None:
     """End FLEET's active rollout (state aborted) and release the fleet; nothing is rolled back unless
     --rollback."""
-    from stackpin.rollout.record import State, Step
+    from stackpin.rollout.record import Refused, State, Step, runner_alive
 
     store = _store(fleet, rollouts_dir)
     record = _active(store)
+    if rollback and runner_alive(record):  # it may be mid-apply: roll back once it has stopped
+        raise Refused(f"rollout {record.id}: its process {record.runner} still runs: pause it, wait for it to "
+                      "stop, then abort --rollback")
     store.write(record.with_state(State.aborted, "aborted by rollout abort"))
     if rollback:
         engine = _engine(store, store.read(record.id), fleet, history_dir, lockdir)

@@ -240,7 +240,7 @@ class PackageIndex:
         again) and its path."""
         chosen = choose(project, version, self.files(project))
         if self.directory is not None:
-            return Path(self.directory) / chosen.filename  # hashed when the directory was listed
+            return Path(self.directory) / chosen.filename  # a local file: hashed when read as a package
         target = directory / chosen.filename
         if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() == chosen.sha256:
             return target

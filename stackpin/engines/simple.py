@@ -6,7 +6,6 @@ the same entries, so choosing a file and reading its version is written once.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from html.parser import HTMLParser
 from pathlib import Path
@@ -100,13 +99,17 @@ def parse_json(body: bytes) -> list[FileEntry]:
     return entries
 
 
+ON_DISK = "on-disk"  # the sha256 of a --find-links entry: hashed when read
+
+
 def parse_directory(directory: Path, project: str) -> list[FileEntry]:
-    """The package files of `project` in `directory` (pip's --find-links DIR), hashed as an index would."""
+    """The package files of `project` in `directory` (pip's --find-links DIR), listed as an index would, not
+    read: a local file is hashed when it is read as a package (engines.package), so its listing carries
+    ON_DISK for a sha256 (a hash of itself would prove nothing, and vLLM's files are hundreds of MB)."""
     entries = []
     for path in sorted(directory.iterdir()):
         if path.is_file() and path.name.endswith(PACKAGE_SUFFIXES) and release_of(project, path.name):
-            entries.append({"filename": path.name, "url": path.resolve().as_uri(),
-                            "hashes": {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()},
+            entries.append({"filename": path.name, "url": path.resolve().as_uri(), "hashes": {"sha256": ON_DISK},
                             "yanked": False, "core-metadata": False})
     return entries
 

@@ -208,6 +208,7 @@ class Engine:
             self.rack_update(rack.name, step=Step.applied,
                              messages=(*entry.messages, "the cluster already ran the target digest"))
             return
+        self.checkpoint()  # a pause or abort written during the bench above stops here, before the apply
         self.rack_update(rack.name, step=Step.applying)
         self.apply(rack, self.target)
         self.rack_update(rack.name, step=Step.applied, applies=self.record.rack(rack.name).applies + 1)
@@ -229,10 +230,11 @@ class Engine:
         racks = [r for r in wave if self.record.rack(r.name).step.rank < Step.soaked.rank]
         seconds = self.fleet.fleet.spec.gates.soak_seconds
         deadline, said = time.monotonic() + seconds, 0.0
+        serving = {rack.name: self.serving(rack, self.target.lock) for rack in racks}  # rendered once, not per poll
         while racks:
             for rack in racks:
                 self.working = rack.name
-                res, name = self.serving(rack, self.target.lock)
+                res, name = serving[rack.name]
                 live = self.cluster(rack).get(res, self.namespace(rack), name)
                 state = readiness(live) if live else None
                 if state is None or not state.ready:
@@ -317,9 +319,11 @@ class Engine:
                                              "step, or abort"))
             return
         self.rack_update(exc.rack, step=Step.failed, messages=messages)
-        if entry.previous_digest is None:
+        if entry.previous_digest in (None, self.record.stack_digest):
+            why = "no stackpin deployment ran there before" if entry.previous_digest is None else \
+                "the rack ran this stack before the rollout"
             self.save(self.record.with_state(State.stopped, f"rack {exc.rack}: {exc.reason}; nothing to roll back "
-                                             "to (no stackpin deployment ran there before)"))
+                                             f"to ({why})"))
             return
         rack = next(r for r in self.fleet.fleet.spec.racks if r.name == exc.rack)
         try:

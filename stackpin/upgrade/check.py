@@ -15,8 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, computed_field
-from pydantic.alias_generators import to_camel
+from pydantic import computed_field
 
 from stackpin.catalog import load_catalog
 from stackpin.catalog.search import profile_catalogs
@@ -24,13 +23,10 @@ from stackpin.engines.index import PackageIndex
 from stackpin.engines.pins import exact
 from stackpin.errors import StackpinError
 from stackpin.profile.loader import LoadedProfile, load_profiles
+from stackpin.upgrade.model import _Model  # the records' shape: frozen, camelCase keys
 
 DYNAMO, VLLM, FLASHINFER, NIXL = "ai-dynamo", "vllm", "flashinfer-python", "nixl"
 ENGINES = {VLLM: "vllm", FLASHINFER: "flashinfer", NIXL: "nixl"}  # project -> spec.versions field
-
-
-class _Model(BaseModel):  # as stackpin.upgrade.model's records: frozen, camelCase keys
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
 
 
 class Pins(_Model):

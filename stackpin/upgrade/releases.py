@@ -58,8 +58,9 @@ class Source:
         then the sdist); None when reading from an index."""
         if self.from_dir is None:
             return None
-        listing = [{"filename": p.name, "url": p.name, "hashes": {"sha256": "-"}}  # read from disk: add hashes it
-                   for p in sorted(self.from_dir.iterdir()) if p.is_file()]
+        from stackpin.engines.simple import parse_directory
+
+        listing = parse_directory(self.from_dir, project)
         try:
             return self.from_dir / choose(project, version, listing).filename
         except StackpinError:

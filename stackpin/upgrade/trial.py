@@ -232,8 +232,9 @@ def _headline(result: BenchResult) -> str:
 
 
 def _slo_text(controls: BenchControls) -> str | None:
-    slo = controls.slo
-    return None if slo is None else f"tps={slo.tps:g},ttft={slo.ttft_s:g}s,percentile={slo.percentile}"
+    from stackpin.plan.slo import slo_text
+
+    return None if controls.slo is None else slo_text(controls.slo)
 
 
 def _bed_name(bed: Bed, measured: dict[str, list[tuple[Path, BenchResult]]]) -> str:
