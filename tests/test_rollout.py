@@ -384,3 +384,32 @@ def test_resume_is_refused_while_the_process_running_the_rollout_lives(tmp_path:
     assert refused.exit_code == 1
     assert refused.stderr == f"error: rollout 000001 is running (process {socket.gethostname()}:{alive.pid}): " \
                              "pause it first\n"
+
+
+def test_a_paused_rollout_whose_process_still_finishes_its_step_is_not_resumed_or_rolled_back(
+        tmp_path: Path) -> None:
+    """`rollout pause` only marks the record: its process stops after the step it is in (a ready wait can
+    last minutes). A second runner, or a rollback under it, must wait until it has stopped."""
+    import socket
+
+    from stackpin.rollout.record import RackRecord, Rollout, RolloutStore, State
+
+    store = RolloutStore(tmp_path / "rollouts", "west")
+    rollout_id = store.acquire()
+    rollouts = str(tmp_path / "rollouts")
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as alive:
+        runner = f"{socket.gethostname()}:{alive.pid}"
+        try:
+            store.write(Rollout(id=rollout_id, fleet="west", fleet_file="fleet.yaml", deployment="dynamo/x@gb300-nvl72",
+                                revision=2, stack_digest="sha256:0", runner=runner,
+                                started_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z",
+                                racks=(RackRecord(name="rack-a", wave=0),)).with_state(State.paused, "paused"))
+            resumed = CliRunner().invoke(main, ["rollout", "resume", "west", "--rollouts", rollouts])
+            rolled = CliRunner().invoke(main, ["rollout", "abort", "west", "--rollback", "--rollouts", rollouts])
+        finally:
+            alive.kill()
+    assert (resumed.exit_code, resumed.stderr) == (
+        1, f"error: rollout 000001 is paused, but its process {runner} still runs: resume once it has stopped\n")
+    assert rolled.exit_code == 1 and f"its process {runner} still runs" in rolled.stderr
+    assert store.read(rollout_id).state == State.paused  # neither wrote anything
+    assert (tmp_path / "rollouts" / "west" / "ACTIVE").is_file()
