@@ -31,7 +31,10 @@ MAX_PROBLEMS = 50  # of one document: past this, a file is not the one the user 
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """A frozen, typo-proof record; its YAML keys are its Python names (the catalog's files)."""
+    """A frozen, typo-proof record; its YAML keys are its Python names (the catalog's files).
+
+    A subclass repeats `frozen=True` (`class Gpu(Record, frozen=True)`): msgspec inherits it, but mypy
+    reads a subclass without it as mutable."""
 
     def replace(self, **changes: Any) -> Self:
         """A copy with some fields changed (not re-checked: the caller's values are already typed)."""
@@ -43,7 +46,7 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         return data
 
 
-class CamelRecord(Record, rename="camel"):
+class CamelRecord(Record, frozen=True, rename="camel"):
     """A record whose YAML keys are camelCase (profiles, lockfiles): `max_num_seqs` is `maxNumSeqs`."""
 
 
