@@ -12,7 +12,6 @@ every problem of a document at once, each at the file and line that supplied it.
 
 from __future__ import annotations
 
-import copy
 import difflib
 import re
 import types
@@ -27,14 +26,20 @@ from stackpin.errors import InputError, Location, Problem, clip
 
 T = TypeVar("T")
 FieldPath = tuple[str | int, ...]
-MAX_PROBLEMS = 50  # of one document: past this, a file is not the one the user meant
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """A frozen, typo-proof record; its YAML keys are its Python names (the catalog's files).
 
-    A subclass repeats `frozen=True` (`class Gpu(Record, frozen=True)`): msgspec inherits it, but mypy
-    reads a subclass without it as mutable."""
+    A subclass repeats `frozen=True, kw_only=True` (`class Gpu(Record, frozen=True, kw_only=True)`):
+    mypy reads a subclass without frozen as mutable, and msgspec applies kw_only to the fields a class
+    defines itself (without it a required field may not follow one with a default)."""
+
+    @classmethod
+    def from_data(cls, data: Any) -> Self:
+        """`data` (YAML or JSON as Python) checked into this type; msgspec.ValidationError names the first
+        problem (`load` names all of them, at file:line:col)."""
+        return msgspec.convert(data, cls)
 
     def replace(self, **changes: Any) -> Self:
         """A copy with some fields changed (not re-checked: the caller's values are already typed)."""
@@ -46,8 +51,18 @@ class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=Tr
         return data
 
 
-class CamelRecord(Record, frozen=True, rename="camel"):
+class CamelRecord(Record, frozen=True, kw_only=True, rename="camel"):
     """A record whose YAML keys are camelCase (profiles, lockfiles): `max_num_seqs` is `maxNumSeqs`."""
+
+
+NO_NEWLINE = r"(?!\n)"
+
+
+def anchored(pattern: str) -> str:
+    """A `^...$` pattern that also refuses a trailing line break: msgspec matches with Python's re.search,
+    whose `$` matches before a final newline (`name: "web\\n"` would pass). The lookahead means
+    nothing to an editor's ECMA-262 reading of the schema, where `$` is the end already."""
+    return pattern[:-1] + NO_NEWLINE + "$" if pattern.endswith("$") else pattern
 
 
 class Invalid(ValueError):
@@ -115,13 +130,33 @@ def _type_at(root: Any, path: FieldPath) -> Any:
     return current
 
 
+_TYPES = {"int": "an integer", "float": "a number", "str": "a string", "bool": "true or false", "null": "null",
+          "object": "a mapping", "array": "a list"}
+_EXPECTED = re.compile(r"^Expected `(?P<want>[^`]+)`(?:, got `(?P<got>[^`]+)`| (?P<rule>.+))$", re.DOTALL)
+_REGEX = re.compile(r"^matching regex '(?P<pattern>.*)'$", re.DOTALL)
+
+
+def _kind(name: str) -> str:
+    return " or ".join(_TYPES.get(part, part) for part in name.split(" | "))
+
+
 def _message(root: Any, document: Any, path: FieldPath, message: str) -> str:
+    """msgspec's wording in the user's terms (`Expected `int`, got `str`` -> `must be an integer, got a
+    string`); an enum's error lists the values it takes."""
     if message.startswith("Invalid enum value"):
         declared = _type_at(root, path)
         allowed = ([m.value for m in declared] if isinstance(declared, type) and issubclass(declared, Enum)
                    else typing.get_args(declared) if typing.get_origin(declared) is typing.Literal else ())
         if allowed:
             return f"must be one of {', '.join(repr(a) for a in allowed)}, got {clip(repr(_value_at(document, path)))}"
+    if expected := _EXPECTED.match(message):
+        want, got, rule = expected.group("want", "got", "rule")
+        if got is not None:
+            return f"must be {_kind(want)}, got {_kind(got)}"
+        if pattern := _REGEX.match(rule):
+            shown = pattern.group("pattern").replace("\\\\", "\\")  # msgspec doubles the backslashes
+            return f"must match the pattern {shown.replace(NO_NEWLINE, '')}"
+        return f"must be {_kind(want)} {rule}"
     return message.replace("`", "'")
 
 
@@ -135,8 +170,8 @@ def _value_at(document: Any, path: FieldPath) -> Any:
     return node
 
 
-def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldPath, str, str]:
-    """(path, message, kind) of one msgspec error; kind is unknown, missing, invalid or value."""
+def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldPath, str]:
+    """(path, message) of one msgspec error."""
     match = _AT.match(str(exc))
     assert match is not None  # the pattern matches any text
     message, path = match.group("msg"), _parse_path(match.group("path") or "")
@@ -145,7 +180,7 @@ def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldP
         owner = _type_at(root, path)
         name = next((k for k, v in fields(owner).items() if v == cause.field), cause.field) \
             if isinstance(owner, type) and issubclass(owner, msgspec.Struct) else cause.field
-        return (*path, name), str(cause), "invalid"
+        return (*path, name), str(cause)
     if unknown := _UNKNOWN.match(message):
         name = unknown.group("name")
         owner = _type_at(root, path)
@@ -154,43 +189,46 @@ def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldP
             close = difflib.get_close_matches(name, list(fields(owner)), n=1)
             if close:
                 text += f" (did you mean '{close[0]}'?)"
-        return (*path, name), text, "unknown"
+        return (*path, name), text
     if missing := _MISSING.match(message):
-        return (*path, missing.group("name")), "required field is missing", "missing"
-    return path, _message(root, document, path, message), "value"
+        return (*path, missing.group("name")), "required field is missing"
+    return path, _message(root, document, path, message)
 
 
-def _drop(document: Any, path: FieldPath) -> bool:
-    """Remove the value at `path` so that checking can go on past it; False when it cannot be removed."""
-    if not path or not isinstance(path[-1], str):
-        return False
-    node = document
-    for step in path[:-1]:
-        try:
-            node = node[step]
-        except (KeyError, IndexError, TypeError):
-            return False
-    if not isinstance(node, dict) or path[-1] not in node:
-        return False
-    del node[path[-1]]
-    return True
-
-
-def _errors(data: Any, root: Any) -> Iterator[tuple[FieldPath, str]]:
-    document = copy.deepcopy(data)
-    seen: set[FieldPath] = set()
-    for _ in range(MAX_PROBLEMS):
-        try:
-            msgspec.convert(document, root)
-            return
-        except msgspec.ValidationError as exc:
-            path, message, kind = _one(exc, root, document)
-            if path in seen:  # a value removed left its field missing: reported already
-                return
-            seen.add(path)
-            yield path, message
-            if kind == "missing" or not _drop(document, path):
-                return
+def _errors(data: Any, declared: Any, path: FieldPath = ()) -> Iterator[tuple[FieldPath, str]]:
+    """Every problem of `data` as a `declared`: each field of a record is checked on its own, so that one
+    wrong field does not hide the next; a record's own rules (`__post_init__`) once its fields are right."""
+    try:
+        msgspec.convert(data, declared)
+        return
+    except msgspec.ValidationError as exc:
+        first = exc
+    inner, found = _strip(declared), False
+    if isinstance(inner, type) and issubclass(inner, msgspec.Struct) and isinstance(data, dict):
+        names, hints = fields(inner), typing.get_type_hints(inner, include_extras=True)
+        for key, value in data.items():
+            if key not in names:
+                close = difflib.get_close_matches(str(key), list(names), n=1)
+                found = True
+                yield (*path, key), "unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
+                continue
+            for problem in _errors(value, hints[names[key]], (*path, key)):
+                found = True
+                yield problem
+        for f in msgspec.structs.fields(inner):
+            if f.required and f.encode_name not in data:
+                found = True
+                yield (*path, f.encode_name), "required field is missing"
+    elif typing.get_origin(inner) in (list, dict) and isinstance(data, typing.get_origin(inner)):
+        items = enumerate(data) if isinstance(data, list) else ((k, data[k]) for k in data)
+        item_type = _args(inner)[-1]
+        for key, value in items:
+            for problem in _errors(value, item_type, (*path, key)):
+                found = True
+                yield problem
+    if not found:  # the first problem is the value itself (its type, a bound, a record's own rule)
+        where, message = _one(first, declared, data)
+        yield (*path, *where), message
 
 
 def load(data: Any, root: type[T], locate: Callable[[FieldPath], Location]) -> T:

@@ -155,7 +155,7 @@ R = "spec.acknowledge[0].rule"
 
 @pytest.mark.parametrize(("ack", "key", "field", "message"), [
     ({"rule": "SP999", "reason": REASON}, "rule", R, "SP999 is not a rule code; `stackpin rules` lists them"),
-    ({"rule": "SP12", "reason": REASON}, "rule", "spec.acknowledge.0.rule", "String should match pattern"),
+    ({"rule": "SP12", "reason": REASON}, "rule", "spec.acknowledge.0.rule", "must match the pattern"),
     ({"rule": "SP131", "reason": REASON}, "rule", R,
      "SP131 (weights do not fit on the GPU) cannot be acknowledged: it is an error, a stack that fails to start"),
     ({"rule": "SP222", "reason": REASON}, "rule", R, "its warning too is a worker that fails at start"),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Annotated, Any, get_args, get_origin
 
+import msgspec
 import pytest
-from pydantic import BaseModel
 
 from stackpin.catalog import load_catalog
 from stackpin.deploy.recreate import recreate_reasons
@@ -32,7 +32,7 @@ def edited(lock: StackLock, profile: dict[str, Any] | None = None, resolved: dic
            **top: Any) -> StackLock:
     """A lock with fields of its profile / pins changed and its digests recomputed (a valid lock)."""
     data = lock.model_dump(mode="json", by_alias=True, exclude_none=True)
-    data["profile"] = effective_profile(StackProfile.model_validate(apply(data["profile"], profile or {})))
+    data["profile"] = effective_profile(StackProfile.from_data(apply(data["profile"], profile or {})))
     data["resolved"] = apply(data["resolved"], resolved or {})
     data.update(top)
     fresh = StackLock.model_validate(data)
@@ -47,7 +47,7 @@ def lock_stack(lock: StackLock, source: str = "x.lock.yaml") -> Stack:
 
 
 def profile_stack(doc: dict[str, Any], source: str = "p.yaml") -> Stack:
-    profile = StackProfile.model_validate(doc)
+    profile = StackProfile.from_data(doc)
     return Stack(ref=StackRef(source=source, kind=SourceKind.profile, name=profile.name), profile=profile)
 
 
@@ -310,13 +310,14 @@ def test_rollout_names_exactly_the_components_render_changes(name: str, profile:
 
 # --- every field has a rule -----------------------------------------------------------------------
 
-def _leaf_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+def _leaf_paths(model: type[msgspec.Struct], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     out = []
-    for name, field in model.model_fields.items():
-        key = field.alias or name
-        inner = [a for a in get_args(field.annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
-        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            inner = [field.annotation]
+    for field in msgspec.structs.fields(model):
+        key = field.encode_name
+        declared = get_args(field.type)[0] if get_origin(field.type) is Annotated else field.type
+        inner = [a for a in get_args(declared) if isinstance(a, type) and issubclass(a, msgspec.Struct)]
+        if isinstance(declared, type) and issubclass(declared, msgspec.Struct):
+            inner = [declared]
         if inner:
             out += _leaf_paths(inner[0], prefix + (key,))
         else:

@@ -45,8 +45,8 @@ def _one_user_error(result: Result, field: str) -> str:
     ("spec.model.revision", "/etc/hostname", "branch, tag or commit"),
     ("spec.versions.runtimeImage", "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1\nevil", "image reference"),
     ("spec.autotune.cache", "registry.local/cache:v1 x", "image reference"),
-    ("spec.versions.vllm", "0.\u0663\u0661.0", "should match pattern"),  # Arabic-Indic digits
-    ("spec.versions.vllm", "0.31.0\n", "should match pattern"),
+    ("spec.versions.vllm", "0.\u0663\u0661.0", "must match the pattern"),  # Arabic-Indic digits
+    ("spec.versions.vllm", "0.31.0\n", "must match the pattern"),
     ("spec.kernels.env", {"BAD\x00NAME": "1"}, "environment variable name"),
     ("spec.kernels.env", {"BAD\nNAME": "1"}, "environment variable name"),
     ("spec.kernels.env", {"A=B": "1"}, "environment variable name"),

@@ -19,7 +19,7 @@ import yaml
 from click.testing import CliRunner
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
-from pydantic import ValidationError
+from msgspec import ValidationError
 
 from stackpin.cli.main import main as cli_main
 from stackpin.cli.render import render

@@ -111,7 +111,7 @@ def test_compilation_extras_and_a_pools_own_env_reach_its_workers() -> None:
     clash = with_profile_value(lock, ("spec", "placement", "pools", "decode", "env"), {"HF_HOME": "/elsewhere"})
     with pytest.raises(RenderError, match="spec.placement.pools.decode.env sets HF_HOME"):
         build_objects(clash)
-    from pydantic import ValidationError
+    from msgspec import ValidationError
 
     modelled = with_profile_value(lock, ("spec", "cudaGraphs", "compilation"), {"cudagraph_mode": "NONE"})
     with pytest.raises(ValidationError, match="cudagraph_mode: set by cudaGraphs.mode"):

@@ -55,7 +55,7 @@ def test_colocated_and_node_stacks() -> None:
     [worker] = tuned.pools
     assert (worker.replicas, worker.tensor_parallel, worker.expert_parallel_size, worker.gpus_per_pod) == (18, 4, 4, 4)
     assert not tuned.spans_nodes and tuned.gpus == 72
-    node = topology_of(StackProfile.model_validate(base_doc("a100-8x-selfhost")))
+    node = topology_of(StackProfile.from_data(base_doc("a100-8x-selfhost")))
     [a100] = node.pools
     assert (a100.tensor_parallel, a100.expert_parallel_size, a100.gpus_per_node, a100.gpus_per_pod) == (8, 1, 8, 8)
     assert a100.nodes_per_replica == 1 and node.gpus_available == 8

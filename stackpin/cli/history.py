@@ -387,13 +387,13 @@ def _cluster_history(deployment: str, kubeconfig: str | None, context: str | Non
     from stackpin.deploy.clusterhistory import cluster_history
     from stackpin.errors import StackpinError
     from stackpin.profile.k8s_names import DNS_LABEL
-    from stackpin.profile.model import Metadata
+    from stackpin.profile.model import DEFAULT_NAMESPACE
 
     if not re.fullmatch(DNS_LABEL, deployment):
         raise StackpinError(f"{deployment!r}: --cluster takes the deployment's name (metadata.deployment, e.g. "
                             "dsv41-flash), not a history key", "name the namespace with -n")
     cluster = connect_cluster(kubeconfig, context)
-    ns = namespace or cluster.context_namespace or str(Metadata.model_fields["namespace"].default)
+    ns = namespace or cluster.context_namespace or DEFAULT_NAMESPACE
     found = cluster_history(cluster, deployment, ns)
     if output != "text":
         emit(found.as_dict(), output)

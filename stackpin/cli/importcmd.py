@@ -26,6 +26,7 @@ def import_(source: str, out: str | None, force: bool, platform: str | None, dyn
     from stackpin.imports.profile import import_dgd
     from stackpin.imports.source import read_dgds
     from stackpin.profile.model import StackProfile
+    from stackpin.records import problems_of
     from stackpin.yamlio import dump_yaml, write_output
 
     dgds = read_dgds(Path(source))
@@ -33,12 +34,10 @@ def import_(source: str, out: str | None, force: bool, platform: str | None, dyn
         raise InputError([Problem(Location(source), "", f"holds {len(dgds)} DynamoGraphDeployments "
                                   f"({', '.join(d.name for d in dgds)}); import one file each")])
     imported = import_dgd(dgds[0], platform=platform, dynamo=dynamo)
-    try:
-        StackProfile.model_validate(imported.profile)
-    except ValueError as exc:  # the importer's own output must be a valid profile; say which field if not
-        first = str(exc).splitlines()
-        why = " ".join(first[:3])
-        raise InputError([Problem(Location(source), "", f"the imported profile is not valid: {why}")]) from None
+    # The importer's own output must be a valid profile; say which field if not.
+    if problems := problems_of(imported.profile, StackProfile):
+        why = "; ".join(f"{'.'.join(map(str, path))}: {message}" for path, message in problems[:3])
+        raise InputError([Problem(Location(source), "", f"the imported profile is not valid: {why}")])
     text = f"# Imported by `stackpin import` from {source}\n" + dump_yaml(imported.profile, sort_keys=False)
     if out is not None:
         target = Path(out)

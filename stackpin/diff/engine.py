@@ -45,7 +45,7 @@ def pins_of(lock: StackLock) -> dict[str, Any]:
 
 def _acknowledged(profile: StackProfile) -> dict[str, Any]:
     """spec.acknowledge, which the effective profile leaves out (it changes nothing that runs)."""
-    return {"acknowledge": [ack.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return {"acknowledge": [{key: value for key, value in ack.to_data().items() if value is not None}
                             for ack in profile.spec.acknowledge]}
 
 

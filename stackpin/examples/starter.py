@@ -71,13 +71,10 @@ def _extends(example: str) -> str | None:
 
 def check_name(name: str) -> None:
     """ValueError unless `name` is what metadata.name accepts (the model's own check)."""
-    from pydantic import ValidationError
-
     from stackpin.profile.model import Metadata
+    from stackpin.records import problems_of
 
-    try:
-        Metadata(name=name, deployment="d")
-    except ValidationError:
+    if problems_of({"name": name, "deployment": "d"}, Metadata):
         raise ValueError(f"{name!r} is not a stack name: lowercase letters, digits and '-', starting and ending "
                          "with a letter or digit, 40 characters at most") from None
 

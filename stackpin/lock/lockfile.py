@@ -24,6 +24,7 @@ from stackpin.errors import InputError, Problem, StackpinError
 from stackpin.lock.canonical import canonical_json
 from stackpin.profile.model import LOCK_KIND, AutotuneMode, StackProfile
 from stackpin.profile.tuning import ConfigDirectory, parse_ranks_summary
+from stackpin.records import problems_of
 from stackpin.yamlio import dump_yaml, load_yaml, recover_writes, write_files
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ class StackLock(_Model):
 
     @cached_property
     def stack_profile(self) -> StackProfile:
-        return StackProfile.model_validate(self.profile, by_alias=True, by_name=False)
+        return StackProfile.from_data(self.profile)
 
     @property
     def short_digest(self) -> str:
@@ -164,7 +165,9 @@ def effective_profile(profile: StackProfile) -> dict[str, Any]:
     """The merged profile with every default filled in, as plain data (extends already applied). Without
     spec.acknowledge: which warnings the owners accept changes nothing that runs, so it is neither locked
     nor hashed, and acknowledging one needs no new lock."""
-    return profile.model_dump(mode="json", by_alias=True, exclude={"extends": True, "spec": {"acknowledge"}})
+    data = profile.to_data()
+    del data["extends"], data["spec"]["acknowledge"]
+    return data
 
 
 def stack_digest(profile: dict[str, Any], resolved: ResolvedSection) -> str:
@@ -268,7 +271,7 @@ def _lock_one(item: LoadedProfile, images: dict[str, ImageRef], cache: ImageRef 
     artifact = _lock_cache(profile, cache, previous, resolved_refs, offline, catalog) if cache else None
     document = effective_profile(profile)
     section = ResolvedSection(images=locked_images, model=model, autotune_cache=artifact,
-                              engines=LockedEngines(**profile.spec.versions.model_dump(exclude={"runtime_image"})))
+                              engines=LockedEngines(**profile.spec.versions.engines()))
     # The profile is named relative to the project root: the same bytes from any working directory.
     return StackLock(metadata=LockMetadata(name=profile.name, profile=profile_relpath(item.path, lockdir),
                                            profile_digest=sha256(document)),
@@ -342,17 +345,20 @@ def read_lock(path: Path) -> StackLock:
         raise InputError([Problem(positions.locate(()), "kind", f"not a {LOCK_KIND}")])
     try:
         lock = StackLock.model_validate(data)
-        lock.stack_profile  # noqa: B018 - the embedded profile must be a valid profile too
     except ValidationError as exc:
-        prefix = () if exc.title == StackLock.__name__ else ("profile",)
-        raise InputError([Problem(positions.locate(prefix + tuple(e["loc"])), ".".join(map(str, prefix + e["loc"])),
+        raise InputError([Problem(positions.locate(tuple(e["loc"])), ".".join(map(str, e["loc"])),
                                   e["msg"]) for e in exc.errors(include_url=False)]) from None
+    # The embedded profile must be a valid profile too.
+    if problems := problems_of(lock.profile, StackProfile):
+        raise InputError([Problem(positions.locate(("profile", *path)), ".".join(map(str, ("profile", *path))),
+                                  message) for path, message in problems])
     raise InputError([Problem(positions.locate(("stackDigest",)), "stackDigest",
                               "does not match the lockfile's content (edited by hand?); run stackpin lock")])
 
 
 def _read_lock_fast(path: Path) -> StackLock | None:
     """A well-formed, untampered lock through libyaml's parser (render reads many); else None."""
+    import msgspec
     import yaml
 
     from stackpin.yamlio import MAX_INPUT_BYTES, load_data, read_regular
@@ -363,7 +369,7 @@ def _read_lock_fast(path: Path) -> StackLock | None:
         data = load_data(text)
         lock = StackLock.model_validate(data)
         lock.stack_profile  # noqa: B018 - validates the embedded profile
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError, msgspec.ValidationError):
         return None
     return lock if stack_digest(lock.profile, lock.resolved) == lock.stack_digest else None
 

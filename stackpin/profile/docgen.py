@@ -7,11 +7,10 @@ import typing
 from enum import Enum
 from typing import Any
 
-from pydantic import BaseModel
-from pydantic.fields import FieldInfo
-from pydantic_core import PydanticUndefined
+import msgspec
 
 from stackpin.profile.model import StackProfile
+from stackpin.records import NO_NEWLINE
 
 
 def _type_name(annotation: Any) -> str:
@@ -29,37 +28,50 @@ def _type_name(annotation: Any) -> str:
         return f"map {_type_name(args[0])} -> {_type_name(args[1])}"
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return ", ".join(f"`{m.value}`" for m in annotation)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
         return "object"
     if annotation is type(None):
         return "null"
+    if annotation is Any:
+        return "JSON value"
     return getattr(annotation, "__name__", str(annotation))
 
 
-def _default(field: FieldInfo) -> str:
-    if field.is_required():
+def _default(field: msgspec.structs.FieldInfo) -> str:
+    if field.required:
         return "required"
-    if field.default_factory is not None:
-        value = field.get_default(call_default_factory=True, validated_data={})
+    if field.default_factory is not msgspec.NODEFAULT:
+        value = field.default_factory()
         return "`{}`" if value == {} else "`[]`" if value == [] else "(defaults below)"
-    if field.default is PydanticUndefined or field.default is None:
+    if field.default is None:
         return "unset"
     value = field.default.value if isinstance(field.default, Enum) else field.default
     return f"`{str(value).lower() if isinstance(value, bool) else value}`"
 
 
-def _constraints(field: FieldInfo) -> str:
+def _metas(annotation: Any) -> list[msgspec.Meta]:
+    """The Meta of a field's type: its own and those of the type under `| None`."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        base, *extras = typing.get_args(annotation)
+        return [*_metas(base), *(m for m in extras if isinstance(m, msgspec.Meta))]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return [m for arg in typing.get_args(annotation) for m in _metas(arg)]
+    return []
+
+
+def _constraints(metas: list[msgspec.Meta]) -> str:
     out = []
-    for meta in field.metadata:
+    for meta in metas:
         for name in ("ge", "gt", "le", "lt", "min_length", "max_length", "pattern"):
             value = getattr(meta, name, None)
             if value is not None:
-                out.append(f"{name} {value}")
+                # anchored()'s lookahead is for Python's re only: the reference shows the rule itself.
+                out.append(f"{name} {value.replace(NO_NEWLINE, '') if name == 'pattern' else value}")
     return ", ".join(out)
 
 
-def _nested(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+def _nested(annotation: Any) -> type[msgspec.Struct] | None:
+    if isinstance(annotation, type) and issubclass(annotation, msgspec.Struct):
         return annotation
     for arg in typing.get_args(annotation):
         found = _nested(arg)
@@ -68,14 +80,17 @@ def _nested(annotation: Any) -> type[BaseModel] | None:
     return None
 
 
-def _rows(model: type[BaseModel], prefix: str, seen: set[str]) -> list[str]:
+def _rows(model: type[msgspec.Struct], prefix: str, seen: set[str]) -> list[str]:
     rows = []
-    for name, field in model.model_fields.items():
-        key = field.alias or name
-        path = f"{prefix}.{key}" if prefix else key
-        nested = _nested(field.annotation)
-        notes = " ".join(x for x in (field.description or "", _constraints(field)) if x).replace("|", "\\|")
-        rows.append(f"| `{path}` | {_type_name(field.annotation)} | {_default(field)} | {notes} |")
+    hints = typing.get_type_hints(model, include_extras=True)
+    for field in msgspec.structs.fields(model):
+        annotation = hints[field.name]
+        path = f"{prefix}.{field.encode_name}" if prefix else field.encode_name
+        nested = _nested(annotation)
+        metas = _metas(annotation)
+        description = " ".join(m.description for m in metas if m.description)
+        notes = " ".join(x for x in (description, _constraints(metas)) if x).replace("|", "\\|")
+        rows.append(f"| `{path}` | {_type_name(annotation)} | {_default(field)} | {notes} |")
         if nested is not None and path not in seen:
             seen.add(path)
             rows.extend(_rows(nested, path, seen))

@@ -15,13 +15,16 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import Field, JsonValue, StrictBool, StrictInt
-
+# A JSON object as YAML gives it (a JSON config's mapping); value_problem holds it to what JSON can carry.
+JsonValue = Any
+JsonObject = dict[str, JsonValue]
 # Strict: YAML `1` for a switch or `yes` for a number are mistakes, not conversions. Floats are finite.
-EngineArgValue = StrictBool | StrictInt | Annotated[float, Field(strict=True, allow_inf_nan=False)] | str | dict[
-    str, JsonValue]
+EngineArgValue = bool | int | float | str | JsonObject
+# What a profile's editor schema says a flag's value may be.
+ENGINE_ARG_SCHEMA: dict[str, Any] = {"anyOf": [{"type": "boolean"}, {"type": "integer"}, {"type": "number"},
+                                               {"type": "string"}, {"type": "object"}]}
 
 _OPTION = re.compile(r"--[a-z0-9]+(?:-[a-z0-9]+)*")
 # The dynamo.frontend flags render writes from the profile (render/args.py frontend_flags): frontendArgs may
@@ -58,13 +61,18 @@ def value_type_problem(value: Any) -> str | None:
 
 
 def value_problem(value: Any) -> str | None:
-    """A JSON-config value must survive canonical JSON exactly: no NaN or infinity anywhere inside."""
+    """A JSON-config value must survive canonical JSON exactly: JSON types only (YAML also has dates and
+    bytes), string keys, no NaN or infinity anywhere inside."""
     if isinstance(value, float) and not math.isfinite(value):
         return "holds a NaN or infinite number, which JSON cannot carry"
     if isinstance(value, dict):
+        if any(not isinstance(key, str) for key in value):
+            return "holds a mapping key that is not a string, which JSON cannot carry"
         return next((p for p in map(value_problem, value.values()) if p), None)
     if isinstance(value, list):
         return next((p for p in map(value_problem, value) if p), None)
+    if value is not None and not isinstance(value, bool | int | float | str):
+        return f"holds a {type(value).__name__}, which JSON cannot carry (quote it)"
     return None
 
 

@@ -1,21 +1,20 @@
 """Load a profile: YAML with positions, `extends:` chains, then the typed model.
 
 A profile is YAML (`apiVersion: stackpin.dev/v1`, `kind: StackProfile`) that may `extends:` a base
-profile: maps merge deeply, lists replace, cycles are an error. Pydantic validates the merged
-document; every error is reported at the file, line and column that supplied the field.
+profile: maps merge deeply, lists replace, cycles are an error. The merged document is read
+into the typed model (stackpin/records.py); every error is reported at the file, line and column that supplied
+the field.
 """
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-
-from stackpin.errors import InputError, Location, Problem, clip
+from stackpin.errors import InputError, Location, Problem
 from stackpin.profile.model import LOCK_KIND, StackProfile
+from stackpin.records import load
 from stackpin.yamlio import FieldPath, Positions, load_yaml
 
 
@@ -67,59 +66,6 @@ def deep_merge(base: Any, overlay: Any) -> Any:
             merged[key] = deep_merge(base[key], value) if key in base else value
         return merged
     return overlay
-
-
-def _field_path(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc)
-
-
-def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The YAML keys allowed at `loc` (for 'did you mean' hints on unknown keys)."""
-    current: Any = model
-    for part in loc[:-1]:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = next((f for n, f in current.model_fields.items() if (f.alias or n) == part), None)
-        if field is None:
-            return []
-        current = _inner_model(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [f.alias or n for n, f in current.model_fields.items()]
-    return []
-
-
-def _inner_model(annotation: Any) -> Any:
-    for arg in getattr(annotation, "__args__", ()) or ():
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return annotation
-
-
-def validation_problems(exc: ValidationError, locate: Callable[[FieldPath], Location],
-                        model: type[BaseModel]) -> list[Problem]:
-    """A pydantic error of a YAML document as one Problem per field, at its file:line:col, in file order
-    (profiles, fleet files)."""
-    problems = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "unknown field"
-            close = difflib.get_close_matches(str(loc[-1]), _known_fields(model, loc), n=1)
-            if close:
-                message += f" (did you mean '{close[0]}'?)"
-        elif err["type"] == "value_error":
-            message = str(err.get("ctx", {}).get("error", message))
-        elif err["type"] == "missing":
-            message = "required field is missing"
-        elif err["type"] in ("enum", "literal_error"):
-            message = f"{message}, got {clip(repr(err.get('input')))}"
-        problems.append(Problem(locate(loc), _field_path(loc), message))
-    return sorted(problems, key=lambda p: (p.location.file, p.location.line, p.location.col))
-
-
-def _problems(exc: ValidationError, positions: MergedPositions) -> list[Problem]:
-    return validation_problems(exc, positions.locate, StackProfile)
 
 
 def _read_chain(path: Path) -> tuple[dict[str, Any], MergedPositions, tuple[Path, ...]]:
@@ -183,10 +129,7 @@ def load_profile(path: str | Path) -> LoadedProfile:
     """Load, merge and type-check one profile. Raises InputError listing every problem."""
     path = Path(path)
     document, positions, sources = _read_chain(path)
-    try:
-        profile = StackProfile.model_validate(document, by_alias=True, by_name=False)
-    except ValidationError as exc:
-        raise InputError(_problems(exc, positions)) from None
+    profile = load(document, StackProfile, positions.locate)
     return LoadedProfile(profile, path, sources, positions, document)
 
 

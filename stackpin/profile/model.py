@@ -9,12 +9,18 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
-from pydantic.alias_generators import to_camel
+import msgspec
+from msgspec import Meta, field
 
 from stackpin.catalog import load_catalog
 from stackpin.errors import clip
-from stackpin.profile.engine_args import EngineArgValue, option_problem, value_problem, value_type_problem
+from stackpin.profile.engine_args import (
+    ENGINE_ARG_SCHEMA,
+    JsonObject,
+    option_problem,
+    value_problem,
+    value_type_problem,
+)
 from stackpin.profile.identifiers import env_name_problem, image_ref_problem, model_id_problem, revision_problem
 from stackpin.profile.k8s_names import (
     DNS_LABEL_MAX,
@@ -24,17 +30,17 @@ from stackpin.profile.k8s_names import (
     RENDERED_LABELS,
     label_problems,
 )
+from stackpin.records import CamelRecord, Invalid, anchored, fields
 
 API_VERSION = "stackpin.dev/v1"
 KIND = "StackProfile"
+DEFAULT_NAMESPACE = "dynamo"
 LOCK_KIND = "StackLock"  # what `stackpin lock` writes; named here so the loader can tell a lockfile apart
 
 
-class _Model(BaseModel):
+class _Model(CamelRecord, frozen=True):
     """Frozen, typo-proof, camelCase in YAML and snake_case in Python. Enum fields hold members after
-    parsing (no use_enum_values): code compares members, and JSON dumps write their values."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+    parsing: code compares members, and JSON dumps write their values."""
 
 
 class Placement(StrEnum):
@@ -42,11 +48,10 @@ class Placement(StrEnum):
     disaggregated = "disaggregated"
 
 
-def _checked(value: str | None, problem_of: Callable[[str], str | None]) -> str | None:
-    """Apply an identifier rule; its message, with the value clipped, is the validation error."""
+def _checked(name: str, value: str | None, problem_of: Callable[[str], str | None]) -> None:
+    """Apply an identifier rule to field `name`; its message, with the value clipped, is the error."""
     if value is not None and (problem := problem_of(value)):
-        raise ValueError(f"{clip(value)!r} {problem}")
-    return value
+        raise Invalid(name, f"{clip(value)!r} {problem}")
 
 
 class AutotuneMode(StrEnum):
@@ -92,149 +97,141 @@ class RouterMode(StrEnum):
 
 # Strict: YAML gives real numbers, so `true` or `18.0` where a count belongs is a mistake, not a 1 or
 # an 18. Bounded like a Kubernetes int32 field; finite floats only.
-PositiveInt = Annotated[int, Field(ge=1, le=2**31 - 1, strict=True)]
-Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-Version = Annotated[str, Field(pattern=r"^[0-9]+\.[0-9]+\.[0-9]+([.-]?(post|rc|dev)[0-9]+)?$")]  # ASCII digits only
+PositiveInt = Annotated[int, Meta(ge=1, le=2**31 - 1)]
+Version = Annotated[str, Meta(pattern=anchored(r"^[0-9]+\.[0-9]+\.[0-9]+([.-]?(post|rc|dev)[0-9]+)?$"))]  # ASCII digits
+DnsLabel = Annotated[str, Meta(pattern=anchored(DNS_LABEL_PATTERN), max_length=40)]
+DnsSubdomain = Annotated[str, Meta(pattern=anchored(DNS_SUBDOMAIN_PATTERN), max_length=DNS_SUBDOMAIN_MAX)]
 
 
-class Metadata(_Model):
-    name: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=40,
-                               description="Stack name; lockfiles and manifests are named after it.")]
-    deployment: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=40,
-                                     description="The DynamoGraphDeployment this stack is a version of.")]
-    namespace: Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=DNS_LABEL_MAX)] = "dynamo"
-    labels: dict[str, str] = Field(default_factory=dict, description="Kubernetes labels for every rendered object.")
+def _doc(text: str) -> Meta:
+    return Meta(description=text)
 
-    @field_validator("labels")
-    @classmethod
-    def _kubernetes_labels(cls, labels: dict[str, str]) -> dict[str, str]:
-        problems = label_problems(labels)
-        reserved = sorted(set(labels) & RENDERED_LABELS)
+
+class Metadata(_Model, frozen=True, kw_only=True):
+    name: Annotated[DnsLabel, _doc("Stack name; lockfiles and manifests are named after it.")]
+    deployment: Annotated[DnsLabel, _doc("The DynamoGraphDeployment this stack is a version of.")]
+    namespace: Annotated[str, Meta(pattern=anchored(DNS_LABEL_PATTERN), max_length=DNS_LABEL_MAX)] = DEFAULT_NAMESPACE
+    labels: Annotated[dict[str, str], _doc("Kubernetes labels for every rendered object.")] = field(
+        default_factory=dict)
+
+    def __post_init__(self) -> None:
+        problems = label_problems(self.labels)
+        reserved = sorted(set(self.labels) & RENDERED_LABELS)
         if reserved:
             problems.append(f"{', '.join(reserved)} are set by stackpin render")
         if problems:
-            raise ValueError("; ".join(problems))
-        return labels
+            raise Invalid("labels", "; ".join(problems))
 
 
-class ModelSpec(_Model):
-    id: Annotated[str, Field(min_length=1, description="Hugging Face model id.")]
-    revision: Annotated[str, Field(min_length=1, description="Branch, tag or 40-hex commit; lock pins a commit.")] = (
-        "main"
-    )
-    weights: Precision = Field(description="Precision of the weights as served.")
+class ModelSpec(_Model, frozen=True, kw_only=True):
+    id: Annotated[str, Meta(min_length=1, description="Hugging Face model id.")]
+    revision: Annotated[str, Meta(min_length=1, description="Branch, tag or 40-hex commit; lock pins a commit.")] = (
+        "main")
+    weights: Annotated[Precision, _doc("Precision of the weights as served.")]
     max_model_len: PositiveInt
     tokenizer_mode: str = "auto"
-    tool_call_parser: str | None = Field(
-        None, description="Dynamo's --dyn-tool-call-parser for every worker; default the model catalog's (coding "
-        "agents' tool calls come back as plain text without one); `none` for no parser.")
-    reasoning_parser: str | None = Field(
-        None, description="Dynamo's --dyn-reasoning-parser for every worker; default the model catalog's; `none` "
-        "for no parser.")
+    tool_call_parser: Annotated[str | None, _doc(
+        "Dynamo's --dyn-tool-call-parser for every worker; default the model catalog's (coding agents' tool calls "
+        "come back as plain text without one); `none` for no parser.")] = None
+    reasoning_parser: Annotated[str | None, _doc(
+        "Dynamo's --dyn-reasoning-parser for every worker; default the model catalog's; `none` for no parser.")] = None
 
     # A model id and a revision become a cache path and a URL at lock time: never a path, never a URL.
-    @field_validator("id")
-    @classmethod
-    def _model_id(cls, value: str) -> str | None:
-        return _checked(value, model_id_problem)
-
-    @field_validator("revision")
-    @classmethod
-    def _revision(cls, value: str) -> str | None:
-        return _checked(value, revision_problem)
+    def __post_init__(self) -> None:
+        _checked("id", self.id, model_id_problem)
+        _checked("revision", self.revision, revision_problem)
 
 
-class KvCache(_Model):
-    dtype: str = Field("auto", description="vLLM --kv-cache-dtype; checked against the model and the pinned vLLM.")
+class KvCache(_Model, frozen=True, kw_only=True):
+    dtype: Annotated[str, _doc("vLLM --kv-cache-dtype; checked against the model and the pinned vLLM.")] = "auto"
     block_size: PositiveInt | None = None
     prefix_caching: bool = True
-    events: bool = Field(True, description="Publish KV events so the frontend's KV router can route by cache hits.")
+    events: Annotated[bool, _doc("Publish KV events so the frontend's KV router can route by cache hits.")] = True
 
 
-class Target(_Model):
+class Target(_Model, frozen=True, kw_only=True):
     platform: PlatformName
-    count: PositiveInt = Field(1, description="Racks (or nodes, for node platforms) the stack may use.")
-    node_labels: dict[str, str] | None = Field(
-        None, description="The labels this site's GPU nodes carry, replacing the platform's in every worker's "
-        "nodeSelector: for a label the catalog only estimates (GB300, Vera Rubin), or a site's own. "
-        "`stackpin apply` says before writing when no node matches.")
+    count: Annotated[PositiveInt, _doc("Racks (or nodes, for node platforms) the stack may use.")] = 1
+    node_labels: Annotated[dict[str, str] | None, _doc(
+        "The labels this site's GPU nodes carry, replacing the platform's in every worker's nodeSelector: for a "
+        "label the catalog only estimates (GB300, Vera Rubin), or a site's own. `stackpin apply` says before "
+        "writing when no node matches.")] = None
 
-    @field_validator("node_labels")
-    @classmethod
-    def _kubernetes_labels(cls, labels: dict[str, str] | None) -> dict[str, str] | None:
-        problems = label_problems(labels or {})
+    def __post_init__(self) -> None:
+        problems = label_problems(self.node_labels or {})
         if problems:
-            raise ValueError("; ".join(problems))
-        return labels
+            raise Invalid("node_labels", "; ".join(problems))
 
 
-class Versions(_Model):
+class Versions(_Model, frozen=True, kw_only=True):
     dynamo: Version
     vllm: Version
     flashinfer: Version
     nixl: Version
-    runtime_image: Annotated[str, Field(min_length=1, description="Dynamo vLLM runtime image (tag or digest).")]
+    runtime_image: Annotated[str, Meta(min_length=1, description="Dynamo vLLM runtime image (tag or digest).")]
 
-    @field_validator("runtime_image")
-    @classmethod
-    def _runtime_image(cls, value: str) -> str | None:
-        return _checked(value, image_ref_problem)
+    def __post_init__(self) -> None:
+        _checked("runtime_image", self.runtime_image, image_ref_problem)
+
+    def engines(self) -> dict[str, str]:
+        """The engine releases (what a lock's `resolved.engines` records), without the image."""
+        return {"dynamo": self.dynamo, "vllm": self.vllm, "flashinfer": self.flashinfer, "nixl": self.nixl}
 
 
-def checked_env(env: dict[str, str]) -> dict[str, str]:
-    """Environment variables a container can carry: valid names, no NUL in a value."""
+def env_problem(env: dict[str, str]) -> str | None:
+    """Why these environment variables cannot go into a container (valid names, no NUL in a value)."""
     problems = [f"{name[:80]!r} {env_name_problem(name)}" for name in env if env_name_problem(name)]
     problems += [f"{name}: the value holds a NUL byte" for name, value in env.items() if "\0" in value]
-    if problems:
-        raise ValueError("; ".join(problems))
-    return env
+    return "; ".join(problems) or None
 
 
-class Kernels(_Model):
+def _check_env(name: str, env: dict[str, str]) -> None:
+    if problem := env_problem(env):
+        raise Invalid(name, problem)
+
+
+class Kernels(_Model, frozen=True, kw_only=True):
     attention: str | None = None
     moe: str | None = None
     linear: str | None = None
-    all2all: str | None = Field(None, alias="all2all")  # to_camel would make it all2All
-    env: dict[str, str] = Field(default_factory=dict, description="Extra engine environment variables.")
+    all2all: str | None = field(default=None, name="all2all")  # camelCase would make it all2All
+    env: Annotated[dict[str, str], _doc("Extra engine environment variables.")] = field(default_factory=dict)
 
-    @field_validator("env")
-    @classmethod
-    def _env(cls, env: dict[str, str]) -> dict[str, str]:
-        return checked_env(env)
+    def __post_init__(self) -> None:
+        _check_env("env", self.env)
 
 
-class Autotune(_Model):
+class Autotune(_Model, frozen=True, kw_only=True):
     mode: AutotuneMode = AutotuneMode.off
-    cache: str | None = Field(None, description="OCI reference of a packed autotune cache (replay mode).")
+    cache: Annotated[str | None, _doc("OCI reference of a packed autotune cache (replay mode).")] = None
 
-    @field_validator("cache")
-    @classmethod
-    def _cache(cls, value: str | None) -> str | None:
-        return _checked(value, image_ref_problem)
+    def __post_init__(self) -> None:
+        _checked("cache", self.cache, image_ref_problem)
 
 
 # The keys of vLLM's --compilation-config that spec.cudaGraphs models (render/args.py compilation_config).
 MODELLED_COMPILATION_KEYS = frozenset({"cudagraph_mode", "cudagraph_capture_sizes", "max_cudagraph_capture_size"})
 
 
-class CudaGraphs(_Model):
+def _check_compilation(name: str, extra: JsonObject) -> None:
+    modelled = sorted(set(extra) & MODELLED_COMPILATION_KEYS)
+    if modelled:
+        raise Invalid(name, f"{', '.join(modelled)}: set by cudaGraphs.mode, captureSizes and maxCaptureSize")
+    if problem := value_problem(extra):
+        raise Invalid(name, problem)
+
+
+class CudaGraphs(_Model, frozen=True, kw_only=True):
     mode: CudaGraphMode = CudaGraphMode.FULL_AND_PIECEWISE
     capture_sizes: list[PositiveInt] | None = None
     max_capture_size: PositiveInt | None = None
-    compilation: dict[str, JsonValue] = Field(
-        default_factory=dict, description="Other keys of vLLM's --compilation-config, written beside the CUDA graph "
-        "keys above (Dynamo's DeepSeek V4 recipes: `custom_ops: [all]`, `mode`, `pass_config`); checked against "
-        "the pinned vLLM's CompilationConfig.")
+    compilation: Annotated[JsonObject, _doc(
+        "Other keys of vLLM's --compilation-config, written beside the CUDA graph keys above (Dynamo's DeepSeek V4 "
+        "recipes: `custom_ops: [all]`, `mode`, `pass_config`); checked against the pinned vLLM's "
+        "CompilationConfig.")] = field(default_factory=dict)
 
-    @field_validator("compilation")
-    @classmethod
-    def _compilation(cls, extra: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        modelled = sorted(set(extra) & MODELLED_COMPILATION_KEYS)
-        if modelled:
-            raise ValueError(f"{', '.join(modelled)}: set by cudaGraphs.mode, captureSizes and maxCaptureSize")
-        if problem := value_problem(extra):
-            raise ValueError(problem)
-        return extra
+    def __post_init__(self) -> None:
+        _check_compilation("compilation", self.compilation)
 
     def compilation_config(self, pool_keys: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """vLLM's --compilation-config for these settings: the modelled CUDA graph keys and the extra ones (a
@@ -248,22 +245,20 @@ class CudaGraphs(_Model):
         return config
 
 
-class Speculative(_Model):
-    method: str | None = Field(None, description="vLLM speculative method; null turns speculation off.")
+class Speculative(_Model, frozen=True, kw_only=True):
+    method: Annotated[str | None, _doc("vLLM speculative method; null turns speculation off.")] = None
     num_speculative_tokens: PositiveInt | None = None
     draft_model: str | None = None
-    draft_revision: str | None = Field(None, description=(
+    draft_revision: Annotated[str | None, _doc(
         "40-hex commit of draftModel, which vLLM loads at its default branch otherwise. A draft read from the "
-        "target's checkpoint (dspark, mtp) gets the lock's model revision."))
+        "target's checkpoint (dspark, mtp) gets the lock's model revision.")] = None
     draft_tensor_parallel_size: PositiveInt | None = None
     draft_sample_method: Literal["greedy", "probabilistic"] | None = None
     rejection_sample_method: Literal["standard", "synthetic", "block", "fly"] | None = None
     adaptive_verification: bool | None = None
 
-    @field_validator("draft_revision")
-    @classmethod
-    def _draft_revision(cls, value: str | None) -> str | None:
-        return None if value is None else _checked(value, revision_problem)
+    def __post_init__(self) -> None:
+        _checked("draft_revision", self.draft_revision, revision_problem)
 
     @property
     def enabled(self) -> bool:
@@ -274,216 +269,189 @@ class Speculative(_Model):
         return (self.num_speculative_tokens or 0) if self.enabled else 0
 
 
-class Pool(_Model):
+def _check_flags(name: str, args: dict[str, Any]) -> None:
+    """engineArgs / dynamoArgs / frontendArgs: values of the accepted types, option names, JSON-able values."""
+    problems = [f"{str(flag)[:80]}: {p}" for flag, value in args.items() if (p := value_type_problem(value))]
+    if not problems:
+        problems = [p for flag in args if (p := option_problem(flag))]
+        problems += [f"{flag}: {p}" for flag, value in args.items() if (p := value_problem(value))]
+        problems += [f"{flag}: the value holds a NUL byte" for flag, value in args.items()
+                     if isinstance(value, str) and "\0" in value]
+    if problems:
+        raise Invalid(name, "; ".join(problems))
+
+
+# A flag's value: `true` for a switch, a string or number, or a mapping for a JSON config (EngineArgValue).
+# Typed Any here so that _check_flags words a wrong one (one message per flag rather than one per member
+# of the union); the schema still says which types are accepted.
+Flags = Annotated[dict[str, Any], Meta(extra_json_schema={"additionalProperties": ENGINE_ARG_SCHEMA})]
+
+
+class Pool(_Model, frozen=True, kw_only=True):
     replicas: PositiveInt = 1
     tensor_parallel: PositiveInt = 1
     data_parallel: PositiveInt = 1
     pipeline_parallel: PositiveInt = 1
     expert_parallel: bool = False
-    nodes_per_replica: PositiveInt | None = Field(
-        None, description="Nodes one replica spans; derived from the GPUs it needs when unset.")
+    nodes_per_replica: Annotated[PositiveInt | None, _doc(
+        "Nodes one replica spans; derived from the GPUs it needs when unset.")] = None
     max_num_seqs: PositiveInt | None = None
     max_num_batched_tokens: PositiveInt | None = None
-    gpu_memory_utilization: Annotated[Number, Field(gt=0, le=1)] = 0.9
-    speculative: Speculative | None = Field(None, description="Overrides spec.speculative for this pool.")
-    compilation: dict[str, JsonValue] = Field(
-        default_factory=dict, description="Extra --compilation-config keys of this pool's workers only, over "
-        "spec.cudaGraphs.compilation (Dynamo's V4 recipes set some on decode only).")
-    kv_connector_extra_config: dict[str, JsonValue] = Field(
-        default_factory=dict, description="`kv_connector_extra_config` of this pool's --kv-transfer-config when "
-        "disaggregated (Dynamo's V4 recipes give the decode workers NIXL `num_threads: 8`).")
-    env: dict[str, str] = Field(
-        default_factory=dict, description="Environment variables of this pool's workers only, over spec.kernels.env "
-        "(Dynamo's V4 Pro recipe tunes its prefill workers' FP4 MoE and indexer limits this way).")
-    engine_args: dict[str, EngineArgValue] = Field(
-        default_factory=dict, description="vLLM flags stackpin does not model (`--max-logprobs: 20`, `--x: true` "
-        "for a switch, a mapping for a JSON config), checked against the pinned vLLM and rendered after the "
-        "modelled flags.")
-    dynamo_args: dict[str, EngineArgValue] = Field(
-        default_factory=dict, description="Flags of Dynamo's `dynamo.vllm` worker, likewise checked against the "
-        "pinned Dynamo.")
+    gpu_memory_utilization: Annotated[float, Meta(gt=0, le=1)] = 0.9
+    speculative: Annotated[Speculative | None, _doc("Overrides spec.speculative for this pool.")] = None
+    compilation: Annotated[JsonObject, _doc(
+        "Extra --compilation-config keys of this pool's workers only, over spec.cudaGraphs.compilation (Dynamo's "
+        "V4 recipes set some on decode only).")] = field(default_factory=dict)
+    kv_connector_extra_config: Annotated[JsonObject, _doc(
+        "`kv_connector_extra_config` of this pool's --kv-transfer-config when disaggregated (Dynamo's V4 recipes "
+        "give the decode workers NIXL `num_threads: 8`).")] = field(default_factory=dict)
+    env: Annotated[dict[str, str], _doc(
+        "Environment variables of this pool's workers only, over spec.kernels.env (Dynamo's V4 Pro recipe tunes "
+        "its prefill workers' FP4 MoE and indexer limits this way).")] = field(default_factory=dict)
+    engine_args: Annotated[Flags, _doc(
+        "vLLM flags stackpin does not model (`--max-logprobs: 20`, `--x: true` for a switch, a mapping for a JSON "
+        "config), checked against the pinned vLLM and rendered after the modelled flags.")] = field(
+        default_factory=dict)
+    dynamo_args: Annotated[Flags, _doc(
+        "Flags of Dynamo's `dynamo.vllm` worker, likewise checked against the pinned Dynamo.")] = field(
+        default_factory=dict)
     # GPUs per replica, nodes, pods and parallel sizes are derived in topology.py, nowhere else.
 
-
-    @field_validator("env")
-    @classmethod
-    def _env(cls, env: dict[str, str]) -> dict[str, str]:
-        return checked_env(env)
-
-    @field_validator("compilation")
-    @classmethod
-    def _compilation(cls, extra: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        return CudaGraphs._compilation(extra)
-
-    @field_validator("kv_connector_extra_config")
-    @classmethod
-    def _kv_extra(cls, extra: dict[str, JsonValue]) -> dict[str, JsonValue]:
-        if problem := value_problem(extra):
-            raise ValueError(problem)
-        return extra
-
-    @field_validator("engine_args", "dynamo_args", mode="before")
-    @classmethod
-    def _flag_types(cls, args: Any) -> Any:
-        if isinstance(args, dict):
-            problems = [f"{str(name)[:80]}: {p}" for name, value in args.items() if (p := value_type_problem(value))]
-            if problems:
-                raise ValueError("; ".join(problems))
-        return args
-
-    @field_validator("engine_args", "dynamo_args")
-    @classmethod
-    def _flags(cls, args: dict[str, EngineArgValue]) -> dict[str, EngineArgValue]:
-        problems = [p for name in args if (p := option_problem(name))]
-        problems += [f"{name}: {p}" for name, value in args.items() if (p := value_problem(value))]
-        problems += [f"{name}: the value holds a NUL byte" for name, value in args.items()
-                     if isinstance(value, str) and "\0" in value]
-        if problems:
-            raise ValueError("; ".join(problems))
-        return args
+    def __post_init__(self) -> None:
+        _check_env("env", self.env)
+        _check_compilation("compilation", self.compilation)
+        if problem := value_problem(self.kv_connector_extra_config):
+            raise Invalid("kv_connector_extra_config", problem)
+        _check_flags("engine_args", self.engine_args)
+        _check_flags("dynamo_args", self.dynamo_args)
 
 
-class Pools(_Model):
+class Pools(_Model, frozen=True, kw_only=True):
     worker: Pool | None = None
     prefill: Pool | None = None
     decode: Pool | None = None
 
 
-class PlacementSpec(_Model):
+POOL_NAMES = tuple(fields(Pools))
+
+
+class PlacementSpec(_Model, frozen=True, kw_only=True):
     mode: Placement
     router: RouterMode = RouterMode.kv
-    kv_connector: str | None = Field(None, description="KV-transfer connector between prefill and decode.")
-    migration_limit: int = Field(
-        3, ge=0, le=2**32 - 1,
-        description="How many times the frontend may move one request to another worker when its worker goes "
-        "away, times out, ends the stream early or refuses it for overload (Dynamo's `--migration-limit`). "
-        "Dynamo's own default, 0, turns migration off, so every in-flight request of a decode pod that is "
-        "rolled, rescheduled or lost fails; an agent's turn is a long request that a client retries from the "
-        "start. 3 lets a request survive a rolling update that moves it more than once; 0 turns it off.")
-    frontend_args: dict[str, EngineArgValue] = Field(
-        default_factory=dict, description="Flags of Dynamo's `dynamo.frontend` stackpin does not model (Dynamo's "
-        "recipes: `--trust-remote-code: true`, `--kv-cache-block-size: 256`), rendered after the modelled ones and "
-        "checked against the pinned Dynamo's frontend.")
+    kv_connector: Annotated[str | None, _doc("KV-transfer connector between prefill and decode.")] = None
+    migration_limit: Annotated[int, Meta(ge=0, le=2**32 - 1, description=(
+        "How many times the frontend may move one request to another worker when its worker goes away, times out, "
+        "ends the stream early or refuses it for overload (Dynamo's `--migration-limit`). Dynamo's own default, 0, "
+        "turns migration off, so every in-flight request of a decode pod that is rolled, rescheduled or lost "
+        "fails; an agent's turn is a long request that a client retries from the start. 3 lets a request survive "
+        "a rolling update that moves it more than once; 0 turns it off."))] = 3
+    frontend_args: Annotated[Flags, _doc(
+        "Flags of Dynamo's `dynamo.frontend` stackpin does not model (Dynamo's recipes: `--trust-remote-code: "
+        "true`, `--kv-cache-block-size: 256`), rendered after the modelled ones and checked against the pinned "
+        "Dynamo's frontend.")] = field(default_factory=dict)
+
     pools: Pools  # which of them the mode runs: topology.py
-
-    @field_validator("frontend_args", mode="before")
-    @classmethod
-    def _frontend_flag_types(cls, args: Any) -> Any:
-        return Pool._flag_types(args)
-
-    @field_validator("frontend_args")
-    @classmethod
-    def _frontend_flags(cls, args: dict[str, EngineArgValue]) -> dict[str, EngineArgValue]:
-        return Pool._flags(args)
+    def __post_init__(self) -> None:
+        _check_flags("frontend_args", self.frontend_args)
 
 
-class Fallbacks(_Model):
+class Fallbacks(_Model, frozen=True, kw_only=True):
     """What a GPU without native support must use instead; stated so that nobody is surprised."""
 
-    precision_emulation: list[Literal["fp8", "fp4"]] = Field(default_factory=list)
-    cpu_offload_gib: Annotated[Number, Field(ge=0, le=2**20)] = 0
+    precision_emulation: list[Literal["fp8", "fp4"]] = field(default_factory=list)
+    cpu_offload_gib: Annotated[float, Meta(ge=0, le=2**20)] = 0.0
 
 
-class ModelStore(_Model):
+class ModelStore(_Model, frozen=True, kw_only=True):
     """Where workers read the weights: a PVC holding a Hugging Face cache with the pinned revision
     pre-staged (as the upstream DeepSeek V4 recipes do), instead of every pod downloading ~0.5 TB."""
 
-    pvc: Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=DNS_SUBDOMAIN_MAX,
-                              description="PersistentVolumeClaim name.")]
-    mount_path: Annotated[str, Field(pattern=r"^/[^\x00]*$")] = "/model-cache"
-    offline: bool = Field(True, description="HF_HUB_OFFLINE=1: the revision must already be on the volume.")
-    token_secret: Annotated[str, Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=DNS_SUBDOMAIN_MAX)] | None = Field(
-        None, description="Secret whose keys (HF_TOKEN) become environment variables.")
+    pvc: Annotated[DnsSubdomain, _doc("PersistentVolumeClaim name.")]
+    mount_path: Annotated[str, Meta(pattern=r"^/[^\x00]*$")] = "/model-cache"
+    offline: Annotated[bool, _doc("HF_HUB_OFFLINE=1: the revision must already be on the volume.")] = True
+    token_secret: Annotated[DnsSubdomain | None, _doc(
+        "Secret whose keys (HF_TOKEN) become environment variables.")] = None
 
 
-class Service(_Model):
-    per_agent_tok_s: Annotated[Number, Field(gt=0, le=1e6)]
-    ttft_seconds: Annotated[Number, Field(gt=0, le=86400)]
+class Service(_Model, frozen=True, kw_only=True):
+    per_agent_tok_s: Annotated[float, Meta(gt=0, le=1e6)]
+    ttft_seconds: Annotated[float, Meta(gt=0, le=86400)]
     agents: PositiveInt
 
 
 RULE_CODE_PATTERN = r"^SP[0-9]{3}$"
 
 
-class Acknowledgement(_Model):
+class Acknowledgement(_Model, frozen=True, kw_only=True):
     """A validation finding the stack's owners accept on purpose, with why (eslint-disable with a reason)."""
 
-    rule: Annotated[str, Field(pattern=RULE_CODE_PATTERN, description="The rule's code. Its warnings and infos "
-                               "are accepted, never an error: a stack that fails to start (`stackpin rules -o json` "
-                               "says which rules can be acknowledged).")]
-    reason: Annotated[str, Field(min_length=1, max_length=500, description="Why the finding is accepted: printed "
-                                 "beside it. Line breaks fold into spaces.")]
-    where: Annotated[str, Field(min_length=1, max_length=300)] | None = Field(
-        None, description="Narrows the acknowledgement to one pool (`worker`, `prefill`, `decode`: findings "
-        "under spec.placement.pools.ROLE) or to a field path as findings print it "
-        "(`spec.placement.pools.worker.tensorParallel`) and the fields under it; every finding of the rule "
-        "when unset.")
+    rule: Annotated[str, Meta(pattern=anchored(RULE_CODE_PATTERN), description=(
+        "The rule's code. Its warnings and infos are accepted, never an error: a stack that fails to start "
+        "(`stackpin rules -o json` says which rules can be acknowledged)."))]
+    reason: Annotated[str, Meta(min_length=1, max_length=500, description=(
+        "Why the finding is accepted: printed beside it. Line breaks fold into spaces."))]
+    where: Annotated[Annotated[str, Meta(min_length=1, max_length=300)] | None, Meta(description=(
+        "Narrows the acknowledgement to one pool (`worker`, `prefill`, `decode`: findings under "
+        "spec.placement.pools.ROLE) or to a field path as findings print it "
+        "(`spec.placement.pools.worker.tensorParallel`) and the fields under it; every finding of the rule when "
+        "unset."))] = None
 
-    @field_validator("reason")
-    @classmethod
-    def _one_line(cls, reason: str) -> str:
+    def __post_init__(self) -> None:
         # A finding prints on one line, its reason with it.
-        folded = " ".join(reason.split())
+        folded = " ".join(self.reason.split())
         if not folded:
-            raise ValueError("a reason is required: say why the finding is accepted")
-        return folded
-
-    @field_validator("where")
-    @classmethod
-    def _where(cls, where: str | None) -> str | None:
-        if where is None or where in Pools.model_fields or (
+            raise Invalid("reason", "a reason is required: say why the finding is accepted")
+        msgspec.structs.force_setattr(self, "reason", folded)
+        where = self.where
+        if where is None or where in POOL_NAMES or (
                 where.startswith(("spec.", "metadata.")) and not any(c.isspace() for c in where)):
-            return where
-        raise ValueError(f"{clip(where)!r} is neither a pool ({', '.join(Pools.model_fields)}) nor a field path "
-                         "as findings print it (spec.FIELD...)")
+            return
+        raise Invalid("where", f"{clip(where)!r} is neither a pool ({', '.join(POOL_NAMES)}) nor a field path as "
+                      "findings print it (spec.FIELD...)")
 
 
-class Spec(_Model):
+class Spec(_Model, frozen=True, kw_only=True):
     model: ModelSpec
     target: Target
     versions: Versions
-    kv_cache: KvCache = Field(default_factory=KvCache)
-    kernels: Kernels = Field(default_factory=Kernels)
-    autotune: Autotune = Field(default_factory=Autotune)
-    cuda_graphs: CudaGraphs = Field(default_factory=CudaGraphs)
-    speculative: Speculative = Field(default_factory=Speculative)
+    kv_cache: KvCache = field(default_factory=KvCache)
+    kernels: Kernels = field(default_factory=Kernels)
+    autotune: Autotune = field(default_factory=Autotune)
+    cuda_graphs: CudaGraphs = field(default_factory=CudaGraphs)
+    speculative: Speculative = field(default_factory=Speculative)
     placement: PlacementSpec
-    fallbacks: Fallbacks = Field(default_factory=Fallbacks)
+    fallbacks: Fallbacks = field(default_factory=Fallbacks)
     model_store: ModelStore | None = None
     service: Service
-    mirrors: dict[str, str] = Field(
-        default_factory=dict, description="Registry -> mirror (host[:port][/prefix]) used to resolve images.")
-    attestation: bool = Field(
-        True, description="Each worker checks, before its engine starts, that the runtime image's vLLM, "
-        "FlashInfer, Dynamo and NIXL, the mounted autotune cache and the GPU are the locked ones; false turns "
-        "the check off (SP185 warns).")
-    catalog_path: list[str] = Field(
-        default_factory=list, description="Site catalog directories (as `stackpin engines add --catalog DIR` "
-        "writes them) searched first for this stack's engine releases and version pins, before "
-        "STACKPIN_CATALOG_PATH's and the bundled catalog; relative to the working directory, as "
-        "STACKPIN_CATALOG_PATH's entries are.")
-    acknowledge: list[Acknowledgement] = Field(
-        default_factory=list, description="Warnings accepted on purpose, each with its reason: still reported, "
-        "marked acknowledged, and not counted by `validate --fail-on`. Validation only: not locked, hashed or "
-        "rendered. A profile that `extends:` a base and sets its own list replaces the base's (lists replace); "
-        "one that matches no finding is reported (SP251).")
+    mirrors: Annotated[dict[str, str], _doc(
+        "Registry -> mirror (host[:port][/prefix]) used to resolve images.")] = field(default_factory=dict)
+    attestation: Annotated[bool, _doc(
+        "Each worker checks, before its engine starts, that the runtime image's vLLM, FlashInfer, Dynamo and NIXL, "
+        "the mounted autotune cache and the GPU are the locked ones; false turns the check off (SP185 warns).")] = True
+    catalog_path: Annotated[list[str], _doc(
+        "Site catalog directories (as `stackpin engines add --catalog DIR` writes them) searched first for this "
+        "stack's engine releases and version pins, before STACKPIN_CATALOG_PATH's and the bundled catalog; "
+        "relative to the working directory, as STACKPIN_CATALOG_PATH's entries are.")] = field(default_factory=list)
+    acknowledge: Annotated[list[Acknowledgement], _doc(
+        "Warnings accepted on purpose, each with its reason: still reported, marked acknowledged, and not counted "
+        "by `validate --fail-on`. Validation only: not locked, hashed or rendered. A profile that `extends:` a "
+        "base and sets its own list replaces the base's (lists replace); one that matches no finding is reported "
+        "(SP251).")] = field(default_factory=list)
 
-    @field_validator("catalog_path")
-    @classmethod
-    def _catalog_dirs(cls, dirs: list[str]) -> list[str]:
+    def __post_init__(self) -> None:
+        dirs = self.catalog_path
         problems = [f"{clip(d)!r}: {why}" for d in dirs for why in (
             "is empty" if not d.strip() else None, "holds a NUL byte" if "\0" in d else None) if why]
         if len(set(dirs)) != len(dirs):
             problems.append("names a directory twice")
         if problems:
-            raise ValueError("; ".join(problems))
-        return dirs
+            raise Invalid("catalog_path", "; ".join(problems))
 
 
-class StackProfile(_Model):
-    api_version: Literal["stackpin.dev/v1"] = Field(alias="apiVersion")
+class StackProfile(_Model, frozen=True, kw_only=True):
+    api_version: Literal["stackpin.dev/v1"] = field(name="apiVersion")
     kind: Literal["StackProfile"]
-    extends: str | None = Field(None, description="Base profile path, relative to this file.")
+    extends: Annotated[str | None, _doc("Base profile path, relative to this file.")] = None
     metadata: Metadata
     spec: Spec
 
@@ -511,11 +479,8 @@ def _without_required(node: Any) -> Any:
 def profile_json_schema() -> dict[str, Any]:
     """The profile schema for editors. A profile that `extends:` a base is checked for known keys and
     types only: required fields may come from the base (load_profile checks the merged result)."""
-    full = StackProfile.model_json_schema(by_alias=True)
-    defs = full.pop("$defs")
+    defs = msgspec.json.schema(StackProfile)["$defs"]
     partial_defs = {f"Partial{name}": _without_required(d) for name, d in defs.items()}
-    defs["StackProfile"] = full
-    partial_defs["PartialStackProfile"] = _without_required(full)
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "$id": "https://stackpin.dev/schemas/stackprofile.v1.json",

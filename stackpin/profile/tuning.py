@@ -160,7 +160,8 @@ def engine_configs(pools: Sequence[PoolTopology]) -> list[tuple[Role, ...]]:
     config hash), and pools that differ only in replicas or node spread share one."""
     configs: dict[str, list[Role]] = {}
     for pool in pools:
-        configs.setdefault(pool.spec.model_dump_json(exclude={"replicas", "nodes_per_replica"}), []).append(pool.role)
+        config = pool.spec.replace(replicas=1, nodes_per_replica=None)
+        configs.setdefault(repr(config), []).append(pool.role)
     return [tuple(roles) for roles in configs.values()]
 
 

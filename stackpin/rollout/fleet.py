@@ -34,16 +34,18 @@ error names the file, line and field.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
-from stackpin.errors import InputError, Problem, StackpinError
-from stackpin.yamlio import load_yaml
+from stackpin.errors import InputError, Location, Problem, StackpinError, clip
+from stackpin.yamlio import FieldPath, load_yaml
 
 FLEET_API = "stackpin.dev/v1alpha1"
 FLEET_KIND = "Fleet"
@@ -180,10 +182,57 @@ class LoadedFleet:
         return given if given.is_absolute() else self.path.parent / given
 
 
+def _field_path(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(p) for p in loc)
+
+
+def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
+    """The YAML keys allowed at `loc` (for 'did you mean' hints on unknown keys)."""
+    current: Any = model
+    for part in loc[:-1]:
+        if not (isinstance(current, type) and issubclass(current, BaseModel)):
+            return []
+        field = next((f for n, f in current.model_fields.items() if (f.alias or n) == part), None)
+        if field is None:
+            return []
+        current = _inner_model(field.annotation)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or n for n, f in current.model_fields.items()]
+    return []
+
+
+def _inner_model(annotation: Any) -> Any:
+    for arg in getattr(annotation, "__args__", ()) or ():
+        if isinstance(arg, type) and issubclass(arg, BaseModel):
+            return arg
+    return annotation
+
+
+def validation_problems(exc: ValidationError, locate: Callable[[FieldPath], Location],
+                        model: type[BaseModel]) -> list[Problem]:
+    """A pydantic error of a YAML document as one Problem per field, at its file:line:col, in file order
+    (fleet files)."""
+    problems = []
+    for err in exc.errors(include_url=False):
+        loc = tuple(err["loc"])
+        message = err["msg"]
+        if err["type"] == "extra_forbidden":
+            message = "unknown field"
+            close = difflib.get_close_matches(str(loc[-1]), _known_fields(model, loc), n=1)
+            if close:
+                message += f" (did you mean '{close[0]}'?)"
+        elif err["type"] == "value_error":
+            message = str(err.get("ctx", {}).get("error", message))
+        elif err["type"] == "missing":
+            message = "required field is missing"
+        elif err["type"] in ("enum", "literal_error"):
+            message = f"{message}, got {clip(repr(err.get('input')))}"
+        problems.append(Problem(locate(loc), _field_path(loc), message))
+    return sorted(problems, key=lambda p: (p.location.file, p.location.line, p.location.col))
+
+
 def load_fleet(path: str | Path) -> LoadedFleet:
     """Read and validate a fleet file; bad input raises InputError naming the file, line and field."""
-    from stackpin.profile.loader import validation_problems
-
     path = Path(path)
     data, positions = load_yaml(path)
     if not isinstance(data, dict):

@@ -98,8 +98,8 @@ def _versions(profile: StackProfile) -> Versions:
 
 def _moved(profile: StackProfile, versions: Versions) -> StackProfile:
     change = versions.model_dump(by_alias=False)
-    spec = profile.spec.model_copy(update={"versions": profile.spec.versions.model_copy(update=change)})
-    return profile.model_copy(update={"spec": spec})
+    spec = profile.spec.replace(versions=profile.spec.versions.replace(**change))
+    return profile.replace(spec=spec)
 
 
 def _finding(f: Any) -> Finding:

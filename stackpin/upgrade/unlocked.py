@@ -32,7 +32,7 @@ def unlocked_lock(loaded: LoadedProfile) -> StackLock:
                                        platform_digest=UNLOCKED, resolved_via=UNLOCKED)},
         model=LockedModel(id=profile.spec.model.id, requested=profile.spec.model.revision,
                           revision=profile.spec.model.revision, resolved_via=UNLOCKED),
-        engines=LockedEngines(**profile.spec.versions.model_dump(exclude={"runtime_image"})))
+        engines=LockedEngines(**profile.spec.versions.engines()))
     document = effective_profile(profile)
     return StackLock(metadata=LockMetadata(name=profile.name, profile=str(loaded.path),
                                            profile_digest=sha256(document)),

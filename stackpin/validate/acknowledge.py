@@ -15,7 +15,7 @@ from typing import cast
 
 from stackpin.errors import InputError, Problem
 from stackpin.profile.loader import LoadedProfile
-from stackpin.profile.model import Acknowledgement, Pools
+from stackpin.profile.model import POOL_NAMES, Acknowledgement
 from stackpin.profile.topology import Role
 from stackpin.validate.rules import (
     RULES,
@@ -42,7 +42,7 @@ def matches(ack: Acknowledgement, finding: Finding) -> bool:
         return False
     if ack.where is None:
         return True
-    prefix = ".".join(pool_path(cast(Role, ack.where))) if ack.where in Pools.model_fields else ack.where
+    prefix = ".".join(pool_path(cast(Role, ack.where))) if ack.where in POOL_NAMES else ack.where
     return finding.path == prefix or finding.path.startswith((f"{prefix}.", f"{prefix}["))
 
 

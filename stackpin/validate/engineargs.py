@@ -101,7 +101,7 @@ def field_path(modelled_field: str, role: Role) -> str:
 
 
 def _field_value(profile: StackProfile, path: str) -> Any:
-    node: Any = profile.model_dump(by_alias=True)
+    node: Any = profile.to_data()
     for part in path.split("."):
         node = node.get(part) if isinstance(node, dict) else None
     return node

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
+import msgspec
+
 from stackpin.profile.model import Speculative
 from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pools, rule
 from stackpin.yamlio import FieldPath
@@ -97,7 +99,8 @@ def draft_tp(ctx: Context) -> Iterator[Hit]:
 @rule("SP117", Severity.warning, "speculative options without a method")
 def options_without_method(ctx: Context) -> Iterator[Hit]:
     for path, spec in _settings(ctx):
-        options = spec.model_dump(exclude={"method"}, exclude_none=True)
+        options = {name: value for name, value in msgspec.structs.asdict(spec).items()
+               if name != "method" and value is not None}
         if spec.method is None and options:
             yield Hit(path, f"speculation is off (no method) but {sorted(options)} are set; they are ignored",
                       "set a method or remove the options")

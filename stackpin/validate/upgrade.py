@@ -57,8 +57,7 @@ def moved(profile: StackProfile, vllm: str, catalog: Catalog) -> StackProfile:
         change["flashinfer"] = pin.flashinfer
     if (dynamo := dynamo_for(vllm, catalog)) is not None:
         change.update(dynamo=dynamo[0], nixl=dynamo[1].nixl)
-    spec = profile.spec.model_copy(update={"versions": versions.model_copy(update=change)})
-    return profile.model_copy(update={"spec": spec})
+    return profile.replace(spec=profile.spec.replace(versions=versions.replace(**change)))
 
 
 def _upgrade(ctx: Context) -> tuple[StackProfile, str, str] | None:
