@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from pydantic import ValidationError
+from msgspec import ValidationError
 
 from stackpin.cli.main import main as cli_main
 from stackpin.lock.lockfile import render_lock
