@@ -71,9 +71,30 @@ _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>.*)`$", re.DOTA
 _MISSING = re.compile(r"^Object missing required field `(?P<name>.*)`$", re.DOTALL)
 
 
-def _parse_path(text: str) -> FieldPath:
-    return tuple(m.group(1) if m.group(1) is not None else int(m.group(2)) for m in _STEP.finditer(text)
-                 if m.group(0) != "[...]")
+def _parse_path(text: str, root: Any, document: Any) -> FieldPath:
+    path: list[str | int] = []
+    for m in _STEP.finditer(text):
+        if m.group(0) == "[...]":  # msgspec does not name the key of a dict's value: find it
+            key = _bad_key(root, document, tuple(path))
+            if key is not None:
+                path.append(key)
+        else:
+            path.append(m.group(1) if m.group(1) is not None else int(m.group(2)))
+    return tuple(path)
+
+
+def _bad_key(root: Any, document: Any, path: FieldPath) -> str | None:
+    """The first key of the dict at `path` whose value is not of the dict's value type (the one msgspec,
+    which checks in order, stopped at)."""
+    node, args = _value_at(document, path), _args(_type_at(root, path))
+    if not isinstance(node, dict) or len(args) != 2:
+        return None
+    for key, value in node.items():
+        try:
+            msgspec.convert(value, args[1])
+        except msgspec.ValidationError:
+            return str(key)
+    return None
 
 
 def _args(annotation: Any) -> tuple[Any, ...]:
@@ -139,7 +160,7 @@ def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldP
     """(path, message, kind) of one msgspec error; kind is unknown, missing, invalid or value."""
     match = _AT.match(str(exc))
     assert match is not None  # the pattern matches any text
-    message, path = match.group("msg"), _parse_path(match.group("path") or "")
+    message, path = match.group("msg"), _parse_path(match.group("path") or "", root, document)
     cause = exc.__cause__ or exc.__context__
     if isinstance(cause, Invalid):
         owner = _type_at(root, path)
