@@ -17,6 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import yaml
 
 from stackpin.catalog.flags import vllm_catalog
@@ -67,9 +68,9 @@ def with_flags(profile: Path, out: Path) -> Path:
 
 def lock_with_flags(lock: StackLock, flags_profile: Path) -> StackLock:
     """The shipped lock with the flags in its profile (render reads the lock's profile, not the file)."""
-    data = lock.model_dump(mode="json", by_alias=True)
+    data = lock.to_data()
     data["profile"] = load_profile(flags_profile).profile.model_dump(mode="json", by_alias=True, exclude={"extends"})
-    return StackLock.model_validate(data)
+    return msgspec.convert(data, StackLock)
 
 
 def main() -> None:

@@ -24,6 +24,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import msgspec
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # devkit sits beside bench/, not inside the installed package
 
@@ -88,15 +90,15 @@ def _many_locks(lockdir: Path, count: int) -> None:
     base = list(_shipped_locks().values())
     for i in range(count):
         lock = base[i % len(base)]
-        data = lock.model_dump(mode="json", by_alias=True)
+        data = lock.to_data()
         name = f"stack-{i:03d}"
         data["profile"]["metadata"]["name"] = name
         data["metadata"]["name"] = name
-        profile = StackLock.model_validate(data).stack_profile
+        profile = msgspec.convert(data, StackLock).stack_profile
         data["metadata"]["profileDigest"] = sha256(effective_profile(profile))
-        fresh = StackLock.model_validate(data)
+        fresh = msgspec.convert(data, StackLock)
         data["stackDigest"] = stack_digest(fresh.profile, fresh.resolved)
-        write_locks([StackLock.model_validate(data)], lockdir)
+        write_locks([msgspec.convert(data, StackLock)], lockdir)
 
 
 def _ratio_row(case: str, mine: float, theirs: float | None, aim: float) -> str:

@@ -28,6 +28,8 @@ from contextlib import ExitStack, contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import msgspec
+
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
 from stackpin.sim.faults import FaultSpec
@@ -100,7 +102,7 @@ class _Live:
                     if lock.stack_digest == digest:
                         return lock
         if recorded is not None:
-            lock = StackLock.model_validate(recorded)
+            lock = msgspec.convert(recorded, StackLock)
             return lock if lock.stack_digest == digest else None
         return None
 
@@ -183,7 +185,7 @@ def serve_live(cluster_kubeconfig: Path, namespace: str, deployment: str, histor
                     live.poll()
                 except StackpinError as exc:  # a lock that cannot be simulated, a broken history
                     live._serve(None, exc.message)  # said in the 503s; the next poll tries again
-                except ValueError as exc:  # a record's lock that is no lock (pydantic's ValidationError)
+                except ValueError as exc:  # a record's lock that is no lock (msgspec's ValidationError)
                     live._serve(None, " ".join(str(exc).split())[:300])
 
         poller = threading.Thread(target=poll, name="livesim-poll", daemon=True)

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from functools import cache
 from pathlib import Path
 
+import msgspec
+
 from stackpin.demo.mirror import build_demo_mirror
 from stackpin.lock.lockfile import Sources, StackLock, lock_profiles, write_locks
 from stackpin.lock.resolvers import HfCacheSource, LayoutSource
@@ -57,12 +59,12 @@ def lock_paths(lockdir: Path, paths: Sequence[Path] = tuple(SHIPPED)) -> list[Pa
 def with_profile_value(lock: StackLock, path: tuple[str, ...], value: object) -> StackLock:
     """The lock with one field of its effective profile set (render's input edited in place; the
     digest is left as it was, as a hand-edited lock would)."""
-    data = lock.model_dump(mode="json", by_alias=True)
+    data = lock.to_data()
     node = data["profile"]
     for part in path[:-1]:
         node = node[part]
     node[path[-1]] = value
-    return StackLock.model_validate(data)
+    return msgspec.convert(data, StackLock)
 
 
 def dynamo_142_variant(directory: Path) -> Path:

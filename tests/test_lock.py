@@ -318,3 +318,33 @@ def test_check_reports_an_invalid_lockfile_and_goes_on(project: Path) -> None:
                                        str(project / "profiles")])
     assert result.exit_code == 1
     assert "invalid  " in result.output and "current  " in result.output and "second.lock.yaml" in result.output
+
+
+BROKEN_LOCKS = {  # an edit of the shipped gb300-tuned lock -> the problems read_lock names, in file order
+    "a pin's flag of another type": (("    standIn: true", '    standIn: "yes"'), [
+        "125:5: resolved.autotuneCache.standIn: must be true or false, got a string",
+        "139:7: resolved.images.runtime.standIn: must be true or false, got a string",
+        "145:5: resolved.model.standIn: must be true or false, got a string"]),
+    "a misspelt section": (("  model:\n    id:", "  modle:\n    id:"), [
+        "114:1: resolved.model: required field is missing",
+        "140:3: resolved.modle: unknown field (did you mean 'model'?)"]),
+    "a digest that is a number": (("stackDigest: sha256:", "stackDigest: 12 #"), [
+        "146:1: stackDigest: must be a string, got an integer"]),
+    "an invalid embedded profile": (("      blockSize: 128", "      blockSize: big"), [
+        "48:7: profile.spec.kvCache.blockSize: must be an integer or null, got a string"]),
+    "an edited profile": (("      blockSize: 128", "      blockSize: 64"), [
+        "146:1: stackDigest: does not match the lockfile's content (edited by hand?); run stackpin lock"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN_LOCKS))
+def test_a_broken_lockfile_names_each_problem_at_its_line(tmp_path: Path, case: str) -> None:
+    (old, new), expected = BROKEN_LOCKS[case]
+    text = (ROOT / "lockfiles/gb300-tuned.lock.yaml").read_text()
+    assert old in text
+    path = tmp_path / "gb300-tuned.lock.yaml"
+    path.write_text(text.replace(old, new))
+    with pytest.raises(StackpinError) as caught:
+        read_lock(path)
+    assert caught.value.exit_code == 2
+    assert caught.value.lines() == [f"{path}:{line}" for line in expected]

@@ -14,6 +14,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import yaml
 from click.testing import CliRunner
@@ -185,8 +186,8 @@ def test_a_cache_without_one_flashinfer_arch_directory_does_not_render() -> None
     assert cache is not None
     files = json.loads(cache.annotations["files"])
     two = {**files, **{path.replace("/103a/", "/100a/"): digest for path, digest in files.items()}}
-    odd = cache.model_copy(update={"annotations": {**cache.annotations, "files": json.dumps(two)}})
-    bad = lock.model_copy(update={"resolved": lock.resolved.model_copy(update={"autotune_cache": odd})})
+    odd = cache.replace(annotations={**cache.annotations, "files": json.dumps(two)})
+    bad = lock.replace(resolved=lock.resolved.replace(autotune_cache=odd))
     with pytest.raises(RenderError, match="exactly one <flashinfer version>/<arch list> directory"):
         build_objects(bad)
 
@@ -320,14 +321,14 @@ def test_profile_without_a_current_lock_is_refused(tmp_path: Path, state: str) -
 
 
 def _relabel(lock: StackLock, path: tuple[str, ...], value: Any, also_model_id: bool = False) -> StackLock:
-    data = lock.model_dump(mode="json", by_alias=True)
+    data = lock.to_data()
     node = data["profile"]
     for part in path[:-1]:
         node = node.setdefault(part, {})
     node[path[-1]] = value
     if also_model_id:
         data["resolved"]["model"]["id"] = value
-    return StackLock.model_validate(data)
+    return msgspec.convert(data, StackLock)
 
 
 def test_render_refuses_an_empty_capture_list_with_graphs_on() -> None:

@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from stackpin.catalog import load_catalog
@@ -130,9 +131,9 @@ def test_missing_and_ignored_pools(tmp_path: Path) -> None:
 
 def _edited(name: str, changes: dict[str, Any]) -> StackLock:
     """A shipped lock with its profile edited past validation (as a hand-edited lock would be)."""
-    data = shipped_locks()[name].model_dump(mode="json", by_alias=True)
+    data = shipped_locks()[name].to_data()
     data["profile"] = apply(data["profile"], changes)
-    return StackLock.model_validate(data)
+    return msgspec.convert(data, StackLock)
 
 
 def test_render_refuses_a_replica_no_pod_spec_can_express() -> None:

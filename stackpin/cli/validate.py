@@ -57,7 +57,7 @@ def validate(paths: tuple[str, ...], manifests: bool, upgrade_to: str | None, fa
 
         print_reports(result)
     else:
-        emit(result.model_dump(mode="json"), output)
+        emit(result.to_data(), output)
     if result.input_errors:
         if output == "text":
             fail(list(result.input_errors), 2)

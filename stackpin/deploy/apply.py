@@ -413,7 +413,7 @@ def _writes(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOpt
     lock = source.lock
     entry = AppliedRevision(revision=source.revision, stack=lock.metadata.name, stack_digest=lock.stack_digest,
                             applied_at=_now(), applied_by="", objects=tuple(k.subject for k in plan.keys),
-                            lock=lock.model_dump(mode="json", by_alias=True))
+                            lock=lock.to_data())
     record = parent.record
     recorded = parent.latest is None or not parent.latest.same_stack(entry)
     if recorded:

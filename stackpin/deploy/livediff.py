@@ -158,7 +158,7 @@ def live_diff(cluster: Cluster, deployment: str, source: StackSource, *, namespa
 
 def _stack_diff(live: AppliedRevision, source: StackSource, deployment: str, notes: Notes) -> StackDiff | None:
     """The semantic diff of the record's live lock against B; None (with a note) if the lock is gone."""
-    from pydantic import ValidationError
+    import msgspec
 
     from stackpin.diff.engine import diff_stacks
     from stackpin.diff.inputs import stack_of_lock
@@ -169,9 +169,9 @@ def _stack_diff(live: AppliedRevision, source: StackSource, deployment: str, not
                   "kept): no semantic diff, the objects only")
         return None
     try:
-        lock = StackLock.model_validate(live.lock)
+        lock = msgspec.convert(live.lock, StackLock)
         intact = stack_digest(lock.profile, lock.resolved) == lock.stack_digest == live.stack_digest
-    except ValidationError:
+    except msgspec.ValidationError:
         intact = False
     if not intact:
         notes.add(f"the record's lock of the live stack {live.stack} does not match its digest (edited?): "

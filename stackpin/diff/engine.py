@@ -39,8 +39,8 @@ _DERIVED = {"pinned", "resolvedVia", "standIn"}
 
 def pins_of(lock: StackLock) -> dict[str, Any]:
     """What a lock pins, as compared: images, model revision, autotune cache; no provenance."""
-    data = lock.resolved.model_dump(mode="json", by_alias=True, exclude_none=True, exclude={"engines"})
-    return {k: _without(v, _DERIVED) for k, v in data.items()}
+    data = lock.resolved.to_data(exclude_none=True)
+    return {k: _without(v, _DERIVED) for k, v in data.items() if k != "engines"}
 
 
 def _acknowledged(profile: StackProfile) -> dict[str, Any]:

@@ -16,28 +16,25 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic.alias_generators import to_camel
+import msgspec
 
 from stackpin.errors import StackpinError
-from stackpin.lock.lockfile import StackLock, sha256, stack_digest
-from stackpin.profile.k8s_names import DNS_LABEL, DNS_LABEL_MAX, DNS_LABEL_PATTERN
+from stackpin.lock.lockfile import StackLock, profile_problems, sha256, stack_digest
+from stackpin.profile.k8s_names import DNS_LABEL, DNS_LABEL_MAX
+from stackpin.records import CamelRecord, Invalid, problems_of
 from stackpin.yamlio import MAX_INPUT_BYTES, dump_yaml, load_data, read_regular
 
 REVISION_KIND: Final = "StackRevision"
 API_VERSION: Final = "stackpin.dev/v1"
-CREATED_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$"
+# \Z, not $: msgspec matches with Python's re, whose $ also matches before a final newline.
+CREATED_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\Z"
 # A deployment's directory: `<name>@<platform>` (the platform keeps two racks' histories apart).
 DIRECTORY_NAME = re.compile(rf"^(?P<name>{DNS_LABEL})@(?P<platform>{DNS_LABEL})$")
 
-Label = Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=DNS_LABEL_MAX)]
+Label = Annotated[str, msgspec.Meta(pattern=rf"^{DNS_LABEL}\Z", max_length=DNS_LABEL_MAX)]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
-
-
-class DeploymentKey(_Model):
+class DeploymentKey(CamelRecord, frozen=True):
     """A deployment as its history is kept: the same `metadata.deployment` on another platform (the
     GB300 and Vera Rubin stacks are both `dsv41-flash`) or in another namespace is another history."""
 
@@ -64,35 +61,43 @@ class ActionKind(StrEnum):
     rollback = "rollback"
 
 
-class Action(_Model):
+# omit_defaults: a promote's data is {"kind": "promote"}, with no revision key.
+class Action(CamelRecord, frozen=True, omit_defaults=True):
     """What made a revision: a promoted lock, or a rollback to the stack of revision `revision`."""
 
     kind: ActionKind
-    revision: Annotated[int, Field(ge=1, strict=True)] | None = None
+    revision: Annotated[int, msgspec.Meta(ge=1)] | None = None
 
-    @model_validator(mode="after")
-    def _source(self) -> Action:
+    def __post_init__(self) -> None:
         if (self.kind == ActionKind.rollback) != (self.revision is not None):
-            raise ValueError("a rollback names the revision it restores (revision:); a promote names none")
-        return self
+            raise Invalid("revision", "a rollback names the revision it restores (revision:); a promote names none")
 
     def __str__(self) -> str:
         return f"rollback to {self.revision}" if self.kind == ActionKind.rollback else "promote"
 
 
-class Revision(_Model):
-    api_version: Literal["stackpin.dev/v1"] = Field(API_VERSION, alias="apiVersion")
+class Revision(CamelRecord, frozen=True, kw_only=True):  # kw_only again for mypy, as frozen
+    api_version: Literal["stackpin.dev/v1"] = API_VERSION
     kind: Literal["StackRevision"] = REVISION_KIND
     deployment: DeploymentKey
-    revision: Annotated[int, Field(ge=1, strict=True)]
-    created: Annotated[str, Field(pattern=CREATED_PATTERN, description="UTC, seconds.")]
-    author: Annotated[str, Field(min_length=1)]
-    message: Annotated[str, Field(min_length=1)]
+    revision: Annotated[int, msgspec.Meta(ge=1)]
+    created: Annotated[str, msgspec.Meta(pattern=CREATED_PATTERN, description="UTC, seconds.")]
+    author: Annotated[str, msgspec.Meta(min_length=1)]
+    message: Annotated[str, msgspec.Meta(min_length=1)]
     action: Action
     stack_digest: str
-    previous_digest: str | None = Field(None, description="revisionDigest of the revision before; none for 1.")
+    previous_digest: Annotated[str | None, msgspec.Meta(
+        description="revisionDigest of the revision before; none for 1.")] = None
     revision_digest: str
     lock: StackLock
+
+    def to_data(self) -> dict[str, Any]:
+        """The revision as its file holds it: no previousDigest for revision 1, the lock as lockfiles write it."""
+        data = super().to_data()
+        if data["previousDigest"] is None:
+            del data["previousDigest"]
+        data["lock"] = self.lock.to_data(exclude_none=True)
+        return data
 
     @property
     def short_digest(self) -> str:
@@ -111,7 +116,7 @@ class Revision(_Model):
 
     def summary(self) -> RevisionSummary:
         return RevisionSummary(self.revision, self.stack, self.stack_digest, self.created, self.author, self.message,
-                               self.action.model_dump(mode="json", exclude_none=True), self.revision_digest)
+                               self.action.to_data(), self.revision_digest)
 
 
 @dataclass(frozen=True)
@@ -185,19 +190,19 @@ def new_revision(key: DeploymentKey, number: int, lock: StackLock, *, created: s
     """The next revision of `key`, its digest computed over exactly what its file will hold."""
     body = {
         "apiVersion": API_VERSION, "kind": REVISION_KIND,
-        "deployment": key.model_dump(mode="json"), "revision": number, "created": created,
-        "author": author, "message": message, "action": action.model_dump(mode="json", exclude_none=True),
+        "deployment": key.to_data(), "revision": number, "created": created,
+        "author": author, "message": message, "action": action.to_data(),
         "stackDigest": lock.stack_digest,
-        "lock": lock.model_dump(mode="json", by_alias=True, exclude_none=True),
+        "lock": lock.to_data(exclude_none=True),
     }
     if previous is not None:
         body["previousDigest"] = previous.revision_digest
-    return Revision.model_validate({**body, "revisionDigest": sha256(body)})
+    return msgspec.convert({**body, "revisionDigest": sha256(body)}, Revision)
 
 
 def revision_text(revision: Revision) -> str:
     """The bytes of a revision file: the same revision always gives the same bytes."""
-    data = _document(revision.model_dump(mode="json", by_alias=True, exclude_none=True))
+    data = _document(revision.to_data())
     text = dump_yaml(data, sort_keys=False)
     if load_data(text) != data:  # what is read back must be what was hashed
         raise StackpinError(f"revision {revision.revision} of {revision.deployment}: a value does not survive a "
@@ -254,12 +259,15 @@ def parse_revision(raw: bytes, path: Path, key: DeploymentKey, number: int) -> R
     if digest is None or data.get("revisionDigest") != digest:
         raise RevisionError(path, "revisionDigest does not match the file's content (edited by hand?)")
     try:
-        revision = Revision.model_validate(data)
-        revision.lock.stack_profile  # noqa: B018 - the embedded profile must be a valid profile too
-    except ValidationError as exc:
-        first = exc.errors(include_url=False)[0]
-        where = ".".join(map(str, first["loc"]))
-        raise RevisionError(path, f"{where}: {first['msg']}" if where else first["msg"]) from None
+        revision = msgspec.convert(data, Revision)
+    except msgspec.ValidationError:
+        problems = problems_of(data, Revision)
+    else:  # the embedded profile must be a valid profile too
+        problems = [(("lock", *at), message) for at, message in profile_problems(revision.lock)]
+    if problems:
+        at, message = problems[0]
+        where = ".".join(map(str, at))
+        raise RevisionError(path, f"{where}: {message}" if where else message)
     lock = revision.lock
     if stack_digest(lock.profile, lock.resolved) != lock.stack_digest:
         raise RevisionError(path, "lock.stackDigest does not match the lock's content")

@@ -15,16 +15,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.alias_generators import to_camel
+import msgspec
 
 from stackpin.errors import InputError, Problem, StackpinError
 from stackpin.lock.canonical import canonical_json
 from stackpin.profile.model import LOCK_KIND, AutotuneMode, StackProfile
 from stackpin.profile.tuning import ConfigDirectory, parse_ranks_summary
-from stackpin.records import problems_of
+from stackpin.records import CamelRecord, load, problems_of
 from stackpin.yamlio import dump_yaml, load_yaml, recover_writes, write_files
 
 if TYPE_CHECKING:
@@ -48,21 +47,17 @@ class StackMismatch(StackpinError):
     exit_code = 1
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
-
-
-class LockedImage(_Model):
-    reference: str = Field(description="The reference as the profile wrote it, canonicalized.")
-    digest: str = Field(description="Digest of the manifest or index the tag pointed to.")
-    pinned: str = Field(description="repository@digest: what manifests use.")
+class LockedImage(CamelRecord, frozen=True):
+    reference: Annotated[str, msgspec.Meta(description="The reference as the profile wrote it, canonicalized.")]
+    digest: Annotated[str, msgspec.Meta(description="Digest of the manifest or index the tag pointed to.")]
+    pinned: Annotated[str, msgspec.Meta(description="repository@digest: what manifests use.")]
     platform: str
     platform_digest: str
     resolved_via: str
     stand_in: bool = False
 
 
-class LockedModel(_Model):
+class LockedModel(CamelRecord, frozen=True):
     id: str
     requested: str
     revision: str
@@ -70,7 +65,7 @@ class LockedModel(_Model):
     stand_in: bool = False
 
 
-class LockedArtifact(_Model):
+class LockedArtifact(CamelRecord, frozen=True):
     reference: str
     digest: str
     pinned: str
@@ -114,14 +109,14 @@ class LockedArtifact(_Model):
         return trees.pop()
 
 
-class LockedEngines(_Model):
+class LockedEngines(CamelRecord, frozen=True):
     dynamo: str
     vllm: str
     flashinfer: str
     nixl: str
 
 
-class ResolvedSection(_Model):
+class ResolvedSection(CamelRecord, frozen=True):
     images: dict[str, LockedImage]
     model: LockedModel
     engines: LockedEngines
@@ -133,15 +128,26 @@ class ResolvedSection(_Model):
             *self.images.values(), self.model, *([self.autotune_cache] if self.autotune_cache else [])]
         return any(p.stand_in for p in parts)
 
+    def to_data(self, *, exclude_none: bool = False) -> dict[str, Any]:
+        """As `Record.to_data`; `exclude_none` leaves out an absent autotune cache (as lockfiles do)."""
+        data = super().to_data()
+        if exclude_none and data["autotuneCache"] is None:
+            del data["autotuneCache"]
+        return data
 
-class LockMetadata(_Model):
+
+class LockMetadata(CamelRecord, frozen=True):
     name: str
-    profile: str = Field(description="Path of the profile, relative to the lockfile's directory parent.")
-    profile_digest: str = Field(description="sha256 of the effective profile; lock --check compares it.")
+    profile: Annotated[str, msgspec.Meta(
+        description="Path of the profile, relative to the lockfile's directory parent.")]
+    profile_digest: Annotated[str, msgspec.Meta(
+        description="sha256 of the effective profile; lock --check compares it.")]
 
 
-class StackLock(_Model):
-    api_version: str = Field("stackpin.dev/v1", alias="apiVersion")
+# dict=True: an instance dict for the cached stack_profile (a Struct has none otherwise); kw_only again
+# for mypy (fields without a default follow apiVersion and kind).
+class StackLock(CamelRecord, frozen=True, kw_only=True, dict=True):
+    api_version: str = "stackpin.dev/v1"
     kind: str = LOCK_KIND
     metadata: LockMetadata
     stack_digest: str
@@ -150,7 +156,14 @@ class StackLock(_Model):
 
     @cached_property
     def stack_profile(self) -> StackProfile:
+        """The embedded profile as a StackProfile; raises ValueError (msgspec's) when it is none."""
         return StackProfile.from_data(self.profile)
+
+    def to_data(self, *, exclude_none: bool = False) -> dict[str, Any]:
+        """As `Record.to_data`; `exclude_none` as lockfiles are written (the profile's own nulls stay)."""
+        data = super().to_data()
+        data["resolved"] = self.resolved.to_data(exclude_none=exclude_none)
+        return data
 
     @property
     def short_digest(self) -> str:
@@ -170,9 +183,16 @@ def effective_profile(profile: StackProfile) -> dict[str, Any]:
     return data
 
 
+def engines_of(profile: StackProfile) -> LockedEngines:
+    """The engine versions a profile pins (its runtime image is locked as an image)."""
+    versions = profile.spec.versions
+    return LockedEngines(dynamo=versions.dynamo, vllm=versions.vllm, flashinfer=versions.flashinfer,
+                         nixl=versions.nixl)
+
+
 def stack_digest(profile: dict[str, Any], resolved: ResolvedSection) -> str:
     # Where each pin came from is provenance, not identity: leave resolvedVia/standIn out of the hash.
-    what = resolved.model_dump(mode="json", by_alias=True, exclude_none=True)
+    what = resolved.to_data(exclude_none=True)
     for section in (*what["images"].values(), what["model"], what.get("autotuneCache") or {}):
         section.pop("resolvedVia", None)
         section.pop("standIn", None)
@@ -271,7 +291,7 @@ def _lock_one(item: LoadedProfile, images: dict[str, ImageRef], cache: ImageRef 
     artifact = _lock_cache(profile, cache, previous, resolved_refs, offline, catalog) if cache else None
     document = effective_profile(profile)
     section = ResolvedSection(images=locked_images, model=model, autotune_cache=artifact,
-                              engines=LockedEngines(**profile.spec.versions.engines()))
+                              engines=engines_of(profile))
     # The profile is named relative to the project root: the same bytes from any working directory.
     return StackLock(metadata=LockMetadata(name=profile.name, profile=profile_relpath(item.path, lockdir),
                                            profile_digest=sha256(document)),
@@ -325,7 +345,7 @@ def render_lock(lock: StackLock) -> str:
     header = ("# Generated by `stackpin lock`; do not edit. stackDigest names this stack.\n"
               + ("# STAND-IN PINS: resolved through a demo mirror; not production digests.\n"
                  if lock.resolved.stand_in else ""))
-    return header + dump_yaml(lock.model_dump(mode="json", by_alias=True, exclude_none=True))
+    return header + dump_yaml(lock.to_data(exclude_none=True))
 
 
 def write_locks(locks: Sequence[StackLock], lockdir: Path) -> list[Path]:
@@ -343,22 +363,21 @@ def read_lock(path: Path) -> StackLock:
     data, positions = load_yaml(path)
     if not isinstance(data, dict) or data.get("kind") != LOCK_KIND:
         raise InputError([Problem(positions.locate(()), "kind", f"not a {LOCK_KIND}")])
-    try:
-        lock = StackLock.model_validate(data)
-    except ValidationError as exc:
-        raise InputError([Problem(positions.locate(tuple(e["loc"])), ".".join(map(str, e["loc"])),
-                                  e["msg"]) for e in exc.errors(include_url=False)]) from None
-    # The embedded profile must be a valid profile too.
-    if problems := problems_of(lock.profile, StackProfile):
-        raise InputError([Problem(positions.locate(("profile", *path)), ".".join(map(str, ("profile", *path))),
-                                  message) for path, message in problems])
+    lock = load(data, StackLock, positions.locate)
+    if problems := profile_problems(lock):
+        raise InputError([Problem(positions.locate(at), ".".join(map(str, at)), message) for at, message in problems])
     raise InputError([Problem(positions.locate(("stackDigest",)), "stackDigest",
                               "does not match the lockfile's content (edited by hand?); run stackpin lock")])
 
 
+def profile_problems(lock: StackLock) -> list[tuple[tuple[str | int, ...], str]]:
+    """What makes the lock's embedded profile no valid profile, each at its path in the lock (`profile`, ...);
+    empty when it is one."""
+    return [(("profile", *path), message) for path, message in problems_of(lock.profile, StackProfile)]
+
+
 def _read_lock_fast(path: Path) -> StackLock | None:
     """A well-formed, untampered lock through libyaml's parser (render reads many); else None."""
-    import msgspec
     import yaml
 
     from stackpin.yamlio import MAX_INPUT_BYTES, load_data, read_regular
@@ -367,9 +386,9 @@ def _read_lock_fast(path: Path) -> StackLock | None:
         # Regular files only, bounded: a FIFO or a device goes to the slow path, whose reader refuses it.
         text = read_regular(path, MAX_INPUT_BYTES).decode("utf-8")
         data = load_data(text)
-        lock = StackLock.model_validate(data)
+        lock = msgspec.convert(data, StackLock)
         lock.stack_profile  # noqa: B018 - validates the embedded profile
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError, msgspec.ValidationError):
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValueError):  # the checks' errors are ValueErrors
         return None
     return lock if stack_digest(lock.profile, lock.resolved) == lock.stack_digest else None
 

@@ -173,10 +173,6 @@ class Versions(_Model, frozen=True, kw_only=True):
     def __post_init__(self) -> None:
         _checked("runtime_image", self.runtime_image, image_ref_problem)
 
-    def engines(self) -> dict[str, str]:
-        """The engine releases (what a lock's `resolved.engines` records), without the image."""
-        return {"dynamo": self.dynamo, "vllm": self.vllm, "flashinfer": self.flashinfer, "nixl": self.nixl}
-
 
 def env_problem(env: dict[str, str]) -> str | None:
     """Why these environment variables cannot go into a container (valid names, no NUL in a value)."""

@@ -64,8 +64,7 @@ find "$VLLM_CACHE_ROOT/flashinfer_autotune_cache" -type f -name '*.json' | sort
 def _tune_lock(lock: StackLock) -> StackLock:
     """The same stack with autotune switched to tune and no cache: what a capture runs."""
     profile = {**lock.profile, "spec": {**lock.profile["spec"], "autotune": {"mode": "tune", "cache": None}}}
-    resolved = lock.resolved.model_copy(update={"autotune_cache": None})
-    return lock.model_copy(update={"profile": profile, "resolved": resolved})
+    return lock.replace(profile=profile, resolved=lock.resolved.replace(autotune_cache=None))
 
 
 def dynamo_only_options(lock: StackLock) -> frozenset[str]:

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from stackpin.deploy.apply import ApplyOptions, apply_stack
 from stackpin.deploy.applyset import parent_name, read_parent
 from stackpin.deploy.kube import CONFIGMAPS, ApiResource, Cluster, Unreachable
@@ -305,7 +307,7 @@ class Engine:
                     None)
         if kept is None:
             raise StackpinError(f"rack {rack.name}: the lock of {entry.previous_digest} is not in its record")
-        return StackSource(StackLock.model_validate(kept), origin=f"rack {rack.name}'s record")
+        return StackSource(msgspec.convert(kept, StackLock), origin=f"rack {rack.name}'s record")
 
     def previous_lock(self, rack: Rack, entry: RackRecord) -> StackLock:
         return self.previous_source(rack, entry).lock

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from stackpin.catalog import load_catalog
 from stackpin.lock.lockfile import (
-    LockedEngines,
     LockedImage,
     LockedModel,
     LockMetadata,
     ResolvedSection,
     StackLock,
     effective_profile,
+    engines_of,
     sha256,
     stack_digest,
 )
@@ -32,7 +32,7 @@ def unlocked_lock(loaded: LoadedProfile) -> StackLock:
                                        platform_digest=UNLOCKED, resolved_via=UNLOCKED)},
         model=LockedModel(id=profile.spec.model.id, requested=profile.spec.model.revision,
                           revision=profile.spec.model.revision, resolved_via=UNLOCKED),
-        engines=LockedEngines(**profile.spec.versions.engines()))
+        engines=engines_of(profile))
     document = effective_profile(profile)
     return StackLock(metadata=LockMetadata(name=profile.name, profile=str(loaded.path),
                                            profile_digest=sha256(document)),

@@ -84,8 +84,7 @@ def acknowledged(loaded: LoadedProfile, findings: list[Finding], *, refuse_error
                     "cannot be acknowledged, only fixed"))
         else:
             where = str(loaded.locate(("spec", "acknowledge", index)))
-            out.append(finding.model_copy(update={"acknowledged": Acknowledged(reason=acks[index].reason,
-                                                                               location=where)}))
+            out.append(finding.replace(acknowledged=Acknowledged(reason=acks[index].reason, location=where)))
     if problems:
         raise InputError(problems)
     return out

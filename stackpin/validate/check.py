@@ -4,18 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-
-from pydantic import BaseModel, ConfigDict
+from typing import Any
 
 from stackpin.errors import InputError, Location, Problem, StackpinError
 from stackpin.profile.loader import LoadedProfile, load_profile
+from stackpin.records import Record
 from stackpin.validate import Finding, Severity, run_rules
 from stackpin.validate.summary import StackSummary, summarize
 
 
-class ProfileReport(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class ProfileReport(Record, frozen=True):
     file: str
     name: str
     summary: StackSummary
@@ -30,12 +28,17 @@ class ProfileReport(BaseModel):
     def acknowledged(self) -> int:
         return sum(1 for f in self.findings if f.acknowledged is not None)
 
+    def to_data(self) -> dict[str, Any]:
+        return {**super().to_data(), "summary": self.summary.to_data()}  # its own to_data leaves a key out
 
-class CheckResult(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
+class CheckResult(Record, frozen=True):
     reports: tuple[ProfileReport, ...]
     input_errors: tuple[str, ...]
+
+    def to_data(self) -> dict[str, Any]:
+        """What `validate -o json` prints."""
+        return {**super().to_data(), "reports": [r.to_data() for r in self.reports]}
 
     def failed(self, fail_on: Severity = Severity.error) -> bool:
         return any(f.counts(fail_on) for r in self.reports for f in r.findings)

@@ -9,13 +9,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
-
 from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform
 from stackpin.catalog.flags import FlagCatalog
 from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import PoolTopology, Role, Topology
 from stackpin.profile.tuning import ConfigDirectory
+from stackpin.records import Record
 from stackpin.yamlio import FieldPath
 
 
@@ -25,18 +24,14 @@ class Severity(StrEnum):
     info = "info"
 
 
-class Acknowledged(BaseModel):
+class Acknowledged(Record, frozen=True):
     """The spec.acknowledge entry that accepts a finding: its reason and where it is written."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     reason: str
     location: str
 
 
-class Finding(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class Finding(Record, frozen=True, kw_only=True):  # kw_only again for mypy: location follows hint's default
     code: str
     severity: Severity
     path: str

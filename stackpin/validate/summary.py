@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.profile.model import StackProfile
 from stackpin.profile.sizing import pool_memory
 from stackpin.profile.topology import shape_label, topology_of
+from stackpin.records import Record
 
 
-class PoolSummary(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class PoolSummary(Record, frozen=True):
     role: str
     replicas: int
     tensor_parallel: int
@@ -24,17 +23,20 @@ class PoolSummary(BaseModel):
     kv_gib_per_gpu: float | None
     kv_tokens_per_gpu: int | None
     headroom_gib_per_gpu: float | None
-    pipeline_parallel: int = Field(default=1, exclude=True)  # in the label only: -o json keeps its keys
+    pipeline_parallel: int = 1  # in the label only: to_data leaves it out, so -o json keeps its keys
 
     @property
     def shape(self) -> str:
         label = shape_label(self.tensor_parallel, self.pipeline_parallel, self.data_parallel, self.expert_parallel_size)
         return f"{self.replicas}x {label}"
 
+    def to_data(self) -> dict[str, Any]:
+        data = super().to_data()
+        del data["pipeline_parallel"]
+        return data
 
-class StackSummary(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
+class StackSummary(Record, frozen=True):
     name: str
     platform: str
     gpu: str
@@ -42,6 +44,9 @@ class StackSummary(BaseModel):
     gpus_used: int
     placement: str
     pools: tuple[PoolSummary, ...]
+
+    def to_data(self) -> dict[str, Any]:
+        return {**super().to_data(), "pools": [p.to_data() for p in self.pools]}
 
 
 def summarize(profile: StackProfile, catalog: Catalog | None = None) -> StackSummary:

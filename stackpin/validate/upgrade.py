@@ -15,9 +15,7 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from pydantic import JsonValue
+from typing import TYPE_CHECKING, Any
 
 from stackpin.catalog import Catalog, DynamoPin
 from stackpin.catalog.engine_data import EngineOption
@@ -29,6 +27,9 @@ from stackpin.profile.topology import Role
 from stackpin.validate.engineargs import field_path, renders
 from stackpin.validate.rules import Context, Hit, Severity, pools, rule
 from stackpin.yamlio import FieldPath
+
+if TYPE_CHECKING:  # an annotation only: validate need not import pydantic for it
+    from pydantic import JsonValue
 
 _V = ("spec", "versions")
 # SP241-SP243 report only under --upgrade-to: an acknowledgement of one would be stale (SP251) everywhere else.
