@@ -46,6 +46,7 @@ with timeouts of their own.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -140,6 +141,8 @@ class ApiResource:
     kind: str
     plural: str
     namespaced: bool
+    # Discovery's storageVersionHash: which version the server stores the kind as (see stored_as).
+    storage_hash: str | None = dataclasses.field(default=None, compare=False)
 
     @property
     def api_version(self) -> str:
@@ -159,6 +162,18 @@ class ApiResource:
     def subject(self, name: str) -> str:
         """kubectl's spelling: `dynamographdeployment.nvidia.com/dsv41-flash`."""
         return f"{self.kind.lower()}{'.' + self.group if self.group else ''}/{name}"
+
+    def stored_as(self, version: str) -> bool | None:
+        """Whether the server stores this kind as `version`; None when discovery did not say. The API
+        server's storageVersionHash is the first 8 bytes of sha256(`group/version/Kind`) of the storage
+        version, base64 (k8s.io/apiserver/pkg/endpoints/discovery: StorageVersionHash)."""
+        if not self.storage_hash:
+            return None
+        import base64
+        import hashlib
+
+        digest = hashlib.sha256(f"{self.group}/{version}/{self.kind}".encode()).digest()[:8]
+        return base64.b64encode(digest).decode() == self.storage_hash
 
 
 CONFIGMAPS = ApiResource("", "v1", "ConfigMap", "configmaps", True)
@@ -181,6 +196,9 @@ class Cluster:
         self._budget_left = request_timeout_s
         self._budget_lock = threading.Lock()
         self._answered = False  # any HTTP answer yet: a failure after one is a lost server, not an unreached one
+        # Namespaces a write of this run has shown to exist (a namespaced object created or updated in
+        # one): preflight need not read them again.
+        self.namespaces_seen: set[str] = set()
         # Called before every write that is not a dry run (the deployment's Lease: LeaseLost stops the
         # run before a write it no longer has the right to make).
         self.before_write: Callable[[], None] | None = None
@@ -230,7 +248,9 @@ class Cluster:
         return min(CONNECT_TIMEOUT_S, left), min(READ_TIMEOUT_S, left)
 
     def _out_of_time(self, method: str, what: str) -> Unreachable:
-        verb = "" if method == "GET" else f" during {method} of {what}"
+        # A write is named once the server has answered something: before that (apply's first request
+        # creates its Lease) the server is simply not answering.
+        verb = "" if method == "GET" or not self._answered else f" during {method} of {what}"
         return OutOfTime(f"the API server {self.server} did not answer within --request-timeout "
                          f"{self.request_timeout_s:g}s (all requests together){verb}",
                          "is the server healthy (its etcd up)? raise --request-timeout if it is only slow")
@@ -320,6 +340,7 @@ class Cluster:
                                     content_type="application/apply-patch+yaml", what=subject)
         if status >= 300:
             self._raise(status, data, "PATCH", subject)
+        self._seen(res, obj, dry_run)
         return dict(data)
 
     def delete(self, res: ApiResource, namespace: str | None, name: str, *, propagation: str = "Background",
@@ -354,6 +375,7 @@ class Cluster:
             return None
         if status >= 300:
             self._raise(status, data, "POST", subject)
+        self._seen(res, obj)
         return dict(data)
 
     def replace(self, res: ApiResource, obj: dict[str, Any], *,
@@ -368,7 +390,13 @@ class Cluster:
             return None
         if status >= 300:
             self._raise(status, data, "PUT", subject)
+        self._seen(res, obj)
         return dict(data)
+
+    def _seen(self, res: ApiResource, obj: dict[str, Any], dry_run: bool = False) -> None:
+        namespace = obj["metadata"].get("namespace")
+        if res.namespaced and namespace and not dry_run:
+            self.namespaces_seen.add(namespace)
 
     def watch(self, res: ApiResource, namespace: str | None, name: str, resource_version: str,
               timeout_s: float) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -403,7 +431,8 @@ class Cluster:
         out = {}
         for r in data.get("resources") or []:
             if "/" not in r["name"]:  # skip subresources (dynamographdeployments/status)
-                out[r["kind"]] = ApiResource(group, version, r["kind"], r["name"], bool(r.get("namespaced")))
+                out[r["kind"]] = ApiResource(group, version, r["kind"], r["name"], bool(r.get("namespaced")),
+                                             r.get("storageVersionHash") or None)
         return out
 
     def preferred_version(self, group: str) -> str | None:
