@@ -12,14 +12,20 @@ kinds, custom resources and discovery. lightkube is imported here only, when a c
 Why lightkube. Import cost, measured 2026-12-02 on the shared 2-core machine: a fresh interpreter (wall,
 median of 7, `python -c pass` taken off) imports the official `kubernetes` client in ~285 ms, kr8s in
 ~405 ms (async-first: anyio, its object model), lightkube's kubeconfig + client adapter with httpx2 in
-~160 ms, plain httpx in ~90 ms; inside a `stackpin status` process, after stackpin's own modules, what
-connect() adds is ~170 ms for `kubernetes`, ~125 ms for lightkube + httpx2, ~120 ms for plain httpx
-(bench/bench_deploy.py prints the -X importtime figures). Plain httpx saves nothing that counts and
-leaves every kubeconfig and credential rule to be written by hand; kr8s costs more than what it would
-replace. lightkube is maintained (releases through 2026), typed and small, and kubectl's kubeconfig
-models and credentials are what it is for. Most of what is left is the HTTP stack: under -X importtime
-httpx2 and what it loads (httpcore2, h11, h2, anyio, truststore) take ~75 ms, lightkube with msgspec and
-asyncio ~35 ms. Where lightkube differs from kubectl this module fills in, without redoing what it does:
+~160 ms. Re-measured 2026-12-03 (issue 21) as what connect() and one GET add to a process that has
+already imported stackpin's CLI, msgspec, yaml and ssl (CPU time, medians of 11): lightkube + httpx2
++194 ms; httpx2 alone, with a token set by hand, +144 ms; plain httpx +195 ms (httpx 0.29 imports its
+command line, and with it rich, on `import httpx`); urllib3 +69 ms; http.client +15 ms. lightkube's
+kubeconfig and credential parts do not come alone: any `lightkube.config` import runs lightkube's
+`__init__`, which imports its whole client (asyncio, its resource models, websockets: ~50 ms of the
+194), and its credential flows are httpx2 `Auth`s. So plain httpx is not lighter, and the lighter
+stacks would mean writing kubeconfig credentials (tokenFile refresh, exec plugins) by hand; lightkube
+stays, maintained (releases through 2026), typed and small, and it is the larger part of what a cluster
+command's start-up costs beyond the interpreter (bench/bench_deploy.py prints the -X importtime figures).
+Under -X importtime httpx2 and what it loads (httpcore2, h11, h2, anyio, truststore) take ~75 ms,
+lightkube with asyncio ~35 ms.
+
+Where lightkube differs from kubectl this module fills in, without redoing what it does:
 - it reads one file: the $KUBECONFIG list is merged here (`_merged`), paths made absolute per file;
 - its exec auth accepts client.authentication.k8s.io/v1alpha1 and v1beta1 but not v1 (kubectl's
   current one), and passes the plugin no KUBERNETES_EXEC_INFO: here the plugin gets KUBERNETES_EXEC_INFO
