@@ -283,8 +283,10 @@ def wait_applied(cluster: Cluster, result: ApplyResult, timeout_s: float, progre
     return replace(result, readiness=wait_ready(cluster, res, result.namespace, name, timeout_s, progress))
 
 
-def read_plan(cluster: Cluster, source: StackSource, options: ApplyOptions, notes: Notes) -> Plan:
-    """1. Read: render, preflight, the parent and its members, what to recreate and what to prune."""
+def read_plan(cluster: Cluster, source: StackSource, options: ApplyOptions, notes: Notes,
+              parent_live: dict[str, Any] | None = None) -> Plan:
+    """1. Read: render, preflight, the parent and its members, what to recreate and what to prune.
+    `parent_live`: the parent as the caller has just read it (read here otherwise)."""
     stack = stack_objects(source.lock, options.namespace)
     ns = stack.namespace
     pre = preflight(cluster, stack.objects, ns)
@@ -300,7 +302,8 @@ def read_plan(cluster: Cluster, source: StackSource, options: ApplyOptions, note
         notes.add(f"warning: {finding}")
     if pre.namespace_missing and not options.create_namespace:
         raise ClusterError(f"namespace {ns} does not exist", "create it, or pass --create-namespace")
-    parent_live = cluster.get(CONFIGMAPS, ns, parent_name(stack.deployment))
+    if parent_live is None:
+        parent_live = cluster.get(CONFIGMAPS, ns, parent_name(stack.deployment))
     parent = read_parent(parent_live, stack.deployment, ns)
     desired = tuple(as_member(o, parent, source.revision) for o in stack.objects)
     res_of = {key_of(o): pre.resources[(o["apiVersion"], o["kind"])] for o in desired}

@@ -202,8 +202,8 @@ class Cluster:
         self._budget_left = request_timeout_s
         self._budget_lock = threading.Lock()
         self._answered = False  # any HTTP answer yet: a failure after one is a lost server, not an unreached one
-        # Namespaces a write of this run has shown to exist (a namespaced object created or updated in
-        # one): preflight need not read them again.
+        # Namespaces this run has seen exist (a namespaced object read, created or updated in one):
+        # preflight need not read them again.
         self.namespaces_seen: set[str] = set()
         # Called before every write that is not a dry run (the deployment's Lease: LeaseLost stops the
         # run before a write it no longer has the right to make).
@@ -316,6 +316,7 @@ class Cluster:
             return None
         if status >= 300:
             self._raise(status, data, "GET", res.subject(name))
+        self._seen(res, {"metadata": {"namespace": namespace}})
         return dict(data)
 
     def list(self, res: ApiResource, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:

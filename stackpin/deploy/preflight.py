@@ -70,7 +70,7 @@ def preflight(cluster: Cluster, objects: tuple[dict[str, Any], ...], namespace: 
             problems.append(problem)
     if problems:
         raise ClusterError("\n".join(problems))
-    if namespace in cluster.namespaces_seen:  # apply wrote its Lease there
+    if namespace in cluster.namespaces_seen:  # apply wrote its Lease there, diff read the record
         return Preflight(resources, False, tuple(notes))
     try:
         missing = cluster.get(NAMESPACES, None, namespace) is None
