@@ -12,7 +12,9 @@ The run, in order; nothing is written before step 3:
    the next run cannot find); recreated objects deleted with foreground propagation and awaited; the
    objects applied, a ComputeDomain before the DynamoGraphDeployment that uses it; members no
    longer rendered pruned, the DynamoGraphDeployment before its ComputeDomain; then the parent again
-   with the new kinds and the record entry (who, when, which stack digest and revision).
+   with the new kinds and the record entry (who, when, which stack digest and revision). A write whose
+   dry run returned the object exactly as it is live (down to managedFields and resourceVersion: the
+   server would store nothing) is left out, so a re-apply that changes nothing writes nothing.
 
 A re-run after any interruption converges: the parent still lists every kind that may hold members.
 """
