@@ -111,6 +111,28 @@ def _import_ms(statement: str, repeats: int) -> float | None:
     return statistics.median(samples)
 
 
+# The modules of the cluster commands themselves, and the cluster client without msgspec (which the
+# documents every command reads use too, stackpin/records.py): what `status` costs beyond the models.
+OWN = ("stackpin.deploy", "stackpin.history", "stackpin.cli.deploy")
+CLUSTER_CLIENT = ("lightkube", "httpx2", "httpcore2", "h11", "h2", "hpack", "hyperframe", "anyio", "sniffio",
+                  "truststore", "wsproto", "certifi", "idna", "asyncio")
+
+
+def _self_ms(cmd: list[str], env: dict[str, str], prefixes: tuple[str, ...], runs: int) -> float:
+    """Median self import time (ms, -X importtime) of the modules under `prefixes` in one run of `cmd`."""
+    samples = []
+    for _ in range(runs):
+        proc = subprocess.run([cmd[0], "-X", "importtime", *cmd[1:]], cwd=ROOT, capture_output=True, text=True,
+                              check=True, env=env)
+        total = 0
+        for line in proc.stderr.splitlines():
+            if line.startswith("import time:") and "|" in line and "self [us]" not in line:
+                self_us, _, name = (part.strip() for part in line.split(":", 1)[1].split("|"))
+                total += int(self_us) if any(name == p or name.startswith(p + ".") for p in prefixes) else 0
+        samples.append(total / 1000)
+    return statistics.median(samples)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("repeats", nargs="?", type=int, default=10)
@@ -163,6 +185,8 @@ def main() -> None:
             apply, get, _ = ours
             _timed(apply, envs["stackpin"])  # the record back, for status to read
             groups = {tool: import_ms_by_group(get, env=envs[tool]) for tool in trees}
+            own = {tool: (_self_ms(get, envs[tool], OWN, 5), _self_ms(get, envs[tool], CLUSTER_CLIENT, 5))
+                   for tool in trees}
     except EnvtestUnavailable as exc:
         print(f"skipped: no Kubernetes API server to measure against: {exc}")
         return
@@ -198,6 +222,8 @@ def main() -> None:
     for tool, by_group in groups.items():
         print(f"{tool} status, import time by package (self, -X importtime): "
               + ", ".join(f"{group} {value:.0f}ms" for group, value in by_group.items()))
+        print(f"  of which the cluster commands' own modules ({', '.join(OWN)}) {own[tool][0]:.0f}ms; the cluster "
+              f"client without msgspec ({', '.join(CLUSTER_CLIENT[:3])}, ...) {own[tool][1]:.0f}ms")
     for index, what, aim in ((1, "re-apply (nothing changed) vs kubectl apply --server-side -k", REAPPLY_AIM),
                              (2, "status vs kubectl get -o yaml", STATUS_AIM)):
         mine, theirs = ratios[index]

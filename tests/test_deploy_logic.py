@@ -15,7 +15,16 @@ import yaml
 from click.testing import CliRunner
 
 from stackpin.cli.main import main
-from stackpin.deploy.applyset import MAX_ENTRIES, MAX_LOCKS, AppliedRevision, applyset_id, read_parent, with_entry
+from stackpin.deploy.applyset import (
+    MAX_ENTRIES,
+    MAX_LOCKS,
+    TOOLING,
+    AppliedRevision,
+    applyset_id,
+    parent_object,
+    read_parent,
+    with_entry,
+)
 from stackpin.deploy.drift import drifted_fields, leaf_paths
 from stackpin.deploy.kube import ClusterError
 from stackpin.deploy.readiness import readiness
@@ -140,6 +149,37 @@ def test_a_parent_that_is_not_an_applyset_or_has_a_wrong_id_is_refused() -> None
               "data": {"revisions.json": "{not json"}}
     with pytest.raises(ClusterError, match="revisions.json is not a stackpin record"):
         read_parent(broken, "d", "ns")
+
+
+def test_the_record_is_read_and_written_back_byte_for_byte() -> None:
+    """An older or newer stackpin reads the same revisions.json: camelCase keys, sorted, no revision or
+    lock key when unset, a newer stackpin's keys dropped, null inside a lock kept."""
+    text = ('[{"appliedAt":"t1","appliedBy":"u","objects":["configmap/a"],"stack":"s","stackDigest":"sha256:1",'
+            '"newerKey":{"x":1}},{"appliedAt":"t2","appliedBy":"v","lock":{"a":null,"b":[1]},"objects":[],'
+            '"revision":3,"stack":"s","stackDigest":"sha256:2"}]')
+    live = {"metadata": {"annotations": {"applyset.kubernetes.io/tooling": TOOLING},
+                         "labels": {"applyset.kubernetes.io/id": applyset_id("stackpin-d", "ns")}},
+            "data": {"revisions.json": text}}
+    parent = read_parent(live, "d", "ns")
+    assert parent.record[1] == AppliedRevision(revision=3, stack="s", stack_digest="sha256:2", applied_at="t2",
+                                               applied_by="v", objects=(), lock={"a": None, "b": [1]})
+    written = parent_object(parent, "d", ["ConfigMap"], parent.record, pin_version=False)["data"]["revisions.json"]
+    assert written == text.replace(',"newerKey":{"x":1}', "")
+    for bad in ('{"stack":"s"}', '[{"stack":"s"}]', '[{"stack":"s","stackDigest":1,"appliedAt":"t","appliedBy":"u"}]'):
+        with pytest.raises(ClusterError, match="revisions.json is not a stackpin record"):
+            read_parent({**live, "data": {"revisions.json": bad}}, "d", "ns")
+
+
+def test_status_imports_neither_the_renderer_nor_pydantic_of_its_own() -> None:
+    """`stackpin status` reads labels and the record; rendering is apply's (objects.py spells render's
+    label prefix for that)."""
+    from stackpin.deploy.objects import LABEL_PREFIX
+    from stackpin.render.build import LABEL_PREFIX as RENDERED
+
+    assert LABEL_PREFIX == RENDERED
+    code = "import sys, stackpin.deploy.status; print(sorted(m for m in sys.modules if 'stackpin.render' in m))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert result.stdout.strip() == "[]"
 
 
 # --- the CLI, no server needed ---------------------------------------------------------------------

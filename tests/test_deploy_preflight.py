@@ -5,7 +5,10 @@ catches the fields the server would drop. Plus the pure check of a CRD's convers
 
 from __future__ import annotations
 
+import base64
 import copy
+import hashlib
+import time
 from collections.abc import Iterator
 from functools import cache
 from typing import Any
@@ -35,11 +38,24 @@ def upstream_storage(envtest: Envtest) -> Iterator[None]:
     """The DynamoGraphDeployment CRD as upstream ships it (storing v1alpha1, no webhook) for one test;
     the v1beta1-storing copy the other tests use is put back afterwards."""
     crd = upstream_dgd_crd()
-    envtest.install_crd(stored_as(crd, "v1alpha1"))
+    _install_stored_as(envtest, crd, "v1alpha1")
     try:
         yield
     finally:
-        envtest.install_crd(stored_as(crd, "v1beta1"))
+        _install_stored_as(envtest, crd, "v1beta1")
+
+
+def _install_stored_as(envtest: Envtest, crd: dict[str, Any], version: str) -> None:
+    """Install the CRD storing `version`, then wait until discovery says so too (preflight reads the
+    storage version there first; the API server updates discovery a moment after the CRD)."""
+    envtest.install_crd(stored_as(crd, version))
+    kind, group = crd["spec"]["names"]["kind"], crd["spec"]["group"]
+    want = base64.b64encode(hashlib.sha256(f"{group}/{version}/{kind}".encode()).digest()[:8]).decode()
+    deadline = time.monotonic() + 30
+    while not all(r.get("storageVersionHash") == want for r in envtest.ok("GET", f"/apis/{group}/v1beta1")["resources"]
+                  if r["kind"] == kind and "/" not in r["name"]):
+        assert time.monotonic() < deadline, f"discovery did not show {kind} stored as {version} within 30s"
+        time.sleep(0.05)
 
 
 @pytest.mark.usefixtures("upstream_storage")
@@ -94,3 +110,15 @@ def test_conversion_check_of_a_crd() -> None:
 ])
 def test_dropped_fields(sent: dict[str, Any], returned: dict[str, Any], dropped: list[str]) -> None:
     assert dropped_fields(sent, returned) == dropped
+
+
+def test_discovery_tells_the_storage_version_so_the_crd_is_not_read(envtest: Envtest) -> None:
+    """The API server's storageVersionHash, as ApiResource.stored_as reads it, against the bundled
+    CRDs (the DynamoGraphDeployment copy stores v1beta1; tests/kube.py)."""
+    from stackpin.deploy.kube import connect
+
+    cluster = connect(str(envtest.kubeconfig), None)
+    dgd = (cluster.resources("nvidia.com", "v1beta1") or {})["DynamoGraphDeployment"]
+    assert dgd.stored_as("v1beta1") is True and dgd.stored_as("v1alpha1") is False
+    assert (cluster.resources("nvidia.com", "v1alpha1") or {})["DynamoGraphDeployment"].stored_as("v1alpha1") is False
+    assert (cluster.resources("", "v1") or {})["ConfigMap"].stored_as("v1") is True

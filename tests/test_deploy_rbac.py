@@ -90,7 +90,7 @@ def test_the_documented_role_is_enough_and_each_rule_is_needed(kube: Kube, bound
     assert refused.exit_code == 2
     [line] = refused.stderr.splitlines()
     assert line.startswith("error: lease.coordination.k8s.io/stackpin-dsv41-flash: ") and \
-        f'User "{USER}" cannot get resource "leases" in API group "coordination.k8s.io"' in line, line
+        f'User "{USER}" cannot create resource "leases" in API group "coordination.k8s.io"' in line, line
 
     without(kube, bound, "dynamographdeployments")
     unseen = kube.stackpin("status", "dsv41-flash", "--lockdir", str(LOCKS), kubeconfig=config)

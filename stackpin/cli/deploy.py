@@ -136,14 +136,17 @@ def status(deployment: str, lock_arg: str | None, lockdir: str, kubeconfig: str 
     from pathlib import Path
 
     from stackpin.deploy.status import deployment_status
-    from stackpin.profile.model import DEFAULT_NAMESPACE
 
     cluster = connect_cluster(kubeconfig, context)
     if namespace is None and lock_arg:
         from stackpin.deploy.source import resolve_source
 
         namespace = resolve_source(lock_arg, Path(lockdir)).lock.stack_profile.metadata.namespace
-    namespace = namespace or cluster.context_namespace or DEFAULT_NAMESPACE
+    namespace = namespace or cluster.context_namespace
+    if not namespace:  # the profile's default (the profile model loads only for it)
+        from stackpin.profile.model import DEFAULT_NAMESPACE
+
+        namespace = DEFAULT_NAMESPACE
     report = deployment_status(cluster, deployment, namespace, lock=lock_arg, lockdir=Path(lockdir))
     if output != "text":
         emit(report.as_dict(), output)

@@ -12,7 +12,9 @@ The run, in order; nothing is written before step 3:
    the next run cannot find); recreated objects deleted with foreground propagation and awaited; the
    objects applied, a ComputeDomain before the DynamoGraphDeployment that uses it; members no
    longer rendered pruned, the DynamoGraphDeployment before its ComputeDomain; then the parent again
-   with the new kinds and the record entry (who, when, which stack digest and revision).
+   with the new kinds and the record entry (who, when, which stack digest and revision). A write whose
+   dry run returned the object exactly as it is live (down to managedFields and resourceVersion: the
+   server would store nothing) is left out, so a re-apply that changes nothing writes nothing.
 
 A re-run after any interruption converges: the parent still lists every kind that may hold members.
 """
@@ -192,6 +194,7 @@ class Plan:
     recreate: dict[ObjectKey, list[str]]  # objects that need delete and create, with the reasons
     prune: tuple[Member, ...]  # members the stack no longer has, a DynamoGraphDeployment first
     namespace_missing: bool
+    parent_live: dict[str, Any] | None = None  # the parent as read
 
     @property
     def keys(self) -> list[ObjectKey]:
@@ -210,6 +213,10 @@ class CheckedApply:
     predicted: dict[ObjectKey, Action]
     notes: Notes
     namespace_pending: bool = False  # a dry run for a namespace that does not exist yet
+    # Writes the dry run showed to be no-ops (the server returned the object exactly as it is, down to
+    # managedFields and resourceVersion): `write_checked` leaves them out, as the server would store nothing.
+    settled: frozenset[ObjectKey] = frozenset()
+    parent_settled: bool = False  # the same for the parent's first write (the union of kinds, the record as is)
 
     def result(self, dry_run: bool, recorded: bool, actions: dict[ObjectKey, Action]) -> ApplyResult:
         plan, lock = self.plan, self.source.lock
@@ -238,7 +245,8 @@ def check_apply(cluster: Cluster, source: StackSource, options: ApplyOptions, pr
                       "before it exists")
             return CheckedApply(source, options, plan, {}, notes, namespace_pending=True)
         progress(f"namespace/{plan.stack.namespace} created")
-    return CheckedApply(source, options, plan, _dry_run(cluster, plan, options, notes), notes)
+    predicted, settled, parent_settled = _dry_run(cluster, plan, options, notes)
+    return CheckedApply(source, options, plan, predicted, notes, settled=settled, parent_settled=parent_settled)
 
 
 def write_checked(cluster: Cluster, checked: CheckedApply, progress: Progress = _quiet) -> ApplyResult:
@@ -247,7 +255,7 @@ def write_checked(cluster: Cluster, checked: CheckedApply, progress: Progress = 
         return checked.dry_result()
     source, options = checked.source, checked.options
     timeout_s = options.timeout_s if options.timeout_s is not None else default_timeout_s(source)
-    actions, recorded = _write(cluster, checked.plan, source, options, timeout_s, progress)
+    actions, recorded = _write(cluster, checked, timeout_s, progress)
     return checked.result(False, recorded, actions)
 
 
@@ -277,8 +285,10 @@ def wait_applied(cluster: Cluster, result: ApplyResult, timeout_s: float, progre
     return replace(result, readiness=wait_ready(cluster, res, result.namespace, name, timeout_s, progress))
 
 
-def read_plan(cluster: Cluster, source: StackSource, options: ApplyOptions, notes: Notes) -> Plan:
-    """1. Read: render, preflight, the parent and its members, what to recreate and what to prune."""
+def read_plan(cluster: Cluster, source: StackSource, options: ApplyOptions, notes: Notes,
+              parent_live: dict[str, Any] | None = None) -> Plan:
+    """1. Read: render, preflight, the parent and its members, what to recreate and what to prune.
+    `parent_live`: the parent as the caller has just read it (read here otherwise)."""
     stack = stack_objects(source.lock, options.namespace)
     ns = stack.namespace
     pre = preflight(cluster, stack.objects, ns)
@@ -294,7 +304,9 @@ def read_plan(cluster: Cluster, source: StackSource, options: ApplyOptions, note
         notes.add(f"warning: {finding}")
     if pre.namespace_missing and not options.create_namespace:
         raise ClusterError(f"namespace {ns} does not exist", "create it, or pass --create-namespace")
-    parent = read_parent(cluster.get(CONFIGMAPS, ns, parent_name(stack.deployment)), stack.deployment, ns)
+    if parent_live is None:
+        parent_live = cluster.get(CONFIGMAPS, ns, parent_name(stack.deployment))
+    parent = read_parent(parent_live, stack.deployment, ns)
     desired = tuple(as_member(o, parent, source.revision) for o in stack.objects)
     res_of = {key_of(o): pre.resources[(o["apiVersion"], o["kind"])] for o in desired}
     members = _members(cluster, pre, parent, stack, notes)
@@ -310,13 +322,16 @@ def read_plan(cluster: Cluster, source: StackSource, options: ApplyOptions, note
             f"{key.subject} in namespace {ns} needs delete and recreate ({'; '.join(reasons)}): its pods go down; "
             "re-run with --allow-recreate to do it" for key, reasons in sorted(recreate.items())))
     prune = tuple(sorted((m for k, m in members.items() if k not in live), key=lambda m: (-apply_rank(m.key), m.key)))
-    return Plan(stack, parent, desired, res_of, live, recreate, prune, pre.namespace_missing)
+    return Plan(stack, parent, desired, res_of, live, recreate, prune, pre.namespace_missing, parent_live)
 
 
-def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions, notes: Notes) -> dict[ObjectKey, Action]:
+def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions,
+             notes: Notes) -> tuple[dict[ObjectKey, Action], frozenset[ObjectKey], bool]:
     """2. Check: every write as a server-side dry run; all conflicts are reported together. Returns
-    the predicted action per object."""
+    the predicted action per object, the objects whose apply is a no-op, and whether the parent's first
+    write is one."""
     predicted: dict[ObjectKey, Action] = {}
+    settled: set[ObjectKey] = set()
     conflicts: list[Conflicts] = []
     dropped: list[str] = []
     for obj, key in zip(plan.desired, plan.keys, strict=True):
@@ -340,23 +355,26 @@ def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions, notes: Notes) 
                            + " (a CRD without the version or conversion webhook it needs?)")
         predicted[key] = (Action.created if current is None else
                           Action.unchanged if _comparable(current) == _comparable(result) else Action.configured)
+        if current is not None and result == current:
+            settled.add(key)
     for member in plan.prune:
         cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"],
                        dry_run=True)
     parent, stack = plan.parent, plan.stack
-    cluster.apply(CONFIGMAPS, parent_object(parent, stack.deployment, parent.group_kinds | stack.group_kinds,
-                                            parent.record, pin_version=False), dry_run=True)
+    written = cluster.apply(CONFIGMAPS, parent_object(parent, stack.deployment, parent.group_kinds | stack.group_kinds,
+                                                      parent.record, pin_version=False), dry_run=True)
     if conflicts:
         raise Conflicts.merge(conflicts)
     if dropped:
         raise DroppedFields("\n".join(dropped))
-    return predicted
+    return predicted, frozenset(settled), plan.parent_live is not None and written == plan.parent_live
 
 
-def _write(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOptions, timeout_s: float,
+def _write(cluster: Cluster, checked: CheckedApply, timeout_s: float,
            progress: Progress) -> tuple[dict[ObjectKey, Action], bool]:
     """3. Write, in the order the module docstring gives. Returns the action per object and whether a
     record entry was added. A lost server or Lease says how far the writes got."""
+    plan = checked.plan
     done: list[str] = []
     total = 2 + len(plan.recreate) + len(plan.keys) + len(plan.prune)
 
@@ -365,7 +383,7 @@ def _write(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOpti
         progress(message)
 
     try:
-        return _writes(cluster, plan, source, options, timeout_s, progress, step)
+        return _writes(cluster, checked, timeout_s, progress, step)
     except (Unreachable, LeaseLost) as exc:
         last = f" (the last: {done[-1]})" if done else ""
         again = "run it again once the server answers: it converges" if isinstance(exc, Unreachable) else \
@@ -374,15 +392,21 @@ def _write(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOpti
                         again) from None
 
 
-def _writes(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOptions, timeout_s: float,
-            progress: Progress, step: Progress) -> tuple[dict[ObjectKey, Action], bool]:
-    """The writes of `_write`; `step` hears each one done, `progress` what happens in between."""
+def _writes(cluster: Cluster, checked: CheckedApply, timeout_s: float, progress: Progress,
+            step: Progress) -> tuple[dict[ObjectKey, Action], bool]:
+    """The writes of `_write`; `step` hears each one done, `progress` what happens in between. A write
+    the dry run showed to be a no-op is not sent (nothing would change, so nothing can be lost)."""
+    plan, source, options = checked.plan, checked.source, checked.options
     stack, ns = plan.stack, plan.stack.namespace
-    superset = parent_object(plan.parent, stack.deployment, plan.parent.group_kinds | stack.group_kinds,
-                             plan.parent.record, pin_version=False)
-    written = cluster.apply(CONFIGMAPS, superset)
-    step(f"{plan.parent.subject} written (the kinds of the old and the new stack)")
-    parent = replace(plan.parent, exists=True, resource_version=written["metadata"]["resourceVersion"])
+    union = plan.parent.group_kinds | stack.group_kinds
+    if checked.parent_settled:
+        parent = plan.parent
+        step(f"{plan.parent.subject} unchanged (it lists the kinds of the old and the new stack)")
+    else:
+        written = cluster.apply(CONFIGMAPS, parent_object(plan.parent, stack.deployment, union, plan.parent.record,
+                                                          pin_version=False))
+        step(f"{plan.parent.subject} written (the kinds of the old and the new stack)")
+        parent = replace(plan.parent, exists=True, resource_version=written["metadata"]["resourceVersion"])
     live = dict(plan.live)
     actions: dict[ObjectKey, Action] = {}
     for key in plan.keys:
@@ -402,6 +426,10 @@ def _writes(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOpt
         live[key] = None
     for obj, key in zip(plan.desired, plan.keys, strict=True):  # a ComputeDomain before its user
         before = live[key]
+        if key in checked.settled and before is not None:
+            actions[key] = Action.unchanged
+            step(f"{key.subject} {actions[key]}")
+            continue
         after = cluster.apply(plan.res_of[key], obj, force=options.force_conflicts)
         actions[key] = actions.get(key) or (Action.created if before is None else Action.unchanged if
                                             before["metadata"]["resourceVersion"] == after["metadata"][
@@ -417,6 +445,8 @@ def _writes(cluster: Cluster, plan: Plan, source: StackSource, options: ApplyOpt
     record = parent.record
     recorded = parent.latest is None or not parent.latest.same_stack(entry)
     if recorded:
-        record = with_entry(record, entry.model_copy(update={"applied_by": cluster.whoami()}))
+        record = with_entry(record, entry.replace(applied_by=cluster.whoami()))
+    elif checked.parent_settled and union == stack.group_kinds:
+        return actions, recorded  # the parent as it is already says this: the same kinds, the same record
     cluster.apply(CONFIGMAPS, parent_object(parent, stack.deployment, stack.group_kinds, record, pin_version=True))
     return actions, recorded

@@ -22,16 +22,15 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic.alias_generators import to_camel
+import msgspec
 
 from stackpin.deploy.kube import ClusterError
 from stackpin.lock.canonical import canonical_json
+from stackpin.records import CamelRecord
 from stackpin.version import __version__
 
 ID_LABEL = "applyset.kubernetes.io/id"
@@ -57,11 +56,9 @@ def applyset_id(name: str, namespace: str, kind: str = "ConfigMap", group: str =
     return "applyset-" + base64.urlsafe_b64encode(digest).decode().rstrip("=") + "-v1"
 
 
-class AppliedRevision(BaseModel):
+class AppliedRevision(CamelRecord, frozen=True, kw_only=True, forbid_unknown_fields=False):
     """One entry of the record: what was applied, when, and by whom. Unknown keys (a newer stackpin's)
     are ignored so that an older stackpin still reads the record."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore", alias_generator=to_camel, populate_by_name=True)
 
     revision: int | None = None
     stack: str
@@ -73,6 +70,10 @@ class AppliedRevision(BaseModel):
 
     def same_stack(self, other: AppliedRevision) -> bool:
         return (self.stack_digest, self.revision) == (other.stack_digest, other.revision)
+
+    def to_data(self) -> dict[str, Any]:
+        """The entry as the record stores it: camelCase keys, the unset revision and lock left out."""
+        return {k: v for k, v in super().to_data().items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -131,11 +132,8 @@ def _parse_record(text: str | None, subject: str) -> tuple[AppliedRevision, ...]
     if not text:
         return ()
     try:
-        entries = json.loads(text)
-        if not isinstance(entries, list):
-            raise ValueError("not a list")
-        return tuple(AppliedRevision.model_validate(e) for e in entries)
-    except (ValueError, ValidationError) as exc:
+        return msgspec.json.decode(text, type=tuple[AppliedRevision, ...])
+    except msgspec.DecodeError as exc:  # ValidationError is one: bad JSON, not a list, a field of the wrong type
         first = str(exc).splitlines()[0]
         raise ClusterError(f"{subject}: {RECORD_KEY} is not a stackpin record ({first})") from None
 
@@ -144,7 +142,7 @@ def with_entry(record: Iterable[AppliedRevision], entry: AppliedRevision) -> tup
     """The record with `entry` appended, trimmed: the newest MAX_ENTRIES, locks on the newest MAX_LOCKS."""
     entries = [*record, entry][-MAX_ENTRIES:]
     keep_locks = len(entries) - MAX_LOCKS
-    return tuple(e if i >= keep_locks or e.lock is None else e.model_copy(update={"lock": None})
+    return tuple(e if i >= keep_locks or e.lock is None else e.replace(lock=None)
                  for i, e in enumerate(entries))
 
 
@@ -153,7 +151,7 @@ def parent_object(parent: Parent, deployment: str, group_kinds: Iterable[str],
     """The parent as server-side apply sends it: the whole of what stackpin owns on it (omitting a
     field would remove it). `pin_version` adds the resourceVersion read, so that two applies at once
     cannot both append to the record."""
-    entries = [e.model_dump(mode="json", by_alias=True, exclude_none=True) for e in record]
+    entries = [e.to_data() for e in record]
     metadata: dict[str, Any] = {
         "name": parent.name,
         "namespace": parent.namespace,

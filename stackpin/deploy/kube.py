@@ -12,14 +12,20 @@ kinds, custom resources and discovery. lightkube is imported here only, when a c
 Why lightkube. Import cost, measured 2026-12-02 on the shared 2-core machine: a fresh interpreter (wall,
 median of 7, `python -c pass` taken off) imports the official `kubernetes` client in ~285 ms, kr8s in
 ~405 ms (async-first: anyio, its object model), lightkube's kubeconfig + client adapter with httpx2 in
-~160 ms, plain httpx in ~90 ms; inside a `stackpin status` process, after stackpin's own modules, what
-connect() adds is ~170 ms for `kubernetes`, ~125 ms for lightkube + httpx2, ~120 ms for plain httpx
-(bench/bench_deploy.py prints the -X importtime figures). Plain httpx saves nothing that counts and
-leaves every kubeconfig and credential rule to be written by hand; kr8s costs more than what it would
-replace. lightkube is maintained (releases through 2026), typed and small, and kubectl's kubeconfig
-models and credentials are what it is for. Most of what is left is the HTTP stack: under -X importtime
-httpx2 and what it loads (httpcore2, h11, h2, anyio, truststore) take ~75 ms, lightkube with msgspec and
-asyncio ~35 ms. Where lightkube differs from kubectl this module fills in, without redoing what it does:
+~160 ms. Re-measured 2026-12-03 (issue 21) as what connect() and one GET add to a process that has
+already imported stackpin's CLI, msgspec, yaml and ssl (CPU time, medians of 11): lightkube + httpx2
++194 ms; httpx2 alone, with a token set by hand, +144 ms; plain httpx +195 ms (httpx 0.29 imports its
+command line, and with it rich, on `import httpx`); urllib3 +69 ms; http.client +15 ms. lightkube's
+kubeconfig and credential parts do not come alone: any `lightkube.config` import runs lightkube's
+`__init__`, which imports its whole client (asyncio, its resource models, websockets: ~50 ms of the
+194), and its credential flows are httpx2 `Auth`s. So plain httpx is not lighter, and the lighter
+stacks would mean writing kubeconfig credentials (tokenFile refresh, exec plugins) by hand; lightkube
+stays, maintained (releases through 2026), typed and small, and it is the larger part of what a cluster
+command's start-up costs beyond the interpreter (bench/bench_deploy.py prints the -X importtime figures).
+Under -X importtime httpx2 and what it loads (httpcore2, h11, h2, anyio, truststore) take ~75 ms,
+lightkube with asyncio ~35 ms.
+
+Where lightkube differs from kubectl this module fills in, without redoing what it does:
 - it reads one file: the $KUBECONFIG list is merged here (`_merged`), paths made absolute per file;
 - its exec auth accepts client.authentication.k8s.io/v1alpha1 and v1beta1 but not v1 (kubectl's
   current one), and passes the plugin no KUBERNETES_EXEC_INFO: here the plugin gets KUBERNETES_EXEC_INFO
@@ -46,6 +52,7 @@ with timeouts of their own.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import threading
@@ -140,6 +147,8 @@ class ApiResource:
     kind: str
     plural: str
     namespaced: bool
+    # Discovery's storageVersionHash: which version the server stores the kind as (see stored_as).
+    storage_hash: str | None = dataclasses.field(default=None, compare=False)
 
     @property
     def api_version(self) -> str:
@@ -159,6 +168,18 @@ class ApiResource:
     def subject(self, name: str) -> str:
         """kubectl's spelling: `dynamographdeployment.nvidia.com/dsv41-flash`."""
         return f"{self.kind.lower()}{'.' + self.group if self.group else ''}/{name}"
+
+    def stored_as(self, version: str) -> bool | None:
+        """Whether the server stores this kind as `version`; None when discovery did not say. The API
+        server's storageVersionHash is the first 8 bytes of sha256(`group/version/Kind`) of the storage
+        version, base64 (k8s.io/apiserver/pkg/endpoints/discovery: StorageVersionHash)."""
+        if not self.storage_hash:
+            return None
+        import base64
+        import hashlib
+
+        digest = hashlib.sha256(f"{self.group}/{version}/{self.kind}".encode()).digest()[:8]
+        return base64.b64encode(digest).decode() == self.storage_hash
 
 
 CONFIGMAPS = ApiResource("", "v1", "ConfigMap", "configmaps", True)
@@ -181,6 +202,9 @@ class Cluster:
         self._budget_left = request_timeout_s
         self._budget_lock = threading.Lock()
         self._answered = False  # any HTTP answer yet: a failure after one is a lost server, not an unreached one
+        # Namespaces this run has seen exist (a namespaced object read, created or updated in one):
+        # preflight need not read them again.
+        self.namespaces_seen: set[str] = set()
         # Called before every write that is not a dry run (the deployment's Lease: LeaseLost stops the
         # run before a write it no longer has the right to make).
         self.before_write: Callable[[], None] | None = None
@@ -230,7 +254,9 @@ class Cluster:
         return min(CONNECT_TIMEOUT_S, left), min(READ_TIMEOUT_S, left)
 
     def _out_of_time(self, method: str, what: str) -> Unreachable:
-        verb = "" if method == "GET" else f" during {method} of {what}"
+        # A write is named once the server has answered something: before that (apply's first request
+        # creates its Lease) the server is simply not answering.
+        verb = "" if method == "GET" or not self._answered else f" during {method} of {what}"
         return OutOfTime(f"the API server {self.server} did not answer within --request-timeout "
                          f"{self.request_timeout_s:g}s (all requests together){verb}",
                          "is the server healthy (its etcd up)? raise --request-timeout if it is only slow")
@@ -290,6 +316,7 @@ class Cluster:
             return None
         if status >= 300:
             self._raise(status, data, "GET", res.subject(name))
+        self._seen(res, {"metadata": {"namespace": namespace}})
         return dict(data)
 
     def list(self, res: ApiResource, namespace: str | None, label_selector: str) -> list[dict[str, Any]]:
@@ -320,6 +347,7 @@ class Cluster:
                                     content_type="application/apply-patch+yaml", what=subject)
         if status >= 300:
             self._raise(status, data, "PATCH", subject)
+        self._seen(res, obj, dry_run)
         return dict(data)
 
     def delete(self, res: ApiResource, namespace: str | None, name: str, *, propagation: str = "Background",
@@ -354,6 +382,7 @@ class Cluster:
             return None
         if status >= 300:
             self._raise(status, data, "POST", subject)
+        self._seen(res, obj)
         return dict(data)
 
     def replace(self, res: ApiResource, obj: dict[str, Any], *,
@@ -368,7 +397,13 @@ class Cluster:
             return None
         if status >= 300:
             self._raise(status, data, "PUT", subject)
+        self._seen(res, obj)
         return dict(data)
+
+    def _seen(self, res: ApiResource, obj: dict[str, Any], dry_run: bool = False) -> None:
+        namespace = obj["metadata"].get("namespace")
+        if res.namespaced and namespace and not dry_run:
+            self.namespaces_seen.add(namespace)
 
     def watch(self, res: ApiResource, namespace: str | None, name: str, resource_version: str,
               timeout_s: float) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -403,7 +438,8 @@ class Cluster:
         out = {}
         for r in data.get("resources") or []:
             if "/" not in r["name"]:  # skip subresources (dynamographdeployments/status)
-                out[r["kind"]] = ApiResource(group, version, r["kind"], r["name"], bool(r.get("namespaced")))
+                out[r["kind"]] = ApiResource(group, version, r["kind"], r["name"], bool(r.get("namespaced")),
+                                             r.get("storageVersionHash") or None)
         return out
 
     def preferred_version(self, group: str) -> str | None:

@@ -1,9 +1,10 @@
 """One writer per deployment: a `coordination.k8s.io/v1` Lease `stackpin-<deployment>` in the
 deployment's namespace, held by `stackpin apply` and `stackpin rollback --apply` for their whole run.
 
-- Taken by create (POST: of two creators the server lets one win), or, once the holder's lease has
-  expired (`renewTime + leaseDurationSeconds` past) or it holds none, by an update pinned to the
-  resourceVersion read (PUT: of two takers one wins, the other gets 409).
+- Taken by create (POST: of two creators the server lets one win; tried first, as a released Lease
+  is deleted), or, once the holder's lease has expired (`renewTime + leaseDurationSeconds` past) or
+  it holds none, by an update pinned to the resourceVersion read (PUT: of two takers one wins, the
+  other gets 409).
 - Renewed every RENEW_EVERY_S by a background thread while the run lasts. A renewal that finds the
   Lease changed under it, or that cannot reach the server before the lease would expire, marks it
   lost; `Cluster.before_write` then stops the run before its next write (LeaseLost).
@@ -153,16 +154,19 @@ class DeploymentLease:
 
     # --- taking it ----------------------------------------------------------------------------------
 
-    def _try_take(self) -> Holder | None:
-        """One attempt: None when taken, else the holder in the way."""
-        live = self.cluster.get(LEASES, self.namespace, self.name)
-        if live is None:
-            written = self.cluster.create(LEASES, self._body(None, take=True))
-        else:
-            holder = read_holder(live)
-            if not holder.free(_now()) and holder.identity != self.identity:
-                return holder
-            written = self.cluster.replace(LEASES, self._body(live, take=True))
+    def _try_take(self, create_first: bool) -> Holder | None:
+        """One attempt: None when taken, else the holder in the way. `create_first` on the first attempt:
+        a released Lease is deleted, so usually there is none and one request takes it."""
+        written = self.cluster.create(LEASES, self._body(None, take=True)) if create_first else None
+        if written is None:  # there is one (or may be): take it over if it is free
+            live = self.cluster.get(LEASES, self.namespace, self.name)
+            if live is None:  # released in between
+                written = self.cluster.create(LEASES, self._body(None, take=True))
+            else:
+                holder = read_holder(live)
+                if not holder.free(_now()) and holder.identity != self.identity:
+                    return holder
+                written = self.cluster.replace(LEASES, self._body(live, take=True))
         if written is None:  # another writer was quicker: look again
             again = self.cluster.get(LEASES, self.namespace, self.name)
             return read_holder(again) if again else Holder("", "", None, DURATION_S)
@@ -172,7 +176,9 @@ class DeploymentLease:
     def acquire(self, wait_s: float, progress: Progress) -> None:
         deadline = time.monotonic() + wait_s
         said = False
-        while (holder := self._try_take()) is not None:
+        attempts = 0
+        while (holder := self._try_take(create_first=attempts == 0)) is not None:
+            attempts += 1
             left = deadline - time.monotonic()
             if left <= 0:
                 raise LeaseHeld(self._held_message(holder, wait_s),

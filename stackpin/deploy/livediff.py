@@ -117,14 +117,15 @@ def live_diff(cluster: Cluster, deployment: str, source: StackSource, *, namespa
         raise StackpinError(f"{source.origin} deploys {target_deployment}, not {deployment}: applying it would not "
                             f"change {deployment}", f"diff {target_deployment}@live {source.origin}")
     ns = namespace or lock.stack_profile.metadata.namespace
-    parent = read_parent(cluster.get(CONFIGMAPS, ns, parent_name(deployment)), deployment, ns)
+    parent_live = cluster.get(CONFIGMAPS, ns, parent_name(deployment))
+    parent = read_parent(parent_live, deployment, ns)
     if not parent.exists or parent.latest is None:
         raise ClusterError(f"nothing live for deployment {deployment} in namespace {ns} (no stackpin record "
                            f"configmap/{parent.name}): nothing to diff against",
                            "apply it first, or name its namespace with -n")
     notes = Notes(warn)
     options = ApplyOptions(namespace=ns, allow_recreate=True, force_conflicts=force_conflicts, dry_run=True)
-    plan = read_plan(cluster, source, options, notes)
+    plan = read_plan(cluster, source, options, notes, parent_live)
     changes = []
     for obj, key in zip(plan.desired, plan.keys, strict=True):
         current = plan.live[key]

@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stackpin.deploy.applyset import PART_OF_LABEL, Parent
 from stackpin.deploy.kube import group_kind
-from stackpin.lock.lockfile import StackLock
-from stackpin.render.build import LABEL_PREFIX
-from stackpin.render.output import KUSTOMIZATION, render_stack
-from stackpin.yamlio import load_data
 
+if TYPE_CHECKING:
+    from stackpin.lock.lockfile import StackLock
+
+# render/build.py's LABEL_PREFIX (tests/test_deploy_logic.py holds the two together): spelled here so that
+# `stackpin status`, which reads these labels and renders nothing, does not import the renderer.
+LABEL_PREFIX = "stackpin.dev/"
 DGD_KIND = "DynamoGraphDeployment"
 
 
@@ -76,6 +78,9 @@ class StackObjects:
 def stack_objects(lock: StackLock, namespace: str | None) -> StackObjects:
     """Render the lock (validated, as `stackpin render` writes it) and parse the files back; the
     namespace is the profile's unless one is given."""
+    from stackpin.render.output import KUSTOMIZATION, render_stack
+    from stackpin.yamlio import load_data
+
     rendered = render_stack(lock)
     objects = [load_data(text) for name, text in rendered.files.items() if name != KUSTOMIZATION]
     target = namespace or lock.stack_profile.metadata.namespace

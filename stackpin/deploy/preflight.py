@@ -1,6 +1,10 @@
 """Checks before anything is written: the cluster serves every kind at the rendered apiVersion, a
 CRD that stores another version has a conversion webhook, and the namespace exists.
 
+Discovery, read for the first check, also tells which version the server stores each kind as
+(storageVersionHash): where that is the version written, the CRD is not read at all; otherwise (or
+where the server does not say) the CRD's versions and conversion strategy are read from the CRD.
+
 Why the webhook matters: a CustomResourceDefinition with `conversion.strategy: None` converts between
 versions by rewriting `apiVersion` only, so a v1beta1 DynamoGraphDeployment stored as v1alpha1 (the
 upstream CRD's storage version) loses every field v1alpha1 lacks, `spec.components` included, and
@@ -54,6 +58,8 @@ def preflight(cluster: Cluster, objects: tuple[dict[str, Any], ...], namespace: 
         resources[(api_version, kind)] = res
         if not group or "." not in group or group.endswith(".k8s.io"):
             continue  # built-in kinds convert losslessly
+        if res.stored_as(version):
+            continue  # discovery says it is stored as written: nothing to convert (and no CRD of ~1 MB to read)
         try:
             crd = cluster.get(CRDS, None, f"{res.plural}.{group}")
         except Forbidden:
@@ -64,6 +70,8 @@ def preflight(cluster: Cluster, objects: tuple[dict[str, Any], ...], namespace: 
             problems.append(problem)
     if problems:
         raise ClusterError("\n".join(problems))
+    if namespace in cluster.namespaces_seen:  # apply wrote its Lease there, diff read the record
+        return Preflight(resources, False, tuple(notes))
     try:
         missing = cluster.get(NAMESPACES, None, namespace) is None
     except Forbidden:  # a user bound to one namespace may not read namespaces; the applies will tell
