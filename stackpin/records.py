@@ -71,9 +71,32 @@ _UNKNOWN = re.compile(r"^Object contains unknown field `(?P<name>.*)`$", re.DOTA
 _MISSING = re.compile(r"^Object missing required field `(?P<name>.*)`$", re.DOTALL)
 
 
-def _parse_path(text: str) -> FieldPath:
-    return tuple(m.group(1) if m.group(1) is not None else int(m.group(2)) for m in _STEP.finditer(text)
-                 if m.group(0) != "[...]")
+DecHook = Callable[[type, Any], Any]  # msgspec's: a value of a type it does not know (a Version from text)
+
+
+def _converts(value: Any, kind: Any, dec_hook: DecHook | None) -> bool:
+    try:
+        msgspec.convert(value, kind, dec_hook=dec_hook)
+    except msgspec.ValidationError:
+        return False
+    return True
+
+
+def _parse_path(text: str, root: Any, document: Any, dec_hook: DecHook | None) -> FieldPath:
+    """msgspec's path as steps. It writes a mapping's key as `[...]`: that key is found again, the first
+    entry of the mapping (in order, as msgspec checks them) whose key or value does not convert."""
+    path: list[str | int] = []
+    for m in _STEP.finditer(text):
+        if m.group(0) != "[...]":
+            path.append(m.group(1) if m.group(1) is not None else int(m.group(2)))
+            continue
+        node, args = _value_at(document, tuple(path)), _args(_type_at(root, tuple(path)))
+        if isinstance(node, dict) and len(args) == 2:
+            bad = next((k for k, v in node.items()
+                        if not _converts(k, args[0], dec_hook) or not _converts(v, args[1], dec_hook)), None)
+            if bad is not None:
+                path.append(bad)
+    return tuple(path)
 
 
 def _args(annotation: Any) -> tuple[Any, ...]:
@@ -135,11 +158,12 @@ def _value_at(document: Any, path: FieldPath) -> Any:
     return node
 
 
-def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldPath, str, str]:
+def _one(exc: msgspec.ValidationError, root: Any, document: Any,
+         dec_hook: DecHook | None = None) -> tuple[FieldPath, str, str]:
     """(path, message, kind) of one msgspec error; kind is unknown, missing, invalid or value."""
     match = _AT.match(str(exc))
     assert match is not None  # the pattern matches any text
-    message, path = match.group("msg"), _parse_path(match.group("path") or "")
+    message, path = match.group("msg"), _parse_path(match.group("path") or "", root, document, dec_hook)
     cause = exc.__cause__ or exc.__context__
     if isinstance(cause, Invalid):
         owner = _type_at(root, path)
@@ -176,15 +200,15 @@ def _drop(document: Any, path: FieldPath) -> bool:
     return True
 
 
-def _errors(data: Any, root: Any) -> Iterator[tuple[FieldPath, str]]:
+def _errors(data: Any, root: Any, dec_hook: DecHook | None = None) -> Iterator[tuple[FieldPath, str]]:
     document = copy.deepcopy(data)
     seen: set[FieldPath] = set()
     for _ in range(MAX_PROBLEMS):
         try:
-            msgspec.convert(document, root)
+            msgspec.convert(document, root, dec_hook=dec_hook)
             return
         except msgspec.ValidationError as exc:
-            path, message, kind = _one(exc, root, document)
+            path, message, kind = _one(exc, root, document, dec_hook)
             if path in seen:  # a value removed left its field missing: reported already
                 return
             seen.add(path)
@@ -193,17 +217,17 @@ def _errors(data: Any, root: Any) -> Iterator[tuple[FieldPath, str]]:
                 return
 
 
-def load(data: Any, root: type[T], locate: Callable[[FieldPath], Location]) -> T:
+def load(data: Any, root: type[T], locate: Callable[[FieldPath], Location], dec_hook: DecHook | None = None) -> T:
     """`data` (parsed YAML) as a `root`; InputError lists every problem at its file:line:col, in file order."""
     try:
-        return msgspec.convert(data, root)
+        return msgspec.convert(data, root, dec_hook=dec_hook)
     except msgspec.ValidationError:
         pass
     problems = [Problem(locate(path), ".".join(str(p) for p in path), message)
-                for path, message in _errors(data, root)]
+                for path, message in _errors(data, root, dec_hook)]
     raise InputError(sorted(problems, key=lambda p: (p.location.file, p.location.line, p.location.col)))
 
 
-def problems_of(data: Any, root: type[Any]) -> list[tuple[FieldPath, str]]:
+def problems_of(data: Any, root: type[Any], dec_hook: DecHook | None = None) -> list[tuple[FieldPath, str]]:
     """Every (path, message) of `data` as a `root`; empty when it is one."""
-    return list(_errors(data, root))
+    return list(_errors(data, root, dec_hook))
