@@ -13,11 +13,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "stackpin"
-# Top to bottom: each stage may import the ones before it. errors, yamlio, extras and version are shared leaves.
+# Top to bottom: each stage may import the ones before it. errors, yamlio, extras, version and records are
+# shared leaves.
 STAGES = ("catalog", "engines", "profile", "validate", "examples", "lock", "imports", "autotune", "render",
           "enginecheck", "history", "diff", "deploy", "bench", "sim", "plan", "upgrade", "rollout", "report", "demo",
           "api", "cli")
-LEAVES = ("errors", "yamlio", "extras", "version")
+LEAVES = ("errors", "yamlio", "extras", "version", "records")
 
 
 def _stage(module: str) -> str:
