@@ -275,7 +275,9 @@ def test_a_broken_site_catalog_is_one_line_naming_the_file(tmp_path: Path) -> No
     (site / "versions.yaml").write_text("vllm: [\n")
     result = invoke("validate", profile, site=site)
     assert result.exit_code == 2 and result.stderr.startswith(f"error: {site / 'versions.yaml'}: not YAML")
-    (site / "versions.yaml").unlink()
+    # A directory of its own: the process read the bundled vLLM catalog above, cached by search path.
+    site = tmp_path / "site-engines"
+    (site / "engines").mkdir(parents=True)
     (site / "engines" / "vllm-0.31.0.json").write_text('{"engine": "vllm", "version": "0.31.0"}')
     result = invoke("validate", profile, site=site)
     assert (result.exit_code, result.stderr) == (

@@ -150,7 +150,12 @@ def _fact_models() -> list[type]:
         for arg in typing.get_args(annotation):
             walk(arg)
 
-    walk(Catalog)
+    # The catalog reads each file when first asked: its sections are what its properties return.
+    for name in dir(Catalog):
+        attribute = getattr(Catalog, name)
+        getter = attribute.fget if isinstance(attribute, property) else getattr(attribute, "func", None)
+        if not name.startswith("__") and getter is not None:
+            walk(typing.get_type_hints(getter)["return"])
     return seen
 
 

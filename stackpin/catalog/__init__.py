@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from enum import StrEnum
-from functools import cache
+from functools import cache, cached_property
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 import yaml
@@ -22,6 +22,7 @@ from stackpin.records import DecHook, FieldPath, Invalid, Record, load, problems
 from stackpin.yamlio import Positions, load_data, parse_yaml
 
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+T = TypeVar("T")
 
 
 class _Fact(Record, frozen=True, kw_only=True):
@@ -368,14 +369,70 @@ class DynamoAdmission(_Fact, frozen=True, kw_only=True):
     rules: tuple[AdmissionRule, ...]
 
 
-class Catalog(_Fact, frozen=True, kw_only=True):
+class Hardware(_Fact, frozen=True, kw_only=True):
+    """hardware.yaml."""
+
     gpus: dict[str, Gpu]
     platforms: dict[str, Platform]
+
+
+class _ModelsFile(_Fact, frozen=True, kw_only=True):
+    """models.yaml."""
+
     models: dict[str, ModelFacts]
-    versions: Versions
-    engine: Engine
-    dynamo_parsers: dict[str, DynamoParsers]
-    dynamo_admission: DynamoAdmission
+
+
+class _ParsersFile(_Fact, frozen=True, kw_only=True):
+    """dynamo_parsers.yaml."""
+
+    dynamo: dict[str, DynamoParsers]
+
+
+class Catalog:
+    """The catalog's facts, read-only. Each file is read and checked the first time a command asks for what
+    it holds: every command imports the profile's enums (platforms, graph modes), few need the models, the
+    pins or the admission rules, and YAML parsing is most of what loading the catalog costs."""
+
+    _sites: tuple[Path, ...]  # the site catalog directories whose pins are laid over the bundled ones
+
+    def __init__(self, sites: tuple[Path, ...]) -> None:
+        object.__setattr__(self, "_sites", sites)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"the catalog is read-only: cannot set {name}")
+
+    @cached_property
+    def _hardware(self) -> Hardware:
+        return _bundled("hardware.yaml", Hardware)
+
+    @property
+    def gpus(self) -> dict[str, Gpu]:
+        return self._hardware.gpus
+
+    @property
+    def platforms(self) -> dict[str, Platform]:
+        return self._hardware.platforms
+
+    @cached_property
+    def models(self) -> dict[str, ModelFacts]:
+        return _bundled("models.yaml", _ModelsFile).models
+
+    @cached_property
+    def versions(self) -> Versions:
+        """The bundled pins with those of the site catalogs laid over them."""
+        return _versions(self._sites)
+
+    @cached_property
+    def engine(self) -> Engine:
+        return _bundled("engine.yaml", Engine)
+
+    @cached_property
+    def dynamo_parsers(self) -> dict[str, DynamoParsers]:
+        return _bundled("dynamo_parsers.yaml", _ParsersFile).dynamo
+
+    @cached_property
+    def dynamo_admission(self) -> DynamoAdmission:
+        return _bundled("dynamo_admission.yaml", DynamoAdmission)
 
     def model_for(self, model_id: str) -> tuple[str, ModelFacts] | None:
         """Catalog entry for a Hugging Face id (or a catalog key), if the catalog knows the model."""
@@ -475,39 +532,34 @@ def versions_of(merged: dict[str, Any]) -> Versions:
     return versions
 
 
-# Where each section of the catalog is read from: file, and the path of the section in it.
-_SECTIONS: dict[str, tuple[str, FieldPath]] = {
-    "gpus": ("hardware.yaml", ("gpus",)), "platforms": ("hardware.yaml", ("platforms",)),
-    "models": ("models.yaml", ("models",)), "engine": ("engine.yaml", ()),
-    "dynamo_parsers": ("dynamo_parsers.yaml", ("dynamo",)), "dynamo_admission": ("dynamo_admission.yaml", ()),
-    "versions": ("versions.yaml", ())}
+def _bundled(name: str, root: type[T]) -> T:
+    """A bundled file as a `root`; its first problem at its line."""
+    data = _read(name)
+    try:
+        value: T = msgspec.convert(data, root, dec_hook=decode_version)
+    except msgspec.ValidationError:
+        value = load_first(data, root, lazy_locate(_text(name), f"{BUNDLED}/{name}"), decode_version)
+    return value
 
 
-def _first_problem(data: dict[str, Any], origins: dict[FieldPath, Path]) -> InputError:
-    """The assembled catalog's first problem where it was written: in the bundled file of its section, or
-    for a version pin the site file that supplied it; the field named as that file spells it."""
-    path, message = problems_of(data, Catalog, decode_version)[0]
-    name, prefix = _SECTIONS[str(path[0])]
-    inner = (*prefix, *path[1:])
-    site = origins.get(inner[:2]) if path[0] == "versions" else None
-    file = str(site) if site is not None else f"{BUNDLED}/{name}"
-    where = lazy_locate(site.read_text(encoding="utf-8") if site else _text(name), file)(inner)
-    return InputError([Problem(where, ".".join(map(str, inner)), message)])
+def _versions(sites: tuple[Path, ...]) -> Versions:
+    """The merged pins; the first problem at its line in the file that wrote it: a site's versions.yaml
+    for a pin it supplied, the bundled one for the rest."""
+    merged, origins = _merge(_read("versions.yaml"), sites)
+    try:
+        return versions_of(merged)
+    except msgspec.ValidationError:
+        pass
+    path, message = problems_of(merged, Versions, decode_version)[0]
+    site = origins.get(path[:2])
+    file = str(site) if site is not None else f"{BUNDLED}/versions.yaml"
+    where = lazy_locate(site.read_text(encoding="utf-8") if site else _text("versions.yaml"), file)(path)
+    raise InputError([Problem(where, ".".join(map(str, path)), message)])
 
 
 @cache
 def _load(sites: tuple[Path, ...]) -> Catalog:
-    hardware, models = _read("hardware.yaml"), _read("models.yaml")
-    versions, origins = _merge(_read("versions.yaml"), sites)
-    data = {"gpus": hardware["gpus"], "platforms": hardware["platforms"], "models": models["models"],
-            "versions": versions, "engine": _read("engine.yaml"),
-            "dynamo_parsers": _read("dynamo_parsers.yaml")["dynamo"],
-            "dynamo_admission": _read("dynamo_admission.yaml")}
-    try:
-        catalog: Catalog = msgspec.convert(data, Catalog, dec_hook=decode_version)
-    except msgspec.ValidationError:
-        raise _first_problem(data, origins) from None
-    return catalog
+    return Catalog(sites)
 
 
 def load_catalog() -> Catalog:
