@@ -8,14 +8,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 from functools import cache, cached_property
-from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 import yaml
 
-from stackpin.catalog.search import site_dirs
+from stackpin.catalog.search import bundled, site_dirs
 from stackpin.catalog.version import PackageVersion, decode_version, parse_version
 from stackpin.errors import InputError, Location, Problem, StackpinError
 from stackpin.records import DecHook, FieldPath, Invalid, Record, load, problems_of
@@ -449,7 +448,7 @@ BUNDLED = "stackpin/catalog"  # how the bundled files are named in messages
 
 
 def _text(name: str) -> str:
-    return resources.files(__package__).joinpath(name).read_text(encoding="utf-8")
+    return bundled().joinpath(name).read_text(encoding="utf-8")
 
 
 def _read(name: str) -> Any:
