@@ -272,6 +272,10 @@ def test_a_broken_site_catalog_is_one_line_naming_the_file(tmp_path: Path) -> No
     result = invoke("validate", profile, site=site)
     assert (result.exit_code, result.stderr) == (
         2, f"error: {site / 'versions.yaml'}:2:3: vllm.0.31.0.torch: required field is missing\n")
+    (site / "versions.yaml").write_text('removed_env:\n  VLLM_X: {removed_in: "0.x", use: y}\n')
+    result = invoke("validate", profile, site=site)
+    assert (result.exit_code, result.stderr) == (
+        2, f"error: {site / 'versions.yaml'}:2:12: removed_env.VLLM_X.removed_in: '0.x' is not a PEP 440 version\n")
     (site / "versions.yaml").write_text("vllm: [\n")
     result = invoke("validate", profile, site=site)
     assert result.exit_code == 2 and result.stderr.startswith(f"error: {site / 'versions.yaml'}: not YAML")
