@@ -26,6 +26,7 @@ from stackpin.errors import InputError, Location, Problem, clip
 
 T = TypeVar("T")
 FieldPath = tuple[str | int, ...]
+DecHook = Callable[[type, Any], Any]  # msgspec's: a value of a type it does not know (a Version from text)
 
 
 class Record(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -195,11 +196,12 @@ def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldP
     return path, _message(root, document, path, message)
 
 
-def _errors(data: Any, declared: Any, path: FieldPath = ()) -> Iterator[tuple[FieldPath, str]]:
+def _errors(data: Any, declared: Any, dec_hook: DecHook | None,
+            path: FieldPath = ()) -> Iterator[tuple[FieldPath, str]]:
     """Every problem of `data` as a `declared`: each field of a record is checked on its own, so that one
     wrong field does not hide the next; a record's own rules (`__post_init__`) once its fields are right."""
     try:
-        msgspec.convert(data, declared)
+        msgspec.convert(data, declared, dec_hook=dec_hook)
         return
     except msgspec.ValidationError as exc:
         first = exc
@@ -212,7 +214,7 @@ def _errors(data: Any, declared: Any, path: FieldPath = ()) -> Iterator[tuple[Fi
                 found = True
                 yield (*path, key), "unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
                 continue
-            for problem in _errors(value, hints[names[key]], (*path, key)):
+            for problem in _errors(value, hints[names[key]], dec_hook, (*path, key)):
                 found = True
                 yield problem
         for f in msgspec.structs.fields(inner):
@@ -223,7 +225,7 @@ def _errors(data: Any, declared: Any, path: FieldPath = ()) -> Iterator[tuple[Fi
         items = enumerate(data) if isinstance(data, list) else ((k, data[k]) for k in data)
         item_type = _args(inner)[-1]
         for key, value in items:
-            for problem in _errors(value, item_type, (*path, key)):
+            for problem in _errors(value, item_type, dec_hook, (*path, key)):
                 found = True
                 yield problem
     if not found:  # the first problem is the value itself (its type, a bound, a record's own rule)
@@ -231,17 +233,18 @@ def _errors(data: Any, declared: Any, path: FieldPath = ()) -> Iterator[tuple[Fi
         yield (*path, *where), message
 
 
-def load(data: Any, root: type[T], locate: Callable[[FieldPath], Location]) -> T:
-    """`data` (parsed YAML) as a `root`; InputError lists every problem at its file:line:col, in file order."""
+def load(data: Any, root: type[T], locate: Callable[[FieldPath], Location], dec_hook: DecHook | None = None) -> T:
+    """`data` (parsed YAML) as a `root`; InputError lists every problem at its file:line:col, in file order.
+    `dec_hook` reads the values of types msgspec does not know (the catalog's versions)."""
     try:
-        return msgspec.convert(data, root)
+        return msgspec.convert(data, root, dec_hook=dec_hook)
     except msgspec.ValidationError:
         pass
     problems = [Problem(locate(path), ".".join(str(p) for p in path), message)
-                for path, message in _errors(data, root)]
+                for path, message in _errors(data, root, dec_hook)]
     raise InputError(sorted(problems, key=lambda p: (p.location.file, p.location.line, p.location.col)))
 
 
-def problems_of(data: Any, root: type[Any]) -> list[tuple[FieldPath, str]]:
+def problems_of(data: Any, root: type[Any], dec_hook: DecHook | None = None) -> list[tuple[FieldPath, str]]:
     """Every (path, message) of `data` as a `root`; empty when it is one."""
-    return list(_errors(data, root))
+    return list(_errors(data, root, dec_hook))

@@ -271,13 +271,30 @@ def test_a_broken_site_catalog_is_one_line_naming_the_file(tmp_path: Path) -> No
     (site / "versions.yaml").write_text('vllm:\n  "0.31.0": {flashinfer: 0.7.0.post1}\n')
     result = invoke("validate", profile, site=site)
     assert (result.exit_code, result.stderr) == (
-        2, f"error: version pins ({site / 'versions.yaml'}): vllm.0.31.0.torch: Field required\n")
+        2, f"error: {site / 'versions.yaml'}:2:3: vllm.0.31.0.torch: required field is missing\n")
+    (site / "versions.yaml").write_text('removed_env:\n  VLLM_X: {removed_in: "0.x", use: y}\n')
+    result = invoke("validate", profile, site=site)
+    assert (result.exit_code, result.stderr) == (
+        2, f"error: {site / 'versions.yaml'}:2:12: removed_env.VLLM_X.removed_in: '0.x' is not a PEP 440 version\n")
     (site / "versions.yaml").write_text("vllm: [\n")
     result = invoke("validate", profile, site=site)
     assert result.exit_code == 2 and result.stderr.startswith(f"error: {site / 'versions.yaml'}: not YAML")
-    (site / "versions.yaml").unlink()
+    # A directory of its own: the process read the bundled vLLM catalog above, cached by search path.
+    site = tmp_path / "site-engines"
+    (site / "engines").mkdir(parents=True)
     (site / "engines" / "vllm-0.31.0.json").write_text('{"engine": "vllm", "version": "0.31.0"}')
     result = invoke("validate", profile, site=site)
     assert (result.exit_code, result.stderr) == (
         2, f"error: {site / 'engines' / 'vllm-0.31.0.json'}: catalog format 1, this stackpin reads 2 "
            "(hint: add it again: stackpin engines add vllm==0.31.0)\n")
+    # A field of the current format that is wrong: its file, line and column (JSON read as YAML for them).
+    release = json.dumps({"format": 2, "engine": "vllm", "version": "0.31.0", "option_strings": ["--x"],
+                          "options": {"--x": {"strings": ["--x"], "type": "integer"}},
+                          "source": {"package": "p", "sha256": "0", "files_parsed": []}}, indent=2)
+    (site / "engines" / "vllm-0.31.0.json").write_text(release)
+    row = next(n for n, line in enumerate(release.splitlines(), 1) if '"type"' in line)
+    col = release.splitlines()[row - 1].index('"type"') + 1
+    result = invoke("validate", profile, site=site)
+    assert (result.exit_code, result.stderr) == (
+        2, f"error: {site / 'engines' / 'vllm-0.31.0.json'}:{row}:{col}: options.--x.type: must be one of 'bool', "
+           "'int', 'float', 'str', 'json', 'list', 'bool_or_str', 'json_or_str', got 'integer'\n")

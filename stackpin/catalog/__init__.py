@@ -1,47 +1,50 @@
 """Facts as data: hardware, models, engine vocabulary and version pins, each with its source.
 
-Loaded once per process and handed out as immutable models; nothing else in stackpin spells a fact.
+Loaded once per process and handed out as immutable records; nothing else in stackpin spells a fact.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import StrEnum
-from functools import cache
-from importlib import resources
+from functools import cache, cached_property
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
+import msgspec
 import yaml
-from pydantic import BaseModel, ConfigDict, PositiveInt, ValidationError, model_validator
 
-from stackpin.catalog.search import site_dirs
-from stackpin.catalog.version import PackageVersion, parse_version
-from stackpin.errors import StackpinError
-from stackpin.yamlio import load_data
+from stackpin.catalog.search import bundled, site_dirs
+from stackpin.catalog.version import PackageVersion, decode_version, parse_version
+from stackpin.errors import InputError, Location, Problem, StackpinError
+from stackpin.records import DecHook, FieldPath, Invalid, Record, load, problems_of
+from stackpin.yamlio import Positions, load_data, parse_yaml
+
+PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+T = TypeVar("T")
 
 
-class _Fact(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class _Fact(Record, frozen=True, kw_only=True):
+    """A catalog entry: frozen, its YAML keys its field names, a typo refused."""
 
 
-class _Sourced(_Fact):
+class _Sourced(_Fact, frozen=True, kw_only=True):
     """A catalog entry whose figures each name their source (`sources`: field -> citation) and say
     whether they are estimates (`estimates`: field -> how it was derived). Every figure a rule, the
     step model or plan reads must appear in `sources` (tests/test_facts.py holds that)."""
 
-    sources: dict[str, str] = {}
-    estimates: dict[str, str] = {}
+    sources: dict[str, str] = msgspec.field(default_factory=dict)
+    estimates: dict[str, str] = msgspec.field(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _figures_name_fields(self) -> _Sourced:
-        known = set(type(self).model_fields) - {"sources", "estimates", "source"}
-        unknown = sorted((set(self.sources) | set(self.estimates)) - known)
-        if unknown:
-            raise ValueError(f"sources/estimates name no field of this entry: {', '.join(unknown)}")
-        empty = sorted(k for k, v in {**self.sources, **self.estimates}.items() if not v.strip())
-        if empty:
-            raise ValueError(f"empty source or derivation for: {', '.join(empty)}")
-        return self
+    def __post_init__(self) -> None:
+        known = set(self.__struct_fields__) - {"sources", "estimates", "source"}
+        for name, named in (("sources", self.sources), ("estimates", self.estimates)):
+            unknown = sorted(set(named) - known)
+            if unknown:
+                raise Invalid(name, f"sources/estimates name no field of this entry: {', '.join(unknown)}")
+            empty = sorted(k for k, v in named.items() if not v.strip())
+            if empty:
+                raise Invalid(name, f"empty source or derivation for: {', '.join(empty)}")
 
     def is_estimate(self, figure: str) -> bool:
         return figure in self.estimates
@@ -52,10 +55,10 @@ class _Sourced(_Fact):
             return isinstance(value, (int, float)) and not isinstance(value, bool)
 
         out = []
-        for name in type(self).model_fields:
+        for name in self.__struct_fields__:
             value = getattr(self, name)
             if name == "node_labels" or number(value) or (
-                    isinstance(value, _Fact) and all(number(getattr(value, f)) for f in type(value).model_fields)):
+                    isinstance(value, _Fact) and all(number(getattr(value, f)) for f in value.__struct_fields__)):
                 out.append(name)
         return tuple(out)
 
@@ -64,7 +67,7 @@ class _Sourced(_Fact):
         return tuple(f for f in self.figures() if f not in self.sources)
 
 
-class Gpu(_Sourced):
+class Gpu(_Sourced, frozen=True, kw_only=True):
     name: str
     device_name: str
     sm_arch: str
@@ -104,7 +107,7 @@ class PlatformKind(StrEnum):
     node = "node"  # one HGX node
 
 
-class Platform(_Sourced):
+class Platform(_Sourced, frozen=True, kw_only=True):
     kind: PlatformKind
     gpu: str
     gpus_per_node: int
@@ -123,28 +126,28 @@ class Platform(_Sourced):
         return self.gpus_per_node * self.nodes
 
 
-class ActiveParams(_Fact):
+class ActiveParams(_Fact, frozen=True, kw_only=True):
     """Parameters (billions) one token activates, per phase."""
 
     prefill: float
     decode: float
 
 
-class Experts(_Fact):
+class Experts(_Fact, frozen=True, kw_only=True):
     """An MoE model's routed experts per layer and how many one token picks (shared experts aside)."""
 
     routed: int
     per_token: int
 
 
-class ModelPrecision(_Fact):
+class ModelPrecision(_Fact, frozen=True, kw_only=True):
     """Precision of the checkpoint's dense weights and of its routed experts."""
 
     dense: str
     routed_experts: str
 
 
-class ModelServing(_Fact):
+class ModelServing(_Fact, frozen=True, kw_only=True):
     """Dynamo worker settings a model needs whatever the stack: its tool-call and reasoning parsers (without
     them a coding agent's tool calls come back as plain text). A profile may override each."""
 
@@ -153,7 +156,7 @@ class ModelServing(_Fact):
     source: str
 
 
-class ModelFacts(_Sourced):
+class ModelFacts(_Sourced, frozen=True, kw_only=True):
     hf_ids: tuple[str, ...]
     model_type: str
     params_b: float
@@ -174,7 +177,7 @@ class ModelFacts(_Sourced):
     source: str
 
 
-class DynamoParsers(_Fact):
+class DynamoParsers(_Fact, frozen=True, kw_only=True):
     """The parser names one Dynamo release accepts (catalog/dynamo_parsers.yaml, from its runtime wheel)."""
 
     wheel: str
@@ -183,23 +186,23 @@ class DynamoParsers(_Fact):
     reasoning: tuple[str, ...]
 
 
-class DynamoPin(_Fact):
+class DynamoPin(_Fact, frozen=True, kw_only=True):
     vllm: str
     nixl: str
     crd: str
 
 
-class VllmPin(_Fact):
+class VllmPin(_Fact, frozen=True, kw_only=True):
     flashinfer: str
     torch: str
 
 
-class RemovedEnv(_Fact):
+class RemovedEnv(_Fact, frozen=True, kw_only=True):
     removed_in: PackageVersion
     use: str
 
 
-class Versions(_Fact):
+class Versions(_Fact, frozen=True, kw_only=True):
     dynamo: dict[str, DynamoPin]
     vllm: dict[str, VllmPin]
     removed_env: dict[str, RemovedEnv]
@@ -207,7 +210,7 @@ class Versions(_Fact):
     source: str
 
 
-class AutotuneFiles(_Fact):
+class AutotuneFiles(_Fact, frozen=True, kw_only=True):
     """Which FlashInfer autotune files a vLLM release reads (engine.yaml `autotune_files`)."""
 
     per_rank_since: PackageVersion  # first release with one autotune_configs_dp{d}_rank{r}.json per rank
@@ -222,14 +225,14 @@ class AutotuneFiles(_Fact):
         return parse_version(vllm) >= self.v2_store_since
 
 
-class MaxCaptureSize(_Fact):
+class MaxCaptureSize(_Fact, frozen=True, kw_only=True):
     """vLLM's default largest CUDA graph capture size, by GPU family."""
 
     default: int
     sm100_family: int
 
 
-class DefaultCaptureSizes(_Fact):
+class DefaultCaptureSizes(_Fact, frozen=True, kw_only=True):
     """vLLM's default capture list: `first`, then steps of `step` below `wide_from`, then of `wide_step`."""
 
     first: tuple[int, ...]
@@ -247,7 +250,7 @@ class DefaultCaptureSizes(_Fact):
         return sorted(set(sizes))
 
 
-class MemoryDefaults(_Fact):
+class MemoryDefaults(_Fact, frozen=True, kw_only=True):
     """vLLM's defaults when max-num-seqs / max-num-batched-tokens are unset, on GPUs of threshold_gib or more."""
 
     threshold_gib: float
@@ -263,14 +266,14 @@ class MemoryDefaults(_Fact):
         return self.max_num_batched_tokens if hbm_gib >= self.threshold_gib else None
 
 
-class MemoryReserve(_Fact):
+class MemoryReserve(_Fact, frozen=True, kw_only=True):
     """Per-GPU memory outside weights and KV cache (stackpin estimates)."""
 
     runtime_gib: float
     cudagraph_mib_per_size: float
 
 
-class StartupEstimate(_Fact):
+class StartupEstimate(_Fact, frozen=True, kw_only=True):
     """The rates behind the rendered startup probe's budget (stackpin estimates)."""
 
     base_s: float
@@ -281,14 +284,14 @@ class StartupEstimate(_Fact):
     probe_period_s: int
 
 
-class HostPerGpu(_Fact):
+class HostPerGpu(_Fact, frozen=True, kw_only=True):
     """CPU and memory a GPU pod requests for each of its GPUs."""
 
     cpu: PositiveInt
     memory_gib: PositiveInt
 
 
-class ImageVolume(_Fact):
+class ImageVolume(_Fact, frozen=True, kw_only=True):
     """The Kubernetes releases that have image volumes (behind a feature gate) and turn them on by default."""
 
     since: str
@@ -296,14 +299,14 @@ class ImageVolume(_Fact):
     feature_gate: str
 
 
-class WorkerRouter(_Fact):
+class WorkerRouter(_Fact, frozen=True, kw_only=True):
     """Where Dynamo's worker takes router flags (engine.yaml says what they do there)."""
 
     defined_in: tuple[str, ...]  # the package files of the router option groups (a catalog option's defined_in)
     mode_flag: str  # the flag (or its env var) that makes a worker set advertise its own routing
 
 
-class Engine(_Fact):
+class Engine(_Fact, frozen=True, kw_only=True):
     cudagraph_modes: tuple[str, ...]  # the closed set profiles choose from (profile.model.CudaGraphMode)
     full_decode_modes: tuple[str, ...]
     piecewise_modes: tuple[str, ...]
@@ -329,16 +332,14 @@ class Engine(_Fact):
         sizes = self.default_max_capture_size
         return sizes.sm100_family if sm_arch in self.sm100_family else sizes.default
 
-    @model_validator(mode="after")
-    def _modes_are_graph_modes(self) -> Engine:
+    def __post_init__(self) -> None:
         for name in ("full_decode_modes", "piecewise_modes"):
             unknown = sorted(set(getattr(self, name)) - set(self.cudagraph_modes))
             if unknown:
-                raise ValueError(f"{name}: {', '.join(unknown)} not in cudagraph_modes")
-        return self
+                raise Invalid(name, f"{', '.join(unknown)} not in cudagraph_modes")
 
 
-class GroveNames(_Sourced):
+class GroveNames(_Sourced, frozen=True, kw_only=True):
     """The Grove name budget Dynamo's webhook checks (dynamo_admission.yaml says how it is counted)."""
 
     limit: PositiveInt
@@ -347,7 +348,7 @@ class GroveNames(_Sourced):
     hash_hex: PositiveInt
 
 
-class AdmissionRule(_Fact):
+class AdmissionRule(_Fact, frozen=True, kw_only=True):
     """A create rule of Dynamo's (webhook or newer CRD) as CEL over the value at `path`."""
 
     api_version: str
@@ -361,20 +362,76 @@ class AdmissionRule(_Fact):
     source: str
 
 
-class DynamoAdmission(_Fact):
+class DynamoAdmission(_Fact, frozen=True, kw_only=True):
     source: str
     grove_names: GroveNames
     rules: tuple[AdmissionRule, ...]
 
 
-class Catalog(_Fact):
+class Hardware(_Fact, frozen=True, kw_only=True):
+    """hardware.yaml."""
+
     gpus: dict[str, Gpu]
     platforms: dict[str, Platform]
+
+
+class _ModelsFile(_Fact, frozen=True, kw_only=True):
+    """models.yaml."""
+
     models: dict[str, ModelFacts]
-    versions: Versions
-    engine: Engine
-    dynamo_parsers: dict[str, DynamoParsers]
-    dynamo_admission: DynamoAdmission
+
+
+class _ParsersFile(_Fact, frozen=True, kw_only=True):
+    """dynamo_parsers.yaml."""
+
+    dynamo: dict[str, DynamoParsers]
+
+
+class Catalog:
+    """The catalog's facts, read-only. Each file is read and checked the first time a command asks for what
+    it holds: every command imports the profile's enums (platforms, graph modes), few need the models, the
+    pins or the admission rules, and YAML parsing is most of what loading the catalog costs."""
+
+    _sites: tuple[Path, ...]  # the site catalog directories whose pins are laid over the bundled ones
+
+    def __init__(self, sites: tuple[Path, ...]) -> None:
+        object.__setattr__(self, "_sites", sites)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"the catalog is read-only: cannot set {name}")
+
+    @cached_property
+    def _hardware(self) -> Hardware:
+        return _bundled("hardware.yaml", Hardware)
+
+    @property
+    def gpus(self) -> dict[str, Gpu]:
+        return self._hardware.gpus
+
+    @property
+    def platforms(self) -> dict[str, Platform]:
+        return self._hardware.platforms
+
+    @cached_property
+    def models(self) -> dict[str, ModelFacts]:
+        return _bundled("models.yaml", _ModelsFile).models
+
+    @cached_property
+    def versions(self) -> Versions:
+        """The bundled pins with those of the site catalogs laid over them."""
+        return _versions(self._sites)
+
+    @cached_property
+    def engine(self) -> Engine:
+        return _bundled("engine.yaml", Engine)
+
+    @cached_property
+    def dynamo_parsers(self) -> dict[str, DynamoParsers]:
+        return _bundled("dynamo_parsers.yaml", _ParsersFile).dynamo
+
+    @cached_property
+    def dynamo_admission(self) -> DynamoAdmission:
+        return _bundled("dynamo_admission.yaml", DynamoAdmission)
 
     def model_for(self, model_id: str) -> tuple[str, ModelFacts] | None:
         """Catalog entry for a Hugging Face id (or a catalog key), if the catalog knows the model."""
@@ -387,12 +444,41 @@ class Catalog(_Fact):
         return self.gpus[self.platforms[platform].gpu]
 
 
-def _parse(text: str) -> Any:
-    return load_data(text)
+BUNDLED = "stackpin/catalog"  # how the bundled files are named in messages
+
+
+def _text(name: str) -> str:
+    return bundled().joinpath(name).read_text(encoding="utf-8")
 
 
 def _read(name: str) -> Any:
-    return _parse(resources.files(__package__).joinpath(name).read_text(encoding="utf-8"))
+    return load_data(_text(name))
+
+
+def lazy_locate(text: str, file: str) -> Callable[[FieldPath], Location]:
+    """Where a field path of `text` (the file `file`) sits. The file is parsed again, with positions, at the
+    first call only: on the error path, never when the catalog reads cleanly."""
+    found: list[Positions] = []
+
+    def locate(path: FieldPath) -> Location:
+        if not found:
+            try:
+                found.append(parse_yaml(text, file)[1])
+            except InputError:  # read by a looser reader than parse_yaml's (JSON): no line to give
+                found.append(Positions(file, {}))
+        return found[0].locate(path)
+
+    return locate
+
+
+def load_first(data: Any, root: type[Any], locate: Callable[[FieldPath], Location],
+               dec_hook: DecHook | None = None) -> Any:
+    """`data` as a `root`; its first problem (in file order) as one located line, exit 2. A catalog file
+    that is wrong is one file:line:col and field, not a page: a site catalog is fixed one problem at a time."""
+    try:
+        return load(data, root, locate, dec_hook)
+    except InputError as exc:
+        raise InputError(exc.problems[:1]) from None
 
 
 PIN_SECTIONS = ("dynamo", "vllm", "removed_env")
@@ -405,50 +491,74 @@ def versions_skeleton() -> dict[str, Any]:
     return {**bundled, **{section: {} for section in PIN_SECTIONS}, "source": ""}
 
 
-def merged_versions(bundled: dict[str, Any], sites: tuple[Path, ...]) -> dict[str, Any]:
-    """The bundled version pins with each site directory's `versions.yaml` laid over them (the first
-    directory of STACKPIN_CATALOG_PATH wins), as `stackpin engines add --catalog DIR` writes them."""
+def _merge(bundled: dict[str, Any], sites: tuple[Path, ...]) -> tuple[dict[str, Any], dict[FieldPath, Path]]:
+    """merged_versions, and the site file each pin came from ((section, version) -> path)."""
     merged = {key: dict(value) if key in PIN_SECTIONS else value for key, value in bundled.items()}
+    origins: dict[FieldPath, Path] = {}
     sources: list[str] = [str(merged.get("source", ""))]
     for directory in reversed(sites):
         path = directory / "versions.yaml"
         if not path.is_file():
             continue
+        text = path.read_text(encoding="utf-8")
         try:
-            site = _parse(path.read_text(encoding="utf-8")) or {}
+            site = load_data(text) or {}
         except yaml.YAMLError as exc:
             raise StackpinError(f"{path}: not YAML ({str(exc).splitlines()[0]})") from None
         if not isinstance(site, dict):
             raise StackpinError(f"{path}: expected a mapping of {', '.join(PIN_SECTIONS)}")
         for section in PIN_SECTIONS:
-            merged[section].update(site.get(section) or {})
+            pins = site.get(section) or {}
+            if not isinstance(pins, dict):
+                where = lazy_locate(text, str(path))((section,))
+                raise StackpinError(f"{where}: {section}: expected a mapping of versions")
+            merged[section].update(pins)
+            origins.update(((section, version), path) for version in pins)
         sources.append(f"{path}: {site.get('source', 'no source given')}")
     merged["source"] = "; ".join(sources)
-    return merged
+    return merged, origins
+
+
+def merged_versions(bundled: dict[str, Any], sites: tuple[Path, ...]) -> dict[str, Any]:
+    """The bundled version pins with each site directory's `versions.yaml` laid over them (the first
+    directory of STACKPIN_CATALOG_PATH wins), as `stackpin engines add --catalog DIR` writes them."""
+    return _merge(bundled, sites)[0]
+
+
+def versions_of(merged: dict[str, Any]) -> Versions:
+    """Merged version pins as Versions; msgspec.ValidationError (a ValueError) when they are not."""
+    versions: Versions = msgspec.convert(merged, Versions, dec_hook=decode_version)
+    return versions
+
+
+def _bundled(name: str, root: type[T]) -> T:
+    """A bundled file as a `root`; its first problem at its line."""
+    data = _read(name)
+    try:
+        value: T = msgspec.convert(data, root, dec_hook=decode_version)
+    except msgspec.ValidationError:
+        value = load_first(data, root, lazy_locate(_text(name), f"{BUNDLED}/{name}"), decode_version)
+    return value
 
 
 def _versions(sites: tuple[Path, ...]) -> Versions:
+    """The merged pins; the first problem at its line in the file that wrote it: a site's versions.yaml
+    for a pin it supplied, the bundled one for the rest."""
+    merged, origins = _merge(_read("versions.yaml"), sites)
     try:
-        return Versions.model_validate(merged_versions(_read("versions.yaml"), sites))
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        files = ", ".join(str(d / "versions.yaml") for d in sites if (d / "versions.yaml").is_file())
-        raise StackpinError(f"version pins ({files or 'bundled'}): {where}: {first['msg']}") from None
+        return versions_of(merged)
+    except msgspec.ValidationError:
+        pass
+    path, message = problems_of(merged, Versions, decode_version)[0]
+    site = origins.get(path[:2])
+    file = str(site) if site is not None else f"{BUNDLED}/versions.yaml"
+    where = lazy_locate(site.read_text(encoding="utf-8") if site else _text("versions.yaml"), file)(path)
+    raise InputError([Problem(where, ".".join(map(str, path)), message)])
 
 
 @cache
 def _load(sites: tuple[Path, ...]) -> Catalog:
-    hardware, models = _read("hardware.yaml"), _read("models.yaml")
-    return Catalog(
-        gpus=hardware["gpus"],
-        platforms=hardware["platforms"],
-        models=models["models"],
-        versions=_versions(sites),
-        engine=_read("engine.yaml"),
-        dynamo_parsers=_read("dynamo_parsers.yaml")["dynamo"],
-        dynamo_admission=_read("dynamo_admission.yaml"),
-    )
+    return Catalog(sites)
 
 
 def load_catalog() -> Catalog:

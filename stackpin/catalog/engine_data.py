@@ -7,9 +7,11 @@ Every list is sorted and every map keyed, so a regenerated file diffs cleanly.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+import msgspec
+
+from stackpin.records import Record
 
 # The value an option takes, as the package's argument builder decides it (vLLM's _compute_kwargs):
 # json is a config dataclass or dict parsed from JSON; bool_or_str a bare flag (True) or a string;
@@ -19,11 +21,12 @@ Engine = Literal["vllm", "dynamo", "flashinfer"]
 CATALOG_FORMAT = 2  # bump when a reader could misread an older file
 
 
-class _Data(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+# Any JSON value (what argparse's default is when the extractor can read it); the file is JSON, so nothing
+# else can be read from it.
+JsonValue = Any
 
 
-class Deprecation(_Data):
+class Deprecation(Record, frozen=True, kw_only=True):
     """Why an option string is deprecated, in the package's own words, and what to write instead."""
 
     replacement: str | None = None  # an option string when the package names one, else its prose
@@ -31,13 +34,14 @@ class Deprecation(_Data):
     removed_in: str | None = None  # the release the package says it goes away in, when it says
 
 
-class EngineOption(_Data):
+class EngineOption(Record, frozen=True, kw_only=True):
     """One argparse action: every string that reaches it and what it takes."""
 
     strings: tuple[str, ...]  # as registered with add_argument (long and short), sorted
     negatives: tuple[str, ...] = ()  # strings that set a boolean option to False (--no-x, vLLM's --disable-x)
     hidden: tuple[str, ...] = ()  # accepted, but left out of --help
-    deprecated: dict[str, Deprecation] = {}  # option string -> why; every string of a deprecated option
+    # option string -> why; every string of a deprecated option
+    deprecated: dict[str, Deprecation] = msgspec.field(default_factory=dict)
     type: OptionType | None = None
     item_type: str | None = None  # list options: the element type
     converter: str | None = None  # the package's function argparse parses the text with (human_readable_int)
@@ -58,7 +62,7 @@ class EngineOption(_Data):
         return self.strings + self.negatives
 
 
-class ConfigField(_Data):
+class ConfigField(Record, frozen=True, kw_only=True):
     """A field of a config dataclass that a JSON option fills (`--compilation-config '{"mode": 3}'`)."""
 
     annotation: str
@@ -70,7 +74,7 @@ class ConfigField(_Data):
     init: bool = True  # False: `field(init=False)`, set by the class itself; no JSON value may hold it
 
 
-class ConfigClass(_Data):
+class ConfigClass(Record, frozen=True, kw_only=True):
     module: str
     fields: dict[str, ConfigField]
 
@@ -80,7 +84,7 @@ class ConfigClass(_Data):
         return tuple(name for name, field in self.fields.items() if field.init)
 
 
-class EnvVar(_Data):
+class EnvVar(Record, frozen=True, kw_only=True):
     """An environment variable the package reads."""
 
     type: str | None = None  # annotation text (vllm/envs.py declares them for type checkers)
@@ -90,24 +94,24 @@ class EnvVar(_Data):
     option: str | None = None  # Dynamo: the flag whose default it sets
 
 
-class ParserRules(_Data):
+class ParserRules(Record, frozen=True, kw_only=True):
     """What the package's argument parser does beyond plain argparse, read from its source."""
 
     underscores_as_dashes: bool = False  # --max_num_seqs is --max-num-seqs
     dotted_json_keys: bool = False  # --compilation-config.mode 3 sets one key of a JSON option
     optimization_level_shorthand: bool = False  # -O3 is --optimization-level 3
     # A boolean option --enable-x also answers to --disable-x (and the reverse): prefix -> inverse.
-    inverse_prefixes: dict[str, str] = {}
+    inverse_prefixes: dict[str, str] = msgspec.field(default_factory=dict)
     no_forms_hidden_with_inverse: bool = False  # --no-enable-x kept for old command lines, left out of help
 
 
-class Source(_Data):
+class Source(Record, frozen=True, kw_only=True):
     package: str  # the file's name as published
     sha256: str
     files_parsed: tuple[str, ...]
 
 
-class EntryPoint(_Data):
+class EntryPoint(Record, frozen=True, kw_only=True):
     """The options one command line accepts."""
 
     option_strings: tuple[str, ...]  # every string the parser accepts, generated negatives included
@@ -115,43 +119,51 @@ class EntryPoint(_Data):
     options: dict[str, EngineOption]  # canonical flag -> option
 
 
-class VllmRelease(EntryPoint):
+class VllmRelease(EntryPoint, frozen=True, kw_only=True):
     format: int = CATALOG_FORMAT
     engine: Literal["vllm"] = "vllm"
     version: str
-    parser: ParserRules = ParserRules()
+    parser: ParserRules = msgspec.field(default_factory=ParserRules)
     rules: tuple[str, ...] = ()
     engine_args_fields: tuple[str, ...] = ()
-    choices: dict[str, tuple[str, ...]] = {}
-    config_classes: dict[str, ConfigClass] = {}
-    env_vars: dict[str, EnvVar] = {}
-    model_architectures: dict[str, tuple[str, ...]] = {}
+    choices: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+    config_classes: dict[str, ConfigClass] = msgspec.field(default_factory=dict)
+    env_vars: dict[str, EnvVar] = msgspec.field(default_factory=dict)
+    model_architectures: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
     requires: tuple[str, ...] = ()  # Requires-Dist of the package's metadata, as published
     unresolved: tuple[str, ...] = ()  # what the extractor saw but could not read statically
     source: Source
 
 
-class DynamoRelease(_Data):
+class DynamoRelease(Record, frozen=True, kw_only=True):
     format: int = CATALOG_FORMAT
     engine: Literal["dynamo"] = "dynamo"
     version: str
     worker_vllm: EntryPoint  # python -m dynamo.vllm (on top of vLLM's own options)
     frontend: EntryPoint  # python -m dynamo.frontend
     crd: str | None = None  # the DynamoGraphDeployment version its planner talks to
-    env_vars: dict[str, EnvVar] = {}
+    env_vars: dict[str, EnvVar] = msgspec.field(default_factory=dict)
     rules: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
     unresolved: tuple[str, ...] = ()
     source: Source
 
 
-class FlashinferRelease(_Data):
+class FlashinferRelease(Record, frozen=True, kw_only=True):
     format: int = CATALOG_FORMAT
     engine: Literal["flashinfer"] = "flashinfer"
     version: str
-    env_vars: dict[str, EnvVar] = {}  # FLASHINFER_* names the package reads
+    env_vars: dict[str, EnvVar] = msgspec.field(default_factory=dict)  # FLASHINFER_* names the package reads
     requires: tuple[str, ...] = ()
     source: Source
 
 
 Release = VllmRelease | DynamoRelease | FlashinferRelease
+R = TypeVar("R", bound=Record)
+
+
+def typed(release: R) -> R:
+    """A release the extractor built, checked and typed as a reader reads its file back (lists become
+    tuples, a value outside a field's type fails here): what `engines add` writes is what readers get."""
+    checked: R = msgspec.convert(msgspec.to_builtins(release), type(release))
+    return checked

@@ -12,8 +12,9 @@ import json
 from functools import cache
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+import msgspec
 
+from stackpin.catalog import lazy_locate, load_first
 from stackpin.catalog.engine_data import (
     CATALOG_FORMAT,
     ConfigClass,
@@ -27,17 +28,16 @@ from stackpin.catalog.engine_data import (
     VllmRelease,
 )
 from stackpin.catalog.search import SearchPath, engine_file_name, find_engine_file, search_path
-from stackpin.errors import StackpinError
+from stackpin.errors import InputError, StackpinError
+from stackpin.records import Record
 
 DynamoEntry = Literal["worker_vllm", "frontend"]
 EngineName = Literal["vllm", "dynamo", "flashinfer"]
 PROJECTS: dict[EngineName, str] = {"vllm": "vllm", "dynamo": "ai-dynamo", "flashinfer": "flashinfer-python"}
 
 
-class OptionUse(BaseModel):
+class OptionUse(Record, frozen=True, kw_only=True):
     """An option string as the engine's parser reads it: which option it reaches, and how."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     written: str  # as given
     string: str  # the registered string it is read as (underscores folded, a JSON key split off)
@@ -48,26 +48,27 @@ class OptionUse(BaseModel):
     json_key: tuple[str, ...] = ()  # --compilation-config.mode -> ("mode",)
 
 
-class FlagCatalog(BaseModel):
+class FlagCatalog(Record, frozen=True, kw_only=True):
     """The options one entry point of one pinned package accepts, with its value lists."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str  # e.g. "vLLM 0.31.0" or "Dynamo 1.6.1 worker_vllm"
     version: str
     options: frozenset[str]  # every option string the parser accepts, generated negatives included
-    enforced: dict[str, tuple[str, ...]] = {}  # option -> choices argparse rejects anything outside of
-    known: dict[str, tuple[str, ...]] = {}  # option -> values the package knows but checks later (or never)
+    # option -> choices argparse rejects anything outside of
+    enforced: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+    # option -> values the package knows but checks later (or never)
+    known: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
     # vLLM only: allowed values by kind (attention_backends, speculative_methods, kv_cache_dtypes, ...),
     # the env vars vllm/envs.py reads and the model registry's architectures.
-    choices: dict[str, tuple[str, ...]] = {}
+    choices: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
     env_vars: frozenset[str] = frozenset()
-    model_architectures: dict[str, tuple[str, ...]] = {}
-    flags: dict[str, EngineOption] = {}  # canonical flag -> everything the package says about the option
-    owners: dict[str, str] = {}  # every accepted option string -> its canonical flag
-    config_classes: dict[str, ConfigClass] = {}  # what JSON options' values hold
-    env: dict[str, EnvVar] = {}  # env var -> its type, default and choices
-    parser: ParserRules = ParserRules()
+    model_architectures: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+    # canonical flag -> everything the package says about the option
+    flags: dict[str, EngineOption] = msgspec.field(default_factory=dict)
+    owners: dict[str, str] = msgspec.field(default_factory=dict)  # every accepted option string -> its canonical flag
+    config_classes: dict[str, ConfigClass] = msgspec.field(default_factory=dict)  # what JSON options' values hold
+    env: dict[str, EnvVar] = msgspec.field(default_factory=dict)  # env var -> its type, default and choices
+    parser: ParserRules = msgspec.field(default_factory=ParserRules)
 
     def accepts(self, option: str) -> bool:
         """Whether `option`, spelled exactly so, is an option string of this entry point."""
@@ -164,19 +165,22 @@ def catalog_file(engine: EngineName, version: str) -> str:
 
 
 @cache
-def _read(engine: EngineName, version: str, path: SearchPath) -> tuple[str, dict[str, Any]] | None:
+def _read(engine: EngineName, version: str, path: SearchPath) -> tuple[str, str, dict[str, Any]] | None:
+    """(file, text, data) of a release's catalog file on the search path; None when none has it."""
     found = find_engine_file(engine, version, path)
     if found is None:
         return None
     text = found.read_text(encoding="utf-8")
     try:
-        data: dict[str, Any] = json.loads(text)
+        data = json.loads(text)
     except ValueError as exc:
         raise CatalogFileError(f"{found}: not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise CatalogFileError(f"{found}: not a catalog file (a JSON object)")
     if data.get("format") != CATALOG_FORMAT:
         raise CatalogFileError(f"{found}: catalog format {data.get('format', 1)}, this stackpin reads "
                                f"{CATALOG_FORMAT}", f"add it again: stackpin engines add {PROJECTS[engine]}=={version}")
-    return str(found), data
+    return str(found), text, data
 
 
 def _model(engine: EngineName, version: str, path: SearchPath, cls: type[Any]) -> Any:
@@ -184,11 +188,14 @@ def _model(engine: EngineName, version: str, path: SearchPath, cls: type[Any]) -
     if found is None:
         return None
     try:
-        return cls.model_validate(found[1])
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise CatalogFileError(f"{found[0]}: {where}: {first['msg']}") from None
+        return msgspec.convert(found[2], cls)
+    except msgspec.ValidationError:
+        pass
+    # JSON is YAML (near enough) for finding a field's line; only a broken file is parsed that way.
+    try:
+        return load_first(found[2], cls, lazy_locate(found[1], found[0]))
+    except InputError as exc:
+        raise CatalogFileError(exc.message) from None
 
 
 AnyRelease = VllmRelease | DynamoRelease | FlashinferRelease

@@ -14,8 +14,6 @@ import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from importlib import resources
-from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from stackpin.errors import StackpinError
@@ -25,8 +23,11 @@ ENV = "STACKPIN_CATALOG_PATH"
 _PROFILE_DIRS: ContextVar[tuple[Path, ...]] = ContextVar("stackpin_profile_catalogs", default=())
 
 
-def bundled() -> Traversable:
-    return resources.files(__package__)
+def bundled() -> Path:
+    """The catalog shipped in the package: its own directory. What importlib.resources.files would give
+    for an installed package, without importing importlib.resources (tempfile, shutil, random: a few ms
+    of every cold command; the validate path deliberately never imports tempfile)."""
+    return Path(__file__).parent
 
 
 def site_dirs() -> tuple[Path, ...]:
@@ -57,7 +58,7 @@ def profile_catalogs(dirs: Sequence[str], where: str = "") -> Iterator[None]:
         _PROFILE_DIRS.reset(token)
 
 
-SearchPath = tuple[Path | Traversable, ...]
+SearchPath = tuple[Path, ...]
 
 
 def search_path() -> SearchPath:
@@ -69,8 +70,7 @@ def engine_file_name(engine: str, version: str) -> str:
     return f"{engine}-{version}.json"
 
 
-def find_engine_file(engine: str, version: str,
-                     path: tuple[Path | Traversable, ...] | None = None) -> Path | Traversable | None:
+def find_engine_file(engine: str, version: str, path: SearchPath | None = None) -> Path | None:
     """The first `engines/<engine>-<version>.json` on the search path, or None."""
     for directory in search_path() if path is None else path:
         candidate = directory.joinpath("engines", engine_file_name(engine, version))
@@ -79,6 +79,6 @@ def find_engine_file(engine: str, version: str,
     return None
 
 
-def where(directory: Path | Traversable) -> str:
+def where(directory: Path) -> str:
     """How a catalog directory is named to users: its path, or "bundled"."""
     return "bundled" if directory == bundled() else str(directory)

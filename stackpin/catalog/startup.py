@@ -12,23 +12,20 @@ from __future__ import annotations
 from functools import cache
 from math import gcd
 
+import msgspec
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stackpin.catalog.search import SearchPath, bundled, search_path
-from stackpin.errors import StackpinError
-from stackpin.yamlio import load_data
-
-
-class _Fact(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from stackpin.errors import InputError, StackpinError
+from stackpin.records import Record, load
+from stackpin.yamlio import load_data, parse_yaml
 
 
 def _for_major(sizes: dict[str, tuple[int, ...]], major: int) -> tuple[int, ...]:
     return sizes.get(str(major), sizes["default"])
 
 
-class AttentionBackend(_Fact):
+class AttentionBackend(Record, frozen=True, kw_only=True):
     compute_majors: tuple[int, ...]
     kv_cache_dtypes: dict[str, str]  # --kv-cache-dtype -> what the layer stores; others raise
     kernel_block_sizes: dict[str, tuple[int, ...]]  # by compute-capability major, or "default"
@@ -38,7 +35,7 @@ class AttentionBackend(_Fact):
         return _for_major(self.kernel_block_sizes, major)
 
 
-class ModelStartup(_Fact):
+class ModelStartup(Record, frozen=True, kw_only=True):
     selector_source: str
     attention: dict[str, AttentionBackend]
     companion_block_sizes: dict[str, tuple[int, ...]]
@@ -64,7 +61,7 @@ class ModelStartup(_Fact):
                 f"the indexer {'/'.join(map(str, explicit[1]))} on SM {major}.x; use a multiple of {need}")
 
 
-class CudaGraphs(_Fact):
+class CudaGraphs(Record, frozen=True, kw_only=True):
     breakable_by_default: tuple[str, ...]
     breakable_source: str
     uncompiled: tuple[str, ...]
@@ -75,12 +72,12 @@ class CudaGraphs(_Fact):
     decode_graph_limit_source: str
 
 
-class SpeculativeStartup(_Fact):
+class SpeculativeStartup(Record, frozen=True, kw_only=True):
     draft_from_target: tuple[str, ...]
     source: str
 
 
-class StartupFacts(_Fact):
+class StartupFacts(Record, frozen=True, kw_only=True):
     version: str
     cuda_graphs: CudaGraphs
     speculative: SpeculativeStartup
@@ -98,14 +95,20 @@ def _startup(version: str, path: SearchPath) -> StartupFacts | None:
         candidate = directory.joinpath("engines", startup_file_name(version))
         if candidate.is_file():
             shown = f"stackpin/catalog/engines/{candidate.name}" if directory == bundled() else str(candidate)
+            text = candidate.read_text(encoding="utf-8")
             try:
-                data = load_data(candidate.read_text(encoding="utf-8"))
-                return StartupFacts.model_validate({**data, "file": shown})
+                data = {**load_data(text), "file": shown}
             except (yaml.YAMLError, TypeError) as exc:
                 raise StackpinError(f"{shown}: not a start-up facts file ({exc})") from None
-            except ValidationError as exc:
-                first = exc.errors()[0]
-                raise StackpinError(f"{shown}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+            try:
+                return msgspec.convert(data, StartupFacts)
+            except msgspec.ValidationError:
+                pass
+            # Its first problem at its line: parsed again with positions, on this path only.
+            try:
+                load(data, StartupFacts, parse_yaml(text, shown)[1].locate)
+            except InputError as exc:
+                raise InputError(exc.problems[:1]) from None
     return None
 
 

@@ -4,12 +4,11 @@ split on dots, `1.6.1rc1` loses its patch number and sorts below `1.6.0`; PEP 44
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 from packaging.version import InvalidVersion, Version
-from pydantic import PlainSerializer, PlainValidator, WithJsonSchema
 
-__all__ = ["PackageVersion", "Version", "parse_version"]
+__all__ = ["PackageVersion", "Version", "decode_version", "parse_version"]
 
 
 def parse_version(text: str) -> Version:
@@ -20,15 +19,15 @@ def parse_version(text: str) -> Version:
         raise ValueError(f"{text!r} is not a PEP 440 version") from None
 
 
-def _validate(value: Any) -> Version:
-    if isinstance(value, Version):
-        return value
-    if not isinstance(value, str):
-        raise ValueError(f"a version must be a string, got {value!r}")
-    return parse_version(value)
-
-
 # A catalog field holding a version: parsed when the catalog loads (a typo fails there, not at the
-# first comparison), written back in PEP 440's normal form.
-PackageVersion = Annotated[Version, PlainValidator(_validate), PlainSerializer(str, return_type=str),
-                           WithJsonSchema({"type": "string"})]
+# first comparison). Records read it with `decode_version` as their dec_hook.
+PackageVersion = Version
+
+
+def decode_version(kind: type, value: Any) -> Any:
+    """msgspec's dec_hook for a record with PackageVersion fields: text -> Version."""
+    if kind is Version:
+        if not isinstance(value, str):
+            raise ValueError(f"a version must be a string, got {value!r}")
+        return parse_version(value)
+    raise NotImplementedError(f"{kind.__name__} is not a type a catalog record holds")

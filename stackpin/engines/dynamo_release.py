@@ -15,7 +15,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from stackpin.catalog.engine_data import Deprecation, DynamoRelease, EngineOption, EntryPoint, EnvVar, Source
+from stackpin.catalog.engine_data import Deprecation, DynamoRelease, EngineOption, EntryPoint, EnvVar, Source, typed
 from stackpin.engines.argtypes import converter_type
 from stackpin.engines.package import Package
 from stackpin.engines.pysource import SourceTree, Unknown, call_name, keywords, last_name
@@ -269,8 +269,8 @@ def build(package: Package) -> DynamoRelease:
             if option.env_var:
                 env_vars[option.env_var] = EnvVar(default=option.default, default_expr=option.default_expr,
                                                   option=flag)
-    return DynamoRelease(
+    return typed(DynamoRelease(
         version=package.version, worker_vllm=entries["worker_vllm"], frontend=entries["frontend"], crd=_crd(tree),
         env_vars=dict(sorted(env_vars.items())), rules=(NO_RULE, WORKER_RULE), requires=package.requires,
         unresolved=tuple(sorted({*unresolved, *(f"{p}: syntax this Python cannot parse" for p in tree.unparsable)})),
-        source=Source(package=package.filename, sha256=package.sha256, files_parsed=tuple(sorted(tree.used))))
+        source=Source(package=package.filename, sha256=package.sha256, files_parsed=tuple(sorted(tree.used)))))

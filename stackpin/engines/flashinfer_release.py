@@ -11,7 +11,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-from stackpin.catalog.engine_data import EnvVar, FlashinferRelease, Source
+from stackpin.catalog.engine_data import EnvVar, FlashinferRelease, Source, typed
 from stackpin.engines.package import Package
 from stackpin.engines.pysource import SourceTree, Unknown, dotted
 
@@ -94,6 +94,6 @@ def build(package: Package) -> FlashinferRelease:
             env[name] = EnvVar(default_expr=value.expr)
         else:
             env[name] = EnvVar(default=value)
-    return FlashinferRelease(
+    return typed(FlashinferRelease(
         version=package.version, env_vars=env, requires=package.requires,
-        source=Source(package=package.filename, sha256=package.sha256, files_parsed=tuple(sorted(tree.used))))
+        source=Source(package=package.filename, sha256=package.sha256, files_parsed=tuple(sorted(tree.used)))))

@@ -13,7 +13,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from stackpin.catalog import Versions, merged_versions, versions_skeleton
+import msgspec
+
+from stackpin.catalog import merged_versions, versions_of, versions_skeleton
 from stackpin.catalog.engine_data import CATALOG_FORMAT, DynamoRelease, FlashinferRelease, VllmRelease
 from stackpin.catalog.search import engine_file_name
 from stackpin.catalog.version import parse_version
@@ -29,8 +31,32 @@ source: "package metadata, recorded by stackpin engines add"
 """
 
 
+def _explicit(value: Any) -> Any:
+    """`value` as JSON data, every record field that holds its default left out (at every depth)."""
+    if isinstance(value, msgspec.Struct):
+        out: dict[str, Any] = {}
+        for field in msgspec.structs.fields(value):
+            held = getattr(value, field.name)
+            if field.default is not msgspec.NODEFAULT:
+                default = field.default
+            elif field.default_factory is not msgspec.NODEFAULT:
+                default = field.default_factory()
+            else:
+                out[field.encode_name] = _explicit(held)
+                continue
+            # Compared as JSON: a list the extractor built equals its field's default tuple.
+            if msgspec.to_builtins(held) != msgspec.to_builtins(default):
+                out[field.encode_name] = _explicit(held)
+        return out
+    if isinstance(value, dict):
+        return {key: _explicit(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_explicit(item) for item in value]
+    return value
+
+
 def catalog_json(release: Release) -> str:
-    data: dict[str, Any] = release.model_dump(mode="json", exclude_defaults=True)
+    data: dict[str, Any] = _explicit(release)
     data.update(format=CATALOG_FORMAT, engine=release.engine)  # defaults, but a reader needs them
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
@@ -81,7 +107,7 @@ def _check_versions(path: Path, text: str) -> None:
     data = load_data(text) or {}
     base = versions_skeleton()
     try:
-        Versions.model_validate(merged_versions({**base, **data}, ()))
+        versions_of(merged_versions({**base, **data}, ()))
     except ValueError as exc:
         raise StackpinError(f"{path}: the pin written would not read back ({str(exc).splitlines()[0]})") from None
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from stackpin.catalog.engine_data import ConfigClass, ConfigField, EngineOption, EnvVar, Source, VllmRelease
+from stackpin.catalog.engine_data import ConfigClass, ConfigField, EngineOption, EnvVar, Source, VllmRelease, typed
 from stackpin.engines.argtypes import classify
 from stackpin.engines.package import Package
 from stackpin.engines.pysource import SourceTree, Unknown, call_name
@@ -136,7 +136,7 @@ def build(package: Package) -> VllmRelease:
     extracted = extract_options(tree, rules, hidden_why)
     options = extracted.options
     accepted = {s for option in options.values() for s in option.all_strings}
-    release = VllmRelease(
+    release = typed(VllmRelease(
         version=package.version,
         option_strings=tuple(sorted(accepted)),
         boolean_optional_options=tuple(sorted(f for f, o in options.items() if o.boolean_optional)),
@@ -152,5 +152,5 @@ def build(package: Package) -> VllmRelease:
         unresolved=tuple(sorted({*extracted.unresolved, *(f"{p}: syntax this Python cannot parse"
                                                            for p in tree.unparsable)})),
         source=Source(package=package.filename, sha256=package.sha256, files_parsed=tuple(sorted(tree.used))),
-    )
+    ))
     return release

@@ -118,4 +118,4 @@ def add_target(dynamo: str, catalog_dir: Path, source: Source) -> Target:
 def _pins(section: str, version: str) -> dict[str, str]:
     versions = load_catalog().versions
     found = (versions.dynamo if section == "dynamo" else versions.vllm).get(version)
-    return {k: str(v) for k, v in found.model_dump().items() if v is not None} if found is not None else {}
+    return {k: str(v) for k, v in found.to_data().items() if v is not None} if found is not None else {}
