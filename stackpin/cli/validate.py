@@ -80,9 +80,9 @@ def _validate_manifests(paths: tuple[str, ...], output: str) -> None:
         if not errors:
             click.echo(f"manifests valid: {', '.join(paths)}")  # the answer asked for: stdout
     else:
-        from dataclasses import asdict
+        import msgspec
 
-        emit({"errors": [asdict(e) for e in errors]}, output)
+        emit({"errors": [msgspec.structs.asdict(e) for e in errors]}, output)
     if errors:
         sys.exit(1)
 

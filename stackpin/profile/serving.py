@@ -8,8 +8,9 @@ so an unknown one stops every worker at start-up.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from stackpin.catalog import Catalog
 from stackpin.profile.model import StackProfile
@@ -17,8 +18,7 @@ from stackpin.profile.model import StackProfile
 NONE = "none"
 
 
-@dataclass(frozen=True)
-class ParserChoice:
+class ParserChoice(msgspec.Struct, frozen=True):
     kind: Literal["tool", "reasoning"]
     option: str  # the dynamo.vllm flag
     field: str  # spec.model's field (camelCase, as the profile spells it)

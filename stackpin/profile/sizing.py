@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from stackpin.catalog import Catalog, ModelFacts
 from stackpin.profile.model import CudaGraphMode, StackProfile
@@ -11,8 +11,7 @@ from stackpin.profile.topology import PoolTopology
 GIB = 1024**3
 
 
-@dataclass(frozen=True)
-class PoolMemory:
+class PoolMemory(msgspec.Struct, frozen=True):
     """What one GPU of a pool holds, in GiB (estimates built from catalog facts)."""
 
     hbm_gib: float

@@ -8,8 +8,9 @@ the numbers say so (`splits_evenly`, `pod_fits_node`) and the validation rules r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
+
+import msgspec
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.profile.model import Placement, Pool, StackProfile
@@ -51,8 +52,7 @@ def shape_label(tensor_parallel: int, pipeline_parallel: int = 1, data_parallel:
     return f"{label} EP{expert_parallel_size}" if expert_parallel_size > 1 else label
 
 
-@dataclass(frozen=True)
-class PoolTopology:
+class PoolTopology(msgspec.Struct, frozen=True):
     """One active pool: its parallel sizes and the layout of one replica over nodes and pods."""
 
     role: Role
@@ -119,8 +119,7 @@ class PoolTopology:
         return self.gpus_per_pod <= self.gpus_per_node
 
 
-@dataclass(frozen=True)
-class Topology:
+class Topology(msgspec.Struct, frozen=True):
     """The whole stack: the roles its placement runs and the shape of each pool the profile gives."""
 
     mode: Placement

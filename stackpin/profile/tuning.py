@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from stackpin.catalog import Catalog
 from stackpin.profile.model import Pool
@@ -70,8 +71,7 @@ def _files(n: int) -> str:
     return f"{n} file{'s' if n != 1 else ''}"
 
 
-@dataclass(frozen=True)
-class ConfigDirectory:
+class ConfigDirectory(msgspec.Struct, frozen=True):
     """What one config-hash directory of a cache holds files for: the ranks annotation's unit.
 
     `pairs` are the (dp, world rank) of its per-rank files where they are known (from the files
@@ -139,8 +139,7 @@ def parse_ranks_summary(text: str) -> list[ConfigDirectory] | None:
     return out
 
 
-@dataclass(frozen=True)
-class CacheFit:
+class CacheFit(msgspec.Struct, frozen=True):
     """How a cache's config directories serve the pools of a stack."""
 
     per_rank: bool  # the pinned vLLM reads one file per rank (else one shared file per directory)

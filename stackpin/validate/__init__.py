@@ -9,7 +9,8 @@ warning once the profile states the fallback explicitly).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
+
+import msgspec
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.flags import vllm_catalog
@@ -75,7 +76,7 @@ def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None, *,
         ctx = context_for(loaded.profile, catalog, autotune_cache=autotune_cache, upgrade_from=upgrade_from)
         for after in (False, True):
             if after:
-                ctx = replace(ctx, findings=tuple(finding for _, finding in keyed))
+                ctx = msgspec.structs.replace(ctx, findings=tuple(finding for _, finding in keyed))
             for r in RULES.values():
                 if r.reads_findings != after:
                     continue

@@ -16,13 +16,13 @@ The CEL library (`cel`, common-expression-language) is imported on first use.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from stackpin.catalog import DynamoAdmission, GroveNames, load_catalog
 
@@ -33,13 +33,12 @@ Path = tuple[str | int, ...]
 ANY_ITEM, ANY_KEY = "[*]", "{*}"  # a schema path segment: every list item, every map value
 
 
-@dataclass(frozen=True)
-class CelRule:
+class CelRule(msgspec.Struct, frozen=True):
     path: tuple[str, ...]  # property names, ANY_ITEM, ANY_KEY
     rule: str
     message: str
     field: str = ""  # what the error names, under the value's path
-    defaults: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # the node's property defaults
+    defaults: Mapping[str, Any] = msgspec.field(default_factory=dict)  # the node's property defaults
     optional_old_self: bool = False
     origin: str = "CRD"
 
@@ -226,8 +225,7 @@ def cel_problems(obj: Mapping[str, Any], rules: Sequence[CelRule]) -> list[tuple
 
 # --- Grove names ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class GroveComponent:
+class GroveComponent(msgspec.Struct, frozen=True):
     name: str
     multinode: bool  # a scaling group: leader and worker PodCliques
 

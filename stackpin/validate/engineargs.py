@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Literal
+
+import msgspec
 
 from stackpin.catalog import WorkerRouter, load_catalog
 from stackpin.catalog.flags import FlagCatalog, OptionUse, dynamo_catalog
@@ -34,8 +35,7 @@ from stackpin.yamlio import FieldPath
 Kind = Literal["engineArgs", "dynamoArgs"]
 
 
-@dataclass(frozen=True)
-class PassedFlag:
+class PassedFlag(msgspec.Struct, frozen=True, dict=True):  # dict: the cached_property values
     """One engineArgs / dynamoArgs entry of one pool, with the catalogs that judge it."""
 
     role: Role
@@ -44,7 +44,7 @@ class PassedFlag:
     value: Any
     catalog: FlagCatalog | None  # the entry point the flag belongs to; None without a catalog
     other: FlagCatalog | None  # the other half of `python -m dynamo.vllm`, to say where a flag belongs
-    profile: StackProfile = field(compare=False, repr=False)
+    profile: StackProfile  # compared and shown too (nothing compares or prints a PassedFlag)
 
     @property
     def path(self) -> FieldPath:
@@ -107,8 +107,7 @@ def _field_value(profile: StackProfile, path: str) -> Any:
     return node
 
 
-@dataclass(frozen=True)
-class Modelled:
+class Modelled(msgspec.Struct, frozen=True):
     option: str  # the modelled option the flag sets
     field: str  # the profile field that sets it (pool paths filled in)
     agrees: bool  # a switch of a boolean field, set the way the field already renders it

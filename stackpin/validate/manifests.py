@@ -18,10 +18,10 @@ import importlib.util
 import json
 import re
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import yaml
 
 from stackpin.catalog.version import parse_version
@@ -72,8 +72,7 @@ _COPIED_KEYWORDS = frozenset({
 })
 
 
-@dataclass(frozen=True)
-class ManifestError:
+class ManifestError(msgspec.Struct, frozen=True):
     """One schema violation in one object: `origin: Kind/name: path: reason`."""
 
     origin: str

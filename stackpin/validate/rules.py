@@ -5,9 +5,10 @@ stackpin.validate runs them."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
+
+import msgspec
 
 from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform
 from stackpin.catalog.flags import FlagCatalog
@@ -51,16 +52,14 @@ class Finding(Record, frozen=True, kw_only=True):  # kw_only again for mypy: loc
         return self.acknowledged is None and self.severity in levels
 
 
-@dataclass(frozen=True)
-class Hit:
+class Hit(msgspec.Struct, frozen=True):
     path: FieldPath
     message: str
     hint: str | None = None
     severity: Severity | None = None
 
 
-@dataclass(frozen=True)
-class Context:
+class Context(msgspec.Struct, frozen=True):
     profile: StackProfile
     catalog: Catalog
     platform: Platform
@@ -82,8 +81,7 @@ class Context:
 Check = Callable[[Context], Iterable[Hit]]
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     code: str
     severity: Severity
     title: str

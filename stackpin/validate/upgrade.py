@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from stackpin.catalog import Catalog, DynamoPin
 from stackpin.catalog.engine_data import EngineOption
@@ -127,8 +128,7 @@ def _passed(catalog: FlagCatalog, flag: str, pool: Pool) -> bool:
     return any(catalog.canonical(f) == flag for f in pool.engine_args)
 
 
-@dataclass(frozen=True)
-class ReliedDefault:
+class ReliedDefault(msgspec.Struct, frozen=True):
     """A default the new release changes that some pools of the stack leave to the engine."""
 
     flag: str
