@@ -12,7 +12,6 @@ every problem of a document at once, each at the file and line that supplied it.
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -183,6 +182,8 @@ def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldP
             if isinstance(owner, type) and issubclass(owner, msgspec.Struct) else cause.field
         return (*path, name), str(cause)
     if unknown := _UNKNOWN.match(message):
+        import difflib  # the error path only
+
         name = unknown.group("name")
         owner = _type_at(root, path)
         text = "unknown field"
@@ -207,6 +208,8 @@ def _errors(data: Any, declared: Any, dec_hook: DecHook | None,
         first = exc
     inner, found = _strip(declared), False
     if isinstance(inner, type) and issubclass(inner, msgspec.Struct) and isinstance(data, dict):
+        import difflib  # the error path only
+
         names, hints = fields(inner), typing.get_type_hints(inner, include_extras=True)
         for key, value in data.items():
             if key not in names:
