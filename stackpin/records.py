@@ -143,13 +143,14 @@ def _kind(name: str) -> str:
 def _message(root: Any, document: Any, path: FieldPath, message: str) -> str:
     """msgspec's wording in the user's terms (`Expected `int`, got `str`` -> `must be an integer, got a
     string`); an enum's error lists the values it takes."""
-    if message.startswith("Invalid enum value"):
+    expected = _EXPECTED.match(message)
+    if message.startswith("Invalid enum value") or (expected and expected.group("got")):
         declared = _type_at(root, path)
         allowed = ([m.value for m in declared] if isinstance(declared, type) and issubclass(declared, Enum)
                    else typing.get_args(declared) if typing.get_origin(declared) is typing.Literal else ())
         if allowed:
             return f"must be one of {', '.join(repr(a) for a in allowed)}, got {clip(repr(_value_at(document, path)))}"
-    if expected := _EXPECTED.match(message):
+    if expected:
         want, got, rule = expected.group("want", "got", "rule")
         if got is not None:
             return f"must be {_kind(want)}, got {_kind(got)}"
