@@ -12,7 +12,6 @@ every problem of a document at once, each at the file and line that supplied it.
 
 from __future__ import annotations
 
-import difflib
 import re
 import types
 import typing
@@ -144,13 +143,14 @@ def _kind(name: str) -> str:
 def _message(root: Any, document: Any, path: FieldPath, message: str) -> str:
     """msgspec's wording in the user's terms (`Expected `int`, got `str`` -> `must be an integer, got a
     string`); an enum's error lists the values it takes."""
-    if message.startswith("Invalid enum value"):
+    expected = _EXPECTED.match(message)
+    if message.startswith("Invalid enum value") or (expected and expected.group("got")):
         declared = _type_at(root, path)
         allowed = ([m.value for m in declared] if isinstance(declared, type) and issubclass(declared, Enum)
                    else typing.get_args(declared) if typing.get_origin(declared) is typing.Literal else ())
         if allowed:
             return f"must be one of {', '.join(repr(a) for a in allowed)}, got {clip(repr(_value_at(document, path)))}"
-    if expected := _EXPECTED.match(message):
+    if expected:
         want, got, rule = expected.group("want", "got", "rule")
         if got is not None:
             return f"must be {_kind(want)}, got {_kind(got)}"
@@ -183,6 +183,8 @@ def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldP
             if isinstance(owner, type) and issubclass(owner, msgspec.Struct) else cause.field
         return (*path, name), str(cause)
     if unknown := _UNKNOWN.match(message):
+        import difflib  # the error path only
+
         name = unknown.group("name")
         owner = _type_at(root, path)
         text = "unknown field"
@@ -207,6 +209,8 @@ def _errors(data: Any, declared: Any, dec_hook: DecHook | None,
         first = exc
     inner, found = _strip(declared), False
     if isinstance(inner, type) and issubclass(inner, msgspec.Struct) and isinstance(data, dict):
+        import difflib  # the error path only
+
         names, hints = fields(inner), typing.get_type_hints(inner, include_extras=True)
         for key, value in data.items():
             if key not in names:

@@ -3,8 +3,6 @@
 Loaded once per process and handed out as immutable records; nothing else in stackpin spells a fact.
 """
 
-from __future__ import annotations
-
 from collections.abc import Callable
 from enum import StrEnum
 from functools import cache, cached_property

@@ -5,8 +5,6 @@ reads them. One schema for both, so a field the extractor records is a field rea
 Every list is sorted and every map keyed, so a regenerated file diffs cleanly.
 """
 
-from __future__ import annotations
-
 from typing import Any, Literal, TypeVar
 
 import msgspec

@@ -6,8 +6,6 @@ packages. One type, `FlagCatalog`, serves validation (backends, speculative meth
 architectures, engine arguments of the pinned vLLM) and render (every emitted flag checked).
 """
 
-from __future__ import annotations
-
 import json
 from functools import cache
 from typing import Any, Literal

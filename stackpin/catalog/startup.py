@@ -7,8 +7,6 @@ revision comes from. They are read by hand from the published wheel, each fact w
 to the code by tests/test_engine_check.py, which runs the release's own functions.
 """
 
-from __future__ import annotations
-
 from functools import cache
 from math import gcd
 

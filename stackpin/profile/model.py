@@ -1,9 +1,9 @@
 """The StackProfile model: frozen, typo-proof, camelCase in YAML; and its JSON Schema for editors.
 
-Loading (YAML with positions, `extends:`) lives in `loader.py`.
+Loading (YAML with positions, `extends:`) lives in `loader.py`. The annotations are evaluated (no
+`from __future__ import annotations`): msgspec reads them when a profile is first read, and reading real
+types costs a few ms less than evaluating strings on every cold command.
 """
-
-from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
