@@ -62,6 +62,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
+import msgspec
+
 from stackpin.errors import StackpinError
 from stackpin.extras import require
 
@@ -98,8 +100,7 @@ class Rejected(StackpinError):
     exit_code = 1
 
 
-@dataclass(frozen=True)
-class FieldConflict:
+class FieldConflict(msgspec.Struct, frozen=True):
     manager: str
     field: str  # the server's path, e.g. .spec.components[name="worker"].replicas
 
