@@ -4,7 +4,6 @@ loads only when one of them runs (stackpin.deploy.kube)."""
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import click
@@ -93,6 +92,8 @@ def apply(source: str, lockdir: str, history_dir: str, dry_run: bool, force_conf
         result = wait_applied(cluster, result, limit, progress=progress)
     except WaitTimeout as exc:
         if output != "text":  # the apply happened: say so, with the last state seen
+            from msgspec.structs import replace
+
             emit(replace(result, readiness=exc.state).as_dict(), output)
         raise
     if output == "text":

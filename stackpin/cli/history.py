@@ -188,7 +188,7 @@ def _rollback_apply(store: HistoryStore, key: DeploymentKey, deployments: Path, 
                     dry_run: bool, force_conflicts: bool, allow_recreate: bool, wait: bool, timeout: float | None,
                     kubeconfig: str | None, context: str | None, namespace: str | None, output: str,
                     extra: dict[str, Any] | None = None) -> None:
-    from dataclasses import replace
+    from msgspec.structs import replace
 
     from stackpin.cli.deploy import print_applied, progress, warn
     from stackpin.deploy.apply import ApplyOptions, wait_applied

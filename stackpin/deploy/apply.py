@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
 from typing import Any
+
+import msgspec
+from msgspec.structs import replace
 
 from stackpin.deploy.applyset import (
     AppliedRevision,
@@ -70,8 +72,7 @@ class DroppedFields(StackpinError):
     exit_code = 1
 
 
-@dataclass(frozen=True)
-class ApplyOptions:
+class ApplyOptions(msgspec.Struct, frozen=True):
     namespace: str | None = None  # default: the profile's metadata.namespace
     dry_run: bool = False
     force_conflicts: bool = False
@@ -82,8 +83,7 @@ class ApplyOptions:
     strict: bool = False  # cluster_facts findings (no node for a pool, no image volumes) refuse instead of warn
 
 
-@dataclass(frozen=True)
-class Outcome:
+class Outcome(msgspec.Struct, frozen=True):
     subject: str
     action: Action
 
@@ -91,8 +91,7 @@ class Outcome:
         return f"{self.subject} {self.action}"
 
 
-@dataclass(frozen=True)
-class ApplyResult:
+class ApplyResult(msgspec.Struct, frozen=True):
     deployment: str
     namespace: str
     stack: str
@@ -114,8 +113,7 @@ class ApplyResult:
                 "readiness": self.readiness.as_dict() if self.readiness else None}
 
 
-@dataclass(frozen=True)
-class Member:
+class Member(msgspec.Struct, frozen=True):
     key: ObjectKey
     res: ApiResource
     live: dict[str, Any]
@@ -170,20 +168,18 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-@dataclass
-class Notes:
+class Notes(msgspec.Struct):
     """Notes kept for the result and passed on as they come (an error later must not swallow them)."""
 
     warn: Progress
-    items: list[str] = field(default_factory=list)
+    items: list[str] = msgspec.field(default_factory=list)
 
     def add(self, note: str) -> None:
         self.items.append(note)
         self.warn(note)
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(msgspec.Struct, frozen=True):
     """What the read phase found: everything the check and write phases act on."""
 
     stack: StackObjects
@@ -201,8 +197,7 @@ class Plan:
         return [key_of(o) for o in self.desired]
 
 
-@dataclass(frozen=True)
-class CheckedApply:
+class CheckedApply(msgspec.Struct, frozen=True):
     """What the read and check phases found (nothing written yet, bar a namespace asked for):
     `write_checked` carries it out. Lets a caller do its own step between the check and the write
     (`stackpin rollback --apply` records the history revision there)."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 import base64
 import hashlib
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -76,8 +75,7 @@ class AppliedRevision(CamelRecord, frozen=True, kw_only=True, forbid_unknown_fie
         return {k: v for k, v in super().to_data().items() if v is not None}
 
 
-@dataclass(frozen=True)
-class Parent:
+class Parent(msgspec.Struct, frozen=True):
     """The ApplySet parent as it is live (or would be created)."""
 
     name: str

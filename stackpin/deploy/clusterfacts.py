@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from stackpin.deploy.kube import ApiResource, Cluster, Forbidden
 
@@ -20,8 +21,7 @@ ESTIMATES_ANNOTATION = "stackpin.dev/estimates"  # render/build.py writes it on 
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)")
 
 
-@dataclass(frozen=True)
-class ClusterFacts:
+class ClusterFacts(msgspec.Struct, frozen=True):
     findings: tuple[str, ...]  # what would keep the pods from running as rendered
     notes: tuple[str, ...]  # what could not be checked, and why
 

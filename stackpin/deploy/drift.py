@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from stackpin.deploy.kube import FIELD_MANAGER
 
 WATCHED = (".spec", ".metadata.labels", ".metadata.annotations")
 
 
-@dataclass(frozen=True)
-class DriftedField:
+class DriftedField(msgspec.Struct, frozen=True):
     subject: str  # the object, kubectl's spelling
     path: str
     manager: str

@@ -52,15 +52,15 @@ with timeouts of their own.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
+
+import msgspec
 
 from stackpin.errors import StackpinError
 from stackpin.extras import require
@@ -98,8 +98,7 @@ class Rejected(StackpinError):
     exit_code = 1
 
 
-@dataclass(frozen=True)
-class FieldConflict:
+class FieldConflict(msgspec.Struct, frozen=True):
     manager: str
     field: str  # the server's path, e.g. .spec.components[name="worker"].replicas
 
@@ -138,8 +137,7 @@ def group_kind(kind: str, group: str) -> str:
     return f"{kind}.{group}" if group else kind
 
 
-@dataclass(frozen=True)
-class ApiResource:
+class ApiResource(msgspec.Struct, frozen=True, eq=False):
     """A kind as discovery serves it."""
 
     group: str
@@ -148,7 +146,26 @@ class ApiResource:
     plural: str
     namespaced: bool
     # Discovery's storageVersionHash: which version the server stores the kind as (see stored_as).
-    storage_hash: str | None = dataclasses.field(default=None, compare=False)
+    # Not part of equality or the hash (below: a Struct has no per-field compare=False).
+    storage_hash: str | None = None
+
+    def _identity(self) -> tuple[str, str, str, str, bool]:
+        return self.group, self.version, self.kind, self.plural, self.namespaced
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, ApiResource)
+        return self._identity() == other._identity()
+
+    def __ne__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, ApiResource)
+        return self._identity() != other._identity()
+
+    def __hash__(self) -> int:
+        return hash(self._identity())
 
     @property
     def api_version(self) -> str:

@@ -32,8 +32,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from stackpin.deploy.kube import NAMESPACES, ApiResource, Cluster, ClusterError
 
@@ -84,8 +85,7 @@ def _parse(text: Any) -> datetime.datetime | None:
         return None
 
 
-@dataclass(frozen=True)
-class Holder:
+class Holder(msgspec.Struct, frozen=True):
     """A Lease as read: who holds it, and until when."""
 
     identity: str

@@ -3,9 +3,10 @@ writes), in the target namespace, labelled as members of the deployment's ApplyS
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from stackpin.deploy.applyset import PART_OF_LABEL, Parent
 from stackpin.deploy.kube import group_kind
@@ -32,8 +33,7 @@ DIGEST_ANNOTATION = f"{LABEL_PREFIX}stack-digest"
 REVISION_ANNOTATION = f"{LABEL_PREFIX}revision"
 
 
-@dataclass(frozen=True, order=True)
-class ObjectKey:
+class ObjectKey(msgspec.Struct, frozen=True, order=True):
     group: str
     kind: str
     namespace: str
@@ -64,8 +64,7 @@ def apply_rank(key: ObjectKey) -> int:
     return 1 if key.kind == DGD_KIND else 0
 
 
-@dataclass(frozen=True)
-class StackObjects:
+class StackObjects(msgspec.Struct, frozen=True):
     deployment: str
     namespace: str
     objects: tuple[dict[str, Any], ...]  # in apply order

@@ -14,14 +14,14 @@ the webhook; without it stackpin refuses.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from stackpin.deploy.kube import CRDS, NAMESPACES, ApiResource, Cluster, ClusterError, Forbidden
 
 
-@dataclass(frozen=True)
-class Preflight:
+class Preflight(msgspec.Struct, frozen=True):
     resources: dict[tuple[str, str], ApiResource]  # (apiVersion, kind) -> resource
     namespace_missing: bool
     notes: tuple[str, ...]  # what could not be checked, and why

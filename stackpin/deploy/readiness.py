@@ -7,14 +7,14 @@ all a PodCliqueScalingGroup reports). Pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from stackpin.deploy.recreate import components
 
 
-@dataclass(frozen=True)
-class ComponentReadiness:
+class ComponentReadiness(msgspec.Struct, frozen=True):
     name: str
     desired: int
     ready: int | None  # None: the operator has not reported it
@@ -27,8 +27,7 @@ class ComponentReadiness:
         return f"{self.name} {'-' if self.ready is None else self.ready}/{self.desired}"
 
 
-@dataclass(frozen=True)
-class Readiness:
+class Readiness(msgspec.Struct, frozen=True):
     name: str
     state: str  # status.state, "" when the operator has written no status
     ready_condition: str  # True | False | Unknown | "" (absent)

@@ -10,14 +10,14 @@ update will do).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from stackpin.deploy.objects import DGD_KIND
 
 
-@dataclass(frozen=True)
-class Component:
+class Component(msgspec.Struct, frozen=True):
     name: str
     type: str
     nodes: int  # nodes one replica spans; > 1 is multi-node

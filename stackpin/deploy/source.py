@@ -4,15 +4,15 @@ Either way apply gets a `StackSource`: the lock, and the revision when one names
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
 
 
-@dataclass(frozen=True)
-class StackSource:
+class StackSource(msgspec.Struct, frozen=True):
     lock: StackLock
     origin: str  # what the user named: a lockfile path, later DEPLOYMENT@REV
     revision: int | None = None  # known when the lock comes from the revision history

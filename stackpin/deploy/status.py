@@ -14,9 +14,10 @@ ApplySet parent and its record, the members), so it gives the same answer on any
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from stackpin.deploy.applyset import AppliedRevision, member_selector, parent_name, read_parent
 from stackpin.deploy.drift import DriftedField, drifted_fields
@@ -25,23 +26,20 @@ from stackpin.deploy.objects import DGD_KIND, DIGEST_ANNOTATION, REVISION_ANNOTA
 from stackpin.deploy.readiness import Readiness, readiness
 
 
-@dataclass(frozen=True)
-class LiveObject:
+class LiveObject(msgspec.Struct, frozen=True):
     subject: str
     stack_digest: str | None
     revision: str | None
 
 
-@dataclass(frozen=True)
-class LockCheck:
+class LockCheck(msgspec.Struct, frozen=True):
     path: str
     stack: str
     stack_digest: str
     matches: bool
 
 
-@dataclass(frozen=True)
-class StatusReport:
+class StatusReport(msgspec.Struct, frozen=True):
     deployment: str
     namespace: str
     record: str

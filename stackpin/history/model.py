@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import re
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -119,8 +118,7 @@ class Revision(CamelRecord, frozen=True, kw_only=True):  # kw_only again for myp
                                self.action.to_data(), self.revision_digest)
 
 
-@dataclass(frozen=True)
-class RevisionSummary:
+class RevisionSummary(msgspec.Struct, frozen=True):
     """What a listing shows of a revision: everything but its lock. Plain data (no model to build), so a
     listing can take it from the verified cache without parsing the revision file again."""
 

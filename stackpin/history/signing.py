@@ -22,10 +22,11 @@ import hashlib
 import io
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from stackpin.errors import StackpinError, clip
 from stackpin.extras import require
@@ -79,8 +80,7 @@ def _fingerprint(blob: bytes) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
-@dataclass(frozen=True)
-class SigningKey:
+class SigningKey(msgspec.Struct, frozen=True):
     """A private key read from an OpenSSH key file (unencrypted: a CI secret or a file only its owner reads)."""
 
     path: Path
@@ -169,8 +169,7 @@ def _principal_allowed(principal: str, patterns: str) -> bool:
     return allowed
 
 
-@dataclass(frozen=True)
-class AllowedSigner:
+class AllowedSigner(msgspec.Struct, frozen=True):
     line: int
     principals: str
     key: PublicKey
@@ -185,8 +184,7 @@ class AllowedSigner:
                 and (self.valid_before is None or when <= self.valid_before))
 
 
-@dataclass(frozen=True)
-class AllowedSigners:
+class AllowedSigners(msgspec.Struct, frozen=True):
     """An `ssh-keygen` allowed-signers file (`principals [options] keytype key [comment]` per line).
     `cert-authority` lines are kept out: they vouch for certificates, which a revision is not signed with."""
 

@@ -24,9 +24,10 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from stackpin.errors import StackpinError
 from stackpin.version import __version__
@@ -39,8 +40,7 @@ MAX_CACHE_BYTES = 32 * 1024 * 1024
 MAX_ENTRIES = 20_000  # about 5 MB
 
 
-@dataclass(frozen=True)
-class Verified:
+class Verified(msgspec.Struct, frozen=True):
     """What a full read of a revision file established."""
 
     number: int

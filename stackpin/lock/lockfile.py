@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -203,13 +202,12 @@ def lock_path(lockdir: Path, name: str) -> Path:
     return lockdir / f"{name}.lock.yaml"
 
 
-@dataclass
-class Sources:
+class Sources(msgspec.Struct):
     """Where references resolve. `previous` holds pins from existing lockfiles (for --offline)."""
 
     images: ImageSource | None
     models: ModelSource | None
-    previous: dict[str, StackLock] = field(default_factory=dict)
+    previous: dict[str, StackLock] = msgspec.field(default_factory=dict)
 
 
 def _platform_key(resolved: Resolved, arch: str) -> tuple[str, str]:
@@ -417,8 +415,7 @@ def profile_relpath(profile_path: Path, lockdir: Path) -> str:
     return Path(os.path.relpath(profile_path.resolve(), lockdir.resolve().parent)).as_posix()
 
 
-@dataclass(frozen=True)
-class CheckOutcome:
+class CheckOutcome(msgspec.Struct, frozen=True):
     profile: str
     lockfile: str
     status: str  # "current", "missing", "stale", "invalid"

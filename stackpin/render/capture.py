@@ -10,8 +10,9 @@ Indexed Job, one pod per node, with the data-parallel flags Dynamo's operator gi
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
+
+from msgspec.structs import replace
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.search import profile_catalogs

@@ -8,10 +8,11 @@ is anything written, one atomic rename per file, so a failing stack leaves every
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock, effective_profile, lock_path, read_lock, sha256
@@ -22,8 +23,7 @@ KUSTOMIZATION = "kustomization.yaml"
 LOCK_SUFFIX = ".lock.yaml"
 
 
-@dataclass(frozen=True)
-class RenderedStack:
+class RenderedStack(msgspec.Struct, frozen=True):
     name: str
     files: dict[str, str]  # file name -> text, names sorted
 
@@ -137,8 +137,7 @@ class DriftStatus(StrEnum):
     extra = "extra"  # a file (or stack directory) of stackpin's that render would not write
 
 
-@dataclass(frozen=True)
-class Drift:
+class Drift(msgspec.Struct, frozen=True):
     path: str
     status: DriftStatus
 

@@ -5,15 +5,15 @@ build.py fills it from a lock and lays it out per CRD version; capture.py reuses
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from stackpin.profile.model import ModelStore
 from stackpin.profile.topology import PoolTopology
 
 
-@dataclass(frozen=True)
-class Attestation:
+class Attestation(msgspec.Struct, frozen=True):
     """The stack's runtime check (stackpin.render.attestation makes it)."""
 
     config_map: str  # the ConfigMap's name
@@ -21,8 +21,7 @@ class Attestation:
     digest: str  # sha256 of expected.json: what a passing worker prints as attested
 
 
-@dataclass(frozen=True)
-class Probe:
+class Probe(msgspec.Struct, frozen=True):
     path: str
     port: int
     period_s: int
@@ -33,8 +32,7 @@ class Probe:
                 "timeoutSeconds": self.period_s, "failureThreshold": self.failure_threshold}
 
 
-@dataclass(frozen=True)
-class ComponentPlan:
+class ComponentPlan(msgspec.Struct, frozen=True):
     name: str  # frontend | worker | prefill | decode: also the v1beta1 type
     replicas: int
     command: tuple[str, ...]
@@ -64,8 +62,7 @@ class ComponentPlan:
         return self.shape.nodes_per_replica if self.shape else 1
 
 
-@dataclass(frozen=True)
-class StackPlan:
+class StackPlan(msgspec.Struct, frozen=True):
     name: str
     deployment: str
     namespace: str

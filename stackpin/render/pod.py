@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from stackpin.render.plan import ComponentPlan, StackPlan
 
@@ -33,8 +34,7 @@ SEED_RESOURCES = {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu
 MODEL_VOLUME = "model-cache"
 
 
-@dataclass(frozen=True)
-class Volume:
+class Volume(msgspec.Struct, frozen=True):
     """A pod volume and where the main container mounts it."""
 
     name: str
@@ -52,8 +52,7 @@ class Volume:
         return mount
 
 
-@dataclass(frozen=True)
-class Pod:
+class Pod(msgspec.Struct, frozen=True):
     """The pieces of one pod spec; each CRD version (or a Job) places them where it wants them."""
 
     fields: dict[str, Any]  # pod-level fields, without containers
