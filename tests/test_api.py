@@ -89,8 +89,8 @@ def test_import_stackpin_loads_nothing_else() -> None:
 
 def test_a_name_loads_its_module_when_used() -> None:
     loaded = _modules_after("import stackpin\nstackpin.validate_profiles")
-    assert "stackpin.api" in loaded and "pydantic" not in loaded  # the entry point imports on call
-    assert "pydantic" in _modules_after("import stackpin\nstackpin.StackLock")
+    assert "stackpin.api" in loaded and "msgspec" not in loaded  # the entry point imports on call
+    assert "stackpin.lock.lockfile" in _modules_after("import stackpin\nstackpin.StackLock")
 
 
 def test_the_page_has_an_example_for_each_entry_point() -> None:
