@@ -20,17 +20,16 @@ import msgspec
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock, profile_problems, sha256, stack_digest
 from stackpin.profile.k8s_names import DNS_LABEL, DNS_LABEL_MAX
-from stackpin.records import CamelRecord, Invalid, problems_of
+from stackpin.records import CamelRecord, Invalid, anchored, problems_of
 from stackpin.yamlio import MAX_INPUT_BYTES, dump_yaml, load_data, read_regular
 
 REVISION_KIND: Final = "StackRevision"
 API_VERSION: Final = "stackpin.dev/v1"
-# \Z, not $: msgspec matches with Python's re, whose $ also matches before a final newline.
-CREATED_PATTERN = r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z\Z"
+CREATED_PATTERN = anchored(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
 # A deployment's directory: `<name>@<platform>` (the platform keeps two racks' histories apart).
 DIRECTORY_NAME = re.compile(rf"^(?P<name>{DNS_LABEL})@(?P<platform>{DNS_LABEL})$")
 
-Label = Annotated[str, msgspec.Meta(pattern=rf"^{DNS_LABEL}\Z", max_length=DNS_LABEL_MAX)]
+Label = Annotated[str, msgspec.Meta(pattern=anchored(rf"^{DNS_LABEL}$"), max_length=DNS_LABEL_MAX)]
 
 
 class DeploymentKey(CamelRecord, frozen=True):
