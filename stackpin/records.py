@@ -153,7 +153,10 @@ def _message(root: Any, document: Any, path: FieldPath, message: str) -> str:
     if expected:
         want, got, rule = expected.group("want", "got", "rule")
         if got is not None:
-            return f"must be {_kind(want)}, got {_kind(got)}"
+            value = _value_at(document, path)
+            # "got true" rather than "got true or false": the value itself, as the file spells it.
+            shown = ("true" if value else "false") if got == "bool" and isinstance(value, bool) else _kind(got)
+            return f"must be {_kind(want)}, got {shown}"
         if pattern := _REGEX.match(rule):
             shown = pattern.group("pattern").replace("\\\\", "\\")  # msgspec doubles the backslashes
             return f"must match the pattern {shown.replace(NO_NEWLINE, '')}"

@@ -272,6 +272,14 @@ def test_diff_shows_an_acknowledgement_as_metadata_with_no_rollout(tmp_path: Pat
     assert "spec.acknowledge: [] -> [{reason:" in result.stdout
 
 
+def test_show_names_the_acknowledgements_the_effective_profile_leaves_out(tmp_path: Path) -> None:
+    profile = write_profile(tmp_path, tp8([{"rule": "SP121", "reason": REASON, "where": "worker"}]), "p.yaml")
+    result = invoke("show", str(profile))
+    assert result.exit_code == 0, result.output
+    assert f"# acknowledged: SP121 at worker: {REASON}\n" in result.stdout
+    assert "acknowledge:" not in result.stdout  # not in the effective profile: it is neither locked nor rendered
+
+
 def test_diff_against_a_lock_does_not_compare_acknowledgements(tmp_path: Path) -> None:
     """A lock carries no acknowledgements: a profile that has some is not 'changed' against its lock."""
     text = (ROOT / "profiles" / "deepseek-v4.1-flash" / "gb300-tuned.yaml").read_text(encoding="utf-8")

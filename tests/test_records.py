@@ -59,6 +59,9 @@ def test_a_missing_field_and_a_rule_of_the_record_are_named_at_their_field() -> 
     # A wrong value inside a mapping is named by its key, not at the mapping.
     assert _problems({"apiVersion": "v1", "name": "web", "worker": {"sizes": {"a": 1, "b": "two"}}}) == [
         "worker.sizes.b: must be an integer, got a string"]
+    # A bool where a count belongs is named by its value, as the file spells it.
+    assert _problems({"apiVersion": "v1", "name": "web", "worker": {"sizes": {"a": True, "b": False}}}) == [
+        "worker.sizes.a: must be an integer, got true", "worker.sizes.b: must be an integer, got false"]
 
 
 def test_a_pattern_refuses_a_trailing_line_break() -> None:

@@ -83,7 +83,10 @@ def show(source: str, lockdir: str, history_dir: str, output: str) -> None:
         from stackpin.yamlio import dump_yaml
 
         chain = " <- ".join(stack.sources)
+        # spec.acknowledge changes nothing that runs, so the effective profile leaves it out; the reader is told.
+        acknowledged = "".join(f"# acknowledged: {a.rule}{f' at {a.where}' if a.where else ''}: {a.reason}\n"
+                               for a in stack.profile.spec.acknowledge)
         click.echo(f"# effective profile of {stack.ref.name} ({stack.ref.kind.value}): extends merged, "
-                   f"defaults filled\n# from: {chain}\n" + dump_yaml(stack.document), nl=False)
+                   f"defaults filled\n# from: {chain}\n{acknowledged}" + dump_yaml(stack.document), nl=False)
     else:
         emit(stack.document, output)

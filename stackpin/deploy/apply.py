@@ -296,7 +296,7 @@ def read_plan(cluster: Cluster, source: StackSource, options: ApplyOptions, note
         raise ClusterError("\n".join(facts.findings), "fix the cluster or spec.target.nodeLabels, or apply without "
                            "--strict to be warned only")
     for finding in facts.findings:
-        notes.add(f"warning: {finding}")
+        notes.add(finding)
     if pre.namespace_missing and not options.create_namespace:
         raise ClusterError(f"namespace {ns} does not exist", "create it, or pass --create-namespace")
     if parent_live is None:

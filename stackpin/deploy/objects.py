@@ -75,13 +75,13 @@ class StackObjects(msgspec.Struct, frozen=True):
 
 
 def stack_objects(lock: StackLock, namespace: str | None) -> StackObjects:
-    """Render the lock (validated, as `stackpin render` writes it) and parse the files back; the
-    namespace is the profile's unless one is given."""
-    from stackpin.render.output import KUSTOMIZATION, render_stack
-    from stackpin.yamlio import load_data
+    """The lock's objects, built and validated as `stackpin render` writes them; the namespace is the profile's
+    unless one is given. They go to the server as JSON, so they are not dumped to YAML and read back: the
+    files render writes are that YAML, checked there to parse back to these same objects."""
+    from stackpin.render.output import checked_objects
 
-    rendered = render_stack(lock)
-    objects = [load_data(text) for name, text in rendered.files.items() if name != KUSTOMIZATION]
+    # Through JSON: plain data, the request bodies' own, sharing nothing with what the build read (the catalog).
+    objects: list[dict[str, Any]] = msgspec.json.decode(msgspec.json.encode(list(checked_objects(lock).values())))
     target = namespace or lock.stack_profile.metadata.namespace
     for obj in objects:
         obj["metadata"]["namespace"] = target

@@ -59,18 +59,24 @@ def _dump_checked(obj: dict[str, Any], name: str) -> str:
     return text
 
 
-def render_stack(lock: StackLock) -> RenderedStack:
-    """Build, validate and dump one stack. Raises RenderError listing every schema error."""
+def checked_objects(lock: StackLock) -> dict[str, dict[str, Any]]:
+    """Build and validate one stack's objects, by file name (sorted). Raises RenderError listing every schema
+    error. `apply` sends these as JSON; `render_stack` writes them as YAML."""
     from stackpin.validate.manifests import validate_objects  # jsonschema loads only here
 
-    objects = build_objects(lock)
-    named = {file_name(obj): obj for obj in objects}
+    named = {file_name(obj): obj for obj in build_objects(lock)}
     # Built-in kinds (the attestation ConfigMap) are checked when the `manifests` extra is installed; the custom
     # resources always are (bundled CRDs). `stackpin render` says when the former were not.
     errors = validate_objects(((f"{lock.metadata.name}/{name}", obj) for name, obj in sorted(named.items())),
                               builtin_optional=True)
     if errors:
         raise RenderError("\n".join(str(e) for e in errors))
+    return dict(sorted(named.items()))
+
+
+def render_stack(lock: StackLock) -> RenderedStack:
+    """Build, validate and dump one stack. Raises RenderError listing every schema error."""
+    named = checked_objects(lock)
     header = _header(lock)
     files = {name: header + _dump_checked(obj, name) for name, obj in sorted(named.items())}
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",

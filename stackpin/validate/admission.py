@@ -188,35 +188,45 @@ def _compile(rule: str) -> cel.Program:
     return program
 
 
-def evaluate(rule: CelRule, value: Any) -> str | None:
-    """None when the value passes; else why not (the rule's message, or the evaluation error)."""
-    cel = _cel()
+def _context(rule: CelRule, value: Any) -> cel.Context:
+    """The CEL activation of a rule at one value: `self` (with the node's defaults), `oldSelf`, the functions."""
+    engine = _cel()
     if isinstance(value, dict) and rule.defaults:
         value = {**rule.defaults, **value}
+    context: cel.Context = engine.Context()
+    context.add_variable("self", value)
+    if rule.optional_old_self:
+        context.add_variable("oldSelf", engine.OptionalValue.none())
+    for name, function in _FUNCTIONS.items():
+        context.add_function(name, function)
+    return context
+
+
+def evaluate(rule: CelRule, value: Any, context: cel.Context | None = None) -> str | None:
+    """None when the value passes; else why not (the rule's message, or the evaluation error). `context`: the
+    activation `_context(rule, value)` gives, when the caller has it already."""
     unknown = unknown_functions(rule.rule)
     if unknown:
         return f"CEL rule {rule.rule!r} calls {', '.join(unknown)}, which stackpin cannot evaluate"
-    context = cel.Context()
-    context.add_variable("self", value)
-    if rule.optional_old_self:
-        context.add_variable("oldSelf", cel.OptionalValue.none())
-    for name, function in _FUNCTIONS.items():
-        context.add_function(name, function)
     try:
-        result = _compile(rule.rule).execute(context)
+        result = _compile(rule.rule).execute(context or _context(rule, value))
     except Exception as exc:  # the API server refuses an object its rule cannot evaluate
         return f"CEL rule {rule.rule!r} does not evaluate: {str(exc).splitlines()[0]}"
     return None if result is True else rule.message
 
 
 def cel_problems(obj: Mapping[str, Any], rules: Sequence[CelRule]) -> list[tuple[Path, str]]:
-    """(field path, message) for every rule the object breaks on create."""
+    """(field path, message) for every rule the object breaks on create. Rules at one node share its activation:
+    turning a value into CEL's is most of an evaluation's cost, and several rules read the same component."""
     out = []
+    contexts: dict[tuple[Path, bytes, bool], cel.Context] = {}
     for rule in rules:
         if rule.transition:
             continue
         for at, value in _values(obj, rule.path):
-            message = evaluate(rule, value)
+            key = (at, msgspec.json.encode(rule.defaults, order="sorted"), rule.optional_old_self)
+            context = contexts.get(key) or contexts.setdefault(key, _context(rule, value))
+            message = evaluate(rule, value, context)
             if message is not None:
                 where = (*at, *_split_path(rule.field)) if rule.field else at
                 out.append((where, f"{message} ({rule.origin} rule)"))
