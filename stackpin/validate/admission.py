@@ -189,14 +189,15 @@ def _compile(rule: str) -> cel.Program:
 
 
 def _context(rule: CelRule, value: Any) -> cel.Context:
-    """The CEL activation of a rule at one value: `self` (with the node's defaults), `oldSelf`, the functions."""
+    """The CEL activation of a rule at one value on create: `self` (with the node's defaults), `oldSelf` an empty
+    optional (what a rule with optionalOldSelf reads; one without never runs on create if it reads oldSelf, so
+    the variable is there for every rule and rules at one node share the activation), the functions."""
     engine = _cel()
     if isinstance(value, dict) and rule.defaults:
         value = {**rule.defaults, **value}
     context: cel.Context = engine.Context()
     context.add_variable("self", value)
-    if rule.optional_old_self:
-        context.add_variable("oldSelf", engine.OptionalValue.none())
+    context.add_variable("oldSelf", engine.OptionalValue.none())
     for name, function in _FUNCTIONS.items():
         context.add_function(name, function)
     return context
@@ -219,12 +220,12 @@ def cel_problems(obj: Mapping[str, Any], rules: Sequence[CelRule]) -> list[tuple
     """(field path, message) for every rule the object breaks on create. Rules at one node share its activation:
     turning a value into CEL's is most of an evaluation's cost, and several rules read the same component."""
     out = []
-    contexts: dict[tuple[Path, bytes, bool], cel.Context] = {}
+    contexts: dict[tuple[Path, bytes], cel.Context] = {}
     for rule in rules:
         if rule.transition:
             continue
         for at, value in _values(obj, rule.path):
-            key = (at, msgspec.json.encode(rule.defaults, order="sorted"), rule.optional_old_self)
+            key = (at, msgspec.json.encode(rule.defaults, order="sorted"))
             context = contexts.get(key) or contexts.setdefault(key, _context(rule, value))
             message = evaluate(rule, value, context)
             if message is not None:
@@ -307,9 +308,9 @@ def _nodes(component: Mapping[str, Any]) -> int:
 def admission_problems(api_version: str, kind: str, obj: Mapping[str, Any],
                        crd: Sequence[CelRule]) -> list[tuple[Path, str]]:
     """Everything the API server (CEL) and Dynamo's webhook refuse in `obj` on create."""
-    problems = cel_problems(obj, crd)
-    if kind == "DynamoGraphDeployment" and api_version.startswith("nvidia.com/"):
-        facts = load_catalog().dynamo_admission
-        problems += cel_problems(obj, admission_rules(facts, api_version, kind))
-        problems += grove_problems(obj, facts.grove_names)
-    return problems
+    if not (kind == "DynamoGraphDeployment" and api_version.startswith("nvidia.com/")):
+        return cel_problems(obj, crd)
+    facts = load_catalog().dynamo_admission
+    # One pass over both rule sets: rules at one node share its activation (cel_problems).
+    return cel_problems(obj, [*crd, *admission_rules(facts, api_version, kind)]) + grove_problems(obj,
+                                                                                                facts.grove_names)
