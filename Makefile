@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STACKPIN := $(BIN)/stackpin
 PROFILES := profiles
 
-.PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench demo-upgrade demo-gitops demo-rollout test bench lint schema examples docs crds clean
+.PHONY: setup engine-env dynamo-env test-services demo demo-history demo-bench demo-upgrade demo-gitops demo-rollout test bench lint schema examples docs crds catalog clean
 
 # Every extra (stackpin/extras.py): the demo and the tests use them all. `pip install stackpin` alone is the core.
 $(BIN)/stackpin: pyproject.toml
@@ -137,6 +137,10 @@ docs: setup
 # The bundled CRDs' schemas as JSON Schema, so validation neither parses 1.5 MB of YAML nor translates it on every start.
 crds: setup
 	$(BIN)/python scripts/extract_crd_schemas.py
+
+# The bundled catalog YAML's data as one JSON file, read in a tenth of the time (stackpin/catalog/__init__.py).
+catalog: setup
+	$(BIN)/python scripts/extract_catalog.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis .mypy_cache .enginecheck .dynamobed

@@ -1,4 +1,4 @@
-"""Regenerate stackpin/validate/crds/openapi-schemas.json from the bundled CRD YAML (`make crds`)."""
+"""Regenerate stackpin/validate/crds/crd-json-schemas.json from the bundled CRD YAML (`make crds`)."""
 
 from stackpin.validate.manifests import _CRD_EXTRACT, crd_extract
 

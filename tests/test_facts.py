@@ -3,6 +3,7 @@ and the helpers every stage shares (canonical JSON, the DNS-label rule, the flag
 
 from __future__ import annotations
 
+import json
 import re
 import typing
 from pathlib import Path
@@ -369,3 +370,37 @@ def test_contradicted_facts_stay_corrected() -> None:
     for name in ("gb300-nvl72", "vera-rubin-nvl72"):
         assert catalog.platforms[name].is_estimate("node_labels"), name
     assert not catalog.platforms["gb200-nvl72"].is_estimate("node_labels")
+
+
+def test_the_catalog_extract_is_in_step_with_the_bundled_yaml() -> None:
+    """Commands read the bundled catalog from its JSON extract; it must hold what the YAML files say."""
+    from stackpin.catalog import EXTRACT, _read, catalog_extract
+    from stackpin.catalog.search import bundled
+    from stackpin.yamlio import load_data
+
+    assert bundled().joinpath(EXTRACT).read_bytes() == catalog_extract(), "run `make catalog`"
+    for name in sorted(path.name for path in bundled().glob("*.yaml")):  # the same data, mappings in file order
+        text = bundled().joinpath(name).read_text(encoding="utf-8")
+        assert json.dumps(_read(name)) == json.dumps(load_data(text)), name
+
+
+def test_a_catalog_file_edited_since_the_extract_is_read_as_yaml(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's edit to a bundled YAML file counts at once, before `make catalog` is run again."""
+    import shutil
+
+    import stackpin.catalog as catalog
+    import stackpin.catalog.search as search
+
+    copy = tmp_path / "catalog"
+    shutil.copytree(search.bundled(), copy)
+    text = (copy / "engine.yaml").read_text(encoding="utf-8")
+    [line] = [x for x in text.splitlines() if x.startswith("cudagraph_modes:")]
+    (copy / "engine.yaml").write_text(text.replace(line, line.replace("[", "[EDITED, ", 1)), encoding="utf-8")
+    monkeypatch.setattr(catalog, "bundled", lambda: copy)
+    catalog._extract.cache_clear()
+    try:
+        assert catalog._read("engine.yaml")["cudagraph_modes"][0] == "EDITED"
+        assert catalog._read("hardware.yaml") == catalog.load_data((copy / "hardware.yaml").read_text())  # unedited
+    finally:
+        catalog._extract.cache_clear()

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from importlib import resources
+from pathlib import Path
 from typing import Any
 
 from stackpin.catalog import Catalog
@@ -34,7 +34,9 @@ RESOURCES = {"requests": {"cpu": "100m", "memory": "1Gi"}, "limits": {"cpu": "2"
 
 
 def script_text() -> str:
-    return resources.files(__package__).joinpath(SCRIPT).read_text(encoding="utf-8")
+    # The package's own directory, as catalog.search.bundled reads it: importlib.resources would import
+    # tempfile, shutil and zipfile into every render.
+    return Path(__file__).with_name(SCRIPT).read_text(encoding="utf-8")
 
 
 def expectation(lock: StackLock, catalog: Catalog) -> dict[str, Any]:
