@@ -187,6 +187,10 @@ def test_every_command_has_examples_that_use_its_own_options() -> None:
             assert words[:1 + len(name.split())] == ["stackpin", *name.split()], example
             used = {w.split("=")[0] for w in words if w.startswith("-")}
             assert used <= options, (name, used - options)
+            # An example runs as shown: it gives every option the command requires.
+            required = {p.opts[0] for p in command.params if isinstance(p, click.Option) and p.required}
+            assert all(set(p.opts) & used for p in command.params if isinstance(p, click.Option) and p.required), (
+                name, example, required)
 
 
 @pytest.mark.parametrize("args", [["history", "dsv41-flash"], ["validate", "profiles", "-o", "json"], ["rules"]])
@@ -200,3 +204,29 @@ def test_a_reader_that_goes_away_is_not_an_error(args: list[str]) -> None:
     os.close(read_end)  # the reader is gone before the command writes
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 1 and stderr == ""
+
+
+def test_out_dash_is_stdout_where_the_file_is_text_and_refused_where_it_is_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--out -` prints a text file (a trace, a report, rendered objects) on stdout, the command's report on
+    stderr, as `tar -f -` would; where the file is no text for a pipe (a PNG, an archive, a bench result beside
+    its tables) it is a usage error. Never a file called `-`."""
+    monkeypatch.chdir(tmp_path)
+    trace = invoke("trace", "gen", "--sessions", "2", "--seed", "1", "--out", "-")
+    assert trace.exit_code == 0, trace.output
+    invoke("trace", "gen", "--sessions", "2", "--seed", "1", "--out", "t.jsonl")
+    assert trace.stdout == (tmp_path / "t.jsonl").read_text(encoding="utf-8")  # the file's bytes, nothing else
+    assert trace.stderr.startswith("stdout: 2 sessions, ")
+    as_json = invoke("trace", "gen", "--sessions", "2", "--seed", "1", "--out", "-", "-o", "json")
+    assert as_json.stdout == trace.stdout and json.loads(as_json.stderr)["file"] == "-"
+    job = invoke("bench", "job", "--lock", str(ROOT / "lockfiles" / "gb300-tuned.lock.yaml"), "--endpoint",
+                 "http://frontend:8000", "--trace", "t.jsonl", "--pods", "2", "--image",
+                 "registry.example.com/stackpin:0.1.0", "--out", "-")
+    assert job.exit_code == 0, job.output
+    assert yaml.safe_load_all(job.stdout) and "kind: Job" in job.stdout
+    for args in (["bench", "run", "--endpoint", "http://x", "--trace", "t.jsonl", "--lock", "l", "--out", "-"],
+                 ["bench", "plot", "r.json", "--out", "-"], ["bench", "merge", "r.json", "--out", "-"]):
+        refused = invoke(*args)
+        assert refused.exit_code == 2, (args, refused.output)
+        assert "Invalid value for '--out': '-' (stdout) is not taken here: give a path" in refused.stderr, args
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.jsonl"]

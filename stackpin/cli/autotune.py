@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, emit_objects, user_errors
+from stackpin.cli.common import OUTPUT, emit, emit_objects, file_only, user_errors
 
 if TYPE_CHECKING:
     from stackpin.autotune.cache import CacheInfo
@@ -157,7 +157,7 @@ def verify(source: str, profile: str, runtime_file: str | None, layout: str | No
 @autotune.command()
 @click.argument("directory", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--push", "push_ref", metavar="REF", help="Push to a registry as registry/repository:tag.")
-@click.option("--out", "output_file", metavar="FILE.tar.gz", type=click.Path(dir_okay=False),
+@click.option("--out", "output_file", metavar="FILE.tar.gz", type=click.Path(dir_okay=False), callback=file_only,
               help="Write the packed cache to a file.")
 @click.option("--oci-layout", "layout", metavar="DIR", type=click.Path(file_okay=False),
               help="Add the cache image to an OCI layout directory (with --tag).")
@@ -211,8 +211,8 @@ def pack(directory: str, push_ref: str | None, output_file: str | None, layout: 
 @click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
               help="Where a profile's lock is looked up (it must be current).")
 @click.option("--storage", default="20Gi", show_default=True, help="Size of the volume the cache is written to.")
-@click.option("--out", "output_file", metavar="FILE", type=click.Path(dir_okay=False),
-              help="Write here instead of stdout.")
+@click.option("--out", "output_file", metavar="FILE", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write here instead of stdout (`-`: stdout).")
 @OUTPUT
 @user_errors
 def capture_job(stack: str, lockdir: str, storage: str, output_file: str | None, output: str) -> None:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from stackpin.cli.common import HISTORY, OUTPUT, emit, emit_objects, finite, user_errors
+from stackpin.cli.common import HISTORY, OUTPUT, emit, emit_objects, file_only, finite, user_errors
 from stackpin.cli.complete import revisions
 
 if TYPE_CHECKING:
@@ -173,7 +173,8 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
                    "one); the last measurement is kept, with how many it took.")
 @click.option("--pod-index", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option("--pods", type=click.IntRange(min=1), default=1, hidden=True)
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The result file (JSON).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=file_only,
+              help="The result file (JSON).")
 @LOCKDIR
 @HISTORY
 @OUTPUT
@@ -341,7 +342,8 @@ def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str,
 @click.option("--results-claim", metavar="PVC", help="An existing ReadWriteMany claim for the results (default: "
               "one is rendered).")
 @click.option("-n", "--namespace", metavar="NAMESPACE", help="Namespace (default: the profile's metadata.namespace).")
-@click.option("--out", "output_file", type=click.Path(dir_okay=False), help="Write here instead of stdout.")
+@click.option("--out", "output_file", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write here instead of stdout (`-`: stdout).")
 @LOCKDIR
 @HISTORY
 @OUTPUT
@@ -381,7 +383,7 @@ def job(lock_input: str, endpoint: str, trace_file: str, pods: int, image: str, 
 
 @bench.command("merge")
 @click.argument("parts", nargs=-1, required=True, metavar="RESULT.json...")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The merged result.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), callback=file_only, help="The merged result.")
 @OUTPUT
 @user_errors
 def merge(parts: tuple[str, ...], out: str, output: str) -> None:

@@ -152,13 +152,47 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def emit(data: Any, output: str) -> None:
+def emit(data: Any, output: str, err: bool = False) -> None:
     if output == "json":
-        click.echo(json.dumps(data, indent=2, sort_keys=True))
+        click.echo(json.dumps(data, indent=2, sort_keys=True), err=err)
     else:
         from stackpin.yamlio import dump_yaml
 
-        click.echo(dump_yaml(data), nl=False)
+        click.echo(dump_yaml(data), nl=False, err=err)
+
+
+STDOUT = "-"  # `--out -`: the file's text on stdout, as `tar -f -` and `kubectl apply -f -` read `-`
+
+
+def write_out(out: str, text: str) -> None:
+    """The text file `--out` names, written all or nothing; `--out -` prints it on stdout instead, and the
+    command's own report on what it wrote then goes to stderr (`report_to_stderr`)."""
+    from pathlib import Path
+
+    from stackpin.yamlio import write_output
+
+    if out == STDOUT:
+        click.echo(text, nl=False)
+    else:
+        write_output(Path(out), text)
+
+
+def report_to_stderr(out: str | None) -> bool:
+    """Whether a command's report goes to stderr: stdout holds the file itself (`--out -`)."""
+    return out == STDOUT
+
+
+def out_name(out: str) -> str:
+    """How a command's report names where it wrote."""
+    return "stdout" if out == STDOUT else out
+
+
+def file_only(_ctx: click.Context, _param: click.Parameter, value: Any) -> Any:
+    """The callback of an `--out` whose file is no text for a pipe (a PNG, an archive, a directory) or whose
+    command prints its own tables on stdout: `-` is refused, where it would otherwise make a file called `-`."""
+    if value is not None and str(value) == STDOUT:
+        raise click.BadParameter("'-' (stdout) is not taken here: give a path")
+    return value
 
 
 def emit_objects(objects: list[dict[str, Any]], header: str, output: str, output_file: str | None) -> None:
@@ -173,7 +207,7 @@ def emit_objects(objects: list[dict[str, Any]], header: str, output: str, output
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=True) + "\n"
     else:
         text = f"# {header}\n" + dump_yaml_all(objects)
-    if output_file:
+    if output_file and output_file != STDOUT:
         write_output(Path(output_file), text)
         click.echo(f"wrote {output_file} ({len(objects)} objects)", err=True)
     else:

@@ -61,7 +61,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "bench plot": ("stackpin bench plot launch.json tuned.json --out curve.png",),
     "bench attach": (f"stackpin bench attach {DEPLOYMENT}@2 tuned.json",),
     "bench job": (f"stackpin bench job --lock {LOCK} --endpoint http://frontend:8000 --trace agents.jsonl "
-                  "--pods 4 --out bench-job.yaml",),
+                  "--pods 4 --image registry.example.com/stackpin:0.1.0 --out bench-job.yaml",),
     "bench merge": ("stackpin bench merge pod-*.json --out merged.json",),
     "upgrade trial": ("stackpin upgrade trial upgrades/dynamo-1.7.0/ --sim --share 18 --speed 4 --runs 3",
                       "stackpin upgrade trial upgrades/dynamo-1.7.0/ --endpoint http://candidate:8000 "

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import click
 
-from stackpin.cli.common import emit, user_errors
+from stackpin.cli.common import STDOUT, emit, user_errors
 
 
 @click.command(name="import")
 @click.argument("source", metavar="DGD.yaml|DIR")
-@click.option("--out", "out", metavar="PROFILE.yaml", type=click.Path(dir_okay=False),
-              help="Write the profile here (default: stdout). An existing file is refused unless --force.")
+@click.option("--out", "out", metavar="PROFILE.yaml", type=click.Path(dir_okay=False, allow_dash=True),
+              help="Write the profile here (default, or `-`: stdout). An existing file is refused unless --force.")
 @click.option("--force", is_flag=True, help="Replace an existing --out file.")
 @click.option("--platform", metavar="NAME", help="Target platform when the node selector names none.")
 @click.option("--dynamo", metavar="VERSION", help="Pin this Dynamo release instead of the image tag's.")
@@ -29,6 +29,8 @@ def import_(source: str, out: str | None, force: bool, platform: str | None, dyn
     from stackpin.records import problems_of
     from stackpin.yamlio import dump_yaml, write_output
 
+    if out == STDOUT:
+        out = None
     dgds = read_dgds(Path(source))
     if len(dgds) != 1:
         raise InputError([Problem(Location(source), "", f"holds {len(dgds)} DynamoGraphDeployments "

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, finite, user_errors
+from stackpin.cli.common import OUTPUT, emit, file_only, finite, user_errors
 
 if TYPE_CHECKING:
     from stackpin.plan.aic import AicColumn
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
               help="A result of the mature stack on the same platform as one RESULT (repeatable).")
 @click.option("--gain", type=finite(), metavar="X", help="Mature scenario as a stated gain in throughput per GPU at "
               "the same per-agent speed (e.g. 1.3), for results without --mature.")
-@click.option("--chart", type=click.Path(dir_okay=False), metavar="PLAN.png",
+@click.option("--chart", type=click.Path(dir_okay=False), metavar="PLAN.png", callback=file_only,
               help="Write a chart of racks needed against the per-agent speed target.")
 @click.option("--turn-tokens", type=finite(), metavar="N", help="Output tokens of a typical turn (default: the median "
               "request in the results' request logs).")

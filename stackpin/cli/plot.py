@@ -9,12 +9,13 @@ from pathlib import Path
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.common import OUTPUT, emit, file_only, user_errors
 
 
 @click.command("plot")
 @click.argument("results", nargs=-1, required=True, type=click.Path(dir_okay=False), metavar="RESULT.json...")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), metavar="CURVE.png", help="The PNG to write.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False), metavar="CURVE.png", callback=file_only,
+              help="The PNG to write.")
 @click.option("--slo", "slo_text", metavar="tps=N,ttft=Ns", help="The SLO to mark (default: the results' own, "
               "when they agree).")
 @OUTPUT

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from stackpin.cli.common import HISTORY, OUTPUT, emit, user_errors
+from stackpin.cli.common import HISTORY, OUTPUT, emit, out_name, report_to_stderr, user_errors, write_out
 from stackpin.cli.complete import deployments
 
 
@@ -24,7 +24,8 @@ def _results(values: tuple[str, ...]) -> dict[int, list[Path]]:
 
 @click.command("report")
 @click.argument("deployment", shell_complete=deployments)
-@click.option("--out", required=True, type=click.Path(dir_okay=False), metavar="REPORT.html", help="The page to write.")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, allow_dash=True), metavar="REPORT.html",
+              help="The page to write; `-` for stdout.")
 @click.option("--result", "result_files", multiple=True, metavar="REV=FILE",
               help="A bench result of revision REV, besides those attached to it (repeatable).")
 @HISTORY
@@ -35,13 +36,14 @@ def report(deployment: str, out: str, result_files: tuple[str, ...], history_dir
     ones and the bench curves of their results (chart embedded; no external URL). Same inputs, same bytes."""
     from stackpin.history.store import HistoryStore
     from stackpin.report.page import build_report
-    from stackpin.yamlio import write_output
-
     store = HistoryStore(Path(history_dir))
     key = store.resolve(deployment)
     page = build_report(store, key, _results(result_files))
-    write_output(Path(out), page.html)
+    write_out(out, page.html)
+    err = report_to_stderr(out)
     if output == "text":
-        click.echo(f"wrote {out}  ({key}: {page.revisions} revision(s), {page.results} bench result(s))")
+        click.echo(f"wrote {out_name(out)}  ({key}: {page.revisions} revision(s), {page.results} bench result(s))",
+                   err=err)
     else:
-        emit({"out": out, "deployment": str(key), "revisions": page.revisions, "results": page.results}, output)
+        emit({"out": out, "deployment": str(key), "revisions": page.revisions, "results": page.results}, output,
+             err=err)

@@ -6,18 +6,12 @@ from pathlib import Path
 
 import click
 
-from stackpin.cli.common import OUTPUT, emit, user_errors
+from stackpin.cli.common import OUTPUT, emit, out_name, report_to_stderr, user_errors, write_out
 
 
 @click.group(help="Generate, summarize and import agent traces (Mooncake/AIPerf JSONL, 512-token hash blocks).")
 def trace() -> None:
     pass
-
-
-def _write(out: str, text: str) -> None:
-    from stackpin.yamlio import write_output
-
-    write_output(Path(out), text)
 
 
 @trace.command(help="""Write AgentPerf-shaped multi-turn sessions: the context grows every turn, inputs
@@ -27,7 +21,8 @@ turns. Defaults and their source: stackpin/bench/agentperf.yaml; --param NAME=VA
 @click.option("--sessions", type=click.IntRange(min=1), required=True, help="Sessions (agent trajectories).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE", help="Override a distribution parameter.")
-@click.option("--out", required=True, type=click.Path(dir_okay=False), help="The JSONL file to write (all or nothing).")
+@click.option("--out", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="The JSONL file to write (all or nothing); `-` for stdout.")
 @OUTPUT
 @user_errors
 def gen(sessions: int, seed: int, params: tuple[str, ...], out: str, output: str) -> None:
@@ -44,13 +39,15 @@ def gen(sessions: int, seed: int, params: tuple[str, ...], out: str, output: str
     turns = generate(sessions, seed, default_shape().with_overrides(overrides))
     if not turns:
         raise StackpinError("no turn fits max_context with these parameters")
-    _write(out, render(turns))
+    write_out(out, render(turns))
     stats = trace_stats(turns)
+    err = report_to_stderr(out)
     if output == "text":
-        click.echo(f"{out}: {stats.sessions} sessions, {stats.requests} requests, ISL mean {stats.isl.mean:.0f}, "
-                   f"OSL median {stats.osl.median:.0f}, reuse {stats.reuse_ratio:.1%}")
+        click.echo(f"{out_name(out)}: {stats.sessions} sessions, {stats.requests} requests, "
+                   f"ISL mean {stats.isl.mean:.0f}, OSL median {stats.osl.median:.0f}, reuse {stats.reuse_ratio:.1%}",
+                   err=err)
     else:
-        emit({"file": out, **stats.as_dict()}, output)
+        emit({"file": out, **stats.as_dict()}, output, err=err)
 
 
 @trace.command(help="Print a trace's distribution: ISL (whole prompt) and new tokens, OSL, turns per session, "
@@ -81,7 +78,8 @@ and write it in stackpin's form: sorted keys, one turn a line. hash_ids follow A
 ceil(input_length/512) ids, one size per id. A bad line is one error naming file:line: field (exit 2);
 nothing is written then.""")
 @click.argument("file", type=click.Path(dir_okay=False))
-@click.option("--out", required=True, type=click.Path(dir_okay=False))
+@click.option("--out", required=True, type=click.Path(dir_okay=False, allow_dash=True),
+              help="The JSONL file to write (all or nothing); `-` for stdout.")
 @OUTPUT
 @user_errors
 def import_(file: str, out: str, output: str) -> None:
@@ -90,9 +88,10 @@ def import_(file: str, out: str, output: str) -> None:
     from stackpin.bench.tracestats import trace_stats
 
     turns = read_trace(Path(file))
-    _write(out, render(turns))
+    write_out(out, render(turns))
     result = trace_stats(turns)
+    err = report_to_stderr(out)
     if output == "text":
-        click.echo(f"{out}: {result.sessions} sessions, {result.requests} requests")
+        click.echo(f"{out_name(out)}: {result.sessions} sessions, {result.requests} requests", err=err)
     else:
-        emit({"file": out, **result.as_dict()}, output)
+        emit({"file": out, **result.as_dict()}, output, err=err)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from stackpin.cli.common import user_errors
+from stackpin.cli.common import file_only, user_errors
 
 
 @click.command("propose")
@@ -21,7 +21,7 @@ from stackpin.cli.common import user_errors
 @click.option("--catalog", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Catalog directory the new releases go into [default: the profile's first spec.catalogPath "
               "entry, else the first of $STACKPIN_CATALOG_PATH].")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), metavar="DIR", callback=file_only,
               help="The proposal directory [default: proposals/<candidate name>].")
 @click.option("--force", is_flag=True, help="Replace an existing candidate profile and proposal.")
 @click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text", show_default=True,
