@@ -226,8 +226,9 @@ def cel_problems(obj: Mapping[str, Any], rules: Sequence[CelRule]) -> list[tuple
             continue
         for at, value in _values(obj, rule.path):
             key = (at, msgspec.json.encode(rule.defaults, order="sorted"))
-            context = contexts.get(key) or contexts.setdefault(key, _context(rule, value))
-            message = evaluate(rule, value, context)
+            if key not in contexts:
+                contexts[key] = _context(rule, value)
+            message = evaluate(rule, value, contexts[key])
             if message is not None:
                 where = (*at, *_split_path(rule.field)) if rule.field else at
                 out.append((where, f"{message} ({rule.origin} rule)"))
