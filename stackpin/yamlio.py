@@ -15,7 +15,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import yaml
 
@@ -215,6 +215,20 @@ class _CanonicalDumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data: Any) -> bool:  # noqa: ARG002 - overrides yaml's BaseRepresenter method
         return True
+
+    # PyYAML's analysis of a scalar (which styles can write it) depends on its text and allow_unicode only, and
+    # its character-by-character loop is a quarter of a dump. A render repeats texts (keys; the attestation
+    # script, 9 KB, in every stack's ConfigMap): each is analysed once per process.
+    _analyses: ClassVar[dict[tuple[str, bool], yaml.emitter.ScalarAnalysis]] = {}
+
+    def analyze_scalar(self, scalar: str) -> yaml.emitter.ScalarAnalysis:
+        key = (scalar, bool(self.allow_unicode))
+        found = self._analyses.get(key)
+        if found is None:
+            found = super().analyze_scalar(scalar)
+            if len(self._analyses) < 50_000:  # bounded: a long-running caller dumps unbounded text
+                self._analyses[key] = found
+        return found
 
 
 # Line breaks YAML knows besides \n: PyYAML writes them raw in plain or single-quoted scalars,

@@ -25,6 +25,23 @@ def test_dump_yaml_round_trips(data: object) -> None:
     assert dump_yaml({"v": data}) == text_out
 
 
+@settings(max_examples=300, derandomize=True)
+@given(values)
+def test_a_dump_with_remembered_scalar_analyses_writes_what_pyyaml_alone_writes(data: object) -> None:
+    """dump_yaml remembers PyYAML's analysis of each scalar text; the bytes are those of PyYAML's own
+    analysis, dumped twice (the second time every text is remembered)."""
+    from yaml.emitter import Emitter
+
+    from stackpin.yamlio import _CanonicalDumper
+
+    class Unremembered(_CanonicalDumper):
+        analyze_scalar = Emitter.analyze_scalar  # type: ignore[assignment]
+
+    plain = yaml.dump({"v": data, "again": data}, Dumper=Unremembered, sort_keys=True, default_flow_style=False,
+                      allow_unicode=True, width=4096)
+    assert dump_yaml({"v": data, "again": data}) == plain == dump_yaml({"v": data, "again": data})
+
+
 # Strings some YAML 1.1 or 1.2 reader takes for a non-string when written plain. Go's yaml.v2 (what
 # kubectl, Argo CD and Flux read manifests with) is the strictest: `y` is true, `08` is 8, `1_` is 1.
 AMBIGUOUS = [
