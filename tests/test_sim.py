@@ -229,17 +229,30 @@ def test_a_batch_of_agents_decodes_at_the_step_models_speed() -> None:
     from stackpin.sim.roofline import StepModel, accepted_tokens
 
     stack = _small(load_stack(TUNED))
-    speed = 2.0
-    results: list[dict] = [{}] * 8
-    with serve_in_thread(stack, speed=speed) as sim:
-        def one(i: int) -> None:
-            results[i] = _stream(sim.url, _words(2, tag=f"a{i}"), 500)
+    # A host too busy to run the simulator on its clock falls behind it, and the client measures every step
+    # stretched (a loaded CI host measured 286 tok/s for 350): such a run says nothing about the step model.
+    # The engine's own account says so: late_s sums how far past each step's end it woke. On time, that is a
+    # wake-up's delay each step (a tenth to a third of the steps' time here, at speeds 1 to 4); behind, the
+    # delays add up step after step, and their sum passes the steps' time. Measured again at a lower speed
+    # until the engine kept up.
+    results: list[dict] = []
+    for speed in (2.0, 1.0, 0.5):
+        results = [{}] * 8
+        with serve_in_thread(stack, speed=speed) as sim:
+            def one(i: int, url: str = sim.url, out: list[dict] = results) -> None:
+                out[i] = _stream(url, _words(2, tag=f"a{i}"), 500)
 
-        threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+            threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sim.server.sim is not None
+            [engine] = [*sim.server.sim.prefillers, *sim.server.sim.decoders]
+            late, busy = engine.stats.late_s, engine.stats.busy_s
+        if late <= busy:
+            break
+    assert late <= busy, f"the host could not keep up even at speed {speed}: {late:.3f}s late over {busy:.3f}s of steps"
     model = StepModel.of(stack, stack.decode)
     context = 8 * (2 * 512 + 250)  # prompts plus half the answer, on average
     k = model.best_k(8, context)
