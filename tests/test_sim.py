@@ -10,6 +10,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -65,6 +66,17 @@ def _stream(url: str, content: str, max_tokens: int, client: httpx.Client | None
 
 def _decode_tps(result: dict) -> float:
     return (result["tokens"] - 1) / (result["elapsed"] - result["ttft"])
+
+
+def _kept_up(sim: Any) -> bool:
+    """Whether every engine of a served simulator kept up with its clock. A host too busy to run it on time
+    falls behind, and a client measures every step stretched (a loaded CI host measured 286 tok/s for 350):
+    such a run says nothing about the step model. An engine's own account says so: late_s sums how far past
+    each step's end it woke. On time, that is one wake-up's delay a step (a tenth to a third of the steps'
+    time here, at speeds 1 to 4); behind, the delays grow step after step and their sum passes the steps'
+    time (8x at speed 4 with four busy loops on two cores)."""
+    assert sim.server.sim is not None
+    return all(e.stats.late_s <= e.stats.busy_s for e in (*sim.server.sim.prefillers, *sim.server.sim.decoders))
 
 
 def test_protocol_models_sim_flag_and_sse_stream() -> None:
@@ -148,10 +160,16 @@ def test_speculative_decoding_raises_single_agent_speed() -> None:
 @pytest.mark.parametrize("lock", [TUNED, LAUNCH], ids=["colocated", "disaggregated"])
 def test_served_single_agent_speed_follows_the_step_model(lock: Path) -> None:
     """The server's measured tok/s, divided by speed, is the closed-form single-agent figure."""
-    speed = 2.0  # about 0.6 s of streaming: long enough that a busy machine's scheduling jitter averages out
-    with serve_in_thread(lock, speed=speed) as sim:
-        result = _stream(sim.url, _words(50), 1000)
-        again = _stream(sim.url, _words(50), 8)
+    # About 0.6 s of streaming at speed 2: long enough that scheduling jitter averages out; measured again at a
+    # lower speed when the host did not let the simulator keep up (_kept_up).
+    for speed in (2.0, 1.0, 0.5):
+        with serve_in_thread(lock, speed=speed) as sim:
+            result = _stream(sim.url, _words(50), 1000)
+            again = _stream(sim.url, _words(50), 8)
+            kept_up = _kept_up(sim)
+        if kept_up:
+            break
+    assert kept_up, f"the host could not keep up even at speed {speed}"
     expected = single_agent_tps(load_stack(lock))
     assert _decode_tps(result) / speed == pytest.approx(expected, rel=0.12)
     assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 50 * 512 - 512  # last token recomputed
@@ -229,12 +247,7 @@ def test_a_batch_of_agents_decodes_at_the_step_models_speed() -> None:
     from stackpin.sim.roofline import StepModel, accepted_tokens
 
     stack = _small(load_stack(TUNED))
-    # A host too busy to run the simulator on its clock falls behind it, and the client measures every step
-    # stretched (a loaded CI host measured 286 tok/s for 350): such a run says nothing about the step model.
-    # The engine's own account says so: late_s sums how far past each step's end it woke. On time, that is a
-    # wake-up's delay each step (a tenth to a third of the steps' time here, at speeds 1 to 4); behind, the
-    # delays add up step after step, and their sum passes the steps' time. Measured again at a lower speed
-    # until the engine kept up.
+    # Measured again at a lower speed until the simulator kept up with its clock (_kept_up).
     results: list[dict] = []
     for speed in (2.0, 1.0, 0.5):
         results = [{}] * 8
@@ -247,12 +260,10 @@ def test_a_batch_of_agents_decodes_at_the_step_models_speed() -> None:
                 t.start()
             for t in threads:
                 t.join()
-            assert sim.server.sim is not None
-            [engine] = [*sim.server.sim.prefillers, *sim.server.sim.decoders]
-            late, busy = engine.stats.late_s, engine.stats.busy_s
-        if late <= busy:
+            kept_up = _kept_up(sim)
+        if kept_up:
             break
-    assert late <= busy, f"the host could not keep up even at speed {speed}: {late:.3f}s late over {busy:.3f}s of steps"
+    assert kept_up, f"the host could not keep up even at speed {speed}"
     model = StepModel.of(stack, stack.decode)
     context = 8 * (2 * 512 + 250)  # prompts plus half the answer, on average
     k = model.best_k(8, context)
