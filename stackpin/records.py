@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 import types
 import typing
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import Enum
 from typing import Any, Self, TypeVar
 
@@ -174,6 +174,14 @@ def _value_at(document: Any, path: FieldPath) -> Any:
     return node
 
 
+def _unknown_field(name: str, known: Iterable[str]) -> str:
+    """The message for a key no field of its record has, naming the closest one."""
+    import difflib  # the error path only
+
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return "unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
+
+
 def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldPath, str]:
     """(path, message) of one msgspec error."""
     match = _AT.match(str(exc))
@@ -186,16 +194,10 @@ def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldP
             if isinstance(owner, type) and issubclass(owner, msgspec.Struct) else cause.field
         return (*path, name), str(cause)
     if unknown := _UNKNOWN.match(message):
-        import difflib  # the error path only
-
         name = unknown.group("name")
         owner = _type_at(root, path)
-        text = "unknown field"
-        if isinstance(owner, type) and issubclass(owner, msgspec.Struct):
-            close = difflib.get_close_matches(name, list(fields(owner)), n=1)
-            if close:
-                text += f" (did you mean '{close[0]}'?)"
-        return (*path, name), text
+        known = fields(owner) if isinstance(owner, type) and issubclass(owner, msgspec.Struct) else {}
+        return (*path, name), _unknown_field(name, known)
     if missing := _MISSING.match(message):
         return (*path, missing.group("name")), "required field is missing"
     return path, _message(root, document, path, message)
@@ -212,14 +214,11 @@ def _errors(data: Any, declared: Any, dec_hook: DecHook | None,
         first = exc
     inner, found = _strip(declared), False
     if isinstance(inner, type) and issubclass(inner, msgspec.Struct) and isinstance(data, dict):
-        import difflib  # the error path only
-
         names, hints = fields(inner), typing.get_type_hints(inner, include_extras=True)
         for key, value in data.items():
             if key not in names:
-                close = difflib.get_close_matches(str(key), list(names), n=1)
                 found = True
-                yield (*path, key), "unknown field" + (f" (did you mean '{close[0]}'?)" if close else "")
+                yield (*path, key), _unknown_field(str(key), names)
                 continue
             for problem in _errors(value, hints[names[key]], dec_hook, (*path, key)):
                 found = True

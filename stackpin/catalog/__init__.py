@@ -468,23 +468,27 @@ def _extract() -> dict[str, _Extracted]:
         return {}
 
 
-def _read(name: str) -> Any:
+def _data(name: str, text: str) -> Any:
+    """The data of the bundled file `name` whose text is `text`: the extract's when it came from this text."""
     import zlib
 
-    text = _text(name)
     entry = _extract().get(name)
     if entry is not None and entry.crc32 == zlib.crc32(text.encode("utf-8")):
         return msgspec.json.decode(entry.data)
     return load_data(text)
 
 
+def _read(name: str) -> Any:
+    return _data(name, _text(name))
+
+
 def catalog_extract() -> bytes:
     """The content of the extract for the bundled YAML files as they are now."""
     import zlib
 
-    names = sorted(path.name for path in bundled().glob("*.yaml"))
-    entries = {name: {"crc32": zlib.crc32(_text(name).encode("utf-8")), "data": load_data(_text(name))}
-               for name in names}
+    texts = {path.name: _text(path.name) for path in sorted(bundled().glob("*.yaml"))}
+    entries = {name: {"crc32": zlib.crc32(text.encode("utf-8")), "data": load_data(text)}
+               for name, text in texts.items()}
     return msgspec.json.encode(entries) + b"\n"  # in the files' order: mappings keep it (the platforms' enum)
 
 
@@ -506,8 +510,9 @@ def lazy_locate(text: str, file: str) -> Callable[[FieldPath], Location]:
 
 def load_first(data: Any, root: type[Any], locate: Callable[[FieldPath], Location],
                dec_hook: DecHook | None = None) -> Any:
-    """`data` as a `root`; its first problem (in file order) as one located line, exit 2. A catalog file
-    that is wrong is one file:line:col and field, not a page: a site catalog is fixed one problem at a time."""
+    """`data` as a `root` (one msgspec conversion when it is one); its first problem (in file order) as one
+    located line, exit 2. A catalog file that is wrong is one file:line:col and field, not a page: a site
+    catalog is fixed one problem at a time. With `lazy_locate`, a file is parsed for positions only then."""
     try:
         return load(data, root, locate, dec_hook)
     except InputError as exc:
@@ -566,11 +571,8 @@ def versions_of(merged: dict[str, Any]) -> Versions:
 
 def _bundled(name: str, root: type[T]) -> T:
     """A bundled file as a `root`; its first problem at its line."""
-    data = _read(name)
-    try:
-        value: T = msgspec.convert(data, root, dec_hook=decode_version)
-    except msgspec.ValidationError:
-        value = load_first(data, root, lazy_locate(_text(name), f"{BUNDLED}/{name}"), decode_version)
+    text = _text(name)
+    value: T = load_first(_data(name, text), root, lazy_locate(text, f"{BUNDLED}/{name}"), decode_version)
     return value
 
 

@@ -184,10 +184,6 @@ def _model(engine: EngineName, version: str, path: SearchPath, cls: type[Any]) -
     found = _read(engine, version, path)
     if found is None:
         return None
-    try:
-        return msgspec.convert(found[2], cls)
-    except msgspec.ValidationError:
-        pass
     # JSON is YAML (near enough) for finding a field's line; only a broken file is parsed that way.
     try:
         return load_first(found[2], cls, lazy_locate(found[1], found[0]))

@@ -10,13 +10,13 @@ to the code by tests/test_engine_check.py, which runs the release's own function
 from functools import cache
 from math import gcd
 
-import msgspec
 import yaml
 
+from stackpin.catalog import lazy_locate, load_first
 from stackpin.catalog.search import SearchPath, bundled, search_path
-from stackpin.errors import InputError, StackpinError
-from stackpin.records import Record, load
-from stackpin.yamlio import load_data, parse_yaml
+from stackpin.errors import StackpinError
+from stackpin.records import Record
+from stackpin.yamlio import load_data
 
 
 def _for_major(sizes: dict[str, tuple[int, ...]], major: int) -> tuple[int, ...]:
@@ -98,15 +98,8 @@ def _startup(version: str, path: SearchPath) -> StartupFacts | None:
                 data = {**load_data(text), "file": shown}
             except (yaml.YAMLError, TypeError) as exc:
                 raise StackpinError(f"{shown}: not a start-up facts file ({exc})") from None
-            try:
-                return msgspec.convert(data, StartupFacts)
-            except msgspec.ValidationError:
-                pass
-            # Its first problem at its line: parsed again with positions, on this path only.
-            try:
-                load(data, StartupFacts, parse_yaml(text, shown)[1].locate)
-            except InputError as exc:
-                raise InputError(exc.problems[:1]) from None
+            facts: StartupFacts = load_first(data, StartupFacts, lazy_locate(text, shown))
+            return facts
     return None
 
 

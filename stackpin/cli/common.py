@@ -199,16 +199,13 @@ def emit_objects(objects: list[dict[str, Any]], header: str, output: str, output
     """Kubernetes objects a command generates: a kubectl List as JSON (what `kubectl apply -f` takes),
     else YAML documents under a `# header` comment (text and yaml are the same document); to
     `output_file` atomically, or stdout."""
-    from pathlib import Path
-
-    from stackpin.yamlio import dump_yaml_all, write_output
+    from stackpin.yamlio import dump_yaml_all
 
     if output == "json":
         text = json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, sort_keys=True) + "\n"
     else:
         text = f"# {header}\n" + dump_yaml_all(objects)
-    if output_file and output_file != STDOUT:
-        write_output(Path(output_file), text)
-        click.echo(f"wrote {output_file} ({len(objects)} objects)", err=True)
-    else:
-        click.echo(text, nl=False)
+    out = output_file or STDOUT
+    write_out(out, text)
+    if out != STDOUT:
+        click.echo(f"wrote {out} ({len(objects)} objects)", err=True)
