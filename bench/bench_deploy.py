@@ -14,9 +14,9 @@ checked, every write dry-run first, members listed for pruning, the record kept)
 printed say how much.
 
 Then where a cluster command's start-up goes: the import of the cluster client (what
-stackpin/deploy/kube.py's connect() imports: lightkube and httpx2), beside the official `kubernetes`
-client it replaced when that is installed (`python -X importtime`, cumulative, medians), and `stackpin
-status`'s import time by package.
+stackpin/deploy/kube.py's connect() imports: http.client and ssl with stackpin/deploy/transport.py), beside
+the clients it replaced where they are installed, lightkube with httpx2 and the official `kubernetes` client
+(`python -X importtime`, cumulative, medians), and `stackpin status`'s import time by package.
 
 Aims (issue 21): a re-apply that changes nothing within 2x `kubectl apply --server-side -k`, and status
 within 3x `kubectl get -o yaml`.
@@ -91,9 +91,10 @@ STACKPIN = [sys.executable, "-P", "-c", "import sys, stackpin.cli.main as m; sys
             "sys.exit((getattr(m, 'run', None) or m.main)())"]
 REAPPLY_AIM = 2.0  # x kubectl apply --server-side -k, nothing changed
 STATUS_AIM = 3.0  # x kubectl get -o yaml of the same objects
-# What connect() imports (stackpin/deploy/kube.py), and what the kubernetes client it replaced needed.
-CLIENTS = {"lightkube + httpx2 (now)": "import lightkube.config.kubeconfig, lightkube.config.client_adapter, httpx2",
-           "kubernetes (before)": "import kubernetes.client, kubernetes.config.kube_config, urllib3"}
+# What connect() imports (stackpin/deploy/kube.py), and what the clients it replaced needed.
+CLIENTS = {"http.client + ssl (now)": "import stackpin.deploy.transport",
+           "lightkube + httpx2 (before)": "import lightkube.config.kubeconfig, lightkube.config.client_adapter, httpx2",
+           "kubernetes (before that)": "import kubernetes.client, kubernetes.config.kube_config, urllib3"}
 
 
 def _import_ms(statement: str, repeats: int) -> float | None:
@@ -111,10 +112,12 @@ def _import_ms(statement: str, repeats: int) -> float | None:
     return statistics.median(samples)
 
 
-# The modules of the cluster commands themselves, and the cluster client without msgspec (which the
-# documents every command reads use too, stackpin/records.py): what `status` costs beyond the models.
+# The modules of the cluster commands themselves, and the cluster client (HTTP and TLS; in a tree from before
+# it, lightkube and httpx2 without msgspec, which the documents every command reads use too): what `status`
+# costs beyond the models.
 OWN = ("stackpin.deploy", "stackpin.history", "stackpin.cli.deploy")
-CLUSTER_CLIENT = ("lightkube", "httpx2", "httpcore2", "h11", "h2", "hpack", "hyperframe", "anyio", "sniffio",
+CLUSTER_CLIENT = ("http", "ssl", "_ssl", "stackpin.deploy.transport", "stackpin.deploy.credentials",
+                  "lightkube", "httpx2", "httpcore2", "h11", "h2", "hpack", "hyperframe", "anyio", "sniffio",
                   "truststore", "wsproto", "certifi", "idna", "asyncio")
 
 
@@ -223,7 +226,7 @@ def main() -> None:
         print(f"{tool} status, import time by package (self, -X importtime): "
               + ", ".join(f"{group} {value:.0f}ms" for group, value in by_group.items()))
         print(f"  of which the cluster commands' own modules ({', '.join(OWN)}) {own[tool][0]:.0f}ms; the cluster "
-              f"client without msgspec ({', '.join(CLUSTER_CLIENT[:3])}, ...) {own[tool][1]:.0f}ms")
+              f"client (http.client, ssl, transport, credentials; lightkube, httpx2, ... before) {own[tool][1]:.0f}ms")
     for index, what, aim in ((1, "re-apply (nothing changed) vs kubectl apply --server-side -k", REAPPLY_AIM),
                              (2, "status vs kubectl get -o yaml", STATUS_AIM)):
         mine, theirs = ratios[index]

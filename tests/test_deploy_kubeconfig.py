@@ -1,4 +1,4 @@
-"""kubeconfig features as kubectl reads them (stackpin/deploy/kube.py: lightkube plus what this module adds),
+"""kubeconfig features as kubectl reads them (stackpin/deploy/kube.py and credentials.py),
 each against the real API server of tests/kube.py, and beside kubectl where kubectl can say the same file
 works: $KUBECONFIG lists merged (first wins, paths relative to their own file), tokenFile, inline
 certificate data, exec plugins (KUBERNETES_EXEC_INFO, apiVersion v1 and v1beta1, one line when one fails),
@@ -125,7 +125,7 @@ def test_a_failing_or_missing_exec_plugin_is_one_line_naming_the_context(kube: K
                "args": ["-c", "import sys; sys.stderr.write('token expired\\nrun: cloud login\\n'); sys.exit(3)"]}
     config = write(tmp_path / "config", single(kube, {"certificate-authority": str(kube.env.ca)}, {"exec": failing}))
     [line] = probe(kube, config)
-    assert line == (f"error: kubeconfig context c: exec plugin {sys.executable}: Exec {sys.executable} returned 3: "
+    assert line == (f"error: kubeconfig context c: exec plugin {sys.executable}: exited 3: "
                     "token expired run: cloud login")
     missing = {**failing, "command": str(tmp_path / "no-such-plugin")}
     config = write(tmp_path / "config", single(kube, {"certificate-authority": str(kube.env.ca)}, {"exec": missing}))

@@ -47,9 +47,6 @@ def _keep_request_timeout(ctx: click.Context, _param: click.Parameter, value: fl
 
 def connect_cluster(kubeconfig: str | None, context: str | None) -> Any:
     """`stackpin.deploy.kube.connect` with the command's --request-timeout (kept by cluster_options)."""
-    from stackpin.extras import require
-
-    require("cluster")  # before kube.py, whose client comes with the `cluster` extra
     from stackpin.deploy.kube import REQUEST_TIMEOUT_S, connect
 
     given = click.get_current_context().meta.get(REQUEST_TIMEOUT)

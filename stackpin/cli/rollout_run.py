@@ -49,11 +49,9 @@ def _engine(store: RolloutStore, record: Rollout, fleet_arg: str | None, history
     """The engine for an existing record: its fleet file and its revision, checked against the record."""
     from stackpin.deploy.source import resolve_source
     from stackpin.errors import StackpinError
-    from stackpin.extras import require
     from stackpin.rollout.engine import Engine
     from stackpin.rollout.fleet import load_fleet
 
-    require("cluster")
     fleet_file = fleet_arg if fleet_arg and Path(fleet_arg).is_file() else record.fleet_file
     fleet: LoadedFleet = load_fleet(fleet_file)
     source = resolve_source(f"{record.deployment}@{record.revision}", Path(lockdir), Path(history))
@@ -92,12 +90,10 @@ def start(fleet_file: str, revision: str, allow_recreate: bool, rollouts_dir: st
     rollouts/<fleet>/<id>.yaml, so `rollout resume` carries on after any interruption.
     """
     from stackpin.deploy.source import resolve_source
-    from stackpin.extras import require
     from stackpin.rollout.engine import Engine, new_record
     from stackpin.rollout.fleet import load_fleet
     from stackpin.rollout.record import RolloutStore
 
-    require("cluster")
     fleet = load_fleet(fleet_file)
     source = resolve_source(revision, Path(lockdir), Path(history_dir))
     record = new_record(fleet, source, "0", allow_recreate)

@@ -3,51 +3,24 @@
 A kubeconfig is read as kubectl reads it: the files of $KUBECONFIG (or --kubeconfig, or ~/.kube/config)
 merged by kubectl's rules (the first file to name a cluster, user or context wins, and the first
 current-context), relative paths taken from the file that holds them, then the context's cluster
-(server, CA file or data, insecure-skip-tls-verify, tls-server-name, proxy-url), user (token, tokenFile,
-client certificate and key as files or data, exec plugin, username/password) and namespace. `lightkube`
-(lightkube.config) turns the cluster and user into TLS settings and an httpx2 `Auth`, and its httpx2
-client carries the requests; the REST API is spoken with plain JSON, so one code path serves core
-kinds, custom resources and discovery. lightkube is imported here only, when a cluster command connects.
-
-Why lightkube. Import cost, measured 2026-12-02 on the shared 2-core machine: a fresh interpreter (wall,
-median of 7, `python -c pass` taken off) imports the official `kubernetes` client in ~285 ms, kr8s in
-~405 ms (async-first: anyio, its object model), lightkube's kubeconfig + client adapter with httpx2 in
-~160 ms. Re-measured 2026-12-03 (issue 21) as what connect() and one GET add to a process that has
-already imported stackpin's CLI, msgspec, yaml and ssl (CPU time, medians of 11): lightkube + httpx2
-+194 ms; httpx2 alone, with a token set by hand, +144 ms; plain httpx +195 ms (httpx 0.29 imports its
-command line, and with it rich, on `import httpx`); urllib3 +69 ms; http.client +15 ms. lightkube's
-kubeconfig and credential parts do not come alone: any `lightkube.config` import runs lightkube's
-`__init__`, which imports its whole client (asyncio, its resource models, websockets: ~50 ms of the
-194), and its credential flows are httpx2 `Auth`s. So plain httpx is not lighter, and the lighter
-stacks would mean writing kubeconfig credentials (tokenFile refresh, exec plugins) by hand; lightkube
-stays, maintained (releases through 2026), typed and small, and it is the larger part of what a cluster
-command's start-up costs beyond the interpreter (bench/bench_deploy.py prints the -X importtime figures).
-Under -X importtime httpx2 and what it loads (httpcore2, h11, h2, anyio, truststore) take ~75 ms,
-lightkube with asyncio ~35 ms.
-
-Where lightkube differs from kubectl this module fills in, without redoing what it does:
-- it reads one file: the $KUBECONFIG list is merged here (`_merged`), paths made absolute per file;
-- its exec auth accepts client.authentication.k8s.io/v1alpha1 and v1beta1 but not v1 (kubectl's
-  current one), and passes the plugin no KUBERNETES_EXEC_INFO: here the plugin gets KUBERNETES_EXEC_INFO
-  with the configured apiVersion, as kubectl gives it, and lightkube is handed v1 as v1beta1 (the two
-  ExecCredentials carry the token the same way; lightkube checks the version against its list only);
-- it ignores proxy-url and tls-server-name: they go to the httpx2 client (proxy, sni_hostname).
-Not supported (one clear line when used): auth-provider (kubectl keeps only oidc; use an exec plugin
-such as kubelogin), exec plugins that return a client certificate instead of a token, provideClusterInfo.
-A context with both a CA and insecure-skip-tls-verify verifies with the CA (kubectl refuses such a file).
+(server, CA file or data, insecure-skip-tls-verify, tls-server-name, proxy-url), user (tokenFile, token,
+exec plugin, username/password, client certificate and key as files or data) and namespace
+(stackpin/deploy/credentials.py turns the cluster and user into TLS settings and an Authorization header).
+The REST API is spoken with plain JSON over stackpin/deploy/transport.py (the standard library's
+http.client; that module says why no HTTP library), so one code path serves core kinds, custom resources
+and discovery.
 
 Every failure becomes one typed error with one line a person can act on: never a traceback, never a
 credential (server messages name the user, not the token; request headers are never printed). Every
 file a kubeconfig names is read only if it is a regular file of bounded size: a kubeconfig may be hostile.
 
 One budget bounds a command's API traffic (`--request-timeout`): every request's timeout is what is
-left of it, and the time each one takes is taken off. Each request is sent once (httpx2 does not retry),
-so a dead server costs the budget once, not once per retry per request. One exception, lightkube's: when
-the server refuses (401) a token read from a tokenFile, or one an exec plugin gave an earlier request,
-the file is read or the plugin run again and that request sent once more (kubectl refreshes the token
-for the next request instead); a refused token costs two round trips, not a retry loop. Watches are
-outside the budget (`--timeout` bounds them), as are the Lease renewals, which run beside the command
-with timeouts of their own.
+left of it, and the time each one takes is taken off. Each request is sent once, so a dead server costs
+the budget once, not once per retry per request. One exception: when the server refuses (401) a token
+read from a tokenFile, or one an exec plugin gave an earlier request, the file is read or the plugin run
+again and that request sent once more (kubectl refreshes the token for the next request instead); a
+refused token costs two round trips, not a retry loop. Watches are outside the budget (`--timeout` bounds
+them), as are the Lease renewals, which run beside the command with timeouts of their own.
 """
 
 from __future__ import annotations
@@ -56,18 +29,16 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote
 
 import msgspec
 
 from stackpin.errors import StackpinError
-from stackpin.extras import require
 
 if TYPE_CHECKING:
-    import httpx2
-    from lightkube.config.models import User
+    from stackpin.deploy.transport import Answer, Transport
 
 FIELD_MANAGER = "stackpin"
 CONNECT_TIMEOUT_S = 10.0
@@ -208,10 +179,9 @@ class Cluster:
     """One API server, as a kubeconfig context names it. Methods map HTTP statuses to typed errors;
     404 is an ordinary answer (None / False) where "not there" is expected."""
 
-    def __init__(self, http: httpx2.Client, server: str, context: str, namespace: str | None,
-                 request_timeout_s: float = REQUEST_TIMEOUT_S, tls_server_name: str | None = None) -> None:
-        self._http = http
-        self._extensions = {"sni_hostname": tls_server_name} if tls_server_name else {}
+    def __init__(self, transport: Transport, server: str, context: str, namespace: str | None,
+                 request_timeout_s: float = REQUEST_TIMEOUT_S) -> None:
+        self._transport = transport
         self.server = server
         self.context = context
         self.context_namespace = namespace
@@ -279,25 +249,26 @@ class Cluster:
                          "is the server healthy (its etcd up)? raise --request-timeout if it is only slow")
 
     def _send(self, method: str, path: str, query: Sequence[tuple[str, str]], body: Any, content_type: str,
-              what: str, timeout: tuple[float, float], stream: bool = False) -> httpx2.Response:
+              what: str, timeout: tuple[float, float], stream: bool = False) -> Answer:
         """One HTTP exchange, sent once; the body read whole unless `stream`. Failures without an
-        answer are Unreachable; an exec plugin's (see _plugin_auth) a ClusterError naming the context."""
-        from httpx2 import Timeout
+        answer are Unreachable; a credential's (an exec plugin, a tokenFile) a ClusterError naming the context."""
+        from stackpin.deploy.credentials import CredentialError
+        from stackpin.deploy.transport import TooLarge
 
         headers = {"Accept": "application/json"}
         content = None
         if body is not None:
             headers["Content-Type"] = content_type
             content = json.dumps(body).encode()  # JSON is YAML too: apply-patch+yaml takes it as it is
-        connect, read = timeout
         try:
-            request = self._http.build_request(method, path, params=list(query), headers=headers, content=content,
-                                               timeout=Timeout(connect=connect, read=read, write=read, pool=connect),
-                                               extensions=self._extensions)
-            return self._http.send(request, stream=stream)
+            return self._transport.send(method, path, query, headers, content, timeout, stream)
         except StackpinError:
             raise
-        except Exception as exc:  # noqa: BLE001 - httpx2, ssl and socket errors, all one line
+        except CredentialError as exc:
+            raise ClusterError(f"kubeconfig context {self.context}: {exc}") from None
+        except TooLarge as exc:
+            raise ClusterError(f"{self.server}: {method} {what or path}: {exc}; not read") from None
+        except Exception as exc:  # noqa: BLE001 - http.client, ssl and socket errors, all one line
             raise self._unreachable(exc, method, what or path) from None
 
     def _unreachable(self, exc: Exception, method: str, what: str) -> ClusterError:
@@ -435,7 +406,7 @@ class Cluster:
             if resp.status_code >= 300:
                 self._raise(resp.status_code, _json(resp.read()), "WATCH", res.subject(name))
             for line in resp.iter_lines():
-                event = _json(line.encode())
+                event = _json(line)
                 if isinstance(event, dict) and isinstance(event.get("object"), dict):
                     yield str(event.get("type")), event["object"]
         except Exception as exc:  # noqa: BLE001 - a dropped watch ends like a timed-out one
@@ -527,11 +498,9 @@ def _reason(exc: BaseException) -> str:
 
 
 MAX_KUBECONFIG_BYTES = 4 * 1024 * 1024
-MAX_CREDENTIAL_BYTES = 1024 * 1024  # a CA bundle, a certificate, a key or a token file it names
 _SECTIONS = (("clusters", "cluster"), ("users", "user"), ("contexts", "context"))
 # The kubeconfig fields that name files, resolved against the file that holds them (as client-go does).
 _PATH_FIELDS = {"cluster": ("certificate-authority",), "user": ("client-certificate", "client-key", "tokenFile")}
-_EXEC_API_VERSIONS = {f"client.authentication.k8s.io/{v}" for v in ("v1alpha1", "v1beta1", "v1")}
 
 
 def _kubeconfig_files(kubeconfig: str | None) -> list[str]:
@@ -620,6 +589,8 @@ def _credential_file(where: str, context: str, field: str, path: str | None) -> 
     import os
     import stat
 
+    from stackpin.deploy.credentials import MAX_CREDENTIAL_BYTES
+
     if not path:
         return
     try:
@@ -632,48 +603,16 @@ def _credential_file(where: str, context: str, field: str, path: str | None) -> 
                            f"{MAX_CREDENTIAL_BYTES} bytes")
 
 
-def _exec_user(user: User) -> User:
-    """The user with its exec plugin set up as kubectl runs it: KUBERNETES_EXEC_INFO (the configured
-    apiVersion, not interactive) in its environment, after the kubeconfig's own variables. lightkube
-    lists v1alpha1 and v1beta1 only; v1's ExecCredential carries the token as v1beta1's does, so it is
-    handed over as v1beta1 (lightkube checks the version against its list, and nothing else)."""
-    from lightkube.config.models import NameValue
-    from msgspec.structs import replace
-
-    assert user.exec is not None
-    version = user.exec.apiVersion
-    if version not in _EXEC_API_VERSIONS:
-        raise ValueError(f"exec plugin apiVersion {version!r} is not one of {', '.join(sorted(_EXEC_API_VERSIONS))}")
-    info = json.dumps({"kind": "ExecCredential", "apiVersion": version, "spec": {"interactive": False}})
-    env = [*(user.exec.env or []), NameValue(name="KUBERNETES_EXEC_INFO", value=info)]
-    handed = "client.authentication.k8s.io/v1beta1" if version.endswith("/v1") else version
-    return replace(user, exec=replace(user.exec, apiVersion=handed, env=env))
-
-
-def _plugin_auth(inner: httpx2.Auth, context: str) -> httpx2.Auth:
-    """lightkube's exec auth, its failures (the plugin missing, failing, or printing no token) one
-    ClusterError naming the context rather than an unreachable server."""
-    import httpx2
-
-    class PluginAuth(httpx2.Auth):
-        def sync_auth_flow(self, request: httpx2.Request) -> Generator[httpx2.Request, httpx2.Response, None]:
-            try:
-                yield from inner.sync_auth_flow(request)
-            except Exception as exc:  # noqa: BLE001 - ConfigError, OSError, bad JSON, no token: all one line
-                command = getattr(getattr(inner, "_exec", None), "command", "")
-                raise ClusterError(f"kubeconfig context {context}: exec plugin {command}: "
-                                   f"{_one_line(str(exc) or type(exc).__name__)[:300]}") from None
-
-    return PluginAuth()
-
-
 def connect(kubeconfig: str | None, context: str | None, request_timeout_s: float = REQUEST_TIMEOUT_S) -> Cluster:
     """A Cluster for a kubeconfig context, read as kubectl reads it (default $KUBECONFIG, which may
     list several files, or ~/.kube/config; see the module docstring). Nothing is written back to the
     kubeconfig. `request_timeout_s`: the budget of all the command's requests together."""
     import os
+    from urllib.parse import urlsplit
 
-    require("cluster")  # one line naming the extra for a library caller without it (the CLI checks first)
+    from stackpin.deploy import credentials
+    from stackpin.deploy.transport import Transport
+
     files = _kubeconfig_files(kubeconfig)
     where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
     if not files:
@@ -693,46 +632,36 @@ def connect(kubeconfig: str | None, context: str | None, request_timeout_s: floa
             raise ClusterError(f"kubeconfig {where}: context {chosen} names {key} {name!r}, which is not defined")
     if not ctx.get("cluster"):
         raise ClusterError(f"kubeconfig {where}: context {chosen} names no cluster")
-
-    from lightkube.config.client_adapter import user_auth, verify_cluster
-    from lightkube.config.kubeconfig import KubeConfig
-    from lightkube.config.models import User
-    from lightkube.core.exceptions import ConfigError
-
-    try:
-        config = KubeConfig.from_dict(merged, fname=os.path.abspath(os.path.expanduser(files[0]))).get(chosen)
-        assert config is not None
-    except (ConfigError, ValueError, TypeError, KeyError) as exc:  # msgspec.ValidationError is a ValueError
-        raise ClusterError(f"kubeconfig {where}: context {chosen}: cannot be read ({_one_line(str(exc))[:200]})") \
-            from None
-    cluster, user = config.cluster, config.user or User()
-    raw_cluster = next(e["cluster"] for e in merged["clusters"] if e["name"] == ctx["cluster"])
-    for field, path in (("certificate-authority", None if cluster.certificate_auth_data else cluster.certificate_auth),
-                        ("client-certificate", None if user.client_cert_data else user.client_cert),
-                        ("client-key", None if user.client_key_data else user.client_key),
-                        ("tokenFile", user.token_file)):
-        _credential_file(where, chosen, field, path)
-    if user.auth_provider is not None and not (user.token or user.token_file or user.exec):
+    cluster = next(e["cluster"] for e in merged["clusters"] if e["name"] == ctx["cluster"])
+    user: dict[str, Any] = next((e["user"] for e in merged["users"] if e["name"] == ctx.get("user")), {})
+    namespace = ctx.get("namespace")
+    for field, holder in (("certificate-authority", cluster), ("client-certificate", user), ("client-key", user),
+                          ("tokenFile", user)):
+        if not holder.get(field + "-data"):
+            path = holder.get(field)
+            _credential_file(where, chosen, field, path if isinstance(path, str) else None)
+    if user.get("auth-provider") is not None and not (user.get("token") or user.get("tokenFile") or user.get("exec")):
         raise ClusterError(f"kubeconfig {where}: context {chosen}: its user's auth-provider is not supported",
                            "use an exec plugin instead, such as kubelogin (kubectl oidc-login) for oidc")
-    proxy, sni = raw_cluster.get("proxy-url"), raw_cluster.get("tls-server-name")
     try:
-        if not isinstance(proxy or "", str) or not isinstance(sni or "", str):
-            raise ValueError("proxy-url and tls-server-name must be strings")
-        if user.exec is not None and not (user.token or user.token_file):
-            user = _exec_user(user)
-        verify = verify_cluster(cluster, user, config.abs_file)  # the CA, the client certificate: read here
-        auth = user_auth(user)
-        if user.exec is not None and auth is not None and not (user.token or user.token_file):
-            auth = _plugin_auth(auth, chosen)
-        import httpx2
-
-        http = httpx2.Client(base_url=cluster.server, verify=verify, auth=auth, proxy=proxy or None,
-                             headers={"User-Agent": "stackpin"}, trust_env=True)
-    except ClusterError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - ssl.SSLError, bad base64, ConfigError, httpx2.InvalidURL: one line
-        raise ClusterError(f"kubeconfig {where}: context {chosen}: {_one_line(str(exc) or type(exc).__name__)[:300]}") \
-            from None
-    return Cluster(http, cluster.server.rstrip("/"), chosen, config.context.namespace, request_timeout_s,
-                   tls_server_name=sni or None)
+        server = cluster.get("server")
+        if not isinstance(server, str) or not server:
+            raise credentials.CredentialError("its cluster names no server")
+        try:
+            parts = urlsplit(server)
+            port = parts.port
+        except ValueError:
+            raise credentials.CredentialError(f"server {server!r} is not a URL") from None
+        if parts.scheme not in ("https", "http") or not parts.hostname:
+            raise credentials.CredentialError(f"server {server!r} is not an https:// or http:// URL")
+        if namespace is not None and not isinstance(namespace, str):
+            raise credentials.CredentialError("namespace must be a string")
+        transport = Transport(
+            scheme=parts.scheme, host=parts.hostname, port=port or (443 if parts.scheme == "https" else 80),
+            prefix=parts.path, tls=credentials.tls_context(cluster, user) if parts.scheme == "https" else None,
+            server_name=credentials.server_name(cluster),
+            proxy=credentials.proxy_for(cluster, parts.scheme, parts.hostname),
+            auth=credentials.user_auth(user, request_timeout_s))
+    except credentials.CredentialError as exc:
+        raise ClusterError(f"kubeconfig {where}: context {chosen}: {exc}") from None
+    return Cluster(transport, server.rstrip("/"), chosen, namespace or None, request_timeout_s)
