@@ -164,6 +164,21 @@ def test_tls_server_name_is_the_name_the_certificate_is_checked_against(kube: Ku
         assert kubectl_works(kube, config) is works
 
 
+def test_insecure_skip_tls_verify_reaches_a_server_no_trusted_ca_signed(kube: Kube, tmp_path: Path) -> None:
+    """Without a CA the system's roots are trusted, and envtest's own CA is not among them; with
+    insecure-skip-tls-verify (and no CA) the server is not verified at all, as with kubectl."""
+    token = {"token": kube.env.tokens["admin"]}
+    for cluster, works in (({}, False), ({"insecure-skip-tls-verify": True}, True)):
+        config = write(tmp_path / "config", single(kube, cluster, token))
+        [line] = probe(kube, config)
+        if works:
+            assert line.startswith(REACHED)
+        else:
+            assert line.startswith(f"error: could not reach the API server {kube.env.url}: TLS: ") and \
+                "certificate verify failed" in line, line
+        assert kubectl_works(kube, config) is works
+
+
 @pytest.fixture
 def connect_proxy() -> Iterator[tuple[str, list[str]]]:
     """An HTTP CONNECT proxy on loopback: its URL, and the targets it was asked for."""
