@@ -87,10 +87,11 @@ _GROUPS = {
     "rich": ("rich", "pygments", "markdown_it", "mdurl"),
     "click": ("click",),
     "yaml": ("yaml", "_yaml"),
+    "msgspec": ("msgspec",),
     # The cluster commands' client: the standard library's HTTP and TLS with stackpin/deploy/transport.py and
     # credentials.py; before it lightkube with httpx2, and before that `kubernetes`, with what they brought.
     "cluster client": ("http", "ssl", "_ssl", "stackpin.deploy.transport", "stackpin.deploy.credentials",
-                       "lightkube", "httpx2", "httpcore2", "msgspec", "h2", "hpack", "hyperframe", "anyio", "sniffio",
+                       "lightkube", "httpx2", "httpcore2", "h2", "hpack", "hyperframe", "anyio", "sniffio",
                        "truststore", "wsproto", "h11", "certifi", "idna", "kubernetes", "urllib3", "requests",
                        "oauthlib", "requests_oauthlib", "websocket", "google", "durationpy", "dateutil", "six"),
     # Its modules' own time, which includes building its pydantic model classes (in class bodies).
