@@ -149,34 +149,30 @@ def test_a_file_the_context_names_that_is_not_a_regular_file_is_refused_unread(k
                                    "at most 1048576 bytes"]
 
 
-def test_tls_server_name_is_the_name_the_certificate_is_checked_against(kube: Kube, tmp_path: Path) -> None:
-    """The server's certificate names 127.0.0.1 and `kubernetes`, not `elsewhere.example`."""
-    token = {"token": kube.env.tokens["admin"]}
-    for name, works in (("kubernetes", True), ("elsewhere.example", False)):
-        config = write(tmp_path / "config", single(kube, {"certificate-authority": str(kube.env.ca),
-                                                          "tls-server-name": name}, token))
-        [line] = probe(kube, config)
-        if works:
-            assert line.startswith(REACHED)
-        else:
-            assert line.startswith(f"error: could not reach the API server {kube.env.url}: TLS: ") and \
-                "elsewhere.example" in line, line
-        assert kubectl_works(kube, config) is works
+TLS_CASES = [
+    # The server's certificate names 127.0.0.1 and `kubernetes`, not `elsewhere.example`.
+    ("tls-server-name-matches", {"tls-server-name": "kubernetes"}, None),
+    ("tls-server-name-differs", {"tls-server-name": "elsewhere.example"}, "elsewhere.example"),
+    # Without a CA the system's roots are trusted, and envtest's own CA is not among them; with
+    # insecure-skip-tls-verify (and no CA) the server is not verified at all.
+    ("no-ca", {"certificate-authority": None}, "certificate verify failed"),
+    ("insecure-skip-tls-verify", {"certificate-authority": None, "insecure-skip-tls-verify": True}, None),
+]
 
 
-def test_insecure_skip_tls_verify_reaches_a_server_no_trusted_ca_signed(kube: Kube, tmp_path: Path) -> None:
-    """Without a CA the system's roots are trusted, and envtest's own CA is not among them; with
-    insecure-skip-tls-verify (and no CA) the server is not verified at all, as with kubectl."""
-    token = {"token": kube.env.tokens["admin"]}
-    for cluster, works in (({}, False), ({"insecure-skip-tls-verify": True}, True)):
-        config = write(tmp_path / "config", single(kube, cluster, token))
-        [line] = probe(kube, config)
-        if works:
-            assert line.startswith(REACHED)
-        else:
-            assert line.startswith(f"error: could not reach the API server {kube.env.url}: TLS: ") and \
-                "certificate verify failed" in line, line
-        assert kubectl_works(kube, config) is works
+@pytest.mark.parametrize(("cluster", "refused"), [c[1:] for c in TLS_CASES], ids=[c[0] for c in TLS_CASES])
+def test_the_server_is_verified_as_kubectl_verifies_it(kube: Kube, tmp_path: Path, cluster: dict[str, Any],
+                                                      refused: str | None) -> None:
+    """tls-server-name is the name checked in the server's certificate; the CA, or else the system's roots,
+    is whom it must be signed by; insecure-skip-tls-verify checks nothing. Both tools agree on each."""
+    fields = {k: v for k, v in {"certificate-authority": str(kube.env.ca), **cluster}.items() if v is not None}
+    config = write(tmp_path / "config", single(kube, fields, {"token": kube.env.tokens["admin"]}))
+    [line] = probe(kube, config)
+    if refused is None:
+        assert line.startswith(REACHED)
+    else:
+        assert line.startswith(f"error: could not reach the API server {kube.env.url}: TLS: ") and refused in line, line
+    assert kubectl_works(kube, config) is (refused is None)
 
 
 @pytest.fixture
