@@ -172,6 +172,17 @@ def test_a_plugin_that_gives_no_usable_token_is_one_line(endpoint: tuple[Endpoin
     assert str(caught.value) == f"kubeconfig context c: exec plugin {sys.executable}: {why}"
 
 
+def test_a_token_no_header_can_carry_is_refused_unprinted(endpoint: tuple[Endpoint, str], tmp_path: Path) -> None:
+    state, server = endpoint
+    token = tmp_path / "token"
+    token.write_text("secret-part\nrest\n")
+    with pytest.raises(ClusterError) as caught:
+        get(kubeconfig(tmp_path, server, {"tokenFile": str(token)}))
+    assert str(caught.value) == (f"kubeconfig context c: tokenFile {token}: the token is empty or holds a character "
+                                 "a header cannot carry")
+    assert state.seen == []
+
+
 def test_username_and_password_are_basic_auth(endpoint: tuple[Endpoint, str], tmp_path: Path) -> None:
     state, server = endpoint
     state.accept = "Basic " + base64.b64encode(b"ann:pa:ss").decode()

@@ -162,6 +162,14 @@ def _environment_proxy(scheme: str, host: str) -> str | None:
     return proxy if "://" in proxy else f"http://{proxy}"
 
 
+def _bearer(token: str, what: str) -> str:
+    """The header of a token; one that could not be sent as a header value (a line break inside, another
+    control character) is refused without printing it, where http.client's error would quote it."""
+    if not token or any(ord(c) < 0x20 or ord(c) == 0x7F for c in token) or not token.isascii():
+        raise CredentialError(f"{what}: the token is empty or holds a character a header cannot carry")
+    return "Bearer " + token
+
+
 class Auth:
     """The Authorization header of each request (a fixed one here, or none), and what to do when the server
     refuses it (401)."""
@@ -194,9 +202,9 @@ class TokenFile(Auth):
             token = read_regular(Path(self._path), MAX_CREDENTIAL_BYTES).decode("utf-8", "replace").strip()
         except OSError as exc:
             if self._fallback:
-                return "Bearer " + self._fallback
+                return _bearer(self._fallback, "token")
             raise CredentialError(f"tokenFile {self._path}: {exc.strerror or 'cannot be read'}") from None
-        return "Bearer " + token
+        return _bearer(token, f"tokenFile {self._path}")
 
     def header(self) -> str | None:
         if self._value is None:
@@ -272,7 +280,7 @@ class Plugin(Auth):
             why = "a client certificate, which is not supported" if status.get("clientCertificateData") else \
                 "no token"
             raise CredentialError(f"{where}: gave {why}")
-        self._value = "Bearer " + token
+        self._value = _bearer(token, where)
         self._expires = _expiry(status.get("expirationTimestamp"))
         self._fresh = True
 
@@ -313,7 +321,7 @@ def user_auth(user: Mapping[str, Any], timeout_s: float) -> Auth:
     if token_file:
         return TokenFile(token_file, token)
     if token:
-        return Auth("Bearer " + token)
+        return Auth(_bearer(token, "token"))
     spec = user.get("exec")
     if spec is not None:
         if not isinstance(spec, dict):

@@ -16,11 +16,13 @@ file a kubeconfig names is read only if it is a regular file of bounded size: a 
 
 One budget bounds a command's API traffic (`--request-timeout`): every request's timeout is what is
 left of it, and the time each one takes is taken off. Each request is sent once, so a dead server costs
-the budget once, not once per retry per request. One exception: when the server refuses (401) a token
-read from a tokenFile, or one an exec plugin gave an earlier request, the file is read or the plugin run
-again and that request sent once more (kubectl refreshes the token for the next request instead); a
-refused token costs two round trips, not a retry loop. Watches are outside the budget (`--timeout` bounds
-them), as are the Lease renewals, which run beside the command with timeouts of their own.
+the budget once, not once per retry per request (a read lost to the server closing an idle kept
+connection is sent again on a new one: stackpin/deploy/transport.py). One exception: when the server
+refuses (401) a token read from a tokenFile, or one an exec plugin gave an earlier request, the file is
+read or the plugin run again and that request sent once more (kubectl refreshes the token for the next
+request instead); a refused token costs two round trips, not a retry loop. Watches are outside the
+budget (`--timeout` bounds them), as are the Lease renewals, which run beside the command with timeouts
+of their own.
 """
 
 from __future__ import annotations
@@ -657,7 +659,7 @@ def connect(kubeconfig: str | None, context: str | None, request_timeout_s: floa
         if namespace is not None and not isinstance(namespace, str):
             raise credentials.CredentialError("namespace must be a string")
         transport = Transport(
-            scheme=parts.scheme, host=parts.hostname, port=port or (443 if parts.scheme == "https" else 80),
+            host=parts.hostname, port=port or (443 if parts.scheme == "https" else 80),
             prefix=parts.path, tls=credentials.tls_context(cluster, user) if parts.scheme == "https" else None,
             server_name=credentials.server_name(cluster),
             proxy=credentials.proxy_for(cluster, parts.scheme, parts.hostname),

@@ -94,10 +94,10 @@ def _read_whole(response: http.client.HTTPResponse | None) -> bytes:
 class Transport:
     """Requests to one server (`scheme://host:port/prefix`), each on this thread's kept-alive connection."""
 
-    def __init__(self, *, scheme: str, host: str, port: int, prefix: str, tls: ssl.SSLContext | None,
-                 server_name: str | None, proxy: tuple[str, int, dict[str, str]] | None, auth: Auth,
-                 user_agent: str = "stackpin") -> None:
-        self._scheme, self._host, self._port, self._prefix = scheme, host, port, prefix.rstrip("/")
+    def __init__(self, *, host: str, port: int, prefix: str, tls: ssl.SSLContext | None, server_name: str | None,
+                 proxy: tuple[str, int, dict[str, str]] | None, auth: Auth, user_agent: str = "stackpin") -> None:
+        """`tls` None: plain HTTP (an http:// server)."""
+        self._host, self._port, self._prefix = host, port, prefix.rstrip("/")
         self._tls, self._name = tls, server_name or host
         self._proxy = proxy
         self.auth = auth
