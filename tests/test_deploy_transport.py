@@ -217,7 +217,7 @@ def test_an_answer_larger_than_the_bound_is_not_read(endpoint: tuple[Endpoint, s
 @pytest.mark.parametrize(("cluster", "why"), [
     ({"server": "ftp://127.0.0.1:9"}, "server 'ftp://127.0.0.1:9' is not an https:// or http:// URL"),
     ({"server": "https://127.0.0.1:9", "proxy-url": "socks5://127.0.0.1:1080"},
-     "proxy socks5:// is not supported (an http:// proxy is)"),
+     "proxy-url: a socks5:// proxy is not supported (an http:// proxy is)"),
     ({"server": "https://127.0.0.1:9", "certificate-authority-data": "not base64!"},
      "certificate-authority-data is not base64"),
     ({"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": "yes"},
@@ -233,3 +233,21 @@ def test_a_cluster_entry_that_cannot_be_used_is_one_line_before_any_connection(
     with pytest.raises(ClusterError) as caught:
         connect(str(path), None)
     assert str(caught.value) == f"kubeconfig {path}: context c: {why}"
+
+
+def test_the_environment_proxy_is_used_as_kubectl_uses_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$HTTPS_PROXY carries an https server's connection unless $NO_PROXY names the server; a loopback
+    server never goes through it (Go's rule, so kubectl's). A proxy stackpin cannot use is one line, naming
+    the variable, before any connection."""
+    monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    remote = kubeconfig(tmp_path, "https://10.255.255.1:6443", {"token": "t"})
+    with pytest.raises(ClusterError) as caught:
+        connect(remote, None)
+    assert str(caught.value) == f"kubeconfig {remote}: context c: $HTTPS_PROXY: a socks5:// proxy is not supported " \
+                                "(an http:// proxy is)"
+    monkeypatch.setenv("NO_PROXY", "10.255.255.1")
+    connect(remote, None)  # bypassed: nothing to refuse
+    monkeypatch.delenv("NO_PROXY")
+    connect(kubeconfig(tmp_path, "https://127.0.0.1:6443", {"token": "t"}), None)  # loopback: never proxied

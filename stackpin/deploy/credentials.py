@@ -121,9 +121,9 @@ def server_name(cluster: Mapping[str, Any]) -> str | None:
 
 def proxy_for(cluster: Mapping[str, Any], scheme: str, host: str) -> tuple[str, int, dict[str, str]] | None:
     """(proxy host, port, CONNECT headers) for the server, or None to connect directly."""
-    url = _text(cluster, "proxy-url")
+    url, named = _text(cluster, "proxy-url"), "proxy-url"
     if url is None:
-        url = _environment_proxy(scheme, host)
+        url, named = _environment_proxy(scheme, host), f"${scheme.upper()}_PROXY"
         if url is None:
             return None
     from urllib.parse import unquote, urlsplit
@@ -132,9 +132,10 @@ def proxy_for(cluster: Mapping[str, Any], scheme: str, host: str) -> tuple[str, 
         parts = urlsplit(url)
         port = parts.port or 80
     except ValueError:
-        raise CredentialError("proxy-url is not a URL") from None
+        raise CredentialError(f"{named} is not a URL") from None
     if parts.scheme != "http" or not parts.hostname:
-        raise CredentialError(f"proxy {parts.scheme or url}:// is not supported (an http:// proxy is)")
+        what = f"a {parts.scheme}:// proxy" if parts.scheme else "a proxy without a scheme"
+        raise CredentialError(f"{named}: {what} is not supported (an http:// proxy is)")
     headers = {}
     if parts.username is not None:
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
