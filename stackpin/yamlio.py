@@ -226,7 +226,8 @@ class _CanonicalDumper(yaml.SafeDumper):
         found = self._analyses.get(key)
         if found is None:
             found = super().analyze_scalar(scalar)
-            if len(self._analyses) < 50_000:  # bounded: a long-running caller dumps unbounded text
+            # Bounded: a long-running caller dumps unbounded text (50,000 entries of at most 64 KiB).
+            if len(scalar) <= 65_536 and len(self._analyses) < 50_000:
                 self._analyses[key] = found
         return found
 

@@ -138,8 +138,7 @@ def proxy_for(cluster: Mapping[str, Any], scheme: str, host: str) -> tuple[str, 
         raise CredentialError(f"{named}: {what} is not supported (an http:// proxy is)")
     headers = {}
     if parts.username is not None:
-        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
-        headers["Proxy-Authorization"] = "Basic " + base64.b64encode(pair).decode()
+        headers["Proxy-Authorization"] = _basic(unquote(parts.username), unquote(parts.password or ""))
     return parts.hostname, port, headers
 
 
@@ -147,20 +146,20 @@ def _environment_proxy(scheme: str, host: str) -> str | None:
     """$HTTPS_PROXY / $HTTP_PROXY unless $NO_PROXY names the host; localhost and loopback never go through one."""
     if not any(k.lower().endswith("_proxy") for k in os.environ):
         return None
-    import ipaddress
     import urllib.request
 
-    if host == "localhost":
+    from stackpin.lock.oci.reference import is_loopback_host
+
+    if is_loopback_host(host):
         return None
-    try:
-        if ipaddress.ip_address(host).is_loopback:
-            return None
-    except ValueError:
-        pass
     proxy = urllib.request.getproxies_environment().get(scheme)
     if not proxy or urllib.request.proxy_bypass(host):
         return None
     return proxy if "://" in proxy else f"http://{proxy}"
+
+
+def _basic(username: str, password: str) -> str:
+    return "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
 
 
 def _bearer(token: str, what: str) -> str:
@@ -330,6 +329,5 @@ def user_auth(user: Mapping[str, Any], timeout_s: float) -> Auth:
         return Plugin(spec, timeout_s)
     username, password = _text(user, "username"), _text(user, "password")
     if username is not None or password is not None:
-        pair = f"{username or ''}:{password or ''}".encode()
-        return Auth("Basic " + base64.b64encode(pair).decode())
+        return Auth(_basic(username or "", password or ""))
     return Auth()

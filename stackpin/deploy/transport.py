@@ -160,23 +160,16 @@ class Transport:
             return Answer(response.status, b"", response, conn)
         conn, kept = self._kept(timeout[0])
         try:
-            response = self._ask(conn, method, target, body, sent, timeout[1])
-        except _CLOSED as exc:
-            self._drop()
-            # The server closed a kept connection as the request went out (its idle timeout): a read is sent
-            # again on a new one, as Go's client does; a write is not, since the server may have acted on it.
-            if not kept or method not in ("GET", "HEAD"):
-                raise exc from None
-            conn, _ = self._kept(timeout[0])
             try:
                 response = self._ask(conn, method, target, body, sent, timeout[1])
-            except BaseException:
+            except _CLOSED:
+                # The server closed a kept connection as the request went out (its idle timeout): a read is
+                # sent again on a new one, as Go's client does; a write is not, the server may have acted on it.
+                if not kept or method not in ("GET", "HEAD"):
+                    raise
                 self._drop()
-                raise
-        except BaseException:
-            self._drop()
-            raise
-        try:
+                conn, _ = self._kept(timeout[0])
+                response = self._ask(conn, method, target, body, sent, timeout[1])
             content = _read_whole(response)
         except BaseException:
             self._drop()

@@ -144,7 +144,11 @@ def hostname(registry: str) -> str:
 
 
 def is_loopback(registry: str) -> bool:
-    host = hostname(registry)
+    return is_loopback_host(hostname(registry))
+
+
+def is_loopback_host(host: str) -> bool:
+    """`localhost` or a loopback address (IPv6 without brackets)."""
     if host == "localhost":
         return True
     try:
