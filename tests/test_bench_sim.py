@@ -116,7 +116,9 @@ def test_a_disaggregated_stack_under_load_follows_its_analytic_curve(tmp_path: P
     stack = dataclasses.replace(launch, pools=pools, gpus=sum(p.engines * p.gpus_per_engine for p in pools))
     # A host too busy to run the simulator on its clock (or the client on time) makes the point invalid,
     # and an invalid point says nothing about the curve: measured again at a lower simulator speed, as
-    # the demo does, until the host keeps up.
+    # the demo does, until the host keeps up. A busy host can also keep up yet hold fewer agents decoding
+    # (the client's turnaround counts at the simulator's speed): measured again at a lower speed too, as
+    # the curve is checked where most of the 8 agents per engine decode (a CI run under `make demo` held 3.9).
     for speed in (4.0, 2.0, 1.0):
         with serve_in_thread(stack, speed=speed) as sim:
             code, _, err = bench(["run", "--endpoint", sim.url, "--trace", str(steady_trace), "--lock",
@@ -127,14 +129,14 @@ def test_a_disaggregated_stack_under_load_follows_its_analytic_curve(tmp_path: P
                 engines = json.loads(answer.read())["engines"]
         assert code == 0, err
         (point,) = read_result(tmp_path / "r.json").points
-        if point.invalid is None:
+        measured = point.agent_tps.mean
+        batch = point.output_tps_per_gpu * stack.gpus / (3 * measured)
+        if point.invalid is None and batch > 4:
             break
     assert point.invalid is None, f"the host could not keep up even at speed 1: {point.invalid}"
     assert point.errors == 0
     decoding = [e for e in engines if e["role"] == "decode"]
     assert len(decoding) == 3 and min(e["routed"] for e in decoding) > point.requests / 6, engines
-    measured = point.agent_tps.mean
-    batch = point.output_tps_per_gpu * stack.gpus / (3 * measured)
     assert 4 < batch <= 8  # most of the 8 agents per engine decode; the rest wait on prefill
     expected = agent_tps_at(curve(stack, workload_of(read_trace(steady_trace))), batch)
     assert measured == pytest.approx(expected, rel=0.15), (batch, measured, expected)
