@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import sys
+from typing import NoReturn
 
 import click
 
@@ -97,4 +99,36 @@ def run() -> None:
     import os
 
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    main()
+    try:
+        main()  # click ends every run, success or failure, with SystemExit
+    except SystemExit as done:
+        _exit(done.code)
+
+
+def _exit(code: object) -> NoReturn:
+    """Exit with `code` as Python would, without the interpreter's teardown: freeing every module and object
+    takes 15-30 ms of a 180 ms render, and a command has nothing left to free. mypy ends the same way. What
+    the teardown would have done that anyone sees is done first: atexit functions (logging's flush,
+    multiprocessing's children, weakref finalizers), then stdout and stderr flushed. The full exit runs
+    instead when it has more to do: a thread that is not a daemon still running (Python waits for it), an
+    exit code that is not a number (Python prints it), or a standard stream that cannot be flushed (Python
+    reports that as it always has)."""
+    import atexit
+    import os
+    import threading
+
+    run_exit_functions = getattr(atexit, "_run_exitfuncs", None)  # CPython's; absent elsewhere
+    waits = [t for t in threading.enumerate() if not t.daemon and t is not threading.main_thread()]
+    if run_exit_functions is None or waits or not (code is None or isinstance(code, int)):
+        raise SystemExit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        raise SystemExit(code) from None
+    run_exit_functions()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code or 0)
