@@ -5,7 +5,8 @@ stackpin is built on) and `helm lint` of the bench chart (what a Helm user runs 
 hook); plus what `--help` imports and where a cold validate's import time goes.
 
 Run from the repository root: `python bench/bench_cli.py [N]` (N defaults to 15 runs each).
-stackpin's modules are byte-compiled first, as `pip install` leaves them.
+stackpin runs as `pip install stackpin` leaves it: a fresh venv holding a wheel of this tree (devkit/installed.py),
+its interpreter also the one the floors run.
 Aim (issue 21): a cold `stackpin validate` of one profile within 1.7x the libraries' own import.
 """
 
@@ -18,11 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # devkit sits beside bench/, not inside the installed package
 
+from devkit.installed import installed_stackpin  # noqa: E402
 from devkit.timing import ensure_bytecode, import_ms_by_group, interleaved_medians, load_note  # noqa: E402
 
 PY_STACKPIN = [sys.executable, "-m", "stackpin"]
-_SCRIPT = Path(sys.executable).with_name("stackpin")
-STACKPIN = [str(_SCRIPT)] if _SCRIPT.exists() else PY_STACKPIN  # the console script users run, when installed
 HEAVY = ("lightkube", "httpx2", "kubernetes", "httpx", "matplotlib", "jsonschema", "rich", "pydantic")
 HELM = ROOT / ".bench" / "bin" / "helm"
 ONE_PROFILE = "profiles/deepseek-v4.1-flash/gb300-tuned.yaml"
@@ -49,19 +49,23 @@ def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 15
     ensure_bytecode()
     profiles = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "profiles").rglob("*.yaml"))
-    cmds = {
-        "python -c pass": [sys.executable, "-c", "pass"],
-        f"python -c '{LIBRARIES}'": [sys.executable, "-c", LIBRARIES],
-        "stackpin --help": [*STACKPIN, "--help"],
-        "stackpin validate (1 profile)": [*STACKPIN, "validate", ONE_PROFILE],
-        f"stackpin validate ({len(profiles)} profiles)": [*STACKPIN, "validate", *profiles],
-    }
-    if HELM.exists():  # bench_render.py fetches it (scripts/fetch-helm.sh)
-        cmds["helm lint bench/chart"] = [str(HELM), "lint", str(ROOT / "bench" / "chart")]
-    timings = interleaved_medians(cmds, runs)
+    with installed_stackpin() as bin_dir:
+        # The console script users run, and the same venv's interpreter for the floors.
+        python, stackpin = str(bin_dir / "python"), str(bin_dir / "stackpin")
+        cmds = {
+            "python -c pass": [python, "-c", "pass"],
+            f"python -c '{LIBRARIES}'": [python, "-c", LIBRARIES],
+            "stackpin --help": [stackpin, "--help"],
+            "stackpin validate (1 profile)": [stackpin, "validate", ONE_PROFILE],
+            f"stackpin validate ({len(profiles)} profiles)": [stackpin, "validate", *profiles],
+        }
+        if HELM.exists():  # bench_render.py fetches it (scripts/fetch-helm.sh)
+            cmds["helm lint bench/chart"] = [str(HELM), "lint", str(ROOT / "bench" / "chart")]
+        timings = interleaved_medians(cmds, runs)
     ms = {name: t.wall * 1000 for name, t in timings.items()}
     floor = ms["python -c pass"]
-    print(f"CLI wall time, median of {runs} runs each, run in turn (whole process); {load_note()}")
+    print(f"CLI wall time, median of {runs} runs each, run in turn (whole process; stackpin and python those of a "
+          f"fresh venv with this tree installed from a wheel); {load_note()}")
     for name, value in ms.items():
         print(f"  {name:<36} {value:8.1f} ms   {value / floor:5.1f}x python startup   "
               f"(cpu {timings[name].cpu * 1000:6.1f} ms)")

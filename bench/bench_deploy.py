@@ -42,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from devkit.envtest import Envtest, EnvtestUnavailable, find_tool, start_envtest  # noqa: E402
+from devkit.installed import installed_stackpin  # noqa: E402
 from devkit.timing import ensure_bytecode, import_ms_by_group, load_note  # noqa: E402
 
 STACK = "gb300-disagg-wide-ep"
@@ -86,9 +87,15 @@ def _count_requests(server: Envtest, cmd: list[str], env: dict[str, str]) -> int
     return int(total() - before)
 
 
-# What the console script does, for whichever tree PYTHONPATH names (-P: not the cwd first, which is this one).
-STACKPIN = [sys.executable, "-P", "-c", "import sys, stackpin.cli.main as m; sys.argv[0] = 'stackpin'; "
+
+
+def _stackpin(python: Path) -> list[str]:
+    """What the console script does, for whichever tree PYTHONPATH names (-P: not the cwd first, which is this
+    one), run by `python`."""
+    return [str(python), "-P", "-c", "import sys, stackpin.cli.main as m; sys.argv[0] = 'stackpin'; "
             "sys.exit((getattr(m, 'run', None) or m.main)())"]
+
+
 REAPPLY_AIM = 2.0  # x kubectl apply --server-side -k, nothing changed
 STATUS_AIM = 3.0  # x kubectl get -o yaml of the same objects
 # What connect() imports (stackpin/deploy/kube.py), and what the clients it replaced needed.
@@ -149,15 +156,17 @@ def main() -> None:
     trees = {"stackpin": ROOT, **({"baseline": args.baseline.resolve()} if args.baseline else {})}
     try:
         kubectl = str(find_tool("kubectl"))
-        with tempfile.TemporaryDirectory(prefix="bench-deploy-") as tmp, start_envtest(Path(tmp) / "envtest") as server:
+        with (tempfile.TemporaryDirectory(prefix="bench-deploy-") as tmp, installed_stackpin() as bin_dir,
+              start_envtest(Path(tmp) / "envtest") as server):
+            stackpin = _stackpin(bin_dir / "python")
             server.ok("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                      "metadata": {"name": NAMESPACE}})
             env = {**os.environ, "KUBECONFIG": str(server.kubeconfig), "KUBECACHEDIR": str(Path(tmp) / "kube-cache")}
             envs = {tool: {**env, "PYTHONPATH": str(tree)} for tool, tree in trees.items()}
             envs["kubectl"] = env
-            ours = ([*STACKPIN, "apply", f"lockfiles/{STACK}.lock.yaml"], [*STACKPIN, "status", "dsv41-flash", "-n",
-                                                                           NAMESPACE],
-                    [*STACKPIN, "diff", "dsv41-flash@live", f"lockfiles/{STACK}.lock.yaml"])
+            ours = ([*stackpin, "apply", f"lockfiles/{STACK}.lock.yaml"],
+                    [*stackpin, "status", "dsv41-flash", "-n", NAMESPACE],
+                    [*stackpin, "diff", "dsv41-flash@live", f"lockfiles/{STACK}.lock.yaml"])
             tools = {
                 **dict.fromkeys(trees, ours),
                 "kubectl": ([kubectl, "apply", "--server-side", "-k", f"manifests/{STACK}"],
@@ -215,7 +224,8 @@ def main() -> None:
         print(f"{label:<34} {mine * 1000:>7.0f}ms{before} {theirs * 1000:>7.0f}ms  {mine / theirs:4.1f}x  "
               f"{requests['stackpin'][index]:>5} / {requests['kubectl'][index]:<18} {cpu(times['stackpin'])}"
               + (f" / {cpu(times['baseline'])}" if base else ""))
-    print(f"stackpin: its console script's entry point, apply lockfiles/{STACK}.lock.yaml; kubectl: "
+    print(f"stackpin: its console script's entry point, run by the interpreter of a fresh venv (no editable install; "
+          f"devkit/installed.py), apply lockfiles/{STACK}.lock.yaml; kubectl: "
           f"{_shown(kubectl)} apply --server-side -k manifests/{STACK}"
           + (f"; baseline: PYTHONPATH={trees['baseline']}" if base else ""))
     print(f"cluster client import, cumulative (-X importtime, inflated by the tracing), median of {repeats}:")

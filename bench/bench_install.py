@@ -17,9 +17,11 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # devkit sits beside bench/, not inside the installed package
+
+from devkit.installed import copy_sources, site_packages  # noqa: E402
+
 CORE_AIM_MIB = 150
-# What the wheel is built from: copied out, so the build leaves nothing (build/, *.egg-info) in the tree.
-SOURCES = ("pyproject.toml", "README.md", "NOTICE", "stackpin")
 
 
 def disk_mib(path: Path) -> float:
@@ -31,10 +33,6 @@ def disk_mib(path: Path) -> float:
             seen.add((stat.st_dev, stat.st_ino))
             blocks += stat.st_blocks
     return blocks * 512 / 2**20
-
-
-def site_packages(venv: Path) -> Path:
-    return next((venv / "lib").glob("python3*/site-packages"))
 
 
 def make_venv(venv: Path, requirement: str | None) -> tuple[float, int]:
@@ -57,13 +55,7 @@ def heaviest(venv: Path, count: int = 8) -> list[tuple[str, float]]:
 
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-install-") as tmp:
-        source = Path(tmp) / "src"
-        source.mkdir()
-        for name in SOURCES:
-            if (ROOT / name).is_dir():
-                shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
-            else:
-                shutil.copy2(ROOT / name, source / name)
+        source = copy_sources(Path(tmp) / "src")
         rows: dict[str, tuple[float, int]] = {}
         core_heaviest: list[tuple[str, float]] = []
         for label, requirement in (("bare venv (python -m venv)", None), ("pip install stackpin", str(source)),

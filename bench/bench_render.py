@@ -10,7 +10,9 @@ and the import time per package (`python -X importtime`).
 
 Run from the repository root: `python bench/bench_render.py [REPEATS]` (default 11).
 helm comes from scripts/fetch-helm.sh (.bench/bin/helm); without it the helm rows are skipped.
-stackpin's modules are byte-compiled first, as `pip install` leaves them.
+stackpin runs as a user's `pip install stackpin` runs it: the console script of a fresh venv holding a wheel
+of this tree, byte-compiled by pip (devkit/installed.py); the in-process phases run this tree's modules,
+byte-compiled first.
 Aims: cold render within 3x one helm run; 100 stacks in at most half of 100 helm runs.
 """
 
@@ -29,6 +31,7 @@ import msgspec
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # devkit sits beside bench/, not inside the installed package
 
+from devkit.installed import installed_stackpin  # noqa: E402
 from devkit.timing import ensure_bytecode, import_ms_by_group, interleaved_medians, load_note, run_once  # noqa: E402
 from stackpin.lock.lockfile import (  # noqa: E402
     StackLock,
@@ -69,14 +72,6 @@ def _shipped_locks() -> dict[str, StackLock]:
     return {lock.metadata.name: lock for lock in locks}
 
 
-def _stackpin_cmd() -> list[str]:
-    """The `stackpin render` console script if installed, else the command object itself."""
-    exe = Path(sys.executable).with_name("stackpin")
-    if exe.exists() and subprocess.run([str(exe), "render", "--help"], capture_output=True).returncode == 0:
-        return [str(exe), "render"]
-    return [sys.executable, "-c", "from stackpin.cli.render import render; render(prog_name='stackpin render')"]
-
-
 def _helm() -> str | None:
     if HELM.exists():
         return str(HELM)
@@ -114,9 +109,9 @@ def main() -> None:
     repeats = int(sys.argv[1]) if len(sys.argv) > 1 else 11
     ensure_bytecode()
     helm = _helm()
-    render_cmd = _stackpin_cmd()
-    with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="bench-render-") as tmp, installed_stackpin() as bin_dir:
         work = Path(tmp)
+        render_cmd = [str(bin_dir / "stackpin"), "render"]
         one = work / "one"
         write_locks([_shipped_locks()["gb300-tuned"]], one)
         many = work / "many"
@@ -125,7 +120,7 @@ def main() -> None:
 
         helm_cmd = [helm, "template", "bench", str(CHART)] if helm else None
         cold = {"render": [*render_cmd, one_lock, "--output-dir", str(work / "out1")],
-                "python": [sys.executable, "-c", "pass"]}
+                "python": [str(bin_dir / "python"), "-c", "pass"]}
         if helm_cmd:
             cold["helm"] = helm_cmd
         timings = interleaved_medians(cold, repeats)
@@ -148,7 +143,8 @@ def main() -> None:
                                        "--output-dir", str(work / "out2")])
 
     helm_one = one_s.get("helm")
-    print(f"medians of {repeats} runs in turn; stackpin: {' '.join(_relative(render_cmd[:2]))} ...; {load_note()}")
+    print(f"medians of {repeats} runs in turn; stackpin: the `stackpin render` console script of a fresh venv with "
+          f"this tree installed from a wheel (devkit/installed.py); {load_note()}")
     print(f"{'case':<44} {'stackpin':>10} {'helm':>10}  ratio (aim)")
     print(_ratio_row("one stack, cold process", one_s["render"], helm_one, 3))
     print(_ratio_row(f"{STACKS} stacks: one render vs {STACKS} helm runs", render_many, helm_many, 0.5))
@@ -173,15 +169,6 @@ def main() -> None:
         ratio = render_many / helm_many
         print(f"aim: {STACKS} stacks in one render within 0.5x of {STACKS} helm runs: {ratio:.2f}x: "
               f"{'met' if ratio <= 0.5 else 'NOT met'}")
-
-
-def _relative(parts: list[str]) -> list[str]:
-    """Paths under the repository as the reader's checkout names them (no machine paths in output)."""
-    out = []
-    for part in parts:
-        path = Path(part)
-        out.append(str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else part)
-    return out
 
 
 if __name__ == "__main__":

@@ -81,7 +81,8 @@ def load_note() -> str:
 
 # Top-level modules grouped the way a reader asks "whose imports are these?".
 _GROUPS = {
-    "pydantic": ("pydantic", "pydantic_core", "annotated_types", "typing_inspection", "typing_extensions"),
+    "pydantic": ("pydantic", "pydantic_core", "annotated_types", "typing_inspection"),
+    "typing_extensions": ("typing_extensions",),  # msgspec's and pydantic's
     "importlib.metadata": ("importlib.metadata", "email", "zipfile", "csv"),
     "jsonschema": ("jsonschema", "jsonschema_specifications", "referencing", "rpds", "attr", "attrs"),
     "rich": ("rich", "pygments", "markdown_it", "mdurl"),
