@@ -225,11 +225,67 @@ class _CanonicalDumper(yaml.SafeDumper):
         key = (scalar, bool(self.allow_unicode))
         found = self._analyses.get(key)
         if found is None:
-            found = super().analyze_scalar(scalar)
+            found = _multiline_ascii_analysis(scalar) or super().analyze_scalar(scalar)
             # Bounded: a long-running caller dumps unbounded text (50,000 entries of at most 64 KiB).
             if len(scalar) <= 65_536 and len(self._analyses) < 50_000:
                 self._analyses[key] = found
         return found
+
+    # PyYAML's writers go character by character too. For the texts a render writes they come down to one
+    # write each; any other text takes PyYAML's own path. tests/test_yamlio.py compares the bytes with
+    # PyYAML's writers alone.
+
+    def write_plain(self, text: str, split: bool = True) -> None:
+        # No line break, and too short to reach the width where PyYAML would fold at a space.
+        if (self.encoding or not text or _BREAKS.search(text)
+                or (split and self.column + 1 + len(text) > self.best_width)):
+            super().write_plain(text, split)
+            return
+        if self.root_context:
+            self.open_ended = True
+        if not self.whitespace:
+            text = " " + text
+        self.whitespace = self.indention = False
+        self.column += len(text)
+        self.stream.write(text)
+
+    def write_literal(self, text: str) -> None:
+        # `|` block whose only line breaks are \n: each non-empty line indented, then a closing break if
+        # the text has none (what PyYAML's loop writes, line by line).
+        if self.encoding or self.best_line_break != "\n" or _OTHER_BLOCK_BREAKS.search(text):
+            super().write_literal(text)
+            return
+        hints = self.determine_block_hints(text)
+        self.write_indicator("|" + hints, True)
+        if hints[-1:] == "+":
+            self.open_ended = True
+        self.write_line_break()
+        indent = " " * (self.indent or 0)
+        body = "\n".join(indent + line if line else "" for line in text.split("\n"))
+        if not text.endswith("\n"):
+            body += "\n"
+        self.stream.write(body)
+        self.line += body.count("\n")
+        self.column = 0
+        self.whitespace = self.indention = True
+
+
+_BREAKS = re.compile("[\n\x85\u2028\u2029]")
+_OTHER_BLOCK_BREAKS = re.compile("[\x85\u2028\u2029]")
+_PRINTABLE_ASCII_LINES = re.compile("[\n\x20-\x7e]*")
+
+
+def _multiline_ascii_analysis(scalar: str) -> yaml.emitter.ScalarAnalysis | None:
+    """PyYAML's analysis of a text of printable ASCII lines (a script: the attestation ConfigMap's 9 KB), from
+    string searches instead of its loop over every character; None for any other text. With a line break no
+    plain style is allowed whatever the indicators, so only the whitespace around breaks decides."""
+    if "\n" not in scalar or not _PRINTABLE_ASCII_LINES.fullmatch(scalar):
+        return None
+    break_space, space_break = "\n " in scalar, " \n" in scalar
+    return yaml.emitter.ScalarAnalysis(
+        scalar=scalar, empty=False, multiline=True, allow_flow_plain=False, allow_block_plain=False,
+        allow_single_quoted=not (break_space or space_break), allow_double_quoted=True,
+        allow_block=not (scalar.endswith(" ") or space_break))
 
 
 # Line breaks YAML knows besides \n: PyYAML writes them raw in plain or single-quoted scalars,
