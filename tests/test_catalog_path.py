@@ -98,3 +98,31 @@ def test_a_malformed_catalog_path_fails_loading(tmp_path: Path, value: list[str]
     path = write_profile(tmp_path, _doc(value))
     result = CliRunner().invoke(cli_main, ["validate", str(path)])
     assert result.exit_code == 2 and says in result.output, result.output
+
+
+def test_a_site_catalog_file_that_is_not_utf8_is_one_line_exit_2(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    site = _site(tmp_path / "site")
+    (site / "versions.yaml").write_bytes(b"vllm:\n  '0.1': \xff\xfe\n")
+    monkeypatch.setenv("STACKPIN_CATALOG_PATH", str(site))
+    result = CliRunner().invoke(cli_main, ["validate", str(ROOT / "profiles/deepseek-v4.1-flash/gb300-tuned.yaml")])
+    assert result.exit_code == 2, result.output
+    assert [x for x in result.output.splitlines() if x.strip()] == [
+        f"error: {site / 'versions.yaml'}: not UTF-8 text (byte 15)"]
+
+
+def test_a_site_engine_catalog_beyond_the_size_limit_is_refused_unread(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    # A site directory is another team's: its files are read up to a bound (16 MiB; 1 KB here), never whole.
+    import stackpin.catalog.search as search
+
+    site = tmp_path / "site"
+    (site / "engines").mkdir(parents=True)
+    bundled = ROOT / "stackpin" / "catalog" / "engines" / "vllm-0.31.0.json"
+    (site / "engines" / bundled.name).write_bytes(bundled.read_bytes())
+    monkeypatch.setattr(search, "MAX_CATALOG_FILE_BYTES", 1024)
+    monkeypatch.setenv("STACKPIN_CATALOG_PATH", str(site))
+    result = CliRunner().invoke(cli_main, ["validate", str(ROOT / "profiles/deepseek-v4.1-flash/gb300-tuned.yaml")])
+    assert result.exit_code == 2, result.output
+    assert (f"error: {site / 'engines' / bundled.name}: cannot read the catalog file: larger than 1024 bytes"
+            in result.output.splitlines()), result.output

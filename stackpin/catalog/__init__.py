@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal, TypeVar
 import msgspec
 import yaml
 
-from stackpin.catalog.search import bundled, site_dirs
+from stackpin.catalog.search import bundled, read_catalog_file, site_dirs
 from stackpin.catalog.version import PackageVersion, decode_version, parse_version
 from stackpin.errors import InputError, Location, Problem, StackpinError
 from stackpin.records import DecHook, FieldPath, Invalid, Record, load, problems_of
@@ -538,7 +538,7 @@ def _merge(bundled: dict[str, Any], sites: tuple[Path, ...]) -> tuple[dict[str, 
         path = directory / "versions.yaml"
         if not path.is_file():
             continue
-        text = path.read_text(encoding="utf-8")
+        text = read_catalog_file(path)
         try:
             site = load_data(text) or {}
         except yaml.YAMLError as exc:
@@ -587,7 +587,7 @@ def _versions(sites: tuple[Path, ...]) -> Versions:
     path, message = problems_of(merged, Versions, decode_version)[0]
     site = origins.get(path[:2])
     file = str(site) if site is not None else f"{BUNDLED}/versions.yaml"
-    where = lazy_locate(site.read_text(encoding="utf-8") if site else _text("versions.yaml"), file)(path)
+    where = lazy_locate(read_catalog_file(site) if site else _text("versions.yaml"), file)(path)
     raise InputError([Problem(where, ".".join(map(str, path)), message)])
 
 

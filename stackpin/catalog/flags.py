@@ -24,7 +24,7 @@ from stackpin.catalog.engine_data import (
     ParserRules,
     VllmRelease,
 )
-from stackpin.catalog.search import SearchPath, engine_file_name, find_engine_file, search_path
+from stackpin.catalog.search import SearchPath, engine_file_name, find_engine_file, read_catalog_file, search_path
 from stackpin.errors import InputError, StackpinError
 from stackpin.records import Record
 
@@ -167,7 +167,7 @@ def _read(engine: EngineName, version: str, path: SearchPath) -> tuple[str, str,
     found = find_engine_file(engine, version, path)
     if found is None:
         return None
-    text = found.read_text(encoding="utf-8")
+    text = read_catalog_file(found)
     try:
         data = msgspec.json.decode(text)  # a release's catalog is 100-200 KB: half json's time
     except msgspec.DecodeError as exc:

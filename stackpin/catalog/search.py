@@ -70,6 +70,24 @@ def engine_file_name(engine: str, version: str) -> str:
     return f"{engine}-{version}.json"
 
 
+# A release's engine catalog is 100-200 KB and versions.yaml a few KB; a site directory is another team's, and a
+# file there far beyond that is a mistake, not a catalog.
+MAX_CATALOG_FILE_BYTES = 16 * 1024 * 1024
+
+
+def read_catalog_file(path: Path) -> str:
+    """The text of a catalog directory's file: a regular file of at most MAX_CATALOG_FILE_BYTES, in UTF-8; else
+    StackpinError, one line naming it."""
+    from stackpin.yamlio import read_regular
+
+    try:
+        return read_regular(path, MAX_CATALOG_FILE_BYTES).decode("utf-8")
+    except OSError as exc:
+        raise StackpinError(f"{path}: cannot read the catalog file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise StackpinError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+
+
 def find_engine_file(engine: str, version: str, path: SearchPath | None = None) -> Path | None:
     """The first `engines/<engine>-<version>.json` on the search path, or None."""
     for directory in search_path() if path is None else path:

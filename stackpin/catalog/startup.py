@@ -13,7 +13,7 @@ from math import gcd
 import yaml
 
 from stackpin.catalog import lazy_locate, load_first
-from stackpin.catalog.search import SearchPath, bundled, search_path
+from stackpin.catalog.search import SearchPath, bundled, read_catalog_file, search_path
 from stackpin.errors import StackpinError
 from stackpin.records import Record
 from stackpin.yamlio import load_data
@@ -93,7 +93,7 @@ def _startup(version: str, path: SearchPath) -> StartupFacts | None:
         candidate = directory.joinpath("engines", startup_file_name(version))
         if candidate.is_file():
             shown = f"stackpin/catalog/engines/{candidate.name}" if directory == bundled() else str(candidate)
-            text = candidate.read_text(encoding="utf-8")
+            text = read_catalog_file(candidate)
             try:
                 data = {**load_data(text), "file": shown}
             except (yaml.YAMLError, TypeError) as exc:
