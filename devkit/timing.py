@@ -83,7 +83,8 @@ def load_note() -> str:
 _GROUPS = {
     "pydantic": ("pydantic", "pydantic_core", "annotated_types", "typing_inspection"),
     "typing_extensions": ("typing_extensions",),  # msgspec's and pydantic's
-    "importlib.metadata": ("importlib.metadata", "email", "zipfile", "csv"),
+    "importlib.metadata": ("importlib.metadata", "zipfile", "csv"),
+    "email": ("email",),  # what http.client parses headers with, and importlib.metadata its METADATA files
     "jsonschema": ("jsonschema", "jsonschema_specifications", "referencing", "rpds", "attr", "attrs"),
     "rich": ("rich", "pygments", "markdown_it", "mdurl"),
     "click": ("click",),
