@@ -114,7 +114,7 @@ def run() -> None:
 
 def _exit(code: object) -> NoReturn:
     """Exit with `code` as Python would, without the interpreter's teardown: freeing every module and object
-    takes 15-30 ms of a 180 ms render, and a command has nothing left to free. mypy ends the same way. What
+    takes 20-24 ms of a 160-180 ms render, and a command has nothing left to free. mypy ends the same way. What
     the teardown would have done that anyone sees is done first: atexit functions (logging's flush,
     multiprocessing's children, weakref finalizers), then stdout and stderr flushed. The full exit runs
     instead when it has more to do: a thread that is not a daemon still running (Python waits for it), an
