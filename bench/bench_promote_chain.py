@@ -52,7 +52,8 @@ def build(root: Path, count: int, key_file: Path | None) -> DeploymentKey:
     signer = load_signing_key(key_file) if key_file else None
     previous: Revision | None = None
     for number in range(1, count + 1):
-        revision = new_revision(key, number, locks[number % 2], created="2026-01-01T00:00:00Z", author=AUTHOR,
+        # Alternating stacks, the newest gb300-launch: promote refuses the stack the newest revision already has.
+        revision = new_revision(key, number, locks[(count - number) % 2], created="2026-01-01T00:00:00Z", author=AUTHOR,
                                 message=f"synthetic revision {number}", action=Action(kind=ActionKind.promote),
                                 previous=previous)
         text = revision_text(revision)
