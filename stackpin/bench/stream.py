@@ -6,12 +6,19 @@ bench/bench_client.py for what that costs against aiperf). Every way an endpoint
 request with a one-line `error` and never the run: an HTTP error status, no byte within the
 request's deadline (stalled), the connection closing before `data: [DONE]` (dropped), and an event
 that is not JSON (bad SSE: noted, the stream is read on).
+
+Each response is acknowledged promptly (TCP_QUICKACK after the request is written, on Linux): a
+server that leaves Nagle's algorithm on (Dynamo 1.6.1's frontend does) holds its first token until
+the client acknowledges the response head, and a client that sends its next turn the instant the last
+answer ended is in the kernel's delayed-ACK mode (40 ms at least). See docs/sim.md, "Turns sent back to
+back".
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import ssl
 import time
 from dataclasses import dataclass, field
@@ -21,6 +28,8 @@ from urllib.parse import urlsplit
 from stackpin.bench.gaps import gap_bucket
 from stackpin.errors import StackpinError
 from stackpin.lock.canonical import canonical_json
+
+_QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 
 
 @dataclass(frozen=True)
@@ -127,6 +136,7 @@ class Connection:
         reader, writer = await self._open()
         writer.write(f"{self._head}Content-Length: {len(payload)}\r\n\r\n".encode() + payload)
         await writer.drain()
+        _ack_promptly(writer)
         status, headers = await _read_head(reader)
         chunked = headers.get("transfer-encoding", "").lower() == "chunked"
         length = int(headers["content-length"]) if "content-length" in headers else None
@@ -143,6 +153,21 @@ class Connection:
             raise _Closed
         if not keep or (not chunked and length is None):
             self.close()
+
+
+def _ack_promptly(writer: asyncio.StreamWriter) -> None:
+    """Leave delayed-ACK mode for the response about to arrive. Sending a request right after reading
+    the last answer puts Linux's TCP in interactive ("pingpong") mode, where it delays ACKs (40 ms at least)
+    hoping to piggyback them on data; against a server with Nagle's algorithm on, that delay holds the
+    first token and releases the tokens behind it in a burst. Out of that mode the kernel acknowledges
+    each read at once, so the client sees tokens when the server sends them, on a reused connection
+    as on a fresh one. The mode is entered again by the next request, hence once per request."""
+    sock = writer.get_extra_info("socket")
+    if _QUICKACK is not None and sock is not None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+        except OSError:
+            pass  # not TCP (a Unix socket): no ACKs to hurry
 
 
 async def _readline(reader: asyncio.StreamReader) -> bytes:
