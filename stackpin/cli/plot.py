@@ -23,14 +23,17 @@ from stackpin.cli.common import OUTPUT, emit, file_only, user_errors
 def plot(results: tuple[str, ...], out: str, slo_text: str | None, output: str) -> None:
     """Plot throughput per GPU against per-agent output speed for each result, the SLO speed marked.
 
-    Each point is one agent count (labelled); per-agent speed is the slowest agent's. Same results, same bytes.
+    Each point is one agent count (labelled); per-agent speed is the slowest agent's. An invalid point is a
+    hollow X, labelled; the SLO edge of each curve is marked. Past 8 results the last 8 are drawn.
+    Same results, same bytes.
     """
     from stackpin.bench.resultfile import read_result
     from stackpin.plan.slo import parse_slo
     from stackpin.report.curves import curve_chart, result_label, slo_speed, slo_ttft
+    from stackpin.report.summary import summarise
     from stackpin.yamlio import write_output
 
-    loaded = [read_result(Path(p)) for p in results]
+    loaded = [summarise(read_result(Path(p))) for p in results]  # one result's request logs in memory at a time
     slo = parse_slo(slo_text) if slo_text else None
     tps = slo.tps if slo else slo_speed(loaded)
     percentile = slo.percentile if slo else "p90"

@@ -2,28 +2,30 @@
 between consecutive ones (stackpin.diff's StackDiff, as its JSON output holds it) and the bench curves
 of the results attached to them (the chart embedded as a base64 PNG; no external URL, no script).
 
-Same history and results, same bytes: nothing on the page depends on when it was made.
+Same history and results, same bytes: nothing on the page depends on when it was made. Results are read
+one at a time (each verified against its request logs, then summarised and let go), so a history of
+1,000 results costs the memory of one result plus their summaries.
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stackpin.bench.result import BenchResult
-from stackpin.bench.resultfile import read_result
 from stackpin.diff.run import diff_locks
 from stackpin.errors import StackpinError
 from stackpin.history.model import DeploymentKey, Revision
 from stackpin.history.store import HistoryStore
-from stackpin.plan.curve import Bound, curve_of, operating_point
+from stackpin.plan.curve import Bound
+from stackpin.plan.figure import slo_edge
 from stackpin.plan.slo import slo_text
 from stackpin.report.attachments import attached_results
-from stackpin.report.curves import curve_chart, result_label, slo_speed, slo_ttft
+from stackpin.report.curves import MAX_CURVES, curve_chart, result_label, slo_speed, slo_ttft
+from stackpin.report.summary import ResultSummary, read_summary
 
 
 @dataclass(frozen=True)
@@ -58,47 +60,62 @@ def _diff_section(previous: Revision, revision: Revision) -> dict[str, Any]:
             "restarts": data["restarts"], "groups": groups}
 
 
-def _result_row(number: int, path: Path, result: BenchResult) -> dict[str, Any]:
-    slo = result.controls.slo
+def _result_row(number: int, path: Path, result: ResultSummary) -> dict[str, Any]:
+    slo = result.slo
+    invalid = len(result.invalid)
     row: dict[str, Any] = {"revision": number, "file": path.name, "stack": result.stack.name,
                            "platform": result.stack.platform, "gpus": result.stack.gpus,
                            "simulated": result.simulation.model if result.simulation else "",
-                           "slo": slo_text(slo) if slo else "-", "points": len(result.points),
+                           "slo": slo_text(slo) if slo else "-",
+                           # Valid points only: an invalid one is listed apart, with its cause.
+                           "points": f"{result.valid} of {result.points}" if invalid else str(result.points),
                            "single": "-", "agents_per_gpu": "-", "per_gpu": "-", "bound": ""}
-    curve = curve_of(result, slo.percentile if slo else "p90")
+    curve = result.curve(slo.percentile if slo else "p90")
     single = [p.speed for p in curve if p.agents == 1]
     row["single"] = f"{single[0]:.0f}" if single else "-"
-    if slo and curve:
-        op = operating_point(curve, slo, result.stack.gpus)
+    notes = []
+    if slo:
+        edge = slo_edge(curve, [p.agents for p in result.invalid], slo, result.stack.gpus)
+        op = edge.operating
         if op.bound is not Bound.unmet:
-            prefix = ">= " if op.bound is Bound.at_least else ""
-            # Per GPU: results served on unequal GPU counts (a share of each stack) compare only so.
-            row.update(agents_per_gpu=f"{prefix}{op.agents_per_gpu:.2f}", per_gpu=f"{prefix}{op.tps_per_gpu:,.0f}")
-        row["bound"] = op.note
-    if result.client.saturated:
-        row["bound"] += ("; " if row["bound"] else "") + "the client was saturated: throughput is a floor"
+            prefix = ">= " if edge.bound else ""
+            # Per GPU: results served on unequal GPU counts (a share of each stack) compare only so. Where the
+            # crossing lies past an invalid point, the last valid count that met the SLO is what is known.
+            agents_per_gpu, per_gpu = (op.agents_per_gpu, op.tps_per_gpu) if not edge.past_invalid or \
+                edge.last_met is None else (edge.last_met.agents / result.stack.gpus, edge.last_met.tps_per_gpu)
+            row.update(agents_per_gpu=f"{prefix}{agents_per_gpu:.2f}", per_gpu=f"{prefix}{per_gpu:,.0f}")
+        notes.append(edge.text if edge.past_invalid else op.note)
+    if invalid:
+        notes.append(f"{invalid} invalid point(s) not counted (below)")
+    if result.saturated:
+        notes.append("the client was saturated: throughput is a floor")
     if result.interrupted:
-        row["bound"] += ("; " if row["bound"] else "") + "the run was interrupted"
+        notes.append("the run was interrupted")
+    row["bound"] = "; ".join(notes)
     return row
 
 
+def _invalid_rows(number: int, path: Path, result: ResultSummary) -> list[dict[str, Any]]:
+    return [{"revision": number, "file": path.name, "stack": result.stack.name, "agents": p.agents,
+             "cause": p.cause} for p in result.invalid]
+
+
 def _results(store: HistoryStore, key: DeploymentKey, revisions: Sequence[Revision],
-             extra: Mapping[int, Sequence[Path]]) -> list[tuple[int, Path, BenchResult]]:
+             extra: Mapping[int, Sequence[Path]]) -> Iterator[tuple[int, Path, ResultSummary]]:
+    """Each result read, verified and summarised in turn: one result's request logs in memory at a time."""
     numbers = [r.revision for r in revisions]
     unknown = sorted(set(extra) - set(numbers))
     if unknown:
         raise StackpinError(f"--result {unknown[0]}=...: {key} has no revision {unknown[0]} (it has 1-{len(numbers)})")
     by_number = {r.revision: r for r in revisions}
-    out = []
     for number, paths in attached_results(store, key, numbers, extra).items():
         for path in paths:
-            result = read_result(path)
+            summary = read_summary(path)
             want = by_number[number].stack_digest
-            if result.stack.digest != want:
-                raise StackpinError(f"{path}: measured stack {result.stack.digest}, but revision {number} of {key} "
+            if summary.stack.digest != want:
+                raise StackpinError(f"{path}: measured stack {summary.stack.digest}, but revision {number} of {key} "
                                     f"is {want}", "a result belongs to the revision whose stack it measured")
-            out.append((number, path, result))
-    return out
+            yield number, path, summary
 
 
 def build_report(store: HistoryStore, key: DeploymentKey, extra: Mapping[int, Sequence[Path]] = {}) -> Report:
@@ -108,10 +125,9 @@ def build_report(store: HistoryStore, key: DeploymentKey, extra: Mapping[int, Se
     from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
     revisions = store.revisions(key)
-    rows = [_revision_row(r, diff_locks(p.lock, r.lock).one_line() if p else None)
-            for p, r in zip([None, *revisions], revisions, strict=False)]
     diffs = [_diff_section(p, r) for p, r in zip(revisions, revisions[1:], strict=False)]
-    results = _results(store, key, revisions, extra)
+    rows = [_revision_row(r, d["summary"] if d else None) for d, r in zip([None, *diffs], revisions, strict=True)]
+    results = list(_results(store, key, revisions, extra))
     chart = None
     if results:
         slo_tps = slo_speed([r for _, _, r in results])
@@ -122,7 +138,8 @@ def build_report(store: HistoryStore, key: DeploymentKey, extra: Mapping[int, Se
                       undefined=StrictUndefined, keep_trailing_newline=True)
     html = env.get_template("report.html.j2").render(
         deployment=str(key), revisions=rows, diffs=diffs, chart=chart,
-        results=[_result_row(n, p, r) for n, p, r in results],
+        results=[_result_row(n, p, r) for n, p, r in results], drawn=min(len(results), MAX_CURVES),
+        invalid=[row for n, p, r in results for row in _invalid_rows(n, p, r)],
         simulated=sorted({line for _, _, r in results if r.simulation
                           for line in (r.simulation.substitutions or (f"Step-time model: {r.simulation.model}",))}))
     return Report(html, len(revisions), len(results))
