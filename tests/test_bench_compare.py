@@ -37,22 +37,28 @@ SLO = Slo(tps=50, ttft_s=2.0)
 
 
 def make_result(lock_path: Path, tps: float, ttft: float, seed: int, slo: Slo | None = SLO,
-                trace_digest: str = "sha256:" + "a" * 64, agents: tuple[int, ...] = (1, 4),
-                gpus: int = 72) -> BenchResult:
-    """Per-request speeds ~ N(tps, 5%) and TTFTs ~ N(ttft, 10%), 40 requests an agent count."""
+                trace_digest: str = "sha256:" + "a" * 64, agents: tuple[int, ...] = (1, 4, 5),
+                gpus: int = 72, fail_from: int | None = 5, requests: int = 120) -> BenchResult:
+    """Per-request speeds ~ N(tps, 5%) and TTFTs ~ N(ttft, 5%), `requests` an agent count, each agent's
+    turns back to back; from `fail_from` agents on, TTFT is 5x (past SLO's 2 s for a TTFT of 0.5 s): the
+    curve crosses the SLO between two adjacent counts, so its edge is measured, not a bound."""
     rng = random.Random(seed)
     lock = read_lock(lock_path)
     points = []
     for count in agents:
-        requests, clock = [], 0.0
-        for i in range(40):
+        log, clocks = [], [0.0] * count
+        slow = 5.0 if fail_from is not None and count >= fail_from else 1.0
+        for i in range(requests):
+            agent = i % count
             speed = rng.gauss(tps, tps * 0.05)
-            first = abs(rng.gauss(ttft, ttft * 0.1))
-            requests.append(Request(agent=i % count, session=f"s{i}", turn=0, start_s=clock, ttft_s=first,
-                                    end_s=clock + first + 100 / speed, prompt_tokens=1000, output_tokens=100,
-                                    itl_mean_s=1 / speed))
-            clock += first + 100 / speed
-        points.append(build_point(count, clock / count, requests, gpus, slo))
+            first = abs(rng.gauss(ttft, ttft * 0.05)) * slow
+            start = clocks[agent]
+            log.append(Request(agent=agent, session=f"s{i}", turn=0, start_s=start, ttft_s=first,
+                               end_s=start + first + 100 / speed, prompt_tokens=1000, output_tokens=100,
+                               itl_mean_s=1 / speed))
+            clocks[agent] = start + first + 100 / speed
+        log.sort(key=lambda r: (r.start_s, r.agent))
+        points.append(build_point(count, max(clocks), log, gpus, slo))
     c = controls(lock, trace_digest, agents, slo)
     return BenchResult(
         stack=StackRef(digest=lock.stack_digest, name=lock.metadata.name, platform="gb300-nvl72", gpus=gpus),
@@ -84,7 +90,7 @@ def test_a_slower_stack_is_a_regression_and_exit_code_says_so(tmp_path: Path) ->
     single = metrics(out)["single-agent tok/s"]
     assert single["verdict"] == "regression" and single["basis"] == "requests"
     assert -0.25 < single["change"] < -0.15 and single["low"] < single["change"] < single["high"] < 0
-    assert metrics(out)["TTFT p90 at 4 agents"]["verdict"] == "no significant change"
+    assert metrics(out)["TTFT p90 at 5 agents"]["verdict"] == "no significant change"
     assert json.loads(out)["verdict"] == "regression"
     code, out, _ = cli(["bench", "compare", a, b, "--exit-code"])
     assert code == 1 and "verdict: regression (threshold 5%)" in out
@@ -104,9 +110,9 @@ def test_ttft_is_lower_is_better_and_the_threshold_is_configurable(tmp_path: Pat
     a = save(tmp_path, "a.json", make_result(LAUNCH, tps=100, ttft=0.5, seed=1))
     b = save(tmp_path, "b.json", make_result(TUNED, tps=100, ttft=0.6, seed=2))
     code, out, _ = cli(["bench", "compare", a, b, "-o", "json"])
-    assert metrics(out)["TTFT p90 at 4 agents"]["verdict"] == "regression"
+    assert metrics(out)["TTFT p90 at 5 agents"]["verdict"] == "regression"
     code, out, _ = cli(["bench", "compare", a, b, "-o", "json", "--threshold", "50%"])
-    assert metrics(out)["TTFT p90 at 4 agents"]["verdict"] == "no significant change"
+    assert metrics(out)["TTFT p90 at 5 agents"]["verdict"] == "no significant change"
 
 
 def test_repeated_runs_give_the_interval(tmp_path: Path) -> None:
@@ -143,7 +149,8 @@ def test_a_result_that_is_not_a_result_is_one_line(tmp_path: Path) -> None:
 
 
 def test_measured_end_to_end_a_slower_server_regresses(tmp_path: Path) -> None:
-    trace = write_trace(tmp_path / "t.jsonl", sessions=4, turns=3, output=30)
+    # 8 sessions of 3 turns: 24 requests at one agent, past compare's minimum of steady ones (MIN_REQUESTS)
+    trace = write_trace(tmp_path / "t.jsonl", sessions=8, turns=3, output=30)
     out = {}
     with serve_in_thread(Server(itl_s=0.001)) as fast, serve_in_thread(Server(itl_s=0.004)) as slow:
         for name, server, lock in (("a", fast, LAUNCH), ("b", slow, TUNED)):

@@ -77,7 +77,7 @@ def test_a_slowed_new_stack_fails_the_gate(tmp_path: Path, lock: StackLock, trac
     result = gate_run(tmp_path, lock, trace, "slow=2")
     assert result.verdict == "fail", result.summary
     assert "\n" not in result.summary
-    assert result.summary.startswith("tok/s per GPU at the SLO -"), result.summary
+    assert result.summary.startswith("single-agent tok/s -"), result.summary
     assert result.summary.endswith("(2 runs, simulated)"), result.summary
 
 
@@ -120,34 +120,30 @@ def test_the_simulator_of_another_stack_is_refused(tmp_path: Path, trace: Path) 
 
 
 def test_an_invalid_run_is_inconclusive(tmp_path: Path, lock: StackLock, trace: Path) -> None:
-    """A run whose client could not keep up is no measurement: the gate cannot pass or fail on it."""
+    """A run whose client could not keep up (here: a lag limit no client meets, so every point of the new
+    stack's second run is invalid) is no measurement: left out of both sides, and what is left cannot
+    settle the gate, which says which point and why."""
     with serve_in_thread(LOCK, speed=1.0, share=18) as sim:
         before = measure(sim.url, lock, GATE, trace, tmp_path, "before", lambda _: None)
-        after = measure(sim.url, lock, GATE, trace, tmp_path, "after", lambda _: None)
-    data = json.loads(after[1].read_text())
-    data["client"]["saturated"] = True
-    data["client"]["note"] = "client saturated: its busiest process used 97% of a CPU"
-    after[1].write_text(json.dumps(data))
+        after = measure(sim.url, lock, GATE, trace, tmp_path / "a1", "after", lambda _: None)[:1]
+        after += measure(sim.url, lock, GATE.model_copy(update={"lag_limit": "0.000001s", "runs": 1}), trace,
+                         tmp_path / "a2", "after", lambda _: None)
+    assert read_result(after[1]).points[0].invalid is not None
     result = judge(before, after, 0.2)
-    assert result.verdict == "inconclusive"
-    assert result.summary.endswith("; after-2.json is no measurement: client saturated: its busiest process used "
-                                   "97% of a CPU"), result.summary
-
+    assert result.verdict == "inconclusive", result.summary
+    assert "B run 2 has no valid point at 1 agent(s) (client timestamps late" in result.summary, result.summary
 
 
 def test_an_interval_past_the_threshold_is_inconclusive() -> None:
     """No significant change by the mean, but an interval too wide to tell it from a change past the
-    threshold: bench compare's settled verdict (the trial's and the gate's) is inconclusive."""
-    from stackpin.bench.compare import Comparison, Metric, settled_verdict
+    threshold: the one decision (bench compare's, the trial's and the gate's) is inconclusive; no headline
+    at all is inconclusive too."""
+    from stackpin.bench.compare import Verdict, _measured_verdict, decide
 
-    def comparison(low: float, high: float) -> Comparison:
-        metric = Metric("tok/s per GPU at the SLO", "tok/s/GPU", True, 100.0, 99.0, -0.01, low, high, "runs",
-                        "no significant change")
-        return Comparison(("a",), ("b",), (2, 2), 1, 0.05, (), (metric,))
-
-    assert settled_verdict(comparison(-0.03, 0.01)) == "no significant change"
-    assert settled_verdict(comparison(-0.09, 0.04)) == "inconclusive"
-    assert settled_verdict(Comparison(("a",), ("b",), (2, 2), 1, 0.05, (), ())) == "inconclusive"
+    assert _measured_verdict(-0.01, -0.03, 0.01, True, 0.05, 100.0, 99.0)[0] is Verdict.no_change
+    verdict, why = _measured_verdict(-0.01, -0.09, 0.04, True, 0.05, 100.0, 99.0)
+    assert verdict is Verdict.inconclusive and "reaches past the 5% threshold on the worse side" in why
+    assert decide([]) is Verdict.inconclusive
 
 
 def test_the_slo_of_the_stack_before_is_pinned_for_both_sides(trace: Path) -> None:
@@ -157,10 +153,15 @@ def test_the_slo_of_the_stack_before_is_pinned_for_both_sides(trace: Path) -> No
     from stackpin.rollout.benchgate import gate_controls, pinned_slo
 
     launch = read_lock(ROOT / "lockfiles" / "gb300-launch.lock.yaml")
-    pinned = pinned_slo(GATE, launch)
+    loaded = GATE.model_copy(update={"agents": "1,8"})
+    pinned = pinned_slo(loaded, launch)
     assert gate_controls(pinned, read_lock(LOCK), trace).slo == service_slo(launch)
     assert pinned_slo(pinned, read_lock(LOCK)) is pinned
-    assert gate_controls(GATE.model_copy(update={"slo": "none"}), launch, trace).slo is None
+    assert gate_controls(loaded.model_copy(update={"slo": "none"}), launch, trace).slo is None
+    # One agent alone cannot locate the SLO's edge: no SLO unless the gate names one.
+    assert gate_controls(pinned_slo(GATE, launch), read_lock(LOCK), trace).slo is None
+    named = GATE.model_copy(update={"slo": "tps=50,ttft=2s"})
+    assert gate_controls(pinned_slo(named, launch), launch, trace).slo is not None
 
 # --- the test bed's live endpoint (devkit/livesim.py) ------------------------------------------------
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from stackpin.bench.result import BenchResult, Slo
 from stackpin.bench.sessions import Trace
 from stackpin.deploy.source import StackSource
+from stackpin.lock.lockfile import StackLock
 
 
 @dataclass(frozen=True)
@@ -38,3 +39,15 @@ def bench_once(endpoint: str, source: StackSource, controls: BenchControls) -> B
                          delay_scale=controls.delay_scale, timeout_s=controls.timeout_s,
                          cache_salt=secrets.token_hex(3), lag_limit_s=controls.lag_limit_s, retries=controls.retries)
     return run_bench(options, source)
+
+
+def compared_slo(text: str | None, lock: StackLock, agents: tuple[int, ...]) -> Slo | None:
+    """The SLO both sides are benched under: `text` as bench run's --slo reads it; absent, the profile's
+    spec.service, unless one agent is all that is measured. Then nothing can locate the SLO's edge (a curve
+    of one point that holds says only ">= 1 agent"), and its headlines could only ever be lower bounds, which
+    decide nothing: the comparison is of single-agent speed and TTFT, as asked."""
+    from stackpin.bench.binding import slo_option
+
+    if text is None and set(agents) == {1}:
+        return None
+    return slo_option(text, lock)

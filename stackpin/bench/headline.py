@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stackpin.bench.result import BenchResult
-from stackpin.bench.stats import measured, prompts_off
+from stackpin.bench.stats import measured, prompts_off, slo_edge
 
 
 def headline_data(result: BenchResult) -> dict[str, Any]:
@@ -21,6 +21,10 @@ def headline_data(result: BenchResult) -> dict[str, Any]:
         "singleAgentTps": (result.score.single_agent_tps if result.score else
                            single.agent_tps.mean if single else None),
         "maxAgentsUnderSlo": result.score.max_agents if result.score else None,
+        # the score is a lower bound where the curve never crossed the SLO at a valid point, a bracket where
+        # it crossed past a gap: recomputed from the points, never the file's word
+        "sloEdgeBound": bool(edge.bound) if (edge := slo_edge(result.points, result.controls.slo)
+                                            if result.controls.slo else None) else None,
         "outputTpsPerGpuAtSlo": result.score.output_tps_per_gpu_at_slo if result.score else None,
         "peakOutputTpsPerGpu": best.output_tps_per_gpu if best else None,
     }
@@ -34,9 +38,10 @@ def headline(result: BenchResult) -> str:
     if data["maxAgentsUnderSlo"] is not None:
         slo = result.controls.slo
         at = f"{slo.tps:g} tok/s" if slo else "SLO"
-        parts.append(f"{data['maxAgentsUnderSlo']} agents at {at}")
+        at_least = ">= " if data["sloEdgeBound"] else ""
+        parts.append(f"{at_least}{data['maxAgentsUnderSlo']} agents at {at}")
         if data["outputTpsPerGpuAtSlo"] is not None:
-            parts.append(f"{data['outputTpsPerGpuAtSlo']:.1f} tok/s/GPU")
+            parts.append(f"{at_least}{data['outputTpsPerGpuAtSlo']:.1f} tok/s/GPU")
     elif data["peakOutputTpsPerGpu"] is not None:
         parts.append(f"peak {data['peakOutputTpsPerGpu']:.1f} tok/s/GPU")
     flags = [f for f, on in (("simulated", data["simulated"]), ("interrupted", data["interrupted"]),

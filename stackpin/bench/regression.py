@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from stackpin.bench.compare import Comparison, compare
-from stackpin.bench.resultfile import read_result
+from stackpin.bench.compare import Comparison, Verdict, compare
+from stackpin.bench.resultfile import read_evidence
 from stackpin.history.attachments import attachment_path
 from stackpin.history.model import DeploymentKey
 from stackpin.history.store import HistoryStore
@@ -21,8 +21,14 @@ class RegressionCheck:
 
     @property
     def roll_back_to(self) -> int | None:
-        """The revision to roll back to: the previous one, when the newest regressed against it."""
-        return self.previous if self.comparison is not None and self.comparison.regressed else None
+        """The revision to roll back to: the previous one, when the newest regressed against it (never on an
+        inconclusive comparison)."""
+        return self.previous if self.comparison is not None and self.comparison.verdict is Verdict.regression \
+            else None
+
+    @property
+    def inconclusive(self) -> bool:
+        return self.comparison is not None and self.comparison.verdict is Verdict.inconclusive
 
 
 def check_regression(store: HistoryStore, key: DeploymentKey, threshold: float) -> RegressionCheck:
@@ -36,5 +42,6 @@ def check_regression(store: HistoryStore, key: DeploymentKey, threshold: float) 
         return RegressionCheck(previous, newest.revision, None,
                                f"revision {' and '.join(map(str, missing))} of {key} has no bench result "
                                "(stackpin bench attach DEPLOYMENT@REV RESULT.json)")
-    comparison = compare([read_result(paths[previous])], [read_result(paths[newest.revision])], threshold=threshold)
+    comparison = compare([read_evidence(paths[previous])], [read_evidence(paths[newest.revision])],
+                         threshold=threshold)
     return RegressionCheck(previous, newest.revision, comparison, None)

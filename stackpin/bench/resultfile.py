@@ -41,3 +41,15 @@ def read_result(path: Path) -> BenchResult:
     if found is not None:
         raise InputError([Problem(Location(str(path)), *found)])
     return result
+
+
+def read_evidence(path: Path) -> BenchResult:
+    """A result a decision is taken on (compare, attach, rollback, trial, promote, the rollout gate): read
+    as `read_result` does, and refused (exit 2, naming the file) when a figure of it cannot be recomputed
+    from a request log."""
+    from stackpin.bench.compare import no_evidence
+
+    result = read_result(path)
+    if (why := no_evidence(result)) is not None:
+        raise StackpinError(f"{path}: {why}")
+    return result

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from stackpin.bench.gaps import gap_dist
 from stackpin.bench.result import BenchResult, Dist, Point, Request, Score, Slo
@@ -55,16 +56,27 @@ LAG_LIMIT_S = 0.01
 def invalid_reason(busy: float | None, lag_s: float | None, lag_limit_s: float = LAG_LIMIT_S,
                    busy_limit: float = BUSY_LIMIT, server_late_s: float | None = None) -> str | None:
     """Why a point with this client busy fraction, loop lag p99 and simulator lateness (both in the stack's
-    time, held to the same limit: either makes every timestamp that late) is not a measurement."""
+    time, held to the same limit: either makes every timestamp that late) is not a measurement: every cause
+    that reached its limit, the one furthest past it first, each with what to change; None when valid."""
+    causes: list[tuple[float, str]] = []
     if busy is not None and busy >= busy_limit:
-        return f"client saturated: its busiest process used {busy:.0%} of a CPU (limit {busy_limit:.0%})"
+        causes.append((busy / busy_limit, f"client saturated: its busiest process used {busy:.0%} of a CPU (limit "
+                       f"{busy_limit:.0%}; more --workers or fewer agents)"))
     if lag_s is not None and lag_s >= lag_limit_s:
-        return (f"client timestamps late: event-loop lag p99 {lag_s * 1000:.1f} ms of the stack's time (limit "
-                f"{lag_limit_s * 1000:g} ms)")
+        causes.append((lag_s / lag_limit_s if lag_limit_s else math.inf,
+                       f"client timestamps late: event-loop lag p99 {lag_s * 1000:.1f} ms of the stack's time "
+                       f"(limit {lag_limit_s * 1000:g} ms; a quieter host, more --workers, or a simulator's lower "
+                       "--speed)"))
     if server_late_s is not None and server_late_s >= lag_limit_s:
-        return (f"simulator behind its clock: {server_late_s * 1000:.1f} ms per step of the stack's time (limit "
-                f"{lag_limit_s * 1000:g} ms)")
-    return None
+        causes.append((server_late_s / lag_limit_s if lag_limit_s else math.inf,
+                       f"simulator behind its clock: {_ms(server_late_s)} per step of the stack's time (limit "
+                       f"{lag_limit_s * 1000:g} ms; a quieter host, or its lower --speed)"))
+    causes.sort(key=lambda c: -c[0])
+    return "; ".join(text for _, text in causes) or None
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds * 1000:.1f} ms"
 
 
 def measured(points: Iterable[Point]) -> list[Point]:
@@ -118,16 +130,44 @@ def holds(point: Point, slo: Slo) -> bool:
     return min(point.agent_tps_samples) >= slo.tps and getattr(point.ttft_s, slo.percentile) <= slo.ttft_s
 
 
+@dataclass(frozen=True)
+class Edge:
+    """Where a curve meets the SLO among its valid points: the largest count that held below the first
+    valid count that failed (`held`; None when the first valid point failed) and that failing count
+    (`failed`; None when every valid point held: the curve never crossed, the score is a lower bound).
+    A count between the two (an invalid point, or one not measured) is neither: the SLO's edge lies in
+    [held, failed), known exactly only where they are adjacent."""
+
+    held: Point | None
+    failed: Point | None
+
+    @property
+    def bound(self) -> bool:
+        """The score is not a measured value: never crossed, or crossed with unmeasured counts between."""
+        low = self.held.agents if self.held else 0
+        return self.failed is None or self.failed.agents > low + 1
+
+
+def slo_edge(points: Sequence[Point], slo: Slo) -> Edge | None:
+    """The SLO's edge on the valid points (the curve taken as monotone: the first failure ends it); None
+    when no point is valid."""
+    ordered = sorted(measured(points), key=lambda p: p.agents)
+    if not ordered:
+        return None
+    held: Point | None = None
+    for point in ordered:
+        if not holds(point, slo):
+            return Edge(held, point)
+        held = point
+    return Edge(held, None)
+
+
 def score(points: Sequence[Point], slo: Slo) -> Score:
     """The largest agent count that held the SLO (below the smallest one that did not: the curve is
     taken as monotone), single-agent speed, and throughput per GPU at the largest count."""
-    ordered = sorted(measured(points), key=lambda p: p.agents)
-    best: Point | None = None
-    for point in ordered:
-        if not holds(point, slo):
-            break
-        best = point
-    single = next((p for p in ordered if p.agents == 1), None)
+    edge = slo_edge(points, slo)
+    best = edge.held if edge else None
+    single = next((p for p in measured(points) if p.agents == 1), None)
     return Score(max_agents=best.agents if best else 0,
                  single_agent_tps=single.agent_tps.mean if single and single.agent_tps.count else 0.0,
                  output_tps_per_gpu_at_slo=best.output_tps_per_gpu if best else None)
@@ -177,6 +217,8 @@ def inconsistency(result: BenchResult) -> tuple[str, str] | None:
                             result.client.busy_limit, point.server_late_s)
         for name in HEADLINE:
             have, want = getattr(point, name), getattr(again, name)
+            if name == "invalid":  # whether it is valid is recomputed; the words of why are an earlier release's
+                have, want = have is not None, want is not None
             if isinstance(have, Dist) and isinstance(want, Dist):
                 have, want = have.model_dump(), want.model_dump()
             if not _close(have, want):

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from stackpin.bench.result import Point
+from stackpin.bench.result import Point, Request
 
 SKIP = 0.25  # the share of the point's duration left out at its start
 
@@ -46,3 +46,16 @@ def steady(point: Point, duration_s: float, skip: float = SKIP) -> Steady:
             seconds[r.agent] += overlap
     rates = [tokens[a] / seconds[a] for a in seconds if seconds[a] > 0]
     return Steady(total / (hi - lo) if hi > lo else 0.0, sum(rates) / len(rates) if rates else 0.0)
+
+
+def steady_requests(point: Point, skip: float = SKIP) -> list[Request]:
+    """The point's requests that are evidence of its steady state: completed without error, with a first
+    token and an answer, the first token past the first `skip` of the point's span (first request sent to
+    last answer done: its cold start left out)."""
+    if not point.request_log:
+        return []
+    t0 = min(r.start_s for r in point.request_log)
+    t1 = max(r.end_s if r.end_s is not None else r.start_s for r in point.request_log)
+    lo = t0 + skip * (t1 - t0)
+    return [r for r in point.request_log if not r.error and r.ttft_s is not None and r.end_s is not None
+            and r.output_tokens > 0 and r.start_s + r.ttft_s >= lo]

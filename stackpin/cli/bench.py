@@ -241,9 +241,9 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
 
 
 def _read(paths: tuple[str, ...]) -> list[BenchResult]:
-    from stackpin.bench.resultfile import read_result
+    from stackpin.bench.resultfile import read_evidence
 
-    return [read_result(Path(p)) for p in paths]
+    return [read_evidence(Path(p)) for p in paths]
 
 
 @bench.command("compare")
@@ -258,7 +258,8 @@ def _read(paths: tuple[str, ...]) -> list[BenchResult]:
 @click.option("--resamples", type=click.IntRange(min=100, max=100_000), default=2000, show_default=True,
               help="Bootstrap resamples (at most 100,000: each costs a pass over every sample).")
 @click.option("--force", is_flag=True, help="Compare even when trace, model build, precision or SLO differ.")
-@click.option("--exit-code", is_flag=True, help="Exit 1 when a headline regressed.")
+@click.option("--exit-code", is_flag=True, help="Exit 1 on a regression, 3 when the evidence is inconclusive (0: no "
+              "significant change or an improvement).")
 @OUTPUT
 @user_errors
 def compare(results: tuple[str, ...], more_a: tuple[str, ...], more_b: tuple[str, ...], threshold_text: str,
@@ -279,8 +280,11 @@ def compare(results: tuple[str, ...], more_a: tuple[str, ...], more_b: tuple[str
     comparison = compare_results(_read(paths_a), _read(paths_b), threshold=threshold(threshold_text), seed=seed,
                                  resamples=resamples, agents=agents, force=force)
     print_comparison(comparison, output)
-    if exit_code and comparison.regressed:
-        sys.exit(1)
+    if exit_code:
+        from stackpin.bench.compare import EXIT_INCONCLUSIVE, Verdict
+
+        verdict = comparison.verdict
+        sys.exit(1 if verdict is Verdict.regression else EXIT_INCONCLUSIVE if verdict is Verdict.inconclusive else 0)
 
 
 @bench.command("attach")
@@ -297,7 +301,7 @@ def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str,
     shows the headline and `stackpin rollback --if-regressed` compares the newest two revisions' results.
     """
     from stackpin.bench.headline import headline
-    from stackpin.bench.resultfile import read_result
+    from stackpin.bench.resultfile import read_evidence
     from stackpin.errors import StackpinError
     from stackpin.history.attachments import attach as attach_record
     from stackpin.history.store import HistoryStore
@@ -305,7 +309,7 @@ def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str,
     store = HistoryStore(Path(history_dir))
     revision = store.query(revision_arg)
     key = revision.deployment
-    result = read_result(Path(result_file))
+    result = read_evidence(Path(result_file))
     if result.stack.digest != revision.stack_digest:
         raise StackpinError(f"{result_file} measured stack {result.stack.name} {result.stack.digest}, but revision "
                             f"{revision.revision} of {key} is {revision.stack} {revision.stack_digest}")

@@ -10,7 +10,7 @@ import click
 from stackpin.cli.common import emit
 
 if TYPE_CHECKING:
-    from stackpin.bench.compare import Comparison
+    from stackpin.bench.compare import Comparison, Estimate
 
 
 def threshold(text: str) -> float:
@@ -29,13 +29,27 @@ def _number(value: float, unit: str) -> str:
     return f"{value:.3f}" if unit == "s" else f"{value:.1f}"
 
 
+def _estimate(estimate: Estimate | None, unit: str) -> str:
+    return "no data" if estimate is None else estimate.text(lambda v: _number(v, unit))
+
+
+def _estimate_data(estimate: Estimate | None) -> dict[str, Any] | None:
+    if estimate is None:
+        return None
+    return {"value": estimate.value, "atLeast": estimate.low, "atMost": estimate.high, "measured": estimate.measured}
+
+
 def comparison_data(comparison: Comparison) -> dict[str, Any]:
     return {"a": list(comparison.a), "b": list(comparison.b), "runs": list(comparison.runs),
             "agents": comparison.agents, "threshold": comparison.threshold, "forced": list(comparison.forced),
-            "gpus": list(comparison.gpus),
-            "verdict": comparison.verdict, "regressed": comparison.regressed,
-            "metrics": [{"name": m.name, "unit": m.unit, "higherIsBetter": m.higher_is_better, "a": m.a, "b": m.b,
-                         "change": m.change, "low": m.low, "high": m.high, "basis": m.basis, "verdict": m.verdict}
+            "gpus": list(comparison.gpus), "verdict": comparison.verdict.value, "regressed": comparison.regressed,
+            "missing": comparison.missing() if comparison.verdict.value == "inconclusive" else [],
+            "leftOut": list(comparison.left_out),
+            "metrics": [{"name": m.name, "unit": m.unit, "higherIsBetter": m.higher_is_better,
+                         "a": m.a.value if m.a else None, "b": m.b.value if m.b else None,
+                         "estimateA": _estimate_data(m.a), "estimateB": _estimate_data(m.b),
+                         "change": m.change, "low": m.low, "high": m.high, "basis": m.basis,
+                         "verdict": m.verdict.value, "why": m.why, "evidence": list(m.evidence)}
                         for m in comparison.metrics]}
 
 
@@ -52,10 +66,17 @@ def print_comparison(comparison: Comparison, output: str) -> None:
     if comparison.forced:
         click.echo(f"warning: compared with --force although {', '.join(comparison.forced)} differ(s)", err=True)
     header = ["METRIC", "A", "B", "CHANGE", "95% CI", "FROM", "VERDICT"]
-    rows = [[m.name, _number(m.a, m.unit), _number(m.b, m.unit), _pct(m.change),
-             "-" if m.low is None else f"[{_pct(m.low)}, {_pct(m.high)}]", m.basis, m.verdict]
+    rows = [[m.name, _estimate(m.a, m.unit), _estimate(m.b, m.unit), _pct(m.change),
+             "-" if m.low is None else f"[{_pct(m.low)}, {_pct(m.high)}]", m.basis, m.verdict.value]
             for m in comparison.metrics]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
-    click.echo(f"verdict: {comparison.verdict} (threshold {comparison.threshold:.0%})")
+    for m in comparison.metrics:
+        if m.verdict.value in ("inconclusive", "regression") or m.basis == "bounds":
+            click.echo(f"  {m.name}: {m.why}")
+    for line in comparison.left_out:
+        click.echo(f"left out (invalid): {line}")
+    click.echo(f"verdict: {comparison.verdict.value} (threshold {comparison.threshold:.0%})")
+    if comparison.verdict.value == "inconclusive" and not comparison.metrics:
+        click.echo(f"  {comparison.missing()[0]}")

@@ -256,6 +256,16 @@ def _regressed(store: HistoryStore, key: DeploymentKey, threshold_text: str,
     if output == "text":
         click.echo(f"revision {check.previous} (A) vs revision {check.newest} (B) of {key}:")
         print_comparison(check.comparison, output)
+    if check.inconclusive:
+        # never a rollback, and never a pass: its own exit code, after the comparison and what it lacks
+        from stackpin.bench.compare import EXIT_INCONCLUSIVE
+
+        click.echo(f"no rollback: revision {check.newest} against revision {check.previous} is inconclusive: "
+                   f"{'; '.join(check.comparison.missing())}", err=True)
+        if output != "text":
+            emit({"deployment": str(key), "comparison": comparison_data(check.comparison), "rolledBack": False},
+                 output)
+        sys.exit(EXIT_INCONCLUSIVE)
     if check.roll_back_to is None:
         click.echo(f"no rollback: revision {check.newest} does not regress against revision {check.previous}",
                    err=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -10,8 +11,9 @@ import click
 from stackpin.cli.common import OUTPUT, emit, file_only, finite, user_errors
 
 if TYPE_CHECKING:
+    from stackpin.bench.compare import Estimate
     from stackpin.plan.aic import AicColumn
-    from stackpin.plan.capacity import Plan, Scenario
+    from stackpin.plan.capacity import Plan, Scenario, StackPlan
 
 
 @click.command("plan")
@@ -105,14 +107,26 @@ def _platform_ratios(answer: Plan) -> list[str]:
         for second in stacks[i + 1:]:
             if first.platform == second.platform:
                 continue
+            from stackpin.bench.compare import ratio_range
+
             a, b = sorted((first, second), key=lambda s: s.current.operating.tps_per_gpu, reverse=True)
-            low, high = (x.current.operating.bound.value == "at-least" for x in (a, b))
-            ratio = a.current.operating.tps_per_gpu / b.current.operating.tps_per_gpu
-            value = "unknown (both are bounds)" if low and high else (
-                (">= " if low else "<= " if high else "") + f"{ratio:.2f}x")
+            # bench compare's bounds arithmetic: the ratios the two (possibly lower-bound) figures allow
+            smallest, largest = ratio_range(_estimate(b), _estimate(a))
+            value = ("unknown (both are bounds)" if smallest == 0 and largest == math.inf
+                     else f"{smallest:.2f}x" if smallest == largest
+                     else f">= {smallest:.2f}x" if largest == math.inf else f"<= {largest:.2f}x")
             lines.append(f"per GPU at {answer.slo.tps:g} tok/s per agent: {a.stack} ({a.platform}) / {b.stack} "
                          f"({b.platform}) = {value}")
     return lines
+
+
+def _estimate(stack: StackPlan) -> Estimate:
+    """A stack's throughput per GPU at the target: measured where the curve crosses it, a lower bound where
+    it still held at the largest count measured."""
+    from stackpin.bench.compare import Estimate
+
+    op = stack.current.operating
+    return Estimate(op.tps_per_gpu, None if op.bound.value == "at-least" else op.tps_per_gpu)
 
 
 def _delta(delta: int, current: Scenario, mature: Scenario) -> str:

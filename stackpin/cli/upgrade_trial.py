@@ -31,7 +31,8 @@ DEFAULT_TRACE_SESSIONS = 32  # the trace a trial generates when none is given (A
 @click.option("--agents", "agents_text", default="1", show_default=True, metavar="N,N,...",
               help="Agent counts to measure, as bench run's (the SLO search adds its own).")
 @click.option("--slo", "slo_text", metavar="tps=T,ttft=S[,percentile=p90]|none",
-              help="As bench run's (default: the current profile's spec.service), the same for both sides.")
+              help="As bench run's, the same for both sides (default: the current profile's spec.service where "
+                   "--agents asks for more than one agent; none for one agent alone, whose curve cannot locate it).")
 @click.option("--threshold", "threshold_text", default="5%", show_default=True,
               help="Smallest relative change that counts as a gain or a regression.")
 @click.option("--duration", "duration_text", metavar="SECONDS", help="As bench run's: per agent count, start no turn "
@@ -70,8 +71,8 @@ def trial(proposal: str, sim: bool, endpoint: str | None, current_endpoint: str 
     the deployment's newest revision in the history, else the current profile's lock; the candidate
     profile is locked into PROPOSAL/candidate.lock.yaml. Both are benched with the same trace, controls
     and SLO, --runs times each, alternating; bench compare's intervals and verdict decide. Writes
-    PROPOSAL/trial.json and PROPOSAL/results/. Exit 0 on gain or no-change, 1 on regression or
-    inconclusive (and when the proposal is blocked).
+    PROPOSAL/trial.json and PROPOSAL/results/. Exit 0 on gain or no-change, 1 on regression (and when the
+    proposal is blocked), 3 when the evidence is inconclusive (it says what is missing).
     """
     from stackpin.bench.binding import parse_agents, parse_seconds
     from stackpin.bench.sessions import read_trace
@@ -115,7 +116,11 @@ def trial(proposal: str, sim: bool, endpoint: str | None, current_endpoint: str 
                                                  hf_cache=hf_cache, hf_endpoint=hf_endpoint),
                         on_note=lambda line: click.echo(line, err=True))
     _print_trial(outcome, output)
-    if outcome.trial.verdict.value not in ("gain", "no-change"):
+    if outcome.trial.verdict.value == "inconclusive":
+        from stackpin.bench.compare import EXIT_INCONCLUSIVE
+
+        sys.exit(EXIT_INCONCLUSIVE)
+    if outcome.trial.verdict.value == "regression":
         sys.exit(1)
 
 
@@ -134,6 +139,8 @@ def _print_trial(outcome: TrialOutcome, output: str) -> None:
     print_comparison(outcome.comparison, "text")
     main = next((m for m in t.metrics if m.name == t.main_metric), None)
     said = f"; {main.name} {main.change:+.1%}" if main is not None and main.change is not None else ""
+    if t.verdict.value == "inconclusive":
+        said = "; " + "; ".join(outcome.comparison.missing())
     click.echo(f"trial: {t.verdict.value}{said}")
     click.echo(f"wrote {outcome.path}", err=True)
 
@@ -142,6 +149,9 @@ def _print_trial(outcome: TrialOutcome, output: str) -> None:
 @click.argument("proposal", metavar="PROPOSAL")
 @click.option("--allow-no-change", is_flag=True, help="Promote a candidate whose trial found no significant change "
               "(refused otherwise: only a gain is promoted).")
+@click.option("--threshold", "threshold_text", default="5%", show_default=True,
+              help="The smallest relative change that counts, as the trial's --threshold: the verdict is recomputed "
+                   "from the trial's results at it and must agree with the trial's.")
 @click.option("-m", "--message", help="Why: kept in the revision (default: the upgrade, the trial's verdict and its "
               "main headline).")
 @HISTORY
@@ -151,21 +161,23 @@ def _print_trial(outcome: TrialOutcome, output: str) -> None:
               help="Sign the revision, as stackpin promote's.  [default: $STACKPIN_SIGNING_KEY]")
 @OUTPUT
 @user_errors
-def promote(proposal: str, allow_no_change: bool, message: str | None, history_dir: str, deployments_dir: str,
-            signing_key: str | None, output: str) -> None:
+def promote(proposal: str, allow_no_change: bool, threshold_text: str, message: str | None, history_dir: str,
+            deployments_dir: str, signing_key: str | None, output: str) -> None:
     """Record PROPOSAL's trialled candidate as the next revision of its deployment, with the trial's results
     attached (kinds bench, upgrade-trial, trial-current-N, trial-candidate-N).
 
-    Refused (exit 1, nothing written) unless the trial's verdict is gain (or no-change with
-    --allow-no-change), proposal.json and candidate.lock.yaml are what was trialled, and the deployment's
-    newest revision is still the one benched as current.
+    Refused (exit 1, nothing written) unless the verdict recomputed from the trial's results is gain (or
+    no-change with --allow-no-change) and is the one trial.json records, proposal.json and
+    candidate.lock.yaml are what was trialled, and the deployment's newest revision is still the one benched
+    as current.
     """
+    from stackpin.cli.comparison import threshold
     from stackpin.history.store import HistoryStore
     from stackpin.upgrade.promote import promote_candidate
 
     store = HistoryStore(Path(history_dir), signing_key=Path(signing_key) if signing_key else None)
     promoted = promote_candidate(proposal, store, Path(deployments_dir), allow_no_change=allow_no_change,
-                                 message=message)
+                                 message=message, threshold=threshold(threshold_text))
     recorded, revision = promoted.recorded, promoted.recorded.revision
     attached = [str(p) for p in promoted.attached]
     if output != "text":

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from stackpin.bench.compare import Metric, compare, main_metric, settled_verdict, unsure
+from stackpin.bench.compare import Estimate, Metric, Verdict, compare, main_metric
 from stackpin.bench.controlled import BenchControls, bench_once
 from stackpin.bench.result import BenchResult, result_json
 from stackpin.deploy.source import StackSource
@@ -36,10 +36,12 @@ def gate_controls(gate: BenchGate, lock: StackLock, trace: Path) -> BenchControl
     """The gate's controls for `lock`: its SLO is `gate.slo`, else the lock's profile spec.service (as a
     trial's is). The engine benches both sides alike by pinning the SLO of the stack that ran before
     (`pinned_slo`) when the two stacks' spec.service differ; otherwise `judge` refuses the pair."""
-    from stackpin.bench.binding import parse_agents, parse_seconds, slo_option
+    from stackpin.bench.binding import parse_agents, parse_seconds
+    from stackpin.bench.controlled import compared_slo
     from stackpin.bench.sessions import read_trace
 
-    return BenchControls(trace=read_trace(trace), agents=parse_agents(gate.agents), slo=slo_option(gate.slo, lock),
+    agents = parse_agents(gate.agents)
+    return BenchControls(trace=read_trace(trace), agents=agents, slo=compared_slo(gate.slo, lock, agents),
                          duration_s=gate.duration_seconds, sessions=gate.sessions,
                          lag_limit_s=parse_seconds(gate.lag_limit, "lagLimit"))
 
@@ -47,8 +49,12 @@ def gate_controls(gate: BenchGate, lock: StackLock, trace: Path) -> BenchControl
 def pinned_slo(gate: BenchGate, lock: StackLock) -> BenchGate:
     """`gate` with its SLO written out as `lock`'s spec.service when it names none: give it to `measure`
     for both sides so the new stack is held to the SLO the old one was."""
+    from stackpin.bench.binding import parse_agents
+
     if gate.slo is not None:
         return gate
+    if set(parse_agents(gate.agents)) == {1}:
+        return gate.model_copy(update={"slo": "none"})  # one agent alone cannot locate it (compared_slo)
     service = lock.stack_profile.spec.service
     return gate.model_copy(update={"slo": f"tps={float(service.per_agent_tok_s):g},"
                                           f"ttft={float(service.ttft_seconds):g}s"})
@@ -122,56 +128,41 @@ def _run(endpoint: str, source: StackSource, controls: BenchControls, which: str
 
 
 def judge(before: Sequence[Path], after: Sequence[Path], threshold: float) -> GateResult:
-    """pass on a gain or no significant change, fail on a regression; inconclusive when bench compare cannot
-    tell (an interval reaching past the threshold, no headline both sides measured) or when a run is no
-    measurement (a client or host that could not keep up). Results measured under different controls
-    (trace, model, SLO) raise bench compare's ControlsDiffer."""
-    from stackpin.bench.resultfile import read_result
+    """bench compare's verdict (bench.compare.decide) as the gate's: pass on a gain or no significant change,
+    fail on a regression, inconclusive when the evidence cannot decide (then the summary says what is
+    missing). Results measured under different controls (trace, model, SLO) raise ControlsDiffer; one
+    without its request logs is refused."""
+    from stackpin.bench.resultfile import read_evidence
 
     if not before or not after:
         raise StackpinError("bench gate: judging needs at least one result of each stack")
-    a, b = [read_result(p) for p in before], [read_result(p) for p in after]
+    a, b = [read_evidence(p) for p in before], [read_evidence(p) for p in after]
     comparison = compare(a, b, threshold=threshold)
-    settled = settled_verdict(comparison)
-    invalid = next(((p, why) for p, r in zip([*before, *after], [*a, *b], strict=True)
-                    if (why := _not_a_measurement(r)) is not None), None)
+    decided = comparison.verdict
     main = main_metric(comparison)
-    if settled == "regression" and (main is None or main.verdict != "regression"):
-        # a failed gate is summed up by what regressed, not by a headline that held
-        main = next(m for m in comparison.metrics if m.verdict == "regression")
-    elif settled == "inconclusive" and (unsure_one := next((m for m in comparison.metrics
-                                                            if unsure(m, threshold)), None)):
-        main = unsure_one  # and an inconclusive one by the headline the runs could not settle
     runs = f"{len(a)} runs" if len(a) == len(b) else f"{len(a)}+{len(b)} runs"
     simulated = ", simulated" if any(r.simulation is not None for r in [*a, *b]) else ""
     summary = f"{_change(main)} ({runs}{simulated})" if main else f"no headline measured on both sides ({runs}" \
                                                                       f"{simulated})"
-    verdict: Literal["pass", "fail", "inconclusive"]
-    if invalid is not None:
-        verdict, summary = "inconclusive", f"{summary}; {invalid[0].name} is no measurement: {invalid[1]}"
-    elif settled == "regression":
+    verdict: Literal["pass", "fail", "inconclusive"] = "pass"
+    if decided is Verdict.regression:
         verdict = "fail"
-    elif settled == "inconclusive":
+    elif decided is Verdict.inconclusive:
         verdict = "inconclusive"
-        if main is not None:
-            summary += f"; the interval reaches past the {threshold * 100:g}% threshold on the worse side"
-    else:
-        verdict = "pass"
+    if decided is Verdict.inconclusive:
+        summary += "; " + "; ".join(comparison.missing())
     return GateResult(verdict, " ".join(summary.split()), tuple(map(str, before)), tuple(map(str, after)))
 
 
-def _not_a_measurement(result: BenchResult) -> str | None:
-    """Why a run's numbers are not the stack's (the client or its host could not keep up), or None."""
-    if result.client.saturated:
-        return result.client.note or "the client could not keep up"
-    return next((f"{p.agents} agents: {p.invalid}" for p in result.points if p.invalid is not None), None)
-
-
 def _change(metric: Metric) -> str:
-    change = "n/a" if metric.change is None else f"{metric.change:+.1%}"
+    if metric.change is None:  # bounds, or no evidence on a side: the estimates, no percentage
+        def text(e: Estimate | None) -> str:
+            return "no data" if e is None else e.text(lambda v: f"{v:.3g}")
+
+        return f"{metric.name} {text(metric.a)} -> {text(metric.b)}"
     interval = f" [{metric.low:+.1%}, {metric.high:+.1%}]" if metric.low is not None and metric.high is not None \
         else ""
-    return f"{metric.name} {change}{interval}"
+    return f"{metric.name} {metric.change:+.1%}{interval}"
 
 
 def _headline(result: BenchResult) -> str:

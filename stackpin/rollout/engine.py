@@ -46,9 +46,10 @@ class Halt(Exception):
 
 
 class RackFailed(Exception):
-    def __init__(self, rack: str, reason: str) -> None:
+    def __init__(self, rack: str, reason: str, inconclusive: bool = False) -> None:
         super().__init__(reason)
-        self.rack, self.reason = rack, reason
+        # inconclusive: the evidence could not decide; never a rollback, the rollout pauses whatever onFailure says
+        self.rack, self.reason, self.inconclusive = rack, reason, inconclusive
 
 
 @dataclass(frozen=True)
@@ -277,7 +278,8 @@ class Engine:
         self.rack_update(canary.name, gate=gate)
         self.note(canary.name, f"bench gate {gate.verdict}: {gate.summary}")
         if gate.verdict != "pass":
-            raise RackFailed(canary.name, f"bench gate {gate.verdict}: {gate.summary}")
+            raise RackFailed(canary.name, f"bench gate {gate.verdict}: {gate.summary}",
+                             inconclusive=gate.verdict == "inconclusive")
         self.rack_update(canary.name, step=Step.gated)
 
     def measure(self, rack: Rack, lock: StackLock, label: str) -> tuple[str, ...]:
@@ -315,7 +317,7 @@ class Engine:
     def failed(self, exc: RackFailed) -> None:
         entry = self.record.rack(exc.rack)
         messages = entry.messages if entry.messages[-1:] == (exc.reason,) else (*entry.messages, exc.reason)
-        if self.fleet.fleet.spec.on_failure == OnFailure.pause:
+        if self.fleet.fleet.spec.on_failure == OnFailure.pause or exc.inconclusive:
             self.rack_update(exc.rack, messages=messages)
             self.save(self.record.with_state(State.paused, f"rack {exc.rack}: {exc.reason}; resume to retry the "
                                              "step, or abort"))

@@ -111,6 +111,7 @@ class MetricVerdict(_Model):
     low: float | None  # confidence interval of the change
     high: float | None
     verdict: Verdict
+    why: str = ""  # what decided it, or what evidence it lacks (bench compare's words)
 
 
 class Trial(_Model):

@@ -17,13 +17,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from stackpin.bench.compare import Comparison, main_metric
 from stackpin.bench.result import BenchResult
 from stackpin.history.record import Recorded
 from stackpin.history.store import HistoryStore
-from stackpin.upgrade.model import PROPOSAL_FILE, Proposal, Trial, Verdict
+from stackpin.upgrade.model import PROPOSAL_FILE, TRIAL_FILE, Proposal, Trial, Verdict
 from stackpin.upgrade.trial import (
     CANDIDATE_LOCK,
+    VERDICTS,
     TrialRefused,
+    judge_results,
     proposal_dir,
     read_proposal,
     read_trial,
@@ -37,21 +40,22 @@ BENCH_KIND = "bench"
 TRIAL_KIND = "upgrade-trial"
 
 
-def default_message(proposal: Proposal, trial: Trial) -> str:
-    """`Upgrade Dynamo 1.6.1 -> 1.7.0 (vLLM ...): trial gain, <main headline> +12.0% [+9.1%, +14.8%]`."""
+def default_message(proposal: Proposal, trial: Trial, comparison: Comparison) -> str:
+    """`Upgrade Dynamo 1.6.1 -> 1.7.0 (vLLM ...): trial gain, <main headline> +12.0% [+9.1%, +14.8%]`, the
+    verdict and headline recomputed from the trial's results (never the words trial.json holds)."""
     pairs = [("Dynamo", proposal.current.dynamo, proposal.candidate.dynamo),
              ("vLLM", proposal.current.vllm, proposal.candidate.vllm),
              ("FlashInfer", proposal.current.flashinfer, proposal.candidate.flashinfer),
              ("NIXL", proposal.current.nixl, proposal.candidate.nixl)]
     changed = [f"{name} {old} -> {new}" for name, old, new in pairs if old != new]
     what = ", ".join(changed) if changed else "the candidate stack (same engine releases)"
-    main = next((m for m in trial.metrics if m.name == trial.main_metric), None)
+    main = main_metric(comparison)
     quoted = ""
     if main is not None and main.change is not None:
         interval = f" [{main.low:+.1%}, {main.high:+.1%}]" if main.low is not None and main.high is not None else ""
         quoted = f", {main.name} {main.change:+.1%}{interval}"
     where = "simulated" if trial.simulated else trial.bed
-    return f"Upgrade {what}: trial {trial.verdict.value}{quoted} ({trial.runs} runs, {where})"
+    return f"Upgrade {what}: trial {VERDICTS[comparison.verdict].value}{quoted} ({trial.runs} runs, {where})"
 
 
 @dataclass(frozen=True)
@@ -61,9 +65,11 @@ class Promoted:
 
 
 def promote_candidate(arg: str, store: HistoryStore, deployments: Path, *, allow_no_change: bool = False,
-                      message: str | None = None, env: Mapping[str, str] | None = None) -> Promoted:
+                      message: str | None = None, env: Mapping[str, str] | None = None,
+                      threshold: float = 0.05) -> Promoted:
     """Record the proposal's candidate lock as the next revision of its deployment, with the trial's
-    results attached; refused (TrialRefused, exit 1, nothing written) unless the trial allows it."""
+    results attached; refused (TrialRefused, exit 1, nothing written) unless the verdict recomputed from the
+    trial's results at `threshold` allows it and agrees with the one trial.json records."""
     from stackpin.history.attachments import attach_held
     from stackpin.history.model import Revision
     from stackpin.history.record import promote
@@ -73,11 +79,6 @@ def promote_candidate(arg: str, store: HistoryStore, deployments: Path, *, allow
     proposal, raw = read_proposal(directory)
     trialable(proposal, directory, "promote")  # a blocked proposal says so, not "run the trial first"
     trial = read_trial(directory)
-    allowed = {Verdict.gain} | ({Verdict.no_change} if allow_no_change else set())
-    if trial.verdict not in allowed:
-        hint = " (--allow-no-change records a candidate that measured the same)" \
-            if trial.verdict == Verdict.no_change else ""
-        raise TrialRefused(f"{directory}: the trial's verdict is {trial.verdict.value}: not promoted{hint}")
     if sha256_hex(raw) != trial.proposal_sha256:
         raise TrialRefused(f"{directory / PROPOSAL_FILE} changed since the trial (sha256 {sha256_hex(raw)[:12]}, "
                            f"trialled {trial.proposal_sha256[:12]}): not promoted; trial it again")
@@ -88,12 +89,28 @@ def promote_candidate(arg: str, store: HistoryStore, deployments: Path, *, allow
                            f"{trial.candidate_digest}: not promoted; trial it again")
     results = {"current": _results(trial.current_results, trial.current_digest),
                "candidate": _results(trial.candidate_results, trial.candidate_digest)}
-    if not results["candidate"]:
-        raise TrialRefused(f"{directory}: the trial names no candidate result: not promoted")
+    if not results["candidate"] or not results["current"]:
+        raise TrialRefused(f"{directory}: the trial names no {'candidate' if not results['candidate'] else 'current'} "
+                           "result: not promoted")
+    # The verdict is recomputed from the results, at this command's threshold, never read from trial.json.
+    comparison = judge_results([r for r, _ in results["current"]], [r for r, _ in results["candidate"]], threshold)
+    verdict = VERDICTS[comparison.verdict]
+    if verdict != trial.verdict or trial.threshold != threshold:
+        at = f"at the {threshold:.0%} threshold" + (f" (the trial's was {trial.threshold:.0%}: --threshold "
+                                                     f"{trial.threshold:.0%} judges as it did)"
+                                                     if trial.threshold != threshold else "")
+        if verdict != trial.verdict:
+            raise TrialRefused(f"{directory / TRIAL_FILE} says {trial.verdict.value}, but its results give "
+                               f"{verdict.value} {at}: not promoted; trial it again")
+    allowed = {Verdict.gain} | ({Verdict.no_change} if allow_no_change else set())
+    if verdict not in allowed:
+        hint = " (--allow-no-change records a candidate that measured the same)" if verdict == Verdict.no_change \
+            else "; " + "; ".join(comparison.missing()) if verdict == Verdict.inconclusive else ""
+        raise TrialRefused(f"{directory}: the trial's results give {verdict.value}: not promoted{hint}")
     attachments = [(BENCH_KIND, results["candidate"][0][1]), (TRIAL_KIND, (directory / "trial.json").read_text(
         encoding="utf-8"))] + [(f"trial-{side}-{n}", text) for side, texts in results.items()
                                for n, (_, text) in enumerate(texts, 1)]
-    text = message if message is not None else default_message(proposal, trial)
+    text = message if message is not None else default_message(proposal, trial, comparison)
 
     def still_current(revision: Revision) -> None:
         benched = trial.current_revision or 0  # 0: the history had no revision; the lockfile was benched
@@ -123,12 +140,13 @@ def promote_candidate(arg: str, store: HistoryStore, deployments: Path, *, allow
 
 
 def _results(paths: list[str], digest: str) -> list[tuple[BenchResult, str]]:
-    """Each result the trial names, read back (an edited figure is caught) and of the stack it says."""
-    from stackpin.bench.resultfile import read_result
+    """Each result the trial names, read back with its request logs (an edited figure is caught) and of the
+    stack it says."""
+    from stackpin.bench.resultfile import read_evidence
 
     out = []
     for name in paths:
-        result = read_result(Path(name))
+        result = read_evidence(Path(name))
         if result.stack.digest != digest:
             raise TrialRefused(f"{name} measured stack {result.stack.digest}, not the trial's {digest}: not promoted")
         out.append((result, Path(name).read_text(encoding="utf-8")))

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from stackpin.bench.compare import Comparison, Metric, compare, main_metric, settled_verdict, unsure
+from stackpin.bench.compare import Comparison, compare, main_metric
+from stackpin.bench.compare import Verdict as Decision
 from stackpin.bench.controlled import BenchControls, bench_once
 from stackpin.bench.result import BenchResult, result_json
 from stackpin.deploy.source import StackSource
@@ -32,9 +33,8 @@ from stackpin.yamlio import MAX_INPUT_BYTES, read_regular, write_atomic
 CANDIDATE_LOCK = "candidate.lock.yaml"
 RESULTS_DIR = "results"
 # bench compare's verdicts, as a trial names them
-VERDICTS = {"regression": Verdict.regression, "improvement": Verdict.gain, "no significant change": Verdict.no_change,
-            "inconclusive": Verdict.inconclusive}
-
+VERDICTS = {Decision.regression: Verdict.regression, Decision.improvement: Verdict.gain,
+            Decision.no_change: Verdict.no_change, Decision.inconclusive: Verdict.inconclusive}
 
 class TrialRefused(StackpinError):
     """The proposal cannot be trialled or promoted as it stands (blocked, edited, overtaken): exit 1."""
@@ -137,17 +137,19 @@ def lock_candidate(proposal: Proposal, directory: Path, lockdir: Path, options: 
 
 
 def trial_verdict(comparison: Comparison) -> tuple[Verdict, list[MetricVerdict], str | None]:
-    """compare's verdict as the trial's (bench.compare.settled_verdict), each headline's, and the main
-    headline. A headline with no significant change whose interval still reaches past the threshold on the worse side is
-    inconclusive, and so is the trial then, short of a regression; so is a trial with no headline both
-    sides measured."""
-    def verdict_of(m: Metric) -> Verdict:
-        return Verdict.inconclusive if unsure(m, comparison.threshold) else VERDICTS[m.verdict]
-
-    metrics = [MetricVerdict(name=m.name, unit=m.unit, current=m.a, candidate=m.b, change=m.change, low=m.low,
-                             high=m.high, verdict=verdict_of(m)) for m in comparison.metrics]
+    """compare's verdict (bench.compare.decide) as the trial's, each headline's, and the headline the trial
+    is summed up by."""
+    metrics = [MetricVerdict(name=m.name, unit=m.unit, current=m.a.value if m.a else None,
+                             candidate=m.b.value if m.b else None, change=m.change, low=m.low, high=m.high,
+                             verdict=VERDICTS[m.verdict], why=m.why) for m in comparison.metrics]
     main = main_metric(comparison)
-    return VERDICTS[settled_verdict(comparison)], metrics, main.name if main else None
+    return VERDICTS[comparison.verdict], metrics, main.name if main else None
+
+
+def judge_results(current: list[BenchResult], candidate: list[BenchResult], threshold: float) -> Comparison:
+    """The trial's comparison: the current stack's runs (A) against the candidate's (B); what run_trial
+    records and what promote recomputes from the same files."""
+    return compare(current, candidate, threshold=threshold)
 
 
 def run_trial(arg: str, bed: Bed, controls: BenchControls, trace_name: str, *, slo_text: str | None = None,
@@ -156,7 +158,7 @@ def run_trial(arg: str, bed: Bed, controls: BenchControls, trace_name: str, *, s
               on_note: Callable[[str], None] | None = None) -> TrialOutcome:
     """Lock the candidate, bench both sides `runs` times, compare, write trial.json and results/. The SLO
     is `slo_text` as bench run reads it (absent: the current profile's spec.service), one for both sides."""
-    from stackpin.bench.binding import slo_option
+    from stackpin.bench.controlled import compared_slo
 
     directory = proposal_dir(arg)
     proposal, raw = read_proposal(directory)
@@ -165,7 +167,7 @@ def run_trial(arg: str, bed: Bed, controls: BenchControls, trace_name: str, *, s
     # A trial that stops half way must not leave an earlier trial's verdict beside its own results.
     (directory / TRIAL_FILE).unlink(missing_ok=True)
     current = current_source(proposal, lockdir, history)
-    controls = replace(controls, slo=slo_option(slo_text, current.lock))
+    controls = replace(controls, slo=compared_slo(slo_text, current.lock, controls.agents))
     candidate_path, candidate_lock = lock_candidate(proposal, directory, lockdir, lock_options, note)
     candidate = StackSource(candidate_lock, origin=str(candidate_path))
     results = directory / RESULTS_DIR
@@ -190,8 +192,8 @@ def run_trial(arg: str, bed: Bed, controls: BenchControls, trace_name: str, *, s
                     note(f"run {run}/{runs} {side}: {_headline(result)} ({path})")
     finally:
         signal.signal(signal.SIGINT, original)
-    comparison = compare([r for _, r in measured["current"]], [r for _, r in measured["candidate"]],
-                         threshold=threshold)
+    comparison = judge_results([r for _, r in measured["current"]], [r for _, r in measured["candidate"]],
+                               threshold)
     verdict, metrics, main = trial_verdict(comparison)
     simulated = all(r.simulation is not None for side in measured.values() for _, r in side)
     trial = Trial(
