@@ -32,7 +32,7 @@ from stackpin.bench.binding import stack_ref
 from stackpin.bench.gaps import rescaled
 from stackpin.bench.result import BenchResult, ClientInfo, Point, Request, Shard, Simulation, Slo, controls_fingerprint
 from stackpin.bench.sessions import Context, Trace, agent_sessions, default_sessions_per_agent
-from stackpin.bench.stats import build_point, measured, next_search, score
+from stackpin.bench.stats import HOST_SHARE_LIMIT, build_point, measured, next_search, score
 from stackpin.bench.stream import Connection, Endpoint
 from stackpin.bench.words import Vocabulary
 from stackpin.deploy.source import StackSource
@@ -61,6 +61,7 @@ class RunOptions:
     busy_limit: float = 0.9  # ... or whose busiest client process is this busy
     search_resolution: float = 0.0  # the SLO search stops when its bracket is this fraction of the count met
     retries: int = 1  # an invalid point is measured again up to this many times; the last one is kept
+    host_share_limit: float = HOST_SHARE_LIMIT  # simulator lateness per step / median TTFT making a point invalid
 
 
 # One finished request as a worker sends it back: agent, session, turn, start, first token, last
@@ -296,12 +297,14 @@ class _Run:
         busy = max([0.0, *(s.cpu_s / s.wall_s for s in shares if s.wall_s > 0)])
         lags = sorted(lag for s in shares for lag in s.lags)
         lag = lags[int(0.99 * (len(lags) - 1))] if lags else 0.0
+        lag_mean = sum(lags) / len(lags) if lags else 0.0
         self.busy, self.lag_p99 = max(self.busy, busy), max(self.lag_p99, lag)
         self.server_late = max(self.server_late, server_late or 0.0)
         return build_point(agents, duration, requests, self.gpus, self.options.slo, searched,
                            busy=round(busy, 3), lag_s=round(lag * speed, 6), lag_limit_s=self.options.lag_limit_s,
                            busy_limit=self.options.busy_limit,
-                           server_late_s=round(server_late, 6) if server_late is not None else None)
+                           server_late_s=round(server_late, 6) if server_late is not None else None,
+                           host_share_limit=self.options.host_share_limit, lag_mean_s=round(lag_mean * speed, 6))
 
 
 @dataclass(frozen=True)
@@ -459,6 +462,8 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
         note = (f"simulator behind its clock: up to {run.server_late * 1000:.1f} ms per step of the stack's time, "
                 f"past --lag-limit {options.lag_limit_s * 1000:g} ms (a busy host: serve it at a lower --speed, "
                 "or measure fewer agents)")
+    elif invalid := [p for p in points if p.invalid is not None]:
+        note = "; ".join(f"{p.agents} agents invalid: {p.invalid}" for p in invalid)
     return BenchResult(
         stack=stack, controls=controls, fingerprint=controls_fingerprint(controls), endpoint=options.endpoint,
         started=started.strftime("%Y-%m-%dT%H:%M:%SZ"), finished=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -466,7 +471,8 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
         client=ClientInfo(workers=options.workers, cpu_seconds=round(run.cpu_s, 3), saturated=saturated, note=note,
                           busy_fraction=round(run.busy, 3), loop_lag_p99_s=round(run.lag_p99, 6),
                           tokenizer=options.vocabulary.source if options.vocabulary else None,
-                          lag_limit_s=options.lag_limit_s, busy_limit=options.busy_limit),
+                          lag_limit_s=options.lag_limit_s, busy_limit=options.busy_limit,
+                          host_share_limit=options.host_share_limit),
         simulation=simulation, points=tuple(points),
         # No valid point, no score: a score of nothing measured would read as a measured zero.
         score=score(points, options.slo) if options.slo and options.pods == 1 and measured(points) else None,
