@@ -209,7 +209,7 @@ def test_the_results_table_says_where_the_client_was_saturated(tmp_path: Path) -
 
 
 def test_the_report_counts_valid_points_only_and_lists_the_invalid_ones_with_their_cause(tmp_path: Path) -> None:
-    from tests.test_chart_evidence import with_invalid
+    from tests.busyhost import with_invalid
 
     store = HistoryStore(HISTORY)
     key = store.resolve(DEPLOYMENT)

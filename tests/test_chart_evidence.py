@@ -11,32 +11,18 @@ from typing import Any
 
 import pytest
 
-from stackpin.bench.result import BenchResult, Slo
-from stackpin.bench.stats import build_point
+from stackpin.bench.result import Slo
 from stackpin.plan.capacity import make_plan
 from stackpin.plan.chart import plan_chart, plan_figure
 from stackpin.plan.figure import INVALID, Labeller, new_figure
 from stackpin.report.curves import MAX_CURVES, curve_chart, curve_figure, result_label
 from stackpin.report.summary import summarise
 from tests import benchdata
+from tests.busyhost import busy_host, with_invalid
 
 pytest.importorskip("matplotlib")
 
 SLO = Slo(tps=80, ttft_s=10)
-
-
-def with_invalid(result: BenchResult, agents: set[int]) -> BenchResult:
-    """The same result with the points at `agents` measured by a saturated client: marked invalid as a run
-    marks them (build_point), their figures still in the file, so it reads back verified."""
-    points = tuple(build_point(p.agents, p.duration_s, p.request_log, result.stack.gpus, result.controls.slo,
-                               busy=0.97) if p.agents in agents else p for p in result.points)
-    return result.model_copy(update={"points": points})
-
-
-def busy_host() -> list[BenchResult]:
-    """The issue's busy host: most points invalid, one stack left with a single valid point."""
-    return [with_invalid(benchdata.launch(), {32, 128, 512, 2048}),
-            with_invalid(benchdata.tuned(), {8, 32, 128, 512, 2048}), with_invalid(benchdata.rubin(), {32})]
 
 
 def texts(figure: Any) -> list[Any]:
@@ -87,6 +73,11 @@ def test_invalid_points_are_hollow_xs_where_measured_and_labelled() -> None:
             said = [t for t in ax.texts if t.get_text() == f"{point.agents} invalid" and
                     tuple(t.xy) == pytest.approx((speed, point.output_tps_per_gpu))]
             assert len(said) == 1
+            at = (point.agents / result.stack.gpus, point.ttft_s.p90)  # and beside it, on TTFT against load
+            assert [line for line in tx.lines if line.get_marker() == INVALID and
+                    tuple(line.get_xydata()[0]) == pytest.approx(at)]
+            assert [t for t in tx.texts
+                    if t.get_text() == f"{point.agents} invalid" and tuple(t.xy) == pytest.approx(at)]
             # Off the line: the curve joins valid points only.
             curve = [line for line in ax.lines if line.get_marker() in ("None", "", None) and len(line.get_xdata()) > 1]
             assert all(speed not in list(line.get_xdata()) for line in curve)
@@ -101,7 +92,10 @@ def test_a_stack_with_one_valid_point_is_drawn_and_explained() -> None:
     tuned = next(e for e in entries if e.startswith("gb300-tuned"))
     assert "1 of 6 points valid" in tuned and "one valid point: no line" in tuned
     assert "2 of 6 points valid" in next(e for e in entries if e.startswith("gb300-launch"))
-    assert "1: the only valid point" in [t.get_text() for t in figure.axes[0].texts]
+    said = [t.get_text() for t in figure.axes[0].texts]
+    assert "1: the only valid point" in said
+    assert ">= 1 agents: a bound (crossing past invalid 8, ..., 2048)" in said
+    assert "left out" not in figure.get_suptitle()  # no label went missing for room
 
 
 def test_bounds_and_the_slo_edge_are_marked() -> None:

@@ -251,9 +251,13 @@ class Labeller:
             width, height = extent.width, extent.height
             ax_, ay_ = ax.transData.transform((label.x, label.y))
             # A label that must be read looks further out before it gives up.
+            # Clear of lines and with a clear leader first; then across a line; a label that must be read
+            # then takes a leader line across others rather than go missing.
             radii = _RADII + (_FAR if label.priority == 0 else ())
             spot = _free_spot(ax_, ay_, width, height, inside, taken, radii, segments) or \
-                _free_spot(ax_, ay_, width, height, inside, taken, radii, ())
+                _free_spot(ax_, ay_, width, height, inside, taken, radii, ()) or \
+                (_free_spot(ax_, ay_, width, height, inside, taken, radii, (), clear_leader=False)
+                 if label.priority == 0 else None)
             if spot is None:
                 self.dropped += 1
                 continue
@@ -270,13 +274,13 @@ class Labeller:
 
 
 _RADII = (5.0, 11.0, 20.0, 32.0, 46.0, 62.0)  # pixels from the point
-_FAR = (85.0, 110.0, 140.0, 180.0)
+_FAR = (85.0, 110.0, 140.0, 180.0, 230.0, 290.0, 360.0)
 _DIRECTIONS = ((1, 1), (-1, 1), (1, -1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1))
 
 
 def _free_spot(x: float, y: float, width: float, height: float, inside: Bbox, taken: Sequence[Bbox],
-               radii: Sequence[float], segments: Sequence[tuple[float, float, float, float]]
-               ) -> tuple[float, float, float] | None:
+               radii: Sequence[float], segments: Sequence[tuple[float, float, float, float]],
+               clear_leader: bool = True) -> tuple[float, float, float] | None:
     """(left, bottom, radius) of the first box of `width` x `height` around (x, y) that lies inside
     `inside`, overlaps nothing `taken` and crosses none of `segments`."""
     from matplotlib.transforms import Bbox
@@ -291,8 +295,8 @@ def _free_spot(x: float, y: float, width: float, height: float, inside: Bbox, ta
                     or any(_crosses(box, *segment) for segment in segments):
                 continue
             # A far label's leader line must not run through another label or marker either.
-            if radius > _RADII[1] and any(_crosses(other, x, y, *_centre(box)) for other in taken
-                                          if not other.contains(x, y)):
+            if clear_leader and radius > _RADII[1] and any(_crosses(other, x, y, *_centre(box)) for other in taken
+                                                           if not other.contains(x, y)):
                 continue
             return left, bottom, radius
     return None
