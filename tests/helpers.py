@@ -162,3 +162,22 @@ def serve_http(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+@contextmanager
+def cpu_burners(count: int | None = None) -> Iterator[None]:
+    """`count` processes (default: one a core) spinning beside the block, as `yes > /dev/null &` on each core
+    would: the busy host issue 34 found decisions going wrong on. Killed on the way out, whatever happens."""
+    import os
+    import subprocess
+    import sys
+
+    processes = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                 for _ in range(count or os.cpu_count() or 1)]
+    try:
+        yield
+    finally:
+        for process in processes:
+            process.kill()
+        for process in processes:
+            process.wait()

@@ -38,7 +38,7 @@ SLO = Slo(tps=50, ttft_s=2.0)
 
 def make_result(lock_path: Path, tps: float, ttft: float, seed: int, slo: Slo | None = SLO,
                 trace_digest: str = "sha256:" + "a" * 64, agents: tuple[int, ...] = (1, 4, 5),
-                gpus: int = 72, fail_from: int | None = 5, requests: int = 120) -> BenchResult:
+                gpus: int = 72, fail_from: int | None = 5, requests: int = 160) -> BenchResult:
     """Per-request speeds ~ N(tps, 5%) and TTFTs ~ N(ttft, 5%), `requests` an agent count, each agent's
     turns back to back; from `fail_from` agents on, TTFT is 5x (past SLO's 2 s for a TTFT of 0.5 s): the
     curve crosses the SLO between two adjacent counts, so its edge is measured, not a bound."""

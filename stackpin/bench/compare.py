@@ -16,7 +16,11 @@ What a headline is compared on:
   Otherwise it is censored: a lower bound (never crossed) or a bracket (crossed past a gap). Bounds decide
   only what they decide: a measured value below the other side's lower bound is a regression; two lower
   bounds are inconclusive. No percentage or interval is given for a censored headline.
-- A headline needs MIN_REQUESTS valid requests in the steady window on each side, or it is inconclusive.
+- A headline needs MIN_REQUESTS valid requests in the steady window on each side (a percentile one
+  MIN_TAIL_REQUESTS), or it is inconclusive.
+- A headline timed from timestamps (single-agent speed, TTFT) is known only to within how late the host
+  let them be (`late_bound`: the client's loop lag p99 plus the simulator's lateness per step): a verdict
+  stands only where it holds for every value that leaves possible on both sides.
 
 The interval of a measured headline comes from repeated runs when each side has two or more
 (resampling runs), otherwise from the samples inside the runs (requests or agents, resampled): a single
@@ -43,6 +47,9 @@ MUST_MATCH = ("trace_digest", "model", "precision", "slo")
 # summed over its runs: under it, a TTFT p90 is the largest of a handful and a bootstrap interval of a few
 # requests says nothing about the next few. docs/bench.md#decisions states it.
 MIN_REQUESTS = 10
+# ... and a percentile headline (TTFT p90) rests on the requests above it: at least MIN_REQUESTS of them, so
+# MIN_REQUESTS / (1 - 0.9) = 100 requests a side (the p90 of 19 is set by its two largest).
+MIN_TAIL_REQUESTS = 100
 # `bench compare --exit-code`, `rollback --if-regressed` and `upgrade trial` exit with this when the evidence
 # cannot decide (0: no regression, 1: regression, 2: bad input).
 EXIT_INCONCLUSIVE = 3
@@ -205,6 +212,29 @@ def _ratio_of_sums(pairs: Sequence[float]) -> float:
     return sum(pairs[0::2]) / seconds if seconds > 0 else 0.0
 
 
+def late_bound(point: Point) -> float:
+    """How late any of the point's timestamps can be, in the stack's time: the client's event-loop lag p99
+    plus stackpin's simulator's lateness per step. A figure timed from the timestamps is known only to
+    within it: the host's share of a change is a bound on it, not a measurement."""
+    return (point.loop_lag_p99_s or 0.0) + (point.server_late_s or 0.0)
+
+
+def _speed_bracket(point: Point) -> Estimate:
+    """Single-agent speed as the host's lateness leaves it known: every request's generating time may be off
+    by up to late_bound either way (its first and last token each stamped late)."""
+    pairs, late = _speed_pairs(point), late_bound(point)
+    tokens, seconds, count = sum(pairs[0::2]), sum(pairs[1::2]), len(pairs) // 2
+    fastest = tokens / max(seconds - count * late, 1e-12)
+    return Estimate(tokens / (seconds + count * late), fastest if late else tokens / seconds)
+
+
+def _ttft_bracket(point: Point) -> Estimate:
+    """TTFT p90 as the host's lateness leaves it known: a first token stamped late by up to late_bound (a
+    late timestamp only ever lengthens a TTFT)."""
+    value = _p90(_ttfts(point))
+    return Estimate(max(0.0, value - late_bound(point)), value)
+
+
 def _ttfts(point: Point) -> list[float]:
     return [r.ttft_s for r in point.request_log if not r.error and r.ttft_s is not None]
 
@@ -224,11 +254,13 @@ def _agent_output_rates(point: Point, gpus: int) -> list[float]:
 @dataclass(frozen=True)
 class _Run:
     """One run's headline: its estimate, the samples a measured one is computed from, the steady
-    requests it rests on."""
+    requests it rests on, and, for one timed from timestamps, what the host's lateness leaves known of it."""
 
     estimate: Estimate
     samples: list[float]
     evidence: int
+    timed: Estimate | None = None
+    late: float = 0.0  # late_bound of its point
 
 
 @dataclass(frozen=True)
@@ -238,7 +270,7 @@ class _Side:
 
 
 def _at_point(results: Sequence[BenchResult], side: str, agents: int, value: Callable[[Point], float],
-              samples: Callable[[Point], list[float]]) -> _Side:
+              samples: Callable[[Point], list[float]], timed: Callable[[Point], Estimate]) -> _Side:
     runs = []
     for n, result in enumerate(results, 1):
         point = _valid(result, agents)
@@ -251,7 +283,7 @@ def _at_point(results: Sequence[BenchResult], side: str, agents: int, value: Cal
         if not drawn:
             return _Side(None, f"{side} has no finished request at {agents} agent(s)")
         v = value(point)
-        runs.append(_Run(Estimate(v, v), drawn, len(steady_requests(point))))
+        runs.append(_Run(Estimate(v, v), drawn, len(steady_requests(point)), timed(point), late_bound(point)))
     return _Side(runs, "")
 
 
@@ -294,6 +326,7 @@ class _Spec:
     statistic: Callable[[Sequence[float]], float] | None  # how a measured run's value follows from its samples
     basis: str  # what the samples are
     asked: Callable[[Sequence[BenchResult]], bool]  # whether any run set out to measure it
+    minimum: int = MIN_REQUESTS  # valid steady requests a side it needs
 
 
 def _has_one_agent(results: Sequence[BenchResult]) -> bool:
@@ -309,7 +342,8 @@ def _specs(agents: int | None, per_gpu: bool) -> list[_Spec]:
     TTFT at the agent count compared (a count --agents asks for must be valid everywhere)."""
     specs = [
         _Spec("single-agent tok/s", "tok/s", True,
-              lambda rs, s: _at_point(rs, s, 1, lambda p: _ratio_of_sums(_speed_pairs(p)), _speed_pairs),
+              lambda rs, s: _at_point(rs, s, 1, lambda p: _ratio_of_sums(_speed_pairs(p)), _speed_pairs,
+                                      _speed_bracket),
               _ratio_of_sums, "requests", _has_one_agent),
         _Spec("max agents per GPU under SLO" if per_gpu else "max agents under SLO",
               "agents/GPU" if per_gpu else "agents", True,
@@ -319,8 +353,9 @@ def _specs(agents: int | None, per_gpu: bool) -> list[_Spec]:
     ]
     if agents is not None and not per_gpu:
         specs.append(_Spec(f"TTFT p90 at {agents} agents", "s", False,
-                           lambda rs, s: _at_point(rs, s, agents, lambda p: _p90(_ttfts(p)), _ttfts), _p90,
-                           "requests", lambda _: True))
+                           lambda rs, s: _at_point(rs, s, agents, lambda p: _p90(_ttfts(p)), _ttfts, _ttft_bracket),
+                           _p90,
+                           "requests", lambda _: True, MIN_TAIL_REQUESTS))
     return specs
 
 
@@ -412,10 +447,10 @@ def _judge(spec: _Spec, side_a: _Side, side_b: _Side, threshold: float, rng: ran
         return Metric(spec.name, spec.unit, spec.higher_is_better, ea, eb, change, low, high, basis, verdict, why,
                       evidence)
 
-    if min(evidence) < MIN_REQUESTS:
+    if min(evidence) < spec.minimum:
         return metric(None, None, None, "-", Verdict.inconclusive,
                       f"too few valid requests in the steady window (A {evidence[0]}, B {evidence[1]}; at least "
-                      f"{MIN_REQUESTS} a side): longer points or more sessions")
+                      f"{spec.minimum} a side): longer points or more sessions")
     if not (ea.measured and eb.measured):
         verdict, why = censored_verdict(ea, eb, spec.higher_is_better, threshold)
         return metric(None, None, None, "bounds", verdict, why)
@@ -446,7 +481,30 @@ def _judge(spec: _Spec, side_a: _Side, side_b: _Side, threshold: float, rng: ran
     if changes and change is not None:
         low, high = _interval(changes)
     verdict, why = _measured_verdict(change, low, high, spec.higher_is_better, threshold, va, vb)
+    timed_a, timed_b = _timed(runs_a), _timed(runs_b)
+    if verdict is not Verdict.inconclusive and timed_a is not None and timed_b is not None:
+        # The host's lateness bounds what the timestamps can show: a verdict stands only where it holds for
+        # every value the late timestamps leave possible on both sides.
+        bounded, _ = censored_verdict(timed_a, timed_b, spec.higher_is_better, threshold)
+        if bounded is not verdict:
+            late = max(r.late for r in [*runs_a, *runs_b])
+            verdict, why = Verdict.inconclusive, (
+                f"{_pct(change) if change is not None else 'the change'} is within what the host's lateness could "
+                f"make of it (timestamps up to {late * 1000:.1f} ms late, A {timed_a.text(_short)}, B "
+                f"{timed_b.text(_short)}): a quieter host, or a simulator's lower --speed")
     return metric(change, low, high, basis, verdict, why)
+
+
+def _timed(runs: list[_Run]) -> Estimate | None:
+    """What the host's lateness leaves known of a side's mean over its runs (None: not timed)."""
+    if any(r.timed is None for r in runs):
+        return None
+    return Estimate(_mean([r.timed.low for r in runs if r.timed]),
+                    _mean([r.timed.high if r.timed.high is not None else math.inf for r in runs if r.timed]))
+
+
+def _short(value: float) -> str:
+    return f"{value:.3g}"
 
 
 def _combined(side: _Side) -> Estimate | None:

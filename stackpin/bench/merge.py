@@ -47,13 +47,11 @@ def merge(parts: Sequence[BenchResult], names: Sequence[str]) -> BenchResult:
         busy = [pt.client_busy for pt in shares if pt.client_busy is not None]
         lags = [pt.loop_lag_p99_s for pt in shares if pt.loop_lag_p99_s is not None]
         late = [pt.server_late_s for pt in shares if pt.server_late_s is not None]
-        mean_lags = [pt.loop_lag_mean_s for pt in shares if pt.loop_lag_mean_s is not None]
         points.append(build_point(agents, max(pt.duration_s for pt in shares), requests, first.stack.gpus, slo,
                                   searched=all(pt.searched for pt in shares), busy=max(busy, default=None),
                                   lag_s=max(lags, default=None), lag_limit_s=first.client.lag_limit_s,
                                   busy_limit=first.client.busy_limit, server_late_s=max(late, default=None),
-                                  host_share_limit=first.client.host_share_limit,
-                                  lag_mean_s=max(mean_lags, default=None)))
+                                  host_share_limit=first.client.host_share_limit))
     client = ClientInfo(
         workers=sum(p.client.workers for p in parts), cpu_seconds=round(sum(p.client.cpu_seconds for p in parts), 3),
         saturated=any(p.client.saturated for p in parts),

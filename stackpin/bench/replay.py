@@ -297,14 +297,13 @@ class _Run:
         busy = max([0.0, *(s.cpu_s / s.wall_s for s in shares if s.wall_s > 0)])
         lags = sorted(lag for s in shares for lag in s.lags)
         lag = lags[int(0.99 * (len(lags) - 1))] if lags else 0.0
-        lag_mean = sum(lags) / len(lags) if lags else 0.0
         self.busy, self.lag_p99 = max(self.busy, busy), max(self.lag_p99, lag)
         self.server_late = max(self.server_late, server_late or 0.0)
         return build_point(agents, duration, requests, self.gpus, self.options.slo, searched,
                            busy=round(busy, 3), lag_s=round(lag * speed, 6), lag_limit_s=self.options.lag_limit_s,
                            busy_limit=self.options.busy_limit,
                            server_late_s=round(server_late, 6) if server_late is not None else None,
-                           host_share_limit=self.options.host_share_limit, lag_mean_s=round(lag_mean * speed, 6))
+                           host_share_limit=self.options.host_share_limit)
 
 
 @dataclass(frozen=True)

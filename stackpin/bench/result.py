@@ -84,10 +84,9 @@ class ClientInfo(_Model):
                               "point is invalid: the client is then the bottleneck (--busy-limit).")
     lag_limit_s: NonNegativeFloat = Field(0.01, description="Event-loop lag p99 (stack time) past which a point is "
                                           "invalid: the timestamp precision the result claims (--lag-limit).")
-    host_share_limit: float | None = Field(None, gt=0, description="Mean lateness of a timestamp (the client's mean "
-                                           "event-loop lag, or the simulator's lateness per step), as a share of the "
-                                           "point's median TTFT, at which a point is invalid: the host, not the "
-                                           "stack, then sets the TTFTs measured (none: a run before the rule).")
+    host_share_limit: float | None = Field(None, gt=0, description="stackpin's simulator's lateness per step, as a "
+                                           "share of the point's median TTFT, at which a point is invalid: the host, "
+                                           "not the stack, then sets the TTFTs measured (none: a run before the rule).")
     tokenizer: str | None = Field(None, description="Whose tokens the prompts were sized in (bench run "
                                   "--tokenizer, or the bed's); none: stackpin's words, one token each to its "
                                   "simulator only.")
@@ -150,8 +149,6 @@ class Point(_Model):
                                             "while this point ran.")
     loop_lag_p99_s: NonNegative | None = Field(None, description="p99 event-loop lag of the client while this point "
                                                "ran, in the stack's time (wall lag x the simulator's speed).")
-    loop_lag_mean_s: NonNegative | None = Field(None, description="Mean event-loop lag of the client while this "
-                                                "point ran, in the stack's time: how late a timestamp is on average.")
     server_late_s: NonNegative | None = Field(None, description="How far stackpin's simulator ran behind its clock "
                                               "while this point ran: mean lateness per engine step, in the stack's "
                                               "time (a host too busy for the server stretches every time measured).")
