@@ -244,12 +244,13 @@ def test_the_reports_diff_tables_say_was_and_now_not_only_in_colour(tmp_path: Pa
 
 
 def _report_peak_mib(bench: dict[str, Any], work: Path, size: int, files: dict[str, Path]) -> float:
+    import os
     import sys
 
     key = bench["build"](work / str(size), size, files)
     out = work / f"report-{size}.html"
     cmd = [sys.executable, "-m", "stackpin", "report", str(key), "--history", str(work / str(size)), "--out", str(out)]
-    _, peak = bench["measured"](cmd)
+    _, peak = bench["measured"](cmd, {**os.environ, "STACKPIN_CACHE_DIR": ""})  # every result read and verified
     html = out.read_text(encoding="utf-8")
     assert len(re.findall(r'<tr class="result">', html)) == size
     assert len(re.findall(r'<tr class="invalid">', html)) == size  # each result's saturated point, with its cause
@@ -279,3 +280,36 @@ def test_report_memory_does_not_grow_with_revisions(tmp_path: Path) -> None:
     ten = _report_peak_mib(bench, tmp_path, 10, files)
     hundred = _report_peak_mib(bench, tmp_path, 100, files)
     assert hundred <= 1.25 * ten, f"peak {ten:.0f} MiB at 10 revisions, {hundred:.0f} MiB at 100"
+
+
+def test_a_report_made_again_takes_each_summary_from_the_cache_for_the_same_bytes_only(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from stackpin.bench import resultfile
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("STACKPIN_CACHE_DIR", str(cache))
+    first, again = tmp_path / "first.html", tmp_path / "again.html"
+    assert report(tmp_path, first).exit_code == 0
+    entries = sorted((cache / "result-summaries").iterdir())
+    assert len(entries) == 2  # one per result file, named by the sha256 of its bytes
+
+    def unread(path: Path) -> None:
+        raise AssertionError(f"{path} read again")
+
+    with monkeypatch.context() as m:
+        m.setattr(resultfile, "read_result", unread)
+        assert report(tmp_path, again).exit_code == 0  # the same files: summaries from the cache
+    assert again.read_bytes() == first.read_bytes()
+    # An edited figure is other bytes: read and verified in full, and refused, whatever the cache holds.
+    one, two = results_for_revisions(tmp_path)
+    data = json.loads(Path(two).read_text())
+    data["points"][2]["output_tps_per_gpu"] *= 2
+    Path(two).write_text(json.dumps(data, sort_keys=True, indent=2) + "\n")
+    edited = invoke("report", DEPLOYMENT, "--history", str(HISTORY), "--out", str(again), "--result", f"1={one}",
+                    "--result", f"2={two}")
+    assert edited.exit_code == 2 and "points.2.output_tps_per_gpu" in edited.stderr and "edited by hand?" in \
+        edited.stderr, edited.output
+    # A cache entry that does not read is ignored: the result is read again and the page is the same.
+    for entry in entries:
+        entry.write_text("{not json")
+    assert report(tmp_path, again).exit_code == 0 and again.read_bytes() == first.read_bytes()
