@@ -9,7 +9,6 @@ import asyncio
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -68,16 +67,26 @@ def _delta(before: dict[str, float], after: dict[str, float], prefix: str) -> fl
         v for k, v in before.items() if k.startswith(prefix))
 
 
-def _listening(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def _stat(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, parent, process group, start time) of a process from /proc, None when there is none."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return fields[0], int(fields[1]), int(fields[2]), int(fields[19])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _parent(pid: int) -> int | None:
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return None
+    stat = _stat(pid)
+    return stat[1] if stat else None
+
+
+def _processes() -> dict[int, tuple[str, int, int, int]]:
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and (stat := _stat(int(entry.name))):
+            found[int(entry.name)] = stat
+    return found
 
 
 def _processes_naming(text: str) -> list[int]:
@@ -92,11 +101,22 @@ def _processes_naming(text: str) -> list[int]:
     return found
 
 
+def _listening_sockets(port: int) -> set[str]:
+    """The inodes of the sockets listening on 127.0.0.1:`port` (/proc/net/tcp). By inode, not by trying
+    the port: once a bed let it go, another test's server may take it, and that is no bed's socket."""
+    local = f"0100007F:{port:04X}"
+    with open("/proc/net/tcp", encoding="ascii") as table:
+        rows = [line.split() for line in table.readlines()[1:]]
+    return {row[9] for row in rows if row[1] == local and row[3] == "0A"}  # 0A: LISTEN
+
+
 @pytest.mark.parametrize("name", sorted(LOCKS))
 def test_every_shipped_lock_serves_on_the_bed(env: Path, name: str) -> None:
     lock = LOCKS[name]
     bed_plan = plan(lock)  # the whole stack: every replica a mocker worker
     with running(bed_plan, env) as bed:
+        sockets = _listening_sockets(int(bed.frontend.rsplit(":", 1)[1]))
+        assert sockets
         info = httpx.get(bed.url + "/stackpin/sim").json()
         assert info["simulated"] is True and info["backend"] == "dynamo 1.6.1"
         assert info["stack_digest"] == lock.stack_digest and info["serving"] == bed.frontend
@@ -119,7 +139,7 @@ def test_every_shipped_lock_serves_on_the_bed(env: Path, name: str) -> None:
     for pid in pids:
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
-    assert not _listening(int(bed.frontend.rsplit(":", 1)[1]))
+    assert not _listening_sockets(int(bed.frontend.rsplit(":", 1)[1])) & sockets
 
 
 def _trace(path: Path) -> Path:
@@ -254,24 +274,37 @@ def test_a_reused_connection_sees_tokens_when_the_frontend_sends_them(env: Path)
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_stops_every_dynamo_process(env: Path, how: signal.Signals) -> None:
+    """What stopping means: stackpin exits 0, and every process it started (the event broker, the frontend,
+    the mockers), anything in their process groups, and the frontend's listening socket are gone. Each is
+    identified by what it is (process id and start time, process group, socket inode), never by a name or
+    a port that another test's processes may hold by then, and nothing is timed but a bound on a hang."""
     proc = subprocess.Popen([sys.executable, "-m", "stackpin", "sim", "serve", str(LOCKFILES / "gb300-tuned.lock.yaml"),
                              "--backend", "dynamo", "--share", "9", "--port", "0", "--dynamo-env", str(env)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stderr is not None
-    line = proc.stderr.readline()  # the announcement, once the bed answers
+    line = proc.stderr.readline()  # the announcement, once the bed answers (or the error, when it cannot start)
     found = re.search(r"on (http://127\.0\.0\.1:\d+) .*frontend at http://127\.0\.0\.1:(\d+)", line)
     assert found, line
     frontend_port = int(found.group(2))
     assert httpx.get(found.group(1) + "/stackpin/sim").json()["simulated"] is True
-    assert _processes_naming(f"--http-port {frontend_port}")
+    started = {pid: stat for pid, stat in _processes().items() if stat[1] == proc.pid}
+    frontend = [pid for pid in _processes_naming(f"--http-port {frontend_port}") if pid in started]
+    assert len(started) == 3 and len(frontend) == 1, started  # the broker, the frontend, gb300-tuned's one mocker
+    assert all(stat[2] == pid for pid, stat in started.items())  # each leads a group of its own
+    sockets = _listening_sockets(frontend_port)
+    assert sockets
     os.killpg(proc.pid, how)  # as a terminal's Ctrl-C (the whole group), or a supervisor's SIGTERM
-    _, err = proc.communicate(timeout=120)  # generous: a host busy with the rest of the suite stops it slowly
+    _, err = proc.communicate(timeout=120)  # a bound on a hang: stopping waits 5 s at most, then kills
     assert proc.returncode == 0, err
-    deadline = time.monotonic() + 5
-    while _processes_naming(f"--http-port {frontend_port}") and time.monotonic() < deadline:
+    # stackpin waited for each process it started before it exited: none is left, not even as a zombie.
+    assert not [pid for pid, stat in started.items() if (_stat(pid) or ("", 0, 0, -1))[3] == stat[3]]
+    # Their groups were killed too; a member that outlived its leader is reaped by init, not by stackpin.
+    deadline = time.monotonic() + 10
+    while (left := [p for p, s in _processes().items() if s[2] in started and s[0] != "Z"]) and (
+            time.monotonic() < deadline):
         time.sleep(0.1)
-    assert not _processes_naming(f"--http-port {frontend_port}")
-    assert not _listening(frontend_port)
+    assert not left
+    assert not _listening_sockets(frontend_port) & sockets
 
 
 def test_a_mocker_that_fails_is_one_line_and_nothing_is_left(env: Path) -> None:
