@@ -14,6 +14,9 @@ from pathlib import Path
 # Fixed times and author: the histories the demos write come out the same on every run.
 DEMO_ENV = {"SOURCE_DATE_EPOCH": "1767225600", "STACKPIN_AUTHOR": "stackpin demo <demo@stackpin.dev>"}
 # Four short sessions (ten requests), as `stackpin trace gen --param ...` takes them: a bench of a few seconds.
+# Sessions of the short trace: about 95 requests a run at one agent, so that two runs a side hold the 100
+# steady requests bench compare needs to judge a TTFT p90 (MIN_TAIL_REQUESTS); a few seconds a run.
+SHORT_SESSIONS = 40
 SHORT_TRACE = {"first_input.median": "800", "turn_input.median": "200", "output.median": "30", "output.min": "20",
                "output.max": "60", "turns.median": "2", "turns.max": "3"}
 Stackpin = Callable[..., str]
@@ -53,7 +56,7 @@ def stackpin_in(work: Path, **extra_env: str) -> Stackpin:
 
 
 def short_trace_text() -> str:
-    """The short trace as JSONL (what `stackpin trace gen --sessions 4 --seed 1 --param ...` writes)."""
+    """The short trace as JSONL (what `stackpin trace gen --sessions 40 --seed 1 --param ...` writes)."""
     from stackpin.bench.tracegen import default_shape, generate, render
 
-    return render(generate(4, 1, default_shape().with_overrides(SHORT_TRACE)))
+    return render(generate(SHORT_SESSIONS, 1, default_shape().with_overrides(SHORT_TRACE)))

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 from devkit import enginepkgs as pkgs
-from devkit.demorun import DEMO_ENV, SHORT_TRACE, run, stackpin_in, workdir
+from devkit.demorun import DEMO_ENV, SHORT_SESSIONS, SHORT_TRACE, run, stackpin_in, workdir
 
 SITE = Path(__file__).resolve().parent / "upgrade-site"  # the stack the demo upgrades (and the tests)
 PROFILE = "profiles/gb300-fixture.yaml"
@@ -29,7 +29,8 @@ MIRROR = ["--oci-layout", "mirror/oci", "--hf-cache", "mirror/hf"]
 # intervals need two or more). A real trial uses the deployment's own trace and the whole stack.
 TRIAL = ["--sim", "--share", "18", "--speed", "1", "--delay-scale", "0", "--runs", "3", "--lag-limit", "50ms",
          "--trace", "trace.jsonl", *MIRROR]
-TRACE = ["--sessions", "4", "--seed", "1", *[x for k, v in SHORT_TRACE.items() for x in ("--param", f"{k}={v}")]]
+TRACE = ["--sessions", str(SHORT_SESSIONS), "--seed", "1",
+         *[x for k, v in SHORT_TRACE.items() for x in ("--param", f"{k}={v}")]]
 
 
 def main(argv: list[str]) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from devkit.demorun import SHORT_SESSIONS
 from stackpin.bench.resultfile import read_result
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock, read_lock
@@ -34,11 +35,11 @@ GATE = BenchGate(trace="agents.jsonl", runs=2, threshold="20%", lag_limit="50ms"
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Four short sessions (`stackpin trace gen`), their turns back to back."""
+    """Short sessions (`stackpin trace gen`, devkit.demorun.SHORT_SESSIONS), their turns back to back."""
     path = tmp_path_factory.mktemp("trace") / "agents.jsonl"
     params = ["first_input.median=800", "turn_input.median=200", "output.median=30", "output.min=20",
               "output.max=60", "turns.median=2", "turns.max=3", "delay_ms.median=0", "delay_ms.max=0"]
-    subprocess.run([sys.executable, "-m", "stackpin", "trace", "gen", "--sessions", "4", "--seed", "1",
+    subprocess.run([sys.executable, "-m", "stackpin", "trace", "gen", "--sessions", str(SHORT_SESSIONS), "--seed", "1",
                     *[x for p in params for x in ("--param", p)], "--out", str(path)], cwd=ROOT, check=True,
                    capture_output=True)
     return path
