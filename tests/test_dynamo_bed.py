@@ -6,6 +6,7 @@ cross-checks hold stackpin's client to the frontend's own accounting of the same
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import re
 import signal
@@ -25,7 +26,7 @@ from stackpin.bench.resultfile import read_result
 from stackpin.bench.stream import Connection, Endpoint, Outcome
 from stackpin.cli.main import main
 from stackpin.errors import StackpinError
-from stackpin.sim.dynamo import Mocker, plan
+from stackpin.sim.dynamo import BedPlan, Mocker, plan
 from stackpin.sim.dynamo_bed import find_env, running
 from tests.lockkit import shipped_locks
 from tests.ownenv import own_env
@@ -270,6 +271,66 @@ def test_a_reused_connection_sees_tokens_when_the_frontend_sends_them(env: Path)
     assert itl[False] == pytest.approx(1.0, abs=0.04), (itl, late)
     assert itl[True] == pytest.approx(itl[False], abs=0.04), (itl, late)
     assert late[True] - late[False] < 0.008, (itl, late)
+
+
+def _frontend_itl(plan_: BedPlan, env: Path, model: str, salt: int) -> float:
+    """The frontend's own mean inter-token latency over one agent's back-to-back turns (batch 1)."""
+    with running(plan_, env) as bed:
+        before = _metrics(bed.frontend)
+        outcomes = asyncio.run(_turns(bed.frontend, model, True, 4, salt))
+        after = _metrics(bed.frontend)
+    assert not [o.error for o in outcomes if o.error]
+    return _delta(before, after, "dynamo_frontend_inter_token_latency_seconds_sum") / _delta(
+        before, after, "dynamo_frontend_inter_token_latency_seconds_count")
+
+
+def test_the_mocker_floors_decode_steps_as_the_plan_says(env: Path) -> None:
+    """Vera Rubin tuned decodes at 0.848 ms a token at batch 1 by its step model, under the pinned mocker's
+    1 ms floor: the bed serves it that much slower, as the plan states. The control is the same steps
+    with the floor out of their way (the table doubled, --decode-speedup-ratio 2 halving it back: the
+    mocker floors before it divides), so the figure is a ratio of two beds of the same run, beside a
+    CPU burner, never a raw timing."""
+    lock = LOCKS["vera-rubin-tuned"]
+    floored = plan(lock, share=9)
+    [slow] = floored.floored
+    control = dataclasses.replace(floored, mockers=tuple(
+        Mocker(m.role, m.workers, (*m.args, "--decode-speedup-ratio", "2.0"), dataclasses.replace(
+            m.table, decode_itl=tuple(tuple(2 * v for v in row) for row in m.table.decode_itl)))
+        for m in floored.mockers))
+    with _burner():
+        served, followed = (_frontend_itl(p, env, lock.resolved.model.id, salt)
+                            for salt, p in enumerate((floored, control)))
+    lost = 1 - followed / served  # per-token speed the floor takes at batch 1
+    assert lost == pytest.approx(slow.slower[0][1], abs=0.05), (served, followed, slow)  # stated: ~15%
+
+
+def test_sim_serve_warns_of_the_floor_and_bench_results_carry_it(env: Path, tmp_path: Path) -> None:
+    lock = LOCKFILES / "vera-rubin-tuned.lock.yaml"
+    said = plan(LOCKS["vera-rubin-tuned"], share=9).floored[0].describe("1.6.1")
+    proc = subprocess.Popen([sys.executable, "-m", "stackpin", "sim", "serve", str(lock), "--backend", "dynamo",
+                             "--share", "9", "--port", "0", "--dynamo-env", str(env)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stderr is not None
+        warning, announced = proc.stderr.readline(), proc.stderr.readline()
+        assert warning == f"stackpin sim: warning: {said}\n"
+        assert "0.848 ms per token (batch 1)" in warning and "up to ~15% slower per token" in warning
+        found = re.search(r"on (http://127\.0\.0\.1:\d+) ", announced)
+        assert found, announced
+        assert said in httpx.get(found.group(1) + "/stackpin/sim").json()["substitutions"]
+        trace, out = tmp_path / "t.jsonl", tmp_path / "r.json"
+        made = CliRunner().invoke(main, ["trace", "gen", "--sessions", "2", "--seed", "3", "--param", "turns.max=2",
+                                         "--param", "output.median=30", "--out", str(trace)])
+        assert made.exit_code == 0, made.output
+        run = CliRunner().invoke(main, ["bench", "run", "--endpoint", found.group(1), "--trace", str(trace), "--lock",
+                                        str(lock), "--agents", "1", "--delay-scale", "0", "--slo", "none", "--out",
+                                        str(out)])
+        assert run.exit_code == 0, run.output
+        simulation = read_result(out).simulation
+        assert simulation is not None and said in simulation.substitutions
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=120)
 
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])

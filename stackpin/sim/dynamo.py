@@ -8,7 +8,9 @@ stack. The frontend gets the lock's own frontend flags (router mode, migration l
 frontendArgs). Timing is the mocker's `--planner-profile-data` table, filled from the step model:
 prefill milliseconds over a step's new tokens, and decode milliseconds per token over (active KV
 tokens x context length); a speculative stack's steps are charged per accepted token, since the
-mocker emits one token a step. Pure: nothing here starts a process (stackpin.sim.dynamo_bed does).
+mocker emits one token a step. The mocker floors a decode step at 1 ms (dynamo.yaml): a stack that
+decodes faster is served slower than its lock, and the plan says by how much (`Floored`). Pure: nothing
+here starts a process (stackpin.sim.dynamo_bed does).
 """
 
 from __future__ import annotations
@@ -61,6 +63,26 @@ class Mocker:
 
 
 @dataclass(frozen=True)
+class Floored:
+    """A pool whose step model decodes faster than the mocker's floor on some of its grid: the bed serves
+    those steps at the floor, so its per-token speed there is the stack's times fastest_ms / floor_ms."""
+
+    role: str
+    fastest_ms: float  # the step model's fastest decode step on the grid, per token
+    floor_ms: float
+    slower: tuple[tuple[int, float], ...]  # (batch, per-token speed lost on the bed) where a step is under the floor
+
+    def describe(self, version: str) -> str:
+        batch = max(self.slower, key=lambda item: item[1])[0]
+        each = ", ".join(f"batch {b} ~{loss:.0%}" for b, loss in self.slower if round(loss, 2))
+        lost = 1 - self.fastest_ms / self.floor_ms
+        return (f"Dynamo {version}'s mocker floors a decode step at {self.floor_ms:g} ms "
+                f"(lib/mocker/src/common/perf_model.rs): the step model's fastest for the {self.role} pool is "
+                f"{self.fastest_ms:.3f} ms per token (batch {batch}), so the bed decodes up to ~{lost:.0%} slower "
+                f"per token than the stack ({each})")
+
+
+@dataclass(frozen=True)
 class BedPlan:
     stack: SimStack  # the share served
     stack_gpus: int  # the whole stack's
@@ -69,6 +91,7 @@ class BedPlan:
     frontend_args: tuple[str, ...]  # without --http-host, --http-port and --discovery-backend
     mockers: tuple[Mocker, ...]
     substitutions: tuple[str, ...]
+    floored: tuple[Floored, ...] = ()  # pools the mocker's decode floor slows (also among the substitutions)
 
 
 def _geometric(low: float, high: float, points: int) -> tuple[float, ...]:
@@ -78,6 +101,11 @@ def _geometric(low: float, high: float, points: int) -> tuple[float, ...]:
     ratio = (high / low) ** (1 / (points - 1))
     values = sorted({float(round(low * ratio ** i)) for i in range(points)} | {float(low), float(high)})
     return tuple(values)
+
+
+def _batch(active: float, length: float, pool: SimPool) -> int:
+    """The batch a decode step of `active` KV tokens at mean context `length` stands for."""
+    return int(min(max(1, round(active / length)), pool.max_num_seqs))
 
 
 def table(model: StepTimes, pool: SimPool, max_model_len: int) -> Table:
@@ -90,12 +118,25 @@ def table(model: StepTimes, pool: SimPool, max_model_len: int) -> Table:
     for active in kv:
         row: list[float] = []
         for length in context:
-            batch = min(max(1, round(active / length)), pool.max_num_seqs)
+            batch = _batch(active, length, pool)
             k = model.best_k(batch, int(active))
             per_token = model.step_time(batch, k, int(active)) / accepted_tokens(model.alpha, k)
             row.append(round(per_token * 1000, 6))
         rows.append(tuple(row))
     return Table(isl, prefill, kv, context, tuple(rows))
+
+
+def floored(role: str, grid: Table, pool: SimPool, floor_ms: float) -> Floored | None:
+    """Where the table's decode steps fall under the mocker's floor. The mocker interpolates bilinearly
+    between grid points, so no step it takes is faster than the grid's fastest, and the grid's batches
+    are the ones it serves those times at."""
+    fastest: dict[int, float] = {}
+    for active, row in zip(grid.decode_active_kv_tokens, grid.decode_itl, strict=True):
+        for length, ms in zip(grid.decode_context_length, row, strict=True):
+            batch = _batch(active, length, pool)
+            fastest[batch] = min(ms, fastest.get(batch, ms))
+    under = tuple((batch, 1 - ms / floor_ms) for batch, ms in sorted(fastest.items()) if ms < floor_ms)
+    return Floored(role, min(fastest.values()), floor_ms, under) if under else None
 
 
 def kv_transfer_gbps(model: StepTimes, kv_bytes_per_token: int) -> float:
@@ -115,6 +156,7 @@ def plan(lock: StackLock, share: int = 1, speed: float = 1.0, model_name: str = 
     block = spec.kv_cache.block_size or int(bed["default_block_size"])
     max_model_len = spec.model.max_model_len
     mockers: list[Mocker] = []
+    slowed: list[Floored] = []
     for pool in stack.pools:
         model = step_model(model_name, stack, pool)
         dp = pool.engines // pool.replicas
@@ -128,11 +170,18 @@ def plan(lock: StackLock, share: int = 1, speed: float = 1.0, model_name: str = 
         if not stack.colocated:
             args += ["--disaggregation-mode", str(pool.role),
                      "--kv-transfer-bandwidth", repr(kv_transfer_gbps(model, stack.model.kv_bytes_per_token))]
-        mockers.append(Mocker(str(pool.role), pool.replicas, tuple(args), table(model, pool, max_model_len)))
+        grid = table(model, pool, max_model_len)
+        mockers.append(Mocker(str(pool.role), pool.replicas, tuple(args), grid))
+        # A disaggregated stack's prefill pool hands each request on after its first token: no decode step.
+        under = floored(str(pool.role), grid, pool, float(bed["decode_floor_ms"])) if pool.role != "prefill" else None
+        if under:
+            slowed.append(under)
     frontend = [flag for option, value in frontend_flags(profile) if option != "--http-port"
                 for flag in flatten([(option, value)])]
     said = substitutions(stack, whole.gpus, model_name, speed, block_defaulted=spec.kv_cache.block_size is None)
-    return BedPlan(stack, whole.gpus, stack.model_id, max_model_len, tuple(frontend), tuple(mockers), tuple(said))
+    said += [f.describe(str(facts()["version"])) for f in slowed]
+    return BedPlan(stack, whole.gpus, stack.model_id, max_model_len, tuple(frontend), tuple(mockers), tuple(said),
+                   tuple(slowed))
 
 
 def substitutions(stack: SimStack, stack_gpus: int, model_name: str, speed: float, *,

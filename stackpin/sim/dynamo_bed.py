@@ -322,6 +322,9 @@ def serve(plan: BedPlan, env_dir: Path, host: str, port: int, speed: float, mode
     def stop(*_: object) -> None:
         raise KeyboardInterrupt
 
+    if announce is not None:  # before the minutes a bed may take to start: the figures a bench will not show
+        for slow in plan.floored:
+            print(f"stackpin sim: warning: {slow.describe(str(facts()['version']))}", file=announce, flush=True)
     previous = signal.signal(signal.SIGTERM, stop)
     try:
         with running(plan, env_dir, host, port, speed, model_name) as bed:
