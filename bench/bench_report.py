@@ -112,16 +112,23 @@ def build(root: Path, count: int, results: dict[str, Path]) -> DeploymentKey:
     return key
 
 
+# Linux counts a child's resident memory before its exec in its ru_maxrss: a child forked from this process,
+# which holds generated results, would report this process's size as its own peak. The command is started
+# from this small launcher instead, which reports the command's wall time, peak RSS (KiB) and exit status.
+_LAUNCHER = ("import os, subprocess, sys, time; start = time.perf_counter(); "
+             "child = subprocess.Popen(sys.argv[1:], stdout=subprocess.DEVNULL); "
+             "_, status, usage = os.wait4(child.pid, 0); "
+             "print(time.perf_counter() - start, usage.ru_maxrss, os.waitstatus_to_exitcode(status))")
+
+
 def measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float]:
     """(wall seconds, peak resident MiB) of one whole process."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)}: exit {proc.returncode}")
-    return wall, usage.ru_maxrss / 1024  # Linux: KiB
+    done = subprocess.run([sys.executable, "-c", _LAUNCHER, *cmd], cwd=ROOT, env=env, capture_output=True, text=True,
+                          check=True)
+    wall, peak_kib, code = done.stdout.split()
+    if code != "0":
+        raise SystemExit(f"{' '.join(cmd)}: exit {code}")
+    return float(wall), int(peak_kib) / 1024  # Linux: KiB
 
 
 def median_run(cmd: list[str], runs: int, env: dict[str, str]) -> tuple[float, float]:
