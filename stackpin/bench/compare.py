@@ -352,7 +352,7 @@ def _specs(agents: int | None, per_gpu: bool) -> list[_Spec]:
               sum, "agents", _has_slo),
     ]
     if agents is not None and not per_gpu:
-        specs.append(_Spec(f"TTFT p90 at {agents} agents", "s", False,
+        specs.append(_Spec(f"TTFT p90 at {agents} agent{'s' * (agents != 1)}", "s", False,
                            lambda rs, s: _at_point(rs, s, agents, lambda p: _p90(_ttfts(p)), _ttfts, _ttft_bracket),
                            _p90,
                            "requests", lambda _: True, MIN_TAIL_REQUESTS))

@@ -95,13 +95,11 @@ def promote_candidate(arg: str, store: HistoryStore, deployments: Path, *, allow
     # The verdict is recomputed from the results, at this command's threshold, never read from trial.json.
     comparison = judge_results([r for r, _ in results["current"]], [r for r, _ in results["candidate"]], threshold)
     verdict = VERDICTS[comparison.verdict]
-    if verdict != trial.verdict or trial.threshold != threshold:
-        at = f"at the {threshold:.0%} threshold" + (f" (the trial's was {trial.threshold:.0%}: --threshold "
-                                                     f"{trial.threshold:.0%} judges as it did)"
-                                                     if trial.threshold != threshold else "")
-        if verdict != trial.verdict:
-            raise TrialRefused(f"{directory / TRIAL_FILE} says {trial.verdict.value}, but its results give "
-                               f"{verdict.value} {at}: not promoted; trial it again")
+    if verdict != trial.verdict:
+        again = (f"--threshold {trial.threshold:.0%} judges as the trial did" if trial.threshold != threshold
+                 else "trial it again")
+        raise TrialRefused(f"{directory / TRIAL_FILE} says {trial.verdict.value}, but its results give "
+                           f"{verdict.value} at the {threshold:.0%} threshold: not promoted; {again}")
     allowed = {Verdict.gain} | ({Verdict.no_change} if allow_no_change else set())
     if verdict not in allowed:
         hint = " (--allow-no-change records a candidate that measured the same)" if verdict == Verdict.no_change \
