@@ -75,13 +75,15 @@ def main(argv: list[str]) -> int:
             print(f"# fleet.yaml: rack-a the canary (its endpoint {url}: the live stack, simulated), then rack-b "
                   "and rack-c; onFailure: rollback")
             print("# 1. revision 2 goes out: the canary benched on revision 1, then on 2 (a gain), then wave 2")
-            # A gate whose runs a busy host stretched is inconclusive, and the canary is rolled back: never a
-            # pass. The demo then starts the rollout again (twice at most), as a person would.
-            for attempt in range(3):
-                said = sp("rollout", "start", "fleet.yaml", f"{DEPLOYMENT}@2", "--allow-recreate", expect=(0, 1))
-                if "bench gate inconclusive" not in said or attempt == 2:
+            # A gate whose runs a busy host stretched is inconclusive: never a pass and never a rollback, the
+            # rollout pauses. The demo then resumes it (twice at most), which benches the canary again, as a
+            # person would.
+            said = sp("rollout", "start", "fleet.yaml", f"{DEPLOYMENT}@2", "--allow-recreate", expect=(0, 1))
+            for _ in range(2):
+                if "bench gate inconclusive" not in said:
                     break
-                print("# the host was too busy for the canary's gate (inconclusive): start it again")
+                print("# the host was too busy for the canary's gate (inconclusive, paused): resume it")
+                said = sp("rollout", "resume", "fleet.yaml", expect=(0, 1))
             if "succeeded" not in sp("rollout", "status", "west"):
                 raise SystemExit("revision 2 did not reach every rack: see above")
             print("# 2. revision 3, made two-fold slower on the canary: its gate fails, the canary is rolled back")

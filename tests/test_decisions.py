@@ -57,7 +57,8 @@ def test_an_invalid_point_on_one_side_is_left_out_and_never_a_rollback(tmp_path:
     two lower bounds), which decides nothing; TTFT is compared at 8 agents, valid on both."""
     same = {"tps": 100, "ttft": 0.5, "agents": (1, 8, 32), "fail_from": None}
     a = save(tmp_path, "a.json", make_result(TUNED, seed=1, **same))  # type: ignore[arg-type]
-    b = save(tmp_path, "b.json", invalidate(make_result(TUNED, seed=2, **same), {32}))  # type: ignore[arg-type]
+    busy = invalidate(make_result(TUNED, seed=2, **same), {32})  # type: ignore[arg-type]
+    b = save(tmp_path, "b.json", busy)
     code, out, err = cli(["bench", "compare", a, b, "--exit-code", "-o", "json"])
     assert code == EXIT_INCONCLUSIVE, out + err
     data = json.loads(out)
@@ -69,7 +70,7 @@ def test_an_invalid_point_on_one_side_is_left_out_and_never_a_rollback(tmp_path:
     assert agents["change"] is None and agents["low"] is None and agents["verdict"] == "inconclusive"
     assert "both are lower bounds" in agents["why"]
     assert "TTFT p90 at 8 agents" in found and "TTFT p90 at 32 agents" not in found
-    assert data["leftOut"] == [f"B, 32 agents: {invalidate(make_result(TUNED, seed=2, **same), {32}).points[2].invalid}"]  # type: ignore[arg-type]
+    assert data["leftOut"] == [f"B, 32 agents: {busy.points[2].invalid}"]
     code, text, _ = cli(["bench", "compare", a, b])
     assert code == 0 and ">= 32" in text and ">= 8" in text and "-75" not in text, text
     assert "left out (invalid): B, 32 agents: client saturated" in text
@@ -147,7 +148,7 @@ def test_an_edge_past_a_gap_is_a_bracket(tmp_path: Path) -> None:
     assert "overlap past the threshold" in agents["why"]
 
 
-def test_too_few_requests_decide_nothing(tmp_path: Path) -> None:
+def test_too_few_requests_decide_nothing() -> None:
     few = MIN_REQUESTS // 2  # requests an agent count: fewer than MIN_REQUESTS in any steady window
     a = make_result(TUNED, tps=100, ttft=0.5, seed=1, requests=few)
     b = make_result(TUNED, tps=50, ttft=0.5, seed=2, requests=few)

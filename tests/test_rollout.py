@@ -164,6 +164,11 @@ def test_a_good_revision_rolls_to_three_racks_in_two_waves(site: Site) -> None:
     site.apply_everywhere(1)
     site.write_fleet()
     done = site.rollout("start", str(site.fleet), f"{site.deployment}@2", "--allow-recreate")
+    for _ in range(2):  # a gate a busy host left inconclusive pauses the rollout (never a pass): resume it
+        if "bench gate inconclusive" not in done.stderr:
+            break
+        assert site.record()["state"] == "paused" and [r["applies"] for r in site.record()["racks"]] == [1, 0, 0]
+        done = site.rollout("resume", str(site.fleet))
     assert done.exit_code == 0, done.output + done.stderr
     record = site.record()
     assert record["state"] == "succeeded"

@@ -193,6 +193,18 @@ def test_a_slowed_candidate_is_a_regression_and_is_not_promoted(tmp_path: Path, 
     assert (code, out) == (1, "")
     assert err == f"error: {proposal}: the trial's results give regression: not promoted\n"
     assert snapshot(history, tmp_path / "deployments") == before  # nothing written
+    # trial.json's word decides nothing: a one-word edit to "gain" is caught by the verdict recomputed from
+    # the results it names (main promoted it, its message reading "trial gain ... -48.8%")
+    record_path = proposal / "trial.json"
+    edited = json.loads(record_path.read_text())
+    edited["verdict"] = "gain"
+    record_path.write_text(json.dumps(edited, indent=2))
+    assert read_trial(proposal).verdict == Verdict.gain
+    code, out, err = promote(proposal, history)
+    assert (code, out) == (1, "")
+    assert err == (f"error: {record_path} says gain, but its results give regression at the 5% threshold: not "
+                   "promoted; trial it again\n")
+    assert snapshot(history, tmp_path / "deployments") == before
 
 
 def test_a_gain_is_promoted(tmp_path: Path, site: Path, trace: Path) -> None:
