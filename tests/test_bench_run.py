@@ -217,13 +217,13 @@ def test_an_unreachable_endpoint_is_one_line(tmp_path: Path) -> None:
 def test_duration_stops_new_turns_and_wraps_the_trace(tmp_path: Path) -> None:
     trace = write_trace(tmp_path / "t.jsonl", sessions=1, turns=2, output=20)
     with serve_in_thread(Server(itl_s=0.005)) as server:
-        started = time.monotonic()
         code, _, err = bench(["run", "--endpoint", server.url, "--trace", str(trace), "--lock", str(LOCK),
                               "--agents", "2", "--duration", "0.8s", "--slo", "none",
                               "--out", str(tmp_path / "r.json")])
-        took = time.monotonic() - started
     assert code == 0, err
     (point,) = read_result(tmp_path / "r.json").points
-    # a 2-turn trace replayed for 0.8 s by 2 agents: sessions again and again (rounds), then no new turn
-    assert point.requests > 4 and took < 5
-    assert max(r.start_s for r in point.request_log) - min(r.start_s for r in point.request_log) < 0.85
+    # a 2-turn trace replayed for 0.8 s by 2 agents: sessions again and again (rounds), then no new turn (a
+    # turn is stamped when sent, which a busy host's client loop can make late by its lag; nothing more)
+    assert point.requests > 4 and {r.session for r in point.request_log} == {"s0"}
+    late = max(0.05, 2 * (point.loop_lag_p99_s or 0.0))
+    assert max(r.start_s for r in point.request_log) - min(r.start_s for r in point.request_log) < 0.8 + late
