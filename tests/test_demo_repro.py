@@ -13,30 +13,18 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from stackpin.bench.resultfile import read_result
 from stackpin.demo import bench as demo
+from tests.helpers import cpu_burners
 
 ROOT = Path(__file__).resolve().parent.parent
 STACK = demo.DemoStack("gb300-tuned", share=18, speed=4, agents="1,96")
 TERMS = [{"stack": "gb300-tuned", "metric": "single_agent_tps"},
          {"stack": "gb300-tuned", "metric": "tps_per_gpu", "agent_tps": 80}]
-
-
-@contextmanager
-def _burner() -> Iterator[None]:
-    """One process spinning on a CPU beside the run, as another job on the host would."""
-    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        yield
-    finally:
-        process.kill()
-        process.wait()
 
 
 def _figures(trace: Path, out: Path) -> list[float | None]:
@@ -64,7 +52,7 @@ def test_demo_figures_reproduce_beside_a_cpu_burner(tmp_path: Path, monkeypatch:
                           env=os.environ)
     assert made.returncode == 0, made.stderr
     first = _figures(trace, tmp_path / "first")
-    with _burner():
+    with cpu_burners():
         second = _figures(trace, tmp_path / "burner")
     assert any(v is not None for v in first + second), "neither run measured anything: a host far too busy"
     for term, a, b in zip(TERMS, first, second, strict=True):
