@@ -205,8 +205,7 @@ class Labeller:
     a marker: each tries offsets around its point (near first, then further out with a leader line) and
     takes the first whose box is inside its axes and clear of every box placed before it. Labels that
     must be read go first and look further out; a label with no room left is dropped and counted (the
-    chart says how many). Deterministic:
-    the same labels, in the same order, land in the same places."""
+    chart says how many). Deterministic: the same labels, in the same order, land in the same places."""
 
     figure: Figure
     fontsize: float = 7.0

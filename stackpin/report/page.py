@@ -10,6 +10,7 @@ one at a time (each verified against its request logs, then summarised and let g
 from __future__ import annotations
 
 import base64
+import io
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -100,18 +101,18 @@ def _invalid_rows(number: int, path: Path, result: ResultSummary) -> list[dict[s
              "cause": p.cause} for p in result.invalid]
 
 
-def _results(store: HistoryStore, key: DeploymentKey, revisions: Sequence[Revision],
+def _results(store: HistoryStore, key: DeploymentKey, digests: Mapping[int, str],
              extra: Mapping[int, Sequence[Path]]) -> Iterator[tuple[int, Path, ResultSummary]]:
-    """Each result read, verified and summarised in turn: one result's request logs in memory at a time."""
-    numbers = [r.revision for r in revisions]
+    """Each result read, verified and summarised in turn: one result's request logs in memory at a time.
+    `digests`: revision number -> its stack digest."""
+    numbers = list(digests)
     unknown = sorted(set(extra) - set(numbers))
     if unknown:
         raise StackpinError(f"--result {unknown[0]}=...: {key} has no revision {unknown[0]} (it has 1-{len(numbers)})")
-    by_number = {r.revision: r for r in revisions}
     for number, paths in attached_results(store, key, numbers, extra).items():
         for path in paths:
             summary = read_summary(path)
-            want = by_number[number].stack_digest
+            want = digests[number]
             if summary.stack.digest != want:
                 raise StackpinError(f"{path}: measured stack {summary.stack.digest}, but revision {number} of {key} "
                                     f"is {want}", "a result belongs to the revision whose stack it measured")
@@ -127,7 +128,9 @@ def build_report(store: HistoryStore, key: DeploymentKey, extra: Mapping[int, Se
     revisions = store.revisions(key)
     diffs = [_diff_section(p, r) for p, r in zip(revisions, revisions[1:], strict=False)]
     rows = [_revision_row(r, d["summary"] if d else None) for d, r in zip([None, *diffs], revisions, strict=True)]
-    results = list(_results(store, key, revisions, extra))
+    digests = {r.revision: r.stack_digest for r in revisions}
+    del revisions  # their locks (about 20 KB a revision) are in the rows and diffs now
+    results = list(_results(store, key, digests, extra))
     chart = None
     if results:
         slo_tps = slo_speed([r for _, _, r in results])
@@ -136,10 +139,15 @@ def build_report(store: HistoryStore, key: DeploymentKey, extra: Mapping[int, Se
         chart = base64.b64encode(png).decode("ascii")
     env = Environment(loader=PackageLoader("stackpin.report", "templates"), autoescape=select_autoescape(["j2"]),
                       undefined=StrictUndefined, keep_trailing_newline=True)
-    html = env.get_template("report.html.j2").render(
+    chunks = env.get_template("report.html.j2").generate(
         deployment=str(key), revisions=rows, diffs=diffs, chart=chart,
         results=[_result_row(n, p, r) for n, p, r in results], drawn=min(len(results), MAX_CURVES),
         invalid=[row for n, p, r in results for row in _invalid_rows(n, p, r)],
         simulated=sorted({line for _, _, r in results if r.simulation
                           for line in (r.simulation.substitutions or (f"Step-time model: {r.simulation.model}",))}))
-    return Report(html, len(revisions), len(results))
+    # Written as the template yields it: render() joins a list of every piece of the page (hundreds of
+    # thousands for 1,000 revisions, several times the page's own size).
+    page = io.StringIO()
+    for chunk in chunks:
+        page.write(chunk)
+    return Report(page.getvalue(), len(rows), len(results))
