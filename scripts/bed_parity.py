@@ -5,8 +5,9 @@ lock, same trace, same agent counts: per-agent tok/s and TTFT side by side, for 
 
 LOCK:SHARE serves that share of lockfiles/LOCK.lock.yaml on both. Both run at --speed 1 (the bed's
 frontend time does not scale with --speed). A point whose client could not keep up (bench run's
-"client saturated" or late timestamps) is printed as invalid, not as a number. Needs the bed's
-environment (make dynamo-env).
+"client saturated" or late timestamps) is printed as invalid, not as a number. Where the bed cannot
+follow a lock (its mocker's 1 ms decode floor), what it says (GET /stackpin/sim) is printed under the
+table. Needs the bed's environment (make dynamo-env).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ def main() -> None:
     parser.add_argument("--locks", default="gb300-tuned:9,gb300-launch:2,gb300-disagg-wide-ep:2")
     parser.add_argument("--agents", default="1,4,8")
     parser.add_argument("--sessions", type=int, default=16)
-    # Back to back (0), a turn arriving while Dynamo's frontend finishes the last answer waits ~13 ms its own
-    # TTFT does not count (scripts/bed_frontend_ttft.py): a fifth of the trace's tool delays keeps that out.
+    # A fifth of the trace's tool delays: agents that think a little between turns, as the table in
+    # docs/sim.md was measured.
     parser.add_argument("--delay-scale", default="0.2")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bed-parity-"))
@@ -68,6 +69,7 @@ def main() -> None:
           f"--param max_context=32768 --param output.median=150; --delay-scale {args.delay_scale}; speed 1")
     print(f"{'stack':22} {'agents':>6}  {'tok/s/agent sim':>15} {'bed':>7} {'bed/sim':>7}  "
           f"{'TTFT p50 sim':>12} {'bed':>7} {'bed/sim':>7}")
+    notes: list[str] = []
     for item in args.locks.split(","):
         name, _, share = item.partition(":")
         lock = ROOT / "lockfiles" / f"{name}.lock.yaml"
@@ -75,6 +77,10 @@ def main() -> None:
         for backend, port in (("stackpin", 28111), ("dynamo", 28112)):
             server = _serve(lock, int(share or 1), backend, port)
             try:
+                if backend == "dynamo":
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stackpin/sim", timeout=5) as answer:
+                        said = json.loads(answer.read())["substitutions"]
+                    notes += [f"{name}: {line}" for line in said if "floors a decode step" in line]
                 results[backend] = _bench(lock, port, trace, args.agents, work / f"{name}-{backend}.json",
                                           args.delay_scale)
             finally:
@@ -91,6 +97,8 @@ def main() -> None:
             t, u = p["ttft_s"]["p50"], q["ttft_s"]["p50"]
             print(f"{name + ':' + share:22} {p['agents']:>6}  {a:>15.1f} {b:>7.1f} {b / a:>7.3f}  "
                   f"{t * 1000:>10.1f}ms {u * 1000:>5.1f}ms {u / t:>7.3f}")
+    for note in notes:
+        print(note)
 
 
 if __name__ == "__main__":
