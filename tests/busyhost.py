@@ -2,9 +2,9 @@
 measured by a saturated client, marked invalid as `stackpin bench run` marks them (stats.build_point with
 the client's busy fraction over --busy-limit), their figures still in the file, so each reads back verified.
 
-`python -m tests.busyhost DIR` writes the three story stacks' results (NAME-busy.json) as issue 34 found them on a busy host
-(most points invalid; the tuned stack left with one valid point), bound to the shipped lockfiles' stack
-digests, for the docs' examples of invalid points on the charts and in the report.
+`python -m tests.busyhost DIR` writes the three story stacks' results (NAME-busy.json) as issue 34 found
+them on a busy host (most points invalid; the tuned stack left with one valid point), bound to the shipped
+lockfiles' stack digests, for the docs' examples of invalid points on the charts and in the report.
 """
 
 from __future__ import annotations
