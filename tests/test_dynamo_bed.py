@@ -14,8 +14,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -28,6 +26,7 @@ from stackpin.cli.main import main
 from stackpin.errors import StackpinError
 from stackpin.sim.dynamo import BedPlan, Mocker, plan
 from stackpin.sim.dynamo_bed import find_env, running
+from tests.helpers import cpu_burners
 from tests.lockkit import shipped_locks
 from tests.ownenv import own_env
 
@@ -208,17 +207,6 @@ def test_the_client_agrees_with_the_frontends_own_accounting(env: Path, tmp_path
     assert gap_mean == pytest.approx(server_itl, rel=0.05, abs=0.0002)
 
 
-@contextmanager
-def _burner() -> Iterator[None]:
-    """One process spinning on a CPU beside the measurement, as another job on the host would."""
-    process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    try:
-        yield
-    finally:
-        process.kill()
-        process.wait()
-
-
 async def _turns(frontend: str, model: str, reuse: bool, turns: int, salt: int) -> list[Outcome]:
     """`turns` streamed requests sent back to back, each the instant the last answer ended: on one kept-alive
     connection, or each on a new one. Every prompt is new (no prefix-cache hit), all of one size."""
@@ -248,7 +236,7 @@ def test_a_reused_connection_sees_tokens_when_the_frontend_sends_them(env: Path)
     # Per way of sending: [client's first-to-last-token time, frontend's inter-token sum, client TTFT sum,
     # frontend TTFT sum, requests], over the same requests.
     sums = {False: [0.0] * 5, True: [0.0] * 5}
-    with running(plan(lock, share=9), env) as bed, _burner():
+    with running(plan(lock, share=9), env) as bed, cpu_burners():
         for salt, reuse in enumerate((False, True, False, True)):  # alternated: drift on the host hits both
             before = _metrics(bed.frontend)
             outcomes = asyncio.run(_turns(bed.frontend, lock.resolved.model.id, reuse, 8, salt))
@@ -296,7 +284,7 @@ def test_the_mocker_floors_decode_steps_as_the_plan_says(env: Path) -> None:
         Mocker(m.role, m.workers, (*m.args, "--decode-speedup-ratio", "2.0"), dataclasses.replace(
             m.table, decode_itl=tuple(tuple(2 * v for v in row) for row in m.table.decode_itl)))
         for m in floored.mockers))
-    with _burner():
+    with cpu_burners():
         served, followed = (_frontend_itl(p, env, lock.resolved.model.id, salt)
                             for salt, p in enumerate((floored, control)))
     lost = 1 - followed / served  # per-token speed the floor takes at batch 1

@@ -55,6 +55,15 @@ def test_the_target_is_interpolated_between_the_measured_points_that_straddle_it
     assert "between 100 and 200 agents" in op.note
 
 
+def test_a_crossing_past_an_invalid_point_is_a_lower_bound_not_interpolated_over_it() -> None:
+    """Met at 100, missed at 200, an invalid point at 150 between: the curve there is unknown (issue 34)."""
+    result = benchdata.exact("s", ROWS)
+    op = operating_point(curve_of(result, "p90"), SLO, 72, invalid=(150,))
+    assert op.bound is Bound.at_least and op.agents == 100 and op.limited_by is None
+    assert "150 invalid between: a lower bound" in op.note
+    assert operating_point(curve_of(result, "p90"), SLO, 72, invalid=(300,)).bound is Bound.within
+
+
 def test_the_ttft_limit_cuts_in_when_it_is_crossed_first() -> None:
     result = benchdata.exact("s", ROWS)
     op = operating_point(curve_of(result, "p90"), Slo(tps=80, ttft_s=2.5), 72)
@@ -217,7 +226,7 @@ def test_text_marks_bounds_and_unknown_power(tmp_path: Path) -> None:
     result = invoke("plan", "--agents", "1500", "--slo", "tps=50,ttft=10s", path)
     row = next(line for line in result.stdout.splitlines() if line.startswith("r "))
     assert ">= 2.78" in row and "<= 8" in row and "unknown" in row
-    assert "r current: still met at 200 agents, the largest measured: a lower bound, not extrapolated" in result.stdout
+    assert "r current: still met at 200 agents, the largest valid count measured: a lower bound, not extrapolated" in result.stdout
 
 
 def test_the_chart_is_a_deterministic_png(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from stackpin.bench.result import BenchResult, Slo
 from stackpin.errors import StackpinError
 from stackpin.plan.aic import LOCKDIR, AicColumn, aic_column, available
 from stackpin.plan.controls import differing_controls
-from stackpin.plan.curve import Bound, Operating, curve_of, operating_point
+from stackpin.plan.curve import Bound, Operating, curve_of, invalid_counts, operating_point
 from stackpin.plan.racks import Capacity, capacity_for
 
 
@@ -118,7 +118,7 @@ def _waits(op: Operating, workload: Workload, slo: Slo) -> Waits:
 
 def scenario(result: BenchResult, slo: Slo, agents: int, workload: Workload, source: str,
              gain: float = 1.0) -> Scenario:
-    op = operating_point(curve_of(result, slo.percentile), slo, result.stack.gpus)
+    op = operating_point(curve_of(result, slo.percentile), slo, result.stack.gpus, invalid_counts(result))
     if gain != 1.0 and op.bound is not Bound.unmet:
         # A stated software gain: the same per-agent speed, `gain` times the agents and throughput per GPU.
         op = Operating(op.agents * gain, op.agents_per_gpu * gain, op.tps_per_gpu * gain, op.speed, op.bound,

@@ -12,6 +12,7 @@ lower bound and says so (`Bound.at_least`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -59,15 +60,25 @@ def curve_of(result: BenchResult, percentile: str) -> list[CurvePoint]:
             for p in points]
 
 
-def _holds(point: CurvePoint, slo: Slo) -> bool:
+def holds(point: CurvePoint, slo: Slo) -> bool:
+    """The SLO held at a measured point: no failed request, the slowest agent at the target speed, the
+    TTFT percentile within the limit (as stackpin.bench.stats.holds judges a Point)."""
     return point.errors == 0 and point.speed >= slo.tps and point.ttft_s <= slo.ttft_s
 
 
-def operating_point(curve: list[CurvePoint], slo: Slo, gpus: int) -> Operating:
+def invalid_counts(result: BenchResult) -> tuple[int, ...]:
+    """The agent counts of the result's invalid points: a crossing may lie at any of them."""
+    return tuple(sorted(p.agents for p in result.points if p.invalid is not None))
+
+
+def operating_point(curve: list[CurvePoint], slo: Slo, gpus: int, invalid: Sequence[int] = ()) -> Operating:
+    """Where `curve` (valid points, by agent count) meets `slo`. `invalid`: agent counts measured but invalid;
+    a crossing past one of them is not interpolated over it (the curve there is unknown): the answer is
+    then a lower bound at the last count that held."""
     if not curve:
         return Operating(0, 0, 0, 0, Bound.unmet, None, "no valid measured point served a request")
     first = curve[0]
-    if not _holds(first, slo):
+    if not holds(first, slo):
         why = (f"{first.speed:.0f} tok/s < {slo.tps:g}" if first.speed < slo.tps
                else f"TTFT {slo.percentile} {first.ttft_s:.2f}s > {slo.ttft_s:g}s" if first.ttft_s > slo.ttft_s
                else f"{first.errors} failed request(s)")
@@ -75,9 +86,14 @@ def operating_point(curve: list[CurvePoint], slo: Slo, gpus: int) -> Operating:
         return Operating(0, 0, 0, 0, Bound.unmet, None, f"fails at {first.agents} agents ({why}){fewer}")
     last_ok = first
     for point in curve[1:]:
-        if _holds(point, slo):
+        if holds(point, slo):
             last_ok = point
             continue
+        gap = [a for a in invalid if last_ok.agents < a < point.agents]
+        if gap:
+            return Operating(last_ok.agents, last_ok.agents / gpus, last_ok.tps_per_gpu, last_ok.speed,
+                             Bound.at_least, None, f"met at {last_ok.agents} agents, missed at {point.agents}, with "
+                             f"{', '.join(map(str, gap))} invalid between: a lower bound, not interpolated over them")
         # Crossed between last_ok and point: the fraction of the way at which each failing limit is hit.
         crossings = []
         if point.speed < slo.tps:
@@ -95,4 +111,5 @@ def operating_point(curve: list[CurvePoint], slo: Slo, gpus: int) -> Operating:
         return Operating(agents, agents / gpus, tps, speed, Bound.within, limit,
                          f"interpolated between {last_ok.agents} and {point.agents} agents ({limit} limit)")
     return Operating(last_ok.agents, last_ok.agents / gpus, last_ok.tps_per_gpu, last_ok.speed, Bound.at_least, None,
-                     f"still met at {last_ok.agents} agents, the largest measured: a lower bound, not extrapolated")
+                     f"still met at {last_ok.agents} agents, the largest valid count measured: a lower bound, not "
+                     "extrapolated")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from stackpin.bench.result import BenchResult, Simulation, Slo
-from stackpin.plan.curve import Bound, CurvePoint, Operating, operating_point, point_speed
+from stackpin.plan.curve import Bound, CurvePoint, Operating, holds, operating_point, point_speed
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -142,11 +142,6 @@ def invalid_points(result: BenchResult) -> tuple[InvalidPoint, ...]:
                  for p in sorted(result.points, key=lambda p: p.agents) if p.invalid is not None)
 
 
-def holds(point: CurvePoint, slo: Slo) -> bool:
-    """Whether the SLO held at a measured point, as stackpin.plan.curve judges it."""
-    return point.errors == 0 and point.speed >= slo.tps and point.ttft_s <= slo.ttft_s
-
-
 @dataclass(frozen=True)
 class Edge:
     """Where a curve meets the SLO: the last measured point that met it, the first that missed, the
@@ -161,12 +156,13 @@ class Edge:
     @property
     def bound(self) -> bool:
         """True where the curve never crossed the SLO, or crossed only past an invalid point."""
-        return self.operating.bound is Bound.at_least or bool(self.past_invalid)
+        return self.operating.bound is Bound.at_least
 
 
 def slo_edge(curve: Sequence[CurvePoint], invalid: Sequence[int], slo: Slo, gpus: int) -> Edge:
-    """`curve`: the valid points by agent count (curve_of); `invalid`: the agent counts of invalid points."""
-    op = operating_point(list(curve), slo, gpus)
+    """`curve`: the valid points by agent count (curve_of); `invalid`: the agent counts of invalid points. The
+    operating point and whether it is a bound are stackpin.plan.curve's (what `plan` answers)."""
+    op = operating_point(list(curve), slo, gpus, invalid)
     last_met = first_missed = None
     for point in curve:
         if not holds(point, slo):
