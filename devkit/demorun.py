@@ -14,11 +14,12 @@ from pathlib import Path
 # Fixed times and author: the histories the demos write come out the same on every run.
 DEMO_ENV = {"SOURCE_DATE_EPOCH": "1767225600", "STACKPIN_AUTHOR": "stackpin demo <demo@stackpin.dev>"}
 # Four short sessions (ten requests), as `stackpin trace gen --param ...` takes them: a bench of a few seconds.
-# Sessions of the short trace: about 95 requests a run at one agent, so that two runs a side hold the 100
-# steady requests bench compare needs to judge a TTFT p90 (MIN_TAIL_REQUESTS); a few seconds a run.
+# Sessions of the short trace: about 80 requests a run at one agent, so that two runs a side hold the 100
+# steady requests bench compare needs to judge a TTFT p90 (MIN_TAIL_REQUESTS); its turns back to back (no
+# tool time: a gate has no --delay-scale), a few seconds a run.
 SHORT_SESSIONS = 40
 SHORT_TRACE = {"first_input.median": "800", "turn_input.median": "200", "output.median": "30", "output.min": "20",
-               "output.max": "60", "turns.median": "2", "turns.max": "3"}
+               "output.max": "60", "turns.median": "2", "turns.max": "3", "delay_ms.median": "0", "delay_ms.max": "0"}
 Stackpin = Callable[..., str]
 
 
