@@ -156,10 +156,8 @@ MAIN_METRICS = ("tok/s per GPU at the SLO", "single-agent tok/s")
 def main_metric(comparison: Comparison) -> Metric | None:
     """The headline a comparison is summed up by: the first regression when it regressed, the first headline
     left inconclusive when it is, else the first of MAIN_METRICS it has."""
-    wanted = {Verdict.regression: Verdict.regression, Verdict.inconclusive: Verdict.inconclusive}.get(
-        comparison.verdict)
-    if wanted is not None:
-        found = next((m for m in comparison.metrics if m.verdict is wanted), None)
+    if comparison.verdict in (Verdict.regression, Verdict.inconclusive):
+        found = next((m for m in comparison.metrics if m.verdict is comparison.verdict), None)
         if found is not None:
             return found
     return next((m for name in MAIN_METRICS for m in comparison.metrics if m.name == name), None)
@@ -274,14 +272,14 @@ def _at_point(results: Sequence[BenchResult], side: str, agents: int, value: Cal
     runs = []
     for n, result in enumerate(results, 1):
         point = _valid(result, agents)
+        where = f"{side} run {n}" if len(results) > 1 else side
         if point is None:
             had = next((p for p in result.points if p.agents == agents), None)
-            where = f"{side} run {n}" if len(results) > 1 else side
             why = f"{where} has no valid point at {agents} agent(s)" + (f" ({had.invalid})" if had else "")
             return _Side(None, why)
         drawn = samples(point)
         if not drawn:
-            return _Side(None, f"{side} has no finished request at {agents} agent(s)")
+            return _Side(None, f"{where} has no finished request at {agents} agent(s)")
         v = value(point)
         runs.append(_Run(Estimate(v, v), drawn, len(steady_requests(point)), timed(point), late_bound(point)))
     return _Side(runs, "")
