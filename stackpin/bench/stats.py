@@ -53,8 +53,9 @@ BUSY_LIMIT = 0.9
 LAG_LIMIT_S = 0.01
 # ... and the host, not the stack, set its first tokens when stackpin's simulator ran late per engine step
 # by this share of the point's median TTFT (each first token is that late): at 10% a TTFT can no longer tell
-# a 5-10% change from the host's. docs/bench.md#validity has the figures it was set from (a CPU burner on
-# each core made the simulator 4-8.5 ms late per step against 25 ms TTFTs, every point inside --lag-limit).
+# a 5-10% change from the host's. docs/bench.md#validity has the figures it was set from (a 2-core host
+# loaded far past its cores made the simulator 3.8-8.5 ms late per step against 25-32 ms TTFTs, every point
+# inside --lag-limit; quiet, 0.64-0.68 ms).
 HOST_SHARE_LIMIT = 0.1
 
 
