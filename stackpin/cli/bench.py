@@ -106,11 +106,23 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
     if any(p.searched for p in result.points):
         click.echo("* added by the SLO search")
     if result.score:
+        from stackpin.bench.stats import slo_edge
+
         s = result.score
-        at = f", {s.output_tps_per_gpu_at_slo:.2f} tok/s/GPU there" if s.output_tps_per_gpu_at_slo is not None else ""
+        edge = slo_edge(result.points, result.controls.slo) if result.controls.slo else None
+        # a score whose edge was not located is a bound, and says so (bench compare judges it as one)
+        bound = ">= " if edge is not None and edge.bound else ""
+        at = f", {bound}{s.output_tps_per_gpu_at_slo:.2f} tok/s/GPU there" \
+            if s.output_tps_per_gpu_at_slo is not None else ""
         single = any(p.agents == 1 and not p.invalid for p in result.points)
         said = f"single agent {s.single_agent_tps:.1f} tok/s" if single else "single agent not measured (invalid)"
-        click.echo(f"score: {s.max_agents} agent(s) under the SLO{at}; {said}")
+        why = ""
+        if edge is not None and edge.bound:
+            why = (f" (a lower bound: the SLO held at every valid count measured, up to {edge.held.agents})"
+                   if edge.failed is None and edge.held is not None else
+                   f" (a lower bound: held at {edge.held.agents if edge.held else 0}, missed at "
+                   f"{edge.failed.agents if edge.failed else '-'}, counts between not measured validly)")
+        click.echo(f"score: {bound}{s.max_agents} agent(s) under the SLO{at}; {said}{why}")
     elif result.controls.slo and result.points and not any(not p.invalid for p in result.points):
         click.echo("score: none: no point is a measurement")
     for p in invalid:
