@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from stackpin.bench.result import BenchResult
 from stackpin.cli.main import main
 from stackpin.history.store import HistoryStore
 from tests import benchdata
@@ -194,16 +195,21 @@ def test_values_from_files_are_escaped(tmp_path: Path) -> None:
     assert "<script" not in html and "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;" in html
 
 
+def report_of(result: BenchResult, revision: int, tmp_path: Path, name: str = "result.json") -> str:
+    """The report's HTML with `result` (written to tmp_path/name) given for `revision`."""
+    path = tmp_path / name
+    benchdata.write(result, path)
+    out = tmp_path / "report.html"
+    done = invoke("report", DEPLOYMENT, "--history", str(HISTORY), "--out", str(out), "--result", f"{revision}={path}")
+    assert done.exit_code == 0, done.output
+    return out.read_text(encoding="utf-8")
+
+
 def test_the_results_table_says_where_the_client_was_saturated(tmp_path: Path) -> None:
     store = HistoryStore(HISTORY)
     result = benchdata.launch(store.read(store.resolve(DEPLOYMENT), 1).stack_digest)
     result = result.model_copy(update={"client": result.client.model_copy(update={"saturated": True})})
-    path = tmp_path / "saturated.json"
-    benchdata.write(result, path)
-    out = tmp_path / "report.html"
-    assert invoke("report", DEPLOYMENT, "--history", str(HISTORY), "--out", str(out), "--result",
-                  f"1={path}").exit_code == 0
-    [row] = re.findall(r'<tr class="result">(.*?)</tr>', out.read_text(encoding="utf-8"))
+    [row] = re.findall(r'<tr class="result">(.*?)</tr>', report_of(result, 1, tmp_path))
     # Agents per GPU at the SLO (447.6 agents on 72 GPUs): results on unequal GPU counts compare only so.
     assert "the client was saturated: throughput is a floor" in row and "<td>6.22</td>" in row
 
@@ -215,12 +221,7 @@ def test_the_report_counts_valid_points_only_and_lists_the_invalid_ones_with_the
     key = store.resolve(DEPLOYMENT)
     # The issue's busy host: a stack with one valid point of six was reported with its six.
     busy = with_invalid(benchdata.tuned(store.read(key, 2).stack_digest), {8, 32, 128, 512, 2048})
-    path = tmp_path / "busy.json"
-    benchdata.write(busy, path)
-    out = tmp_path / "report.html"
-    result = invoke("report", DEPLOYMENT, "--history", str(HISTORY), "--out", str(out), "--result", f"2={path}")
-    assert result.exit_code == 0, result.output
-    html = out.read_text(encoding="utf-8")
+    html = report_of(busy, 2, tmp_path, "busy.json")
     [row] = re.findall(r'<tr class="result">(.*?)</tr>', html)
     cells = re.findall(r"<td[^>]*>(.*?)</td>", row)
     assert cells[6] == "1 of 6"  # the valid points column

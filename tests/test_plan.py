@@ -226,7 +226,8 @@ def test_text_marks_bounds_and_unknown_power(tmp_path: Path) -> None:
     result = invoke("plan", "--agents", "1500", "--slo", "tps=50,ttft=10s", path)
     row = next(line for line in result.stdout.splitlines() if line.startswith("r "))
     assert ">= 2.78" in row and "<= 8" in row and "unknown" in row
-    assert "r current: still met at 200 agents, the largest valid count measured: a lower bound, not extrapolated" in result.stdout
+    assert ("r current: still met at 200 agents, the largest valid count measured: a lower bound, not "
+            "extrapolated") in result.stdout
 
 
 def test_the_chart_is_a_deterministic_png(tmp_path: Path) -> None:
