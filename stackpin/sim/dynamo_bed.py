@@ -198,11 +198,13 @@ def _answers(frontend: str, model_id: str) -> bool:
         return False
 
 
-def _wait_ready(bed: Bed, kv: Path) -> None:
+def _wait_ready(bed: Bed, kv: Path, stopping: threading.Event | None = None) -> None:
     timeout = float(facts()["startup_timeout_s"])
     deadline = time.monotonic() + timeout
     wanted = [("prefill" if m.role == "prefill" else "backend", m.workers) for m in bed.plan.mockers]
     while time.monotonic() < deadline:
+        if stopping is not None and stopping.is_set():
+            raise _Stopped
         problem = bed.failure()
         if problem:
             raise StackpinError(problem)
@@ -264,11 +266,15 @@ def info(plan: BedPlan, speed: float, model_name: str, frontend: str) -> dict[st
             "serving": frontend}
 
 
+class _Stopped(Exception):
+    """`stopping` was set while the bed was starting."""
+
+
 @contextmanager
 def running(plan: BedPlan, env_dir: Path, host: str = "127.0.0.1", port: int = 0, speed: float = 1.0,
-            model_name: str = "roofline") -> Iterator[Bed]:
+            model_name: str = "roofline", stopping: threading.Event | None = None) -> Iterator[Bed]:
     """The bed, up and answering, for the `with` block; every process stopped and its files removed after,
-    also on an error or Ctrl-C."""
+    also on an error or Ctrl-C. `stopping`, when set while the bed starts, stops it (raising _Stopped)."""
     python = env_dir / "bin" / "python"
     root = Path(tempfile.mkdtemp(prefix="stackpin-dynamo-"))
     processes: list[_Process] = []
@@ -303,7 +309,7 @@ def running(plan: BedPlan, env_dir: Path, host: str = "127.0.0.1", port: int = 0
         bed = Bed(plan, f"http://{host}:{bound}", frontend, info(plan, speed, model_name, frontend), processes)
         server.bed = bed
         server.tokenizer = (model / "tokenizer.json").read_bytes()
-        _wait_ready(bed, kv)
+        _wait_ready(bed, kv, stopping)
         thread = threading.Thread(target=server.serve_forever, name="dynamo-bed-info", daemon=True)
         thread.start()
         yield bed
@@ -318,24 +324,32 @@ def running(plan: BedPlan, env_dir: Path, host: str = "127.0.0.1", port: int = 0
 
 def serve(plan: BedPlan, env_dir: Path, host: str, port: int, speed: float, model_name: str,
           announce: IO[str] | None = None) -> None:
-    """Serve until Ctrl-C or SIGTERM (the CLI), or until one of Dynamo's processes fails (an error)."""
+    """Serve until Ctrl-C or SIGTERM (the CLI), or until one of Dynamo's processes fails (an error).
+
+    The signals only set a flag that the loops here look at: an exception raised wherever a signal lands
+    can land inside Popen.poll() between its lock's acquire and its try, leaving the lock held, and the
+    wait for that process in the shutdown then blocks for ever (a full suite beside a CPU burner hung so)."""
+    stopping = threading.Event()
+
     def stop(*_: object) -> None:
-        raise KeyboardInterrupt
+        stopping.set()
 
     if announce is not None:  # before the minutes a bed may take to start: the figures a bench will not show
         for slow in plan.floored:
             print(f"stackpin sim: warning: {slow.describe(str(facts()['version']))}", file=announce, flush=True)
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        with running(plan, env_dir, host, port, speed, model_name) as bed:
+        with running(plan, env_dir, host, port, speed, model_name, stopping) as bed:
             if announce is not None:
                 print(f"stackpin sim: {bed.plan.stack.name} on {bed.url} (simulated: Dynamo {facts()['version']} "
                       f"frontend at {bed.frontend} and {len(plan.mockers)} mocker process(es), speed {speed})",
                       file=announce, flush=True)
-            while True:
+            while not stopping.wait(0.5):
                 problem = bed.failure()
                 if problem:
                     raise StackpinError(problem)
-                time.sleep(0.5)
+    except _Stopped:
+        pass  # stopped while starting: `running` stopped what it had started
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
