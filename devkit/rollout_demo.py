@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
         print("# Every rack runs revision 1.")
         for rack, config in zip(RACKS, kubeconfigs, strict=True):
             print(f"# {rack}:")
-            sp("apply", f"{DEPLOYMENT}@1", "--kubeconfig", str(config), "--create-namespace")
+            sp("apply", f"{DEPLOYMENT}@1", "--kubeconfig", str(config), "--create-namespace", "--allow-stand-ins")
         store = HistoryStore(work / "history")
         slow = store.read(store.resolve(DEPLOYMENT), 3).lock.stack_digest
         with serve_live(work / kubeconfigs[0], "dynamo", "dsv41-flash", work / "history", {slow: "slow=2"},
@@ -78,7 +78,8 @@ def main(argv: list[str]) -> int:
             # A gate whose runs a busy host stretched is inconclusive: never a pass and never a rollback, the
             # rollout pauses. The demo then resumes it (twice at most), which benches the canary again, as a
             # person would.
-            said = sp("rollout", "start", "fleet.yaml", f"{DEPLOYMENT}@2", "--allow-recreate", expect=(0, 1))
+            said = sp("rollout", "start", "fleet.yaml", f"{DEPLOYMENT}@2", "--allow-recreate", "--allow-stand-ins",
+                      expect=(0, 1))
             for _ in range(2):
                 if "bench gate inconclusive" not in said:
                     break
@@ -88,7 +89,7 @@ def main(argv: list[str]) -> int:
                 raise SystemExit("revision 2 did not reach every rack: see above")
             print("# 2. revision 3, made two-fold slower on the canary: its gate fails, the canary is rolled back")
             print("#    to revision 2 and benched again, and wave 2 never starts (exit 1)")
-            sp("rollout", "start", "fleet.yaml", f"{DEPLOYMENT}@3", "--allow-recreate", expect=1)
+            sp("rollout", "start", "fleet.yaml", f"{DEPLOYMENT}@3", "--allow-recreate", "--allow-stand-ins", expect=1)
             sp("rollout", "status", "west")
     finally:
         bed.__exit__(None, None, None)

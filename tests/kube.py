@@ -22,7 +22,7 @@ import itertools
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -81,6 +81,14 @@ def lockfile(stack: str) -> str:
     return str(LOCKS / f"{stack}.lock.yaml")
 
 
+def with_stand_ins(args: Sequence[str]) -> list[str]:
+    """`args` with --allow-stand-ins where they write a cluster (apply, rollback --apply): every lock the tests
+    apply is the demo mirror's, whose stand-in pins stackpin refuses to send to a cluster without it
+    (tests/test_stand_ins.py holds the refusal)."""
+    writes = bool(args) and (args[0] == "apply" or (args[0] == "rollback" and "--apply" in args))
+    return [*args, "--allow-stand-ins"] if writes and "--allow-stand-ins" not in args else list(args)
+
+
 def attestation(stack: str) -> str:
     """`configmap/<name>` of the runtime-attestation ConfigMap a shipped stack renders (named by what it
     holds, so two stacks with the same engines, cache and GPU share it); apply applies it first."""
@@ -100,10 +108,12 @@ class Kube:
     kubeconfig: Path
     runs: list[Result] = field(default_factory=list)
 
-    def stackpin(self, *args: str, kubeconfig: Path | None = None, namespace: bool = True) -> Result:
-        """`stackpin ARGS --kubeconfig K -n NS`, in process; no credential may reach its output."""
+    def stackpin(self, *args: str, kubeconfig: Path | None = None, namespace: bool = True,
+                 stand_ins: bool = True) -> Result:
+        """`stackpin ARGS --kubeconfig K -n NS`, in process; no credential may reach its output. A command that
+        writes the cluster gets --allow-stand-ins unless `stand_ins` is False (see `with_stand_ins`)."""
         extra = ["--kubeconfig", str(kubeconfig or self.kubeconfig)] + (["-n", self.namespace] if namespace else [])
-        result = CliRunner().invoke(main, [*args, *extra])
+        result = CliRunner().invoke(main, [*(with_stand_ins(args) if stand_ins else args), *extra])
         self.runs.append(result)
         text = result.stdout + result.stderr
         leaked = [user for user, token in self.env.tokens.items() if token in text]

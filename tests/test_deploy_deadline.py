@@ -39,7 +39,7 @@ def test_every_cluster_command_fails_within_its_request_timeout_with_one_line(et
     env = etcd_down
     commands = {
         "status": ["status", "dsv41-flash"],
-        "apply": ["apply", lockfile("gb300-tuned")],
+        "apply": ["apply", lockfile("gb300-tuned"), "--allow-stand-ins"],
         "diff @live": ["diff", "dsv41-flash@live", lockfile("gb300-tuned")],
         "history --cluster": ["history", "dsv41-flash", "--cluster"],
     }
@@ -48,7 +48,8 @@ def test_every_cluster_command_fails_within_its_request_timeout_with_one_line(et
     # What a process costs before its first request (imports, rendering the lock), on this machine now:
     # the same command against a closed port, which fails at once.
     dead, _ = dead_kubeconfig(tmp_path)
-    baseline = subprocess.Popen([str(STACKPIN), "apply", lockfile("gb300-tuned"), "--kubeconfig", str(dead)],
+    baseline = subprocess.Popen([str(STACKPIN), "apply", lockfile("gb300-tuned"), "--allow-stand-ins", "--kubeconfig",
+                                 str(dead)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
     for name, args in commands.items():  # all at once: the default deadline is the slow one
         for limit in ("4", None):

@@ -38,8 +38,9 @@ def apply_killed_after(kube: Kube, stack: str, step: str, **options: object) -> 
         if message == step:
             kube.env.kill_apiserver()
 
+    chosen = ApplyOptions(namespace=kube.namespace, allow_stand_ins=True, **options)  # type: ignore[arg-type]
     with pytest.raises(Unreachable) as caught:
-        apply_stack(cluster, source, ApplyOptions(namespace=kube.namespace, **options), progress=progress)  # type: ignore[arg-type]
+        apply_stack(cluster, source, chosen, progress=progress)
     return caught.value
 
 
@@ -118,7 +119,7 @@ def test_an_unreachable_server_is_one_line(tmp_path: Path) -> None:
     from stackpin.cli.main import main
 
     config, port = dead_kubeconfig(tmp_path)
-    for args in (["apply", lockfile("gb300-tuned")], ["status", "dsv41-flash"]):
+    for args in (["apply", lockfile("gb300-tuned"), "--allow-stand-ins"], ["status", "dsv41-flash"]):
         result = CliRunner().invoke(main, [*args, "--kubeconfig", str(config)])
         assert result.exit_code == 2, result.output
         assert result.stderr.splitlines() == [

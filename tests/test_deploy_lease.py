@@ -24,7 +24,7 @@ import pytest
 
 from stackpin.deploy.kube import connect
 from stackpin.deploy.lease import DURATION_S, DeploymentLease, LeaseHeld
-from tests.kube import DGD, LOCKS, Kube, attestation, lockfile
+from tests.kube import DGD, LOCKS, Kube, attestation, lockfile, with_stand_ins
 
 STACKPIN = Path(sys.executable).with_name("stackpin")
 LEASE = "stackpin-dsv41-flash"
@@ -40,7 +40,8 @@ def lease(kube: Kube) -> dict[str, Any] | None:
 
 
 def start(kube: Kube, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([str(STACKPIN), *args, "--kubeconfig", str(kube.kubeconfig), "-n", kube.namespace],
+    return subprocess.Popen([str(STACKPIN), *with_stand_ins(args), "--kubeconfig", str(kube.kubeconfig), "-n",
+                             kube.namespace],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

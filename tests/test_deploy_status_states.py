@@ -44,7 +44,8 @@ def test_a_record_behind_the_live_objects_is_said_and_no_other_stack_is_shown_li
     cluster = connect(str(kube.kubeconfig), None)
     source = resolve_source(lockfile("gb300-tuned"), LOCKS)
     with garbage_collector(kube), pytest.raises(Killed):
-        apply_stack(cluster, source, ApplyOptions(namespace=kube.namespace, allow_recreate=True), progress=progress)
+        options = ApplyOptions(namespace=kube.namespace, allow_recreate=True, allow_stand_ins=True)
+        apply_stack(cluster, source, options, progress=progress)
     assert attestation("gb300-disagg-wide-ep") + " pruned" in pruned
 
     code, data, text = status(kube)

@@ -61,7 +61,7 @@ def test_diff_structured_output(fmt: str) -> None:
     assert data["impact"] == "recreate" and data["equal"] is False and data["pinsCompared"] is True
     assert [g["id"] for g in data["groups"]][:5] == ["kernels", "autotune", "cuda-graphs", "speculative", "placement"]
     assert data["a"] == {"source": str(LAUNCH), "kind": "lock", "name": "gb300-launch",
-                         "stackDigest": read_lock(LAUNCH).stack_digest}
+                         "stackDigest": read_lock(LAUNCH).stack_digest, "standIn": True}
     changes = [c for g in data["groups"] for c in g["changes"]]
     change = next(c for c in changes if c["path"] == "spec.speculative.numSpeculativeTokens")
     assert (change["old"], change["new"], change["impact"], change["restarts"]) == (3, 5, "restart", ["worker"])

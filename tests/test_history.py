@@ -21,7 +21,7 @@ from stackpin.diff.run import CHANGE_LINE, summarize_locks
 from stackpin.history.deployed import deployment_dir, deployment_files
 from stackpin.history.identity import author_of, created_at
 from stackpin.history.listing import check_deployments, list_history
-from stackpin.history.model import ActionKind, DeploymentKey, revision_text
+from stackpin.history.model import STAND_IN_NOTE, ActionKind, DeploymentKey, revision_text
 from stackpin.history.record import promote, rollback
 from stackpin.history.store import HistoryStore
 from stackpin.lock.lockfile import StackLock, read_lock, sha256
@@ -191,13 +191,16 @@ def test_history_lists_number_digest_when_who_message_and_change(tmp_path: Path)
     directory = tmp_path / "history" / "dynamo" / "dsv41-flash@gb300-nvl72"
     assert lines[0] == f"deployment dynamo/dsv41-flash@gb300-nvl72: 3 revision(s) in {directory}/"
     assert lines[1].split() == ["REVISION", "STACK", "CREATED", "AUTHOR", "ACTION", "MESSAGE", "CHANGE"]
-    rows = [line.split("  ") for line in lines[2:]]
+    rows = [line.split("  ") for line in lines[2:-1]]
+    # The shipped locks are the demo mirror's: every row is marked, and the last line says what that means.
+    launch, tuned = f"{launch} (stand-in)", f"{tuned} (stand-in)"
     assert [[cell.strip() for cell in row if cell.strip()] for row in rows] == [
         ["1", launch, "2026-01-01T00:00:00Z", "Ada <ada@example.org>", "promote gb300-launch", "Launch stack",
          "(first revision)"],
         ["2", tuned, "2026-01-01T00:00:00Z", "Ada <ada@example.org>", "promote gb300-tuned", "Tuned stack", forward],
         ["3", launch, "2026-01-01T00:00:00Z", "Ada <ada@example.org>", "rollback to 1 (gb300-launch)",
          "Roll back to revision 1", back]]
+    assert lines[-1] == STAND_IN_NOTE
     data = yaml.safe_load(invoke(tmp_path, "history", "dsv41-flash", "-o", "yaml").stdout)
     assert [(r["revision"], r["stackDigest"], r["change"]) for r in data["revisions"]] == [
         (1, read_lock(LAUNCH).stack_digest, None), (2, read_lock(TUNED).stack_digest, forward),

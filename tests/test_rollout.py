@@ -100,12 +100,15 @@ class Site:
 
     def rollout(self, command: str, *args: str) -> Result:
         extra = self.dirs() if command in ("start", "resume") else ["--rollouts", str(self.path / "rollouts")]
+        if command == "start":  # the site's revisions are locked against the demo mirror: stand-ins
+            extra.append("--allow-stand-ins")
         return self.cli("rollout", command, *args, *extra)
 
     def apply_everywhere(self, revision: int) -> None:
         for env in self.servers.envs:
             done = self.cli("apply", f"{self.deployment}@{revision}", "--history", str(self.path / "history"),
-                            "--kubeconfig", str(env.kubeconfig), "-n", self.namespace, "--allow-recreate")
+                            "--kubeconfig", str(env.kubeconfig), "-n", self.namespace, "--allow-recreate",
+                            "--allow-stand-ins")
             assert done.exit_code == 0, done.output + done.stderr
 
     def record(self, rollout_id: str = "000001") -> dict[str, Any]:
@@ -244,7 +247,8 @@ def test_c_kill_9_in_wave_two_then_resume_applies_no_rack_twice(site: Site) -> N
     site.servers.operator.held |= {(b.port, site.namespace), (c.port, site.namespace)}
     try:
         proc = subprocess.Popen([sys.executable, "-m", "stackpin", "rollout", "start", str(site.fleet),
-                                 f"{site.deployment}@2", "--allow-recreate", *site.dirs()], cwd=ROOT,
+                                 f"{site.deployment}@2", "--allow-recreate", "--allow-stand-ins", *site.dirs()],
+                                cwd=ROOT,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT)
         record_file = site.path / "rollouts" / "west" / "000001.yaml"

@@ -90,12 +90,31 @@ def strict_preflight() -> bool:
     return bool(click.get_current_context().meta.get(STRICT_KEY))
 
 
+ALLOW_STAND_INS_KEY = "allow_stand_ins"
+
+
+def _keep_allow_stand_ins(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    ctx.meta[ALLOW_STAND_INS_KEY] = value or None
+
+
+# For the commands that write a cluster (apply, rollback --apply, rollout start); read with allow_stand_ins().
+ALLOW_STAND_INS = click.option(
+    "--allow-stand-ins", is_flag=True, expose_value=False, callback=_keep_allow_stand_ins,
+    help="Apply a stack holding stand-in pins (a demo mirror's, not production digests), for a test cluster; "
+         "otherwise it is refused, naming each.")
+
+
+def allow_stand_ins() -> bool:
+    return bool(click.get_current_context().meta.get(ALLOW_STAND_INS_KEY))
+
+
 def cluster_flags_given() -> list[str]:
-    """--request-timeout, --lock-timeout and --strict, when given (commands where they mean nothing refuse
-    them)."""
+    """--request-timeout, --lock-timeout, --strict and --allow-stand-ins, when given (commands where they mean
+    nothing refuse them)."""
     meta = click.get_current_context().meta
     return [flag for flag, key in (("--request-timeout", REQUEST_TIMEOUT), ("--lock-timeout", LOCK_TIMEOUT_KEY),
-                                   ("--strict", STRICT_KEY)) if meta.get(key) is not None]
+                                   ("--strict", STRICT_KEY), ("--allow-stand-ins", ALLOW_STAND_INS_KEY))
+            if meta.get(key) is not None]
 
 
 def cluster_options(fn: Callable[..., Any]) -> Callable[..., Any]:

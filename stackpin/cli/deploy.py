@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING
 import click
 
 from stackpin.cli.common import (
+    ALLOW_STAND_INS,
     HISTORY,
     LOCK_TIMEOUT,
     OUTPUT,
     STRICT,
+    allow_stand_ins,
     cluster_options,
     connect_cluster,
     emit,
@@ -55,6 +57,7 @@ def warn(message: str) -> None:
               help="Limit for --wait, and for a recreated object to be gone (default: the stack's start-up budget).")
 @LOCK_TIMEOUT
 @STRICT
+@ALLOW_STAND_INS
 @cluster_options
 @OUTPUT
 @user_errors
@@ -80,7 +83,8 @@ def apply(source: str, lockdir: str, history_dir: str, dry_run: bool, force_conf
     limit = timeout if timeout is not None else default_timeout_s(stack)
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
                            allow_recreate=allow_recreate, create_namespace=create_namespace, timeout_s=limit,
-                           lock_timeout_s=lock_timeout(), strict=strict_preflight())
+                           lock_timeout_s=lock_timeout(), strict=strict_preflight(),
+                           allow_stand_ins=allow_stand_ins())
     result = apply_stack(cluster, stack, options, progress=progress, warn=warn)
     if output == "text":
         print_applied(result)
@@ -167,7 +171,8 @@ def _print_status(report: StatusReport) -> None:
     rows = [
         ("deployment", f"{report.namespace}/{report.deployment}  (record {report.record}, "
                        f"{report.revisions} revision(s))"),
-        ("stack", f"{report.stack or '-'}  {report.stack_digest or '-'}"),
+        ("stack", f"{report.stack or '-'}  {report.stack_digest or '-'}"
+                  + ("  (stand-in pins: not production digests)" if report.stand_in else "")),
         ("revision", revision),
         ("applied", f"{last.applied_at} by {last.applied_by}" if last else
                     "- (not in the record: see the problem below)" if report.record_behind else "-"),

@@ -69,6 +69,8 @@ def _side(label: str, ref: StackRef) -> str:
     what = f"{ref.kind.value} {ref.name}"
     if ref.stack_digest:
         what += f" {ref.stack_digest.removeprefix('sha256:')[:12]}"
+    if ref.stand_in:
+        what += ", stand-in pins: not production digests"
     return f"[bold]{label}[/] {escape(ref.source)}  [dim]({escape(what)})[/]"
 
 

@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from stackpin.cli.common import (
+    ALLOW_STAND_INS,
     HISTORY,
     LOCK_TIMEOUT,
     OUTPUT,
     STRICT,
+    allow_stand_ins,
     cluster_flags_given,
     cluster_options,
     connect_cluster,
@@ -137,6 +139,7 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
                    "(default: the stack's start-up budget).")
 @LOCK_TIMEOUT
 @STRICT
+@ALLOW_STAND_INS
 @SIGNING_KEY
 @cluster_options
 @OUTPUT
@@ -198,7 +201,7 @@ def _rollback_apply(store: HistoryStore, key: DeploymentKey, deployments: Path, 
     cluster = connect_cluster(kubeconfig, context)
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
                            allow_recreate=allow_recreate, timeout_s=timeout, lock_timeout_s=lock_timeout(),
-                           strict=strict_preflight())
+                           strict=strict_preflight(), allow_stand_ins=allow_stand_ins())
     done = rollback_apply(cluster, store, key, deployments, options, to=to, message=message, progress=progress,
                           warn=warn)
     revision, result = done.revision, done.applied
@@ -370,11 +373,15 @@ def _print_history(store: HistoryStore, key: DeploymentKey, entries: list[Histor
     for e in entries:
         r = e.summary
         change = e.change if e.change is not None else ("(first revision)" if r.revision == 1 else "-")
-        rows.append([str(r.revision), r.short_digest, r.created, _cell(r.author), _cell(r.action_label),
+        rows.append([str(r.revision), r.stack_label, r.created, _cell(r.author), _cell(r.action_label),
                      _cell(r.message), _cell(change),
                      *([_cell(bench[r.revision][0]) if r.revision in bench else "-"] if bench else [])])
     _table(["REVISION", "STACK", "CREATED", "AUTHOR", "ACTION", "MESSAGE", "CHANGE", *(["BENCH"] if bench else [])],
            rows)
+    if any(e.summary.stand_in for e in entries):
+        from stackpin.history.model import STAND_IN_NOTE
+
+        click.echo(STAND_IN_NOTE)
 
 
 def _print_deployments(store: HistoryStore, summaries: list[DeploymentSummary], output: str) -> None:
@@ -388,8 +395,12 @@ def _print_deployments(store: HistoryStore, summaries: list[DeploymentSummary], 
                    err=True)
         return
     _table(["DEPLOYMENT", "REVISIONS", "STACK", "CREATED", "MESSAGE"],
-           [[str(s.key), str(s.newest.revision), s.newest.short_digest, s.newest.created, _cell(s.newest.message)]
+           [[str(s.key), str(s.newest.revision), s.newest.stack_label, s.newest.created, _cell(s.newest.message)]
             for s in summaries])
+    if any(s.newest.lock.resolved.stand_in for s in summaries):
+        from stackpin.history.model import STAND_IN_NOTE
+
+        click.echo(STAND_IN_NOTE)
 
 
 def _cluster_history(deployment: str, kubeconfig: str | None, context: str | None, namespace: str | None,

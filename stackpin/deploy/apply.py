@@ -53,7 +53,7 @@ from stackpin.deploy.objects import (
 from stackpin.deploy.preflight import Preflight, dropped_fields, preflight
 from stackpin.deploy.readiness import Readiness
 from stackpin.deploy.recreate import recreate_reasons
-from stackpin.deploy.source import StackSource
+from stackpin.deploy.source import StackSource, refuse_stand_ins
 from stackpin.deploy.wait import wait_gone, wait_ready
 from stackpin.errors import StackpinError
 
@@ -81,6 +81,7 @@ class ApplyOptions(msgspec.Struct, frozen=True):
     timeout_s: float | None = None  # for a recreated object to be gone; default: the stack's start-up budget
     lock_timeout_s: float = 0.0  # how long to wait for another writer's Lease on the deployment (0: refuse at once)
     strict: bool = False  # cluster_facts findings (no node for a pool, no image volumes) refuse instead of warn
+    allow_stand_ins: bool = False  # a lock holding stand-in pins (the demo mirror's) is refused otherwise
 
 
 class Outcome(msgspec.Struct, frozen=True):
@@ -231,6 +232,7 @@ def check_apply(cluster: Cluster, source: StackSource, options: ApplyOptions, pr
     """Steps 1 and 2 (see the module docstring): raises what would stop the apply, writes nothing
     (except the namespace, with `create_namespace` and no dry run)."""
     notes = Notes(warn)
+    refuse_stand_ins(source, options.allow_stand_ins)  # allowed: the objects carry the stand-in label
     plan = read_plan(cluster, source, options, notes)
     if plan.namespace_missing:
         namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": plan.stack.namespace}}
@@ -259,6 +261,7 @@ def apply_stack(cluster: Cluster, source: StackSource, options: ApplyOptions,
     """Apply `source` (see the module docstring), holding the deployment's Lease from the read to the
     last write (a dry run writes nothing and takes none). `progress` hears each step, `warn` each note
     on what could not be checked or done, as it happens."""
+    refuse_stand_ins(source, options.allow_stand_ins)  # before the Lease: nothing reaches the cluster
     if options.dry_run:
         return write_checked(cluster, check_apply(cluster, source, options, progress, warn), progress)
     profile = source.lock.stack_profile

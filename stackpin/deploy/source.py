@@ -36,3 +36,15 @@ def _from_history(arg: str, history: Path) -> StackSource:
 
     revision = HistoryStore(history).query(arg)
     return StackSource(revision.lock, origin=f"{revision.deployment}@{revision.revision}", revision=revision.revision)
+
+
+def refuse_stand_ins(source: StackSource, allowed: bool) -> None:
+    """A cluster gets stand-in pins (the demo mirror's: not production digests) only when the user says so
+    (`allowed`, --allow-stand-ins; render then marks every object): StackpinError (exit 2) naming each."""
+    named = [f"{which} {pinned}" for which, pinned in source.lock.resolved.stand_ins()]
+    if named and not allowed:
+        raise StackpinError(
+            f"{source.origin}: stack {source.lock.metadata.name} holds stand-in pins, not production digests: "
+            + "; ".join(named),
+            "lock against the site's registry or mirror (docs/lockfiles.md), or pass --allow-stand-ins for a "
+            "test cluster")

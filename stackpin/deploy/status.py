@@ -24,6 +24,7 @@ from stackpin.deploy.drift import DriftedField, drifted_fields
 from stackpin.deploy.kube import CONFIGMAPS, Cluster, ClusterError
 from stackpin.deploy.objects import DGD_KIND, DIGEST_ANNOTATION, REVISION_ANNOTATION, STACK_LABEL, apply_rank, key_of
 from stackpin.deploy.readiness import Readiness, readiness
+from stackpin.profile.k8s_names import STAND_IN_LABEL
 
 
 class LiveObject(msgspec.Struct, frozen=True):
@@ -55,6 +56,7 @@ class StatusReport(msgspec.Struct, frozen=True):
     problems: tuple[str, ...]
     entries: tuple[AppliedRevision, ...] = ()  # the whole record, oldest first (history --cluster)
     record_behind: bool = False  # the live objects carry a stack the record's newest entry is not
+    stand_in: bool = False  # the live objects are marked as a lock's with stand-in pins (not production digests)
 
     @property
     def in_sync(self) -> bool:
@@ -69,7 +71,7 @@ class StatusReport(msgspec.Struct, frozen=True):
             "lastApplied": None if last is None else {"stack": last.stack, "stackDigest": last.stack_digest,
                                                       "revision": last.revision, "appliedAt": last.applied_at,
                                                       "appliedBy": last.applied_by},
-            "revisions": self.revisions, "recordBehind": self.record_behind,
+            "revisions": self.revisions, "recordBehind": self.record_behind, "standIn": self.stand_in,
             "objects": [{"object": o.subject, "stackDigest": o.stack_digest, "revision": o.revision}
                         for o in self.objects],
             "lock": None if self.lock is None else {"path": self.lock.path, "stack": self.lock.stack,
@@ -156,7 +158,8 @@ def deployment_status(cluster: Cluster, deployment: str, namespace: str, *, lock
         revision=revision, last_applied=live_entry, revisions=len(parent.record), objects=objects,
         lock=_lock_check(lock, stack, lockdir, digest), drift=drift,
         readiness=readiness(dgd) if dgd else None, problems=tuple(problems), entries=parent.record,
-        record_behind=behind)
+        record_behind=behind,
+        stand_in=any((m["metadata"].get("labels") or {}).get(STAND_IN_LABEL) == "true" for m in members))
 
 
 def referenced_config_maps(node: Any) -> Iterator[str]:

@@ -61,7 +61,8 @@ def stack_of_lock(lock: StackLock, source: str | None = None) -> Stack:
 
 
 def _from_lock(source: str, lock: StackLock) -> Stack:
-    ref = StackRef(source=source, kind=SourceKind.lock, name=lock.metadata.name, stack_digest=lock.stack_digest)
+    ref = StackRef(source=source, kind=SourceKind.lock, name=lock.metadata.name, stack_digest=lock.stack_digest,
+                   stand_in=lock.resolved.stand_in)
     return Stack(ref=ref, profile=lock.stack_profile, lock=lock, sources=(source,))
 
 

@@ -122,6 +122,7 @@ class StackRef(_Model):
     kind: SourceKind
     name: str
     stack_digest: str | None = None  # locks only
+    stand_in: bool = False  # a lock whose pins are stand-ins (a demo mirror's), not production digests
 
 
 class ObjectStatus(StrEnum):

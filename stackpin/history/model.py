@@ -107,14 +107,21 @@ class Revision(CamelRecord, frozen=True, kw_only=True):  # kw_only again for myp
         return self.lock.metadata.name
 
     @property
+    def stack_label(self) -> str:
+        return self.summary().stack_label
+
+    @property
     def action_label(self) -> str:
         """`promote gb300-tuned` or `rollback to 1 (gb300-launch)`: how tables and pages name what made it."""
         return self.summary().action_label
 
-
     def summary(self) -> RevisionSummary:
         return RevisionSummary(self.revision, self.stack, self.stack_digest, self.created, self.author, self.message,
-                               self.action.to_data(), self.revision_digest)
+                               self.action.to_data(), self.revision_digest, self.lock.resolved.stand_in)
+
+
+STAND_IN_NOTE = ("(stand-in): its lock holds a demo mirror's stand-in pins, not production digests; apply, "
+                 "rollback --apply and rollout start refuse it without --allow-stand-ins")
 
 
 class RevisionSummary(msgspec.Struct, frozen=True):
@@ -129,10 +136,16 @@ class RevisionSummary(msgspec.Struct, frozen=True):
     message: str
     action: dict[str, Any]  # {"kind": "promote"} or {"kind": "rollback", "revision": N}
     revision_digest: str
+    stand_in: bool = False  # the lock holds stand-in pins (a demo mirror's): not production digests
 
     @property
     def short_digest(self) -> str:
         return self.stack_digest.removeprefix("sha256:")[:12]
+
+    @property
+    def stack_label(self) -> str:
+        """The short digest as tables show it, marked when its pins are stand-ins (see STAND_IN_NOTE)."""
+        return f"{self.short_digest} (stand-in)" if self.stand_in else self.short_digest
 
     @property
     def action_label(self) -> str:
@@ -144,13 +157,13 @@ class RevisionSummary(msgspec.Struct, frozen=True):
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> RevisionSummary:
         return cls(data["revision"], data["stack"], data["stackDigest"], data["created"], data["author"],
-                   data["message"], data["action"], data["revisionDigest"])
+                   data["message"], data["action"], data["revisionDigest"], data["standIn"])
 
     def data(self) -> dict[str, Any]:
         """The JSON of a revision as `history -o json` and `promote -o json` print it."""
         return {"revision": self.revision, "stack": self.stack, "stackDigest": self.stack_digest,
                 "created": self.created, "author": self.author, "message": self.message, "action": self.action,
-                "revisionDigest": self.revision_digest}
+                "revisionDigest": self.revision_digest, "standIn": self.stand_in}
 
 
 class RevisionError(StackpinError):

@@ -51,7 +51,7 @@ class Verified(msgspec.Struct, frozen=True):
 
 
 _SUMMARY_TYPES = {"revision": int, "stack": str, "stackDigest": str, "created": str, "author": str, "message": str,
-                  "action": dict, "revisionDigest": str}
+                  "action": dict, "revisionDigest": str, "standIn": bool}
 
 
 def _summary_data(value: Any) -> dict[str, Any]:

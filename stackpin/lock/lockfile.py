@@ -123,9 +123,17 @@ class ResolvedSection(CamelRecord, frozen=True):
 
     @property
     def stand_in(self) -> bool:
-        parts: list[LockedImage | LockedModel | LockedArtifact] = [
-            *self.images.values(), self.model, *([self.autotune_cache] if self.autotune_cache else [])]
-        return any(p.stand_in for p in parts)
+        return bool(self.stand_ins())
+
+    def stand_ins(self) -> list[tuple[str, str]]:
+        """(which pin, what it pins) for each pin resolved through a stand-in (the demo mirror's): not
+        production digests, so never applied to a cluster unnoticed."""
+        named = [*((f"image {role}", image.pinned) for role, image in sorted(self.images.items()) if image.stand_in),
+                 *([("model", f"{self.model.id}@{self.model.revision}")] if self.model.stand_in else [])]
+        cache = self.autotune_cache
+        if cache is not None and cache.stand_in:
+            named.append(("autotune cache", cache.pinned))
+        return named
 
     def to_data(self, *, exclude_none: bool = False) -> dict[str, Any]:
         """As `Record.to_data`; `exclude_none` leaves out an absent autotune cache (as lockfiles do)."""

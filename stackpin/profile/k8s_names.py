@@ -15,10 +15,13 @@ DNS_SUBDOMAIN_MAX = 253
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)$")
 _DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
 
+# On every object of a lock with stand-in pins (a demo mirror's): the label selects them (render, status), the
+# annotation of the same name says which pins.
+STAND_IN_LABEL = "stackpin.dev/stand-in"
 # Labels `stackpin render` sets on every object; a profile may not set them itself.
 RENDERED_LABELS = frozenset({
     "app.kubernetes.io/name", "app.kubernetes.io/part-of", "app.kubernetes.io/managed-by",
-    "app.kubernetes.io/component", "stackpin.dev/profile", "stackpin.dev/stack-digest", "stackpin.dev/stand-in",
+    "app.kubernetes.io/component", "stackpin.dev/profile", "stackpin.dev/stack-digest", STAND_IN_LABEL,
 })
 
 

@@ -19,6 +19,7 @@ from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.search import profile_catalogs
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
+from stackpin.profile.k8s_names import STAND_IN_LABEL
 from stackpin.profile.model import AutotuneMode, Placement, StackProfile
 from stackpin.profile.serving import parser_choices
 from stackpin.profile.sizing import capture_size_count
@@ -202,7 +203,7 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     labels = {**base_labels, "app.kubernetes.io/managed-by": "stackpin", f"{LABEL_PREFIX}profile": profile.name,
               f"{LABEL_PREFIX}stack-digest": lock.short_digest}
     if lock.resolved.stand_in:
-        labels[f"{LABEL_PREFIX}stand-in"] = "true"
+        labels[STAND_IN_LABEL] = "true"
     # No label check here: the profile model refuses bad or reserved labels when the lock is read.
     if problems:
         raise RenderError(f"{profile.name}: " + f"\n{profile.name}: ".join(problems))
@@ -214,6 +215,10 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     }
     if cache:
         annotations[f"{LABEL_PREFIX}autotune-cache"] = cache.pinned
+    if stand_ins := lock.resolved.stand_ins():
+        # The label selects such objects; this says which pins are not production digests.
+        annotations[STAND_IN_LABEL] = (", ".join(which for which, _ in stand_ins)
+                                       + ": stand-ins from a demo mirror, not production digests")
     if site_labels is None and platform.is_estimate("node_labels"):
         # A wrong label leaves every worker Pending with no hint: say on the object what it rests on.
         selected = ", ".join(f"{k}={v}" for k, v in sorted(platform.node_labels.items()))

@@ -43,7 +43,8 @@ def _value(value: Any) -> str:
 
 
 def _revision_row(revision: Revision, change: str | None) -> dict[str, Any]:
-    return {"number": revision.revision, "digest": revision.short_digest, "created": revision.created,
+    return {"number": revision.revision, "digest": revision.short_digest,
+            "standIn": revision.lock.resolved.stand_in, "created": revision.created,
             "author": revision.author, "action": revision.action_label, "message": revision.message.strip(),
             "change": change if change is not None else ("(first revision)" if revision.revision == 1 else "-")}
 

@@ -29,7 +29,7 @@ from stackpin.deploy.kube import CONFIGMAPS, ApiResource, Cluster, Unreachable
 from stackpin.deploy.lease import DURATION_S
 from stackpin.deploy.objects import DGD_KIND, key_of, stack_objects
 from stackpin.deploy.readiness import readiness
-from stackpin.deploy.source import StackSource, resolve_source
+from stackpin.deploy.source import StackSource, refuse_stand_ins, resolve_source
 from stackpin.deploy.status import deployment_status
 from stackpin.deploy.wait import wait_ready
 from stackpin.errors import StackpinError
@@ -134,7 +134,7 @@ class Engine:
         ready = self.fleet.fleet.spec.gates.ready.timeout_seconds
         # A rollout killed mid-apply leaves its Lease until it expires: a resume waits it out.
         options = ApplyOptions(namespace=rack.namespace, timeout_s=ready, allow_recreate=self.record.allow_recreate,
-                               lock_timeout_s=LEASE_WAIT_S)
+                               lock_timeout_s=LEASE_WAIT_S, allow_stand_ins=self.record.allow_stand_ins)
         apply_stack(self.cluster(rack), source, options, progress=lambda m: self.note(rack.name, m),
                     warn=lambda m: self.note(rack.name, f"warning: {m}"))
 
@@ -358,13 +358,15 @@ class Engine:
             self.rack_update(rack.name, gate=gate.model_copy(update={"after_rollback": again}))
 
 
-def new_record(fleet: LoadedFleet, source: StackSource, rollout_id: str, allow_recreate: bool = False) -> Rollout:
+def new_record(fleet: LoadedFleet, source: StackSource, rollout_id: str, allow_recreate: bool = False,
+               allow_stand_ins: bool = False) -> Rollout:
     """The record of a rollout about to start: every rack pending, in wave order."""
     from stackpin.history.model import DeploymentKey
 
     lock = source.lock
     if source.revision is None:
         raise StackpinError(f"{source.origin}: a rollout sends a revision of the history: name it DEPLOYMENT@REV")
+    refuse_stand_ins(source, allow_stand_ins)  # before the record: a refused rollout leaves nothing behind
     deployment = lock.stack_profile.metadata.deployment
     for rack in fleet.fleet.spec.racks:
         if rack.deployment not in (None, deployment):
@@ -374,5 +376,6 @@ def new_record(fleet: LoadedFleet, source: StackSource, rollout_id: str, allow_r
     racks = tuple(RackRecord(name=r.name, wave=i) for i, wave in enumerate(fleet.fleet.spec.wave_plan()) for r in wave)
     return Rollout(id=rollout_id, fleet=fleet.fleet.metadata.name, fleet_file=str(fleet.path),
                    deployment=str(DeploymentKey.of_lock(lock)), revision=source.revision,
-                   stack_digest=lock.stack_digest, allow_recreate=allow_recreate, started_at=stamp,
+                   stack_digest=lock.stack_digest, allow_recreate=allow_recreate,
+                   allow_stand_ins=allow_stand_ins, started_at=stamp,
                    updated_at=stamp, racks=racks)

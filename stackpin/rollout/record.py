@@ -99,6 +99,7 @@ class Rollout(_Model):
     revision: int
     stack_digest: str
     allow_recreate: bool = False  # apply may delete and recreate a DynamoGraphDeployment (its rack goes down)
+    allow_stand_ins: bool = False  # the revision's stand-in pins (a demo mirror's) may reach the racks
     state: State = State.running
     reason: str = ""
     runner: str = ""  # HOST:PID of the process running it (resume refuses while that process lives)
