@@ -75,10 +75,11 @@ def apply(source: str, lockdir: str, history_dir: str, dry_run: bool, force_conf
     from pathlib import Path
 
     from stackpin.deploy.apply import ApplyOptions, apply_stack, default_timeout_s, wait_applied
-    from stackpin.deploy.source import resolve_source
+    from stackpin.deploy.source import refuse_stand_ins, resolve_source
     from stackpin.deploy.wait import WaitTimeout
 
     stack = resolve_source(source, Path(lockdir), Path(history_dir))
+    refuse_stand_ins(stack, allow_stand_ins())  # before the cluster is asked anything
     cluster = connect_cluster(kubeconfig, context)
     limit = timeout if timeout is not None else default_timeout_s(stack)
     options = ApplyOptions(namespace=namespace, dry_run=dry_run, force_conflicts=force_conflicts,
