@@ -306,6 +306,45 @@ class RegistryClient:
         blobs = [self.pull_blob(target, descriptor_digest(d, f"layer of {target}")) for d in layers]
         return manifest, blobs
 
+    def list_tags(self, target: ImageRef | str | tuple[str, str], *, page_size: int = 1000, max_pages: int = 100,
+                  max_page_bytes: int = 4 << 20) -> list[str]:
+        """Every tag of the repository, in the registry's order: `GET /v2/<name>/tags/list?n=`, following
+        the `Link: <...>; rel="next"` pages (the distribution spec's pagination; a registry that ignores
+        `n` answers in one page). Each page is bounded by `request_deadline` and `max_page_bytes` (the
+        body is read whole before its size is checked), and the listing by `max_pages`."""
+        import httpx
+
+        ref = _repo_ref(target)
+        url = self._url(ref.registry, f"/v2/{ref.repository}/tags/list?n={page_size}")
+        tags: list[str] = []
+        seen = {url}
+        for _ in range(max_pages):
+            resp = self._request("GET", ref, url, headers={"Accept": "application/json"})
+            if resp.status_code == 404:
+                raise ResolveError(f"repository {ref.repository} not found in registry {ref.registry}")
+            if resp.status_code != 200:
+                raise self._failure(resp, ref, f"list the tags of {ref.name}")
+            if len(resp.content) > max_page_bytes:
+                raise ResolveError(f"registry {ref.registry}: a tags page of {ref.repository} is "
+                                   f"{len(resp.content)} bytes, more than the {max_page_bytes} read")
+            try:
+                page = resp.json().get("tags") or []
+            except (ValueError, AttributeError):
+                page = None
+            if not isinstance(page, list) or not all(isinstance(t, str) for t in page):
+                raise ResolveError(f"registry {ref.registry}: the tags of {ref.repository} are not a JSON "
+                                   '{"tags": [...]} list')
+            tags += page
+            following = resp.links.get("next", {}).get("url")
+            if not following:
+                return tags
+            url = str(httpx.URL(url).join(following))
+            if url in seen or httpx.URL(url).host != httpx.URL(self._url(ref.registry, "/")).host:
+                raise ResolveError(f"registry {ref.registry}: the tags of {ref.repository} link a page "
+                                   "already read or on another host")
+            seen.add(url)
+        raise ResolveError(f"registry {ref.registry}: {ref.repository} has more than {max_pages} pages of tags")
+
     # -- HTTP plumbing --
 
     def _url(self, registry: str, path: str) -> str:
