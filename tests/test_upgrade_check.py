@@ -106,18 +106,32 @@ def test_pre_releases_only_with_pre(env: dict[str, str | None], index: str, prof
     assert result.exit_code == 1, result.output
     (check,) = json.loads(result.stdout)["profiles"]
     assert check["newerDynamo"] == ["9.1.0", "9.2.0rc1"]
-    assert check["available"] == {"dynamo": "9.2.0rc1", "vllm": "9.2.0rc1", "flashinfer": "0.7.4rc1",
-                                  "nixl": "1.5.0"}
+    # 9.2.0rc1's vLLM pins a FlashInfer the index does not have: listed with that pin, 9.1.0 offered.
+    rc = check["releases"][1]
+    assert (rc["dynamo"], rc["prerelease"], rc["installable"]) == ("9.2.0rc1", True, False)
+    assert rc["pins"] == {"dynamo": "9.2.0rc1", "vllm": "9.2.0rc1", "flashinfer": "0.7.4rc1", "nixl": "1.5.0"}
+    assert rc["missing"] == [{"requirement": "flashinfer-python==0.7.4rc1", "pinnedBy": "vllm 9.2.0rc1"}]
+    assert check["available"]["dynamo"] == "9.1.0"
+    text = invoke(env, str(profile), "--index-url", index, "--pre")
+    assert text.exit_code == 1, text.output
+    assert text.stdout.splitlines()[3:6] == [
+        "newer Dynamo releases:",
+        "  9.1.0     index",
+        "  9.2.0rc1  index (pre-release); cannot be installed from the index: vllm 9.2.0rc1 pins "
+        f"flashinfer-python==0.7.4rc1, which {index} does not have"]
 
 
 def test_json_shape(env: dict[str, str | None], index: str, profile: Path) -> None:
     result = invoke(env, str(profile), "--index-url", index, "-o", "json")
     assert result.exit_code == 1, result.output
-    assert json.loads(result.stdout) == {"index": index, "pre": False, "profiles": [{
+    available = {"dynamo": "9.1.0", "vllm": "9.1.0", "flashinfer": "0.7.3", "nixl": "1.5.0"}
+    assert json.loads(result.stdout) == {"index": index, "pre": False, "feeds": [], "profiles": [{
         "profile": str(profile), "stack": "gb300-tuned",
         "current": {"dynamo": "9.0.0", "vllm": "9.0.0", "flashinfer": "0.7.2.post1", "nixl": "1.4.1"},
-        "available": {"dynamo": "9.1.0", "vllm": "9.1.0", "flashinfer": "0.7.3", "nixl": "1.5.0"},
-        "newerDynamo": ["9.1.0"], "unshipped": {"vllm": ["9.3.0"]}, "upgradeAvailable": True}]}
+        "available": available, "newerDynamo": ["9.1.0"],
+        "releases": [{"dynamo": "9.1.0", "prerelease": False, "found": [{"feed": "index", "url": index}],
+                      "pins": available, "missing": [], "onIndex": True, "installable": True}],
+        "unshipped": {"vllm": ["9.3.0"]}, "upgradeAvailable": True}]}
 
 
 def test_up_to_date_is_exit_0(env: dict[str, str | None], index: str, profile: Path, tmp_path: Path) -> None:
@@ -221,14 +235,13 @@ class _Index(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def private(packages: Path) -> Iterator[tuple[str, type[_Index]]]:
-    """The Dynamo wheels with PEP 658 metadata (so no wheel is downloaded) and the vLLM sdists."""
+    """The Dynamo and FlashInfer wheels with PEP 658 metadata (so no wheel is downloaded) and the vLLM
+    sdists."""
     files: dict[str, bytes] = {}
-    entries: dict[str, list[dict[str, Any]]] = {"ai-dynamo": [], "vllm": []}
+    entries: dict[str, list[dict[str, Any]]] = {"ai-dynamo": [], "vllm": [], "flashinfer-python": []}
     for path in sorted(packages.iterdir()):
         data = path.read_bytes()
-        project = "ai-dynamo" if path.name.startswith("ai_dynamo") else "vllm" if path.name.startswith("vllm") else None
-        if project is None:
-            continue
+        project = next(p for p in entries if path.name.startswith(p.replace("-", "_")))
         files[path.name] = data
         entry: dict[str, Any] = {"filename": path.name, "url": f"../../files/{path.name}",
                                  "hashes": {"sha256": hashlib.sha256(data).hexdigest()}}

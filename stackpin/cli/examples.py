@@ -39,7 +39,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "engines list": ("stackpin engines list",),
     "engines add": ("stackpin engines add vllm==0.33.0",),
     "upgrade check": ("stackpin upgrade check profiles/",
-                      "stackpin upgrade check profiles/ --find-links wheels/ -o json"),
+                      "stackpin upgrade check profiles/ --find-links wheels/ -o json",
+                      "stackpin upgrade check profiles/ --feed github:ai-dynamo/dynamo "
+                      "--feed registry:nvcr.io/nvidia/ai-dynamo/vllm-runtime"),
     "engines diff": ("stackpin engines diff vllm 0.31.0 0.33.0",),
     "engines check": (f"stackpin engines check {LOCK}",),
     "upgrade propose": ("stackpin upgrade propose profiles/deepseek-v4.1-flash/gb300-tuned.yaml --to dynamo==1.7.0",

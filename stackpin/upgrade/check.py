@@ -1,14 +1,16 @@
-"""`stackpin upgrade check`: the newer Dynamo releases on a package index, for each profile, with the
-vLLM, FlashInfer and NIXL each one pins.
+"""`stackpin upgrade check`: the newer Dynamo releases on a package index and in the site's release feeds,
+for each profile, with the vLLM, FlashInfer and NIXL each one pins.
 
 stackpin follows Dynamo's pins: a Dynamo release brings the vLLM and NIXL its `vllm` extra pins
 (ai-dynamo's Requires-Dist), and the FlashInfer that vLLM release pins (vllm's Requires-Dist). Pins come
 from the profile's catalog (versions.yaml) when it knows the release (the same metadata, read when the
 release was added), else from the index. The upgrade offered is the newest Dynamo release newer than the
-profile's (final releases only unless `pre`). Newer vLLM, FlashInfer and NIXL releases that no newer
-Dynamo release pins are listed too, as information: stackpin does not propose them.
+profile's (final releases only unless `pre`) that is on the index and whose pins the index has too: a
+release only a feed has (GitHub releases, container tags: stackpin.upgrade.feeds) is listed with where it
+is, not offered (`upgrade propose` reads its pins and packages from the index), and one whose pin the
+index lacks is listed with that pin (stackpin.upgrade.installable). Newer vLLM, FlashInfer and NIXL
+releases that no newer Dynamo release pins are listed too, as information: stackpin does not propose them.
 """
-
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -23,6 +25,8 @@ from stackpin.engines.index import PackageIndex
 from stackpin.engines.pins import exact
 from stackpin.errors import StackpinError
 from stackpin.profile.loader import LoadedProfile, load_profiles
+from stackpin.upgrade.feeds import FeedListing
+from stackpin.upgrade.installable import MissingPin, missing_pins
 from stackpin.upgrade.model import _Model  # the records' shape: frozen, camelCase keys
 
 DYNAMO, VLLM, FLASHINFER, NIXL = "ai-dynamo", "vllm", "flashinfer-python", "nixl"
@@ -38,12 +42,40 @@ class Pins(_Model):
     nixl: str | None
 
 
+class Found(_Model):
+    """Where a release was found: `index` (its URL), or a feed (its release page or image reference)."""
+
+    feed: str  # "index", github:OWNER/REPO, registry:HOST/REPOSITORY
+    url: str | None
+
+
+class Candidate(_Model):
+    """A newer Dynamo release, wherever it was found, and whether the index can install it."""
+
+    dynamo: str
+    prerelease: bool  # by its version, or flagged so by a feed (a GitHub pre-release)
+    found: list[Found]  # the index first, then the feeds in the order given
+    pins: Pins | None  # None when the index does not have the release: its pins are read from there
+    missing: list[MissingPin]  # its pins the index has no file of: it cannot be installed from the index
+
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
+    @property
+    def on_index(self) -> bool:
+        return self.pins is not None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def installable(self) -> bool:
+        return self.pins is not None and not self.missing
+
+
 class ProfileCheck(_Model):
     profile: str  # the file, as given
     stack: str  # metadata.name
     current: Pins
-    available: Pins | None  # the newest newer Dynamo release and its pins; None: up to date
+    available: Pins | None  # the newest installable newer Dynamo release and its pins; None: none is
     newer_dynamo: list[str]  # every Dynamo release on the index newer than the current one, oldest first
+    releases: list[Candidate]  # every newer Dynamo release, on the index or in a feed, oldest first
     unshipped: dict[str, list[str]]  # project -> its newer releases that no newer Dynamo release pins
 
     @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
@@ -100,8 +132,24 @@ def _catalog_pins(loaded: LoadedProfile) -> tuple[dict[str, tuple[str, str]], di
     return dynamo, vllm
 
 
+_InFeed = tuple[str, bool, str | None]  # the feed, flagged a pre-release there, the release's URL there
+
+
+def _found(listings: Sequence[FeedListing], pre: bool, newer_than: Version) -> dict[Version, list[_InFeed]]:
+    """Version -> where each feed has it, for every feed release newer than `newer_than`; one every feed
+    flags a pre-release only with `pre`."""
+    found: dict[Version, list[_InFeed]] = {}
+    for listing in listings:
+        for release in listing.releases:
+            version = Version(release.version)
+            if version > newer_than:
+                found.setdefault(version, []).append((listing.feed, release.prerelease, release.url))
+    return {v: where for v, where in found.items() if pre or not all(flagged for _, flagged, _ in where)}
+
+
 def check_profile(loaded: LoadedProfile, index: PackageIndex, *, pre: bool = False,
-                  cache_dir: Path | None = None, pinned: _Pinned | None = None) -> ProfileCheck:
+                  cache_dir: Path | None = None, pinned: _Pinned | None = None,
+                  feeds: Sequence[FeedListing] = ()) -> ProfileCheck:
     pinned = pinned or _Pinned(index, cache_dir)
     versions = loaded.profile.spec.versions
     current = Pins(dynamo=versions.dynamo, vllm=versions.vllm, flashinfer=versions.flashinfer, nixl=versions.nixl)
@@ -109,11 +157,23 @@ def check_profile(loaded: LoadedProfile, index: PackageIndex, *, pre: bool = Fal
     if not index.files(DYNAMO):
         raise StackpinError(f"{index.shown}: has no {DYNAMO} releases", "is it the index your site mirrors PyPI to?")
     newer = [v for v in index.releases(DYNAMO, pre) if v > Version(versions.dynamo)]
-    releases = []
-    for release in newer:
+    in_feeds = _found(feeds, pre, Version(versions.dynamo))
+    releases: list[Pins] = []
+    candidates = []
+    for release in sorted(set(newer) | set(in_feeds)):
+        where = in_feeds.get(release, [])
+        found = [Found(feed=feed, url=url) for feed, _, url in where]
+        flagged = release.is_prerelease or release.is_devrelease or any(f for _, f, _ in where)
+        if release not in newer:
+            candidates.append(Candidate(dynamo=str(release), prerelease=flagged, found=found, pins=None, missing=[]))
+            continue
         vllm, nixl = pinned.dynamo(str(release), known_dynamo)
-        releases.append(Pins(dynamo=str(release), vllm=vllm, nixl=nixl,
-                             flashinfer=pinned.flashinfer(vllm, known_vllm)))
+        pins = Pins(dynamo=str(release), vllm=vllm, nixl=nixl, flashinfer=pinned.flashinfer(vllm, known_vllm))
+        releases.append(pins)
+        missing = missing_pins(index, [(VLLM, vllm, f"{DYNAMO} {release}"),
+                                       (FLASHINFER, pins.flashinfer, f"{VLLM} {vllm}")])
+        candidates.append(Candidate(dynamo=str(release), prerelease=flagged, pins=pins, missing=missing,
+                                    found=[Found(feed="index", url=index.shown), *found]))
     unshipped: dict[str, list[str]] = {}
     for project, field in ENGINES.items():
         mine = Version(getattr(versions, field))
@@ -121,16 +181,18 @@ def check_profile(loaded: LoadedProfile, index: PackageIndex, *, pre: bool = Fal
         later = [str(v) for v in index.releases(project, pre) if v > mine and str(v) not in shipped]
         if later:
             unshipped[project] = later
+    installable = [c.pins for c in candidates if c.installable]
     return ProfileCheck(profile=str(loaded.path), stack=loaded.profile.metadata.name, current=current,
-                        available=releases[-1] if releases else None, newer_dynamo=[str(v) for v in newer],
-                        unshipped=unshipped)
+                        available=installable[-1] if installable else None, newer_dynamo=[str(v) for v in newer],
+                        releases=candidates, unshipped=unshipped)
 
 
 def check_profiles(paths: Sequence[str | Path], index: PackageIndex, *, pre: bool = False,
-                   cache_dir: Path | None = None) -> list[ProfileCheck]:
-    """Each profile's check against one index (its pages and the releases' metadata read once)."""
+                   cache_dir: Path | None = None, feeds: Sequence[FeedListing] = ()) -> list[ProfileCheck]:
+    """Each profile's check against one index and the feeds' listings (its pages and the releases'
+    metadata read once)."""
     pinned = _Pinned(index, cache_dir)
-    return [check_profile(loaded, index, pre=pre, pinned=pinned) for loaded in load_profiles(paths)]
+    return [check_profile(loaded, index, pre=pre, pinned=pinned, feeds=feeds) for loaded in load_profiles(paths)]
 
 
 def default_cache_dir() -> Path | None:

@@ -233,7 +233,7 @@ def propose(profile: Path, *, to: str | None, source: Source, catalog: Path | No
 
     current = load_profile(profile)
     written = _versions(current.profile)
-    dynamo = parse_target(to) if to is not None else newest_dynamo(written.dynamo, from_dir=source.from_dir,
+    dynamo = parse_target(to) if to is not None else newest_dynamo(current, from_dir=source.from_dir,
                                                                    index_url=source.index_url)
     if parse_version(dynamo) <= parse_version(written.dynamo):
         raise StackpinError(f"Dynamo {dynamo} is not newer than the stack's Dynamo {written.dynamo}")

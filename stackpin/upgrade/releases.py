@@ -13,6 +13,7 @@ from stackpin.catalog.version import parse_version
 from stackpin.engines.add import add_release
 from stackpin.engines.index import choose
 from stackpin.errors import StackpinError
+from stackpin.profile.loader import LoadedProfile
 
 _TARGET = re.compile(r"(?:ai-)?dynamo==(\S+)")
 _ENGINES = {"ai-dynamo": "dynamo", "vllm": "vllm", "flashinfer-python": "flashinfer"}
@@ -31,19 +32,27 @@ def parse_target(text: str) -> str:
     return found.group(1)
 
 
-def newest_dynamo(current: str, *, from_dir: Path | None, index_url: str | None) -> str:
-    """The newest final Dynamo release on the index (or in `from_dir`) newer than `current`: the release
-    `upgrade check` offers (the same listing, stackpin.engines.index)."""
-    from packaging.version import Version
-
+def newest_dynamo(loaded: LoadedProfile, *, from_dir: Path | None, index_url: str | None) -> str:
+    """The release `upgrade check` offers the profile (stackpin.upgrade.check, the same listing): the newest
+    final Dynamo release on the index (or in `from_dir`) newer than the profile's whose vLLM and FlashInfer
+    pins the index has too."""
     from stackpin.engines.index import PackageIndex
+    from stackpin.upgrade.check import check_profile, default_cache_dir
 
+    current = loaded.profile.spec.versions.dynamo
     with PackageIndex(index_url, find_links=from_dir) as index:
-        newer = [v for v in index.releases("ai-dynamo") if v > Version(current)]
-        if not newer:
-            raise StackpinError(f"{index.shown}: no Dynamo release newer than {current}",
-                                "the stack is up to date; name a pre-release with --to dynamo==X")
-    return str(newer[-1])
+        found = check_profile(loaded, index, cache_dir=default_cache_dir())
+    if found.available is not None:
+        return found.available.dynamo
+    lacking = [c for c in found.releases if c.missing]
+    if lacking:
+        newest = lacking[-1]
+        pins = "; ".join(f"{m.pinned_by} pins {m.requirement}" for m in newest.missing)
+        raise StackpinError(f"{index.shown}: no Dynamo release newer than {current} whose pins it has: Dynamo "
+                            f"{newest.dynamo}: {pins}, which it does not have",
+                            "mirror the pinned packages to the index, then propose again")
+    raise StackpinError(f"{index.shown}: no Dynamo release newer than {current}",
+                        "the stack is up to date; name a pre-release with --to dynamo==X")
 
 
 @dataclass(frozen=True)
