@@ -16,8 +16,8 @@ PACKAGE = ROOT / "stackpin"
 # Top to bottom: each stage may import the ones before it. errors, yamlio, records, extras and version are
 # shared leaves.
 STAGES = ("catalog", "engines", "profile", "validate", "examples", "lock", "imports", "autotune", "render",
-          "enginecheck", "history", "diff", "deploy", "bench", "sim", "plan", "upgrade", "rollout", "report", "demo",
-          "api", "cli")
+          "enginecheck", "history", "diff", "deploy", "site", "bench", "sim", "plan", "upgrade", "rollout", "report",
+          "demo", "api", "cli")
 LEAVES = ("errors", "yamlio", "records", "extras", "version")
 
 

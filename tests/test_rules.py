@@ -25,6 +25,7 @@ OLD_PINS = {"spec.versions.dynamo": "1.3.1", "spec.versions.vllm": "0.23.0", "sp
             "spec.versions.nixl": "1.1.0"}
 
 
+SITE_OVERLAY = str(Path(__file__).parent / "data" / "site" / "overlay")
 VLLM_033 = {"spec.versions.vllm": "0.33.0", "spec.versions.flashinfer": "0.7.2.post1"}
 
 
@@ -356,6 +357,13 @@ CASES = [
          {f"{W}.compilation": {"custom_ops": ["all"]}}, label="pool"),
     Case("SP214", "warning", "spec.kernels.linear", {"spec.kernels.linear": "triton"}, {}, base="gb300-tuned",
          label="linear"),
+    # Site facts (issue 35): a site overlay on the profile's own catalog path (tests/data/site/overlay).
+    Case("SP261", "info", "spec.target.platform", {"spec.catalogPath": [SITE_OVERLAY]}, {},
+         base="vera-rubin-tuned"),
+    Case("SP262", "warning", "spec.target.platform", {"spec.catalogPath": [SITE_OVERLAY]},
+         {"spec.catalogPath": [SITE_OVERLAY], "spec.target.platform": "gb200-nvl72"}),
+    Case("SP263", "warning", "spec.target.platform", {"spec.catalogPath": [SITE_OVERLAY]}, {},
+         base="vera-rubin-tuned"),
 ]
 
 

@@ -13,6 +13,7 @@ import msgspec
 import yaml
 
 from stackpin.catalog.search import bundled, read_catalog_file, site_dirs
+from stackpin.catalog.site import PRODUCT_LABEL, SiteView, find_site, mib_to_gib, read_site, views_of
 from stackpin.catalog.version import PackageVersion, decode_version, parse_version
 from stackpin.errors import InputError, Location, Problem, StackpinError
 from stackpin.records import DecHook, FieldPath, Invalid, Record, load, problems_of
@@ -55,7 +56,9 @@ class _Sourced(_Fact, frozen=True, kw_only=True):
         out = []
         for name in self.__struct_fields__:
             value = getattr(self, name)
-            if name == "node_labels" or number(value) or (
+            # Cluster-facing names count where the entry cites or estimates them (a GPU's device_name).
+            named = name == "device_name" and (name in self.sources or name in self.estimates)
+            if name == "node_labels" or named or number(value) or (
                     isinstance(value, _Fact) and all(number(getattr(value, f)) for f in value.__struct_fields__)):
                 out.append(name)
         return tuple(out)
@@ -391,16 +394,44 @@ class Catalog:
     pins or the admission rules, and YAML parsing is most of what loading the catalog costs."""
 
     _sites: tuple[Path, ...]  # the site catalog directories whose pins are laid over the bundled ones
+    # A lock's site facts (render): these and no site.yaml; None: the first site.yaml on the search path.
+    _pinned: tuple[SiteView, ...] | None
 
-    def __init__(self, sites: tuple[Path, ...]) -> None:
+    def __init__(self, sites: tuple[Path, ...], pinned: tuple[SiteView, ...] | None = None) -> None:
         object.__setattr__(self, "_sites", sites)
+        object.__setattr__(self, "_pinned", pinned)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"the catalog is read-only: cannot set {name}")
 
     @cached_property
-    def _hardware(self) -> Hardware:
+    def bundled_hardware(self) -> Hardware:
+        """hardware.yaml as shipped, without a site's measurements."""
         return _bundled("hardware.yaml", Hardware)
+
+    @cached_property
+    def site_views(self) -> dict[str, SiteView]:
+        """platform -> what the site measured there: the lock's facts when this catalog is a lock's, else
+        the first site.yaml on the search path (stackpin.catalog.site)."""
+        if self._pinned is not None:
+            return {view.platform: view for view in self._pinned}
+        path = find_site(self._sites)
+        if path is None:
+            return {}
+        hardware = self.bundled_hardware
+        facts, digest = read_site(path, set(hardware.platforms))
+        return views_of(facts, digest, {k: p.gpu for k, p in hardware.platforms.items()}, str(path))
+
+    def site_for(self, platform: str) -> SiteView | None:
+        return self.site_views.get(platform)
+
+    def for_lock(self, view: SiteView | None) -> "Catalog":
+        """This catalog with a lock's site facts in place of any site.yaml: what render reads."""
+        return _load_pinned(self._sites, (view,) if view is not None else ())
+
+    @cached_property
+    def _hardware(self) -> Hardware:
+        return overlay_hardware(self.bundled_hardware, self.site_views)
 
     @property
     def gpus(self) -> dict[str, Gpu]:
@@ -594,6 +625,47 @@ def _versions(sites: tuple[Path, ...]) -> Versions:
 @cache
 def _load(sites: tuple[Path, ...]) -> Catalog:
     return Catalog(sites)
+
+
+_PINNED: dict[tuple[tuple[Path, ...], bytes], Catalog] = {}
+
+
+def _load_pinned(sites: tuple[Path, ...], pinned: tuple[SiteView, ...]) -> Catalog:
+    """One catalog per search path and lock site facts (render reads many locks of few sites)."""
+    key = (sites, msgspec.json.encode(pinned))
+    found = _PINNED.get(key)
+    if found is None:
+        found = _PINNED[key] = Catalog(sites, pinned)
+    return found
+
+
+def overlay_hardware(hardware: Hardware, views: dict[str, SiteView]) -> Hardware:
+    """`hardware` with each platform's measured facts in place of the catalog's figures: the figure's source
+    names the measurement, and it is no longer an estimate."""
+    if not views:
+        return hardware
+    gpus, platforms = dict(hardware.gpus), dict(hardware.platforms)
+
+    def measured(entry: Any, field: str, value: Any, fact: str, view: SiteView) -> Any:
+        return entry.replace(**{field: value, "sources": {**entry.sources, field: view.fact_source(fact)},
+                                "estimates": {k: v for k, v in entry.estimates.items() if k != field}})
+
+    for name, view in sorted(views.items()):
+        facts, platform = view.facts, platforms[name]
+        gpu = gpus[platform.gpu]
+        if facts.gpu_names is not None:
+            gpu = measured(gpu, "device_name", facts.gpu_names[0], "gpuNames", view)
+        if facts.hbm_mib is not None:
+            gpu = measured(gpu, "hbm_gib", mib_to_gib(facts.hbm_mib), "hbmMib", view)
+        gpus[platform.gpu] = gpu
+        if facts.gpu_product is not None:
+            platform = measured(platform, "node_labels", {**platform.node_labels, PRODUCT_LABEL: facts.gpu_product},
+                                "gpuProduct", view)
+        if facts.power_kw is not None:
+            platform = measured(platform, "power_kw", facts.power_kw, "powerKw", view)
+            platform = platform.replace(power_source=view.fact_source("powerKw"))
+        platforms[name] = platform
+    return hardware.replace(gpus=gpus, platforms=platforms)
 
 
 def load_catalog() -> Catalog:

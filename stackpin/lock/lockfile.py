@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
+from stackpin.catalog.site import SiteView
 from stackpin.errors import InputError, Problem, StackpinError
 from stackpin.lock.canonical import canonical_json
 from stackpin.profile.model import LOCK_KIND, AutotuneMode, StackProfile
@@ -120,6 +121,9 @@ class ResolvedSection(CamelRecord, frozen=True):
     model: LockedModel
     engines: LockedEngines
     autotune_cache: LockedArtifact | None = None
+    # What the site measured on this stack's platform (stackpin.catalog.site): render reads these, never a
+    # site.yaml, so the lock alone decides the bytes. Absent when no site overlay was found at lock time.
+    site: SiteView | None = None
 
     @property
     def stand_in(self) -> bool:
@@ -138,8 +142,9 @@ class ResolvedSection(CamelRecord, frozen=True):
     def to_data(self, *, exclude_none: bool = False) -> dict[str, Any]:
         """As `Record.to_data`; `exclude_none` leaves out an absent autotune cache (as lockfiles do)."""
         data = super().to_data()
-        if exclude_none and data["autotuneCache"] is None:
-            del data["autotuneCache"]
+        for key in ("autotuneCache", "site"):
+            if exclude_none and data[key] is None:
+                del data[key]
         return data
 
 
@@ -203,6 +208,8 @@ def stack_digest(profile: dict[str, Any], resolved: ResolvedSection) -> str:
     for section in (*what["images"].values(), what["model"], what.get("autotuneCache") or {}):
         section.pop("resolvedVia", None)
         section.pop("standIn", None)
+    if resolved.site is not None:  # the measured facts, not which file held them (another platform's may change)
+        what["site"] = resolved.site.identity()
     return sha256({"profile": profile, "resolved": what})
 
 
@@ -279,6 +286,8 @@ def _lock_one(item: LoadedProfile, images: dict[str, ImageRef], cache: ImageRef 
     from stackpin.lock.resolvers import is_stand_in
 
     profile = item.profile
+    site = _site_now(item)
+    catalog = catalog.for_lock(site)  # the autotune cache's device is checked against the measured GPU name
     arch = catalog.platforms[profile.spec.target.platform].cpu_arch
     locked_images = {}
     for role, ref in images.items():
@@ -297,7 +306,7 @@ def _lock_one(item: LoadedProfile, images: dict[str, ImageRef], cache: ImageRef 
     artifact = _lock_cache(profile, cache, previous, resolved_refs, offline, catalog) if cache else None
     document = effective_profile(profile)
     section = ResolvedSection(images=locked_images, model=model, autotune_cache=artifact,
-                              engines=engines_of(profile))
+                              engines=engines_of(profile), site=site)
     # The profile is named relative to the project root: the same bytes from any working directory.
     return StackLock(metadata=LockMetadata(name=profile.name, profile=profile_relpath(item.path, lockdir),
                                            profile_digest=sha256(document)),
@@ -449,7 +458,31 @@ def check_locks(profiles: Sequence[Path], lockdir: Path) -> list[CheckOutcome]:
             continue
         if lock.metadata.profile_digest != sha256(effective_profile(loaded.profile)):
             out.append(CheckOutcome(str(path), str(lock_file), "stale", "the profile changed since it was locked"))
+        elif (site := _site_change(loaded, lock)) is not None:
+            out.append(CheckOutcome(str(path), str(lock_file), "stale", site))
         else:
             out.append(CheckOutcome(str(path), str(lock_file), "current"))
     return out
 
+
+def _site_now(loaded: LoadedProfile) -> SiteView | None:
+    """The site facts of the profile's platform in the first site.yaml on its search path (spec.catalogPath,
+    then STACKPIN_CATALOG_PATH), as `stackpin validate` reads them."""
+    from stackpin.catalog import load_catalog
+    from stackpin.catalog.search import profile_catalogs
+
+    with profile_catalogs(loaded.profile.spec.catalog_path, str(loaded.locate(("spec", "catalogPath")))):
+        return load_catalog().site_for(loaded.profile.spec.target.platform)
+
+
+def _site_change(loaded: LoadedProfile, lock: StackLock) -> str | None:
+    """How the site facts of the lock's platform differ from the site.yaml found now; None when they agree."""
+    now = _site_now(loaded)
+    was = lock.resolved.site
+    if (now.identity() if now else None) == (was.identity() if was else None):
+        return None
+    if was is None:
+        return "a site overlay (site.yaml) measures its platform now; relock to render with the measured facts"
+    if now is None:
+        return "the site overlay it was locked with is gone; relock, or restore site.yaml"
+    return f"the site's measured facts changed since it was locked ({was.overlay[:19]} -> {now.overlay[:19]})"

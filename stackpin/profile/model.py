@@ -85,7 +85,7 @@ if TYPE_CHECKING:
         NONE = "NONE"
         FULL_AND_PIECEWISE = "FULL_AND_PIECEWISE"
 else:
-    PlatformName = _catalog_enum("PlatformName", load_catalog().platforms)
+    PlatformName = _catalog_enum("PlatformName", load_catalog().bundled_hardware.platforms)
     CudaGraphMode = _catalog_enum("CudaGraphMode", load_catalog().engine.cudagraph_modes)
 
 

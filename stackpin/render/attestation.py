@@ -57,8 +57,24 @@ def expectation(lock: StackLock, catalog: Catalog) -> dict[str, Any]:
                      names["dynamo"]: engines.dynamo, names["nixl"]: engines.nixl},
         "autotuneCache": None if cache is None else {"dir": CACHE_DIR, "image": cache.pinned,
                                                      "files": files},
-        "gpu": catalog.gpu_of(profile.spec.target.platform).device_name,
+        **gpu_expectation(lock, catalog),
     }
+
+
+def gpu_expectation(lock: StackLock, catalog: Catalog) -> dict[str, Any]:
+    """The GPU names a worker may see, and what a different one means. A name the site measured (the lock's
+    site facts), or one the catalog does not mark as an estimate, must match: `gpu` alone, as locks have always
+    rendered it. A catalog estimate fails no pod unless the site is strict: `gpuCheck: log` makes the script say
+    the mismatch and pass (docs/site.md)."""
+    platform = lock.stack_profile.spec.target.platform
+    site = lock.resolved.site
+    names = site.facts.gpu_names if site is not None else None
+    if names is not None:
+        return {"gpu": names[0]} if len(names) == 1 else {"gpu": sorted(names)}
+    gpu = catalog.gpu_of(platform)
+    if gpu.is_estimate("device_name") and not (site is not None and site.strict):
+        return {"gpu": gpu.device_name, "gpuCheck": "log"}
+    return {"gpu": gpu.device_name}
 
 
 def attestation_for(lock: StackLock, catalog: Catalog) -> Attestation | None:

@@ -79,7 +79,8 @@ def plan_stack(lock: StackLock, catalog: Catalog | None = None) -> StackPlan:
     """The stack's render plan, its flags checked against the catalogs its profile names first
     (spec.catalogPath), as validation checked them."""
     with profile_catalogs(lock.stack_profile.spec.catalog_path, f"{lock.metadata.name} (lock)"):
-        return _plan_stack(lock, catalog or load_catalog())
+        # The site facts the lock recorded, never a site.yaml found now: the lock alone decides the bytes.
+        return _plan_stack(lock, (catalog or load_catalog()).for_lock(lock.resolved.site))
 
 
 def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:

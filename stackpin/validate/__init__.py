@@ -40,6 +40,7 @@ def _load_rules() -> None:
         precision,
         provenance,
         serving,
+        site,
         speculative,
         upgrade,
         versions,

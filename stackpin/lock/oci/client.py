@@ -14,11 +14,11 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from stackpin.errors import IntegrityError, ResolveError
+from stackpin.errors import IntegrityError, RegistryUnreachable, ResolveError
 from stackpin.lock.canonical import canonical_json
 from stackpin.lock.deadline import call_with_deadline, remaining
 from stackpin.lock.oci.auth import authorization
-from stackpin.lock.oci.credentials import default_docker_config, load_docker_credentials
+from stackpin.lock.oci.credentials import Credential, RegistryCredentials, auth_files, default_docker_config
 from stackpin.lock.oci.media import (
     EMPTY_JSON,
     INDEX_TYPES,
@@ -67,8 +67,29 @@ def _tries(attempts: int) -> str:
     return f" after {attempts} attempts" if attempts > 1 else ""
 
 
-def _transport_reason(exc: Exception) -> str:
+def _transport_reason(exc: BaseException) -> str:
+    """What failed, in words: httpx keeps the socket's own error in its chain of causes."""
+    import errno
+    import socket
+    import ssl
+
+    words = {errno.ECONNREFUSED: "connection refused", errno.ENETUNREACH: "network unreachable",
+             errno.EHOSTUNREACH: "host unreachable"}
+    cause: BaseException | None = exc
+    for _ in range(8):
+        if cause is None:
+            break
+        if isinstance(cause, socket.gaierror):  # before OSError: its errno is the resolver's, not the kernel's
+            temporary = " (temporary failure in name resolution)" if cause.errno == socket.EAI_AGAIN else ""
+            return "name not resolved" + temporary
+        if isinstance(cause, ssl.SSLError):
+            return f"TLS handshake failed ({cause.reason or cause})"
+        if isinstance(cause, OSError) and cause.errno in words:
+            return words[cause.errno]
+        cause = cause.__cause__ or cause.__context__
     text = str(exc)
+    if "Name or service not known" in text or "nodename nor servname" in text:
+        return "name not resolved"
     return "connection refused" if "refused" in text.lower() else (text or type(exc).__name__)
 
 
@@ -77,10 +98,13 @@ class RegistryClient:
 
     Transport errors (refused, reset, timeout) and HTTP 429/5xx are retried `retries` times with
     exponential backoff starting at `backoff` seconds; other 4xx are final. Registries answering 401
-    get the Bearer token flow (or Basic) with credentials from the docker config.json; tokens are
-    cached per (registry, scope). Only inline config.json credentials are used: credential helpers
-    (`credsStore`/`credHelpers`) are not supported. `plain_http` says which registries speak HTTP
-    instead of HTTPS: a predicate or a set of `host` / `host:port`; by default only loopback hosts.
+    get the Bearer token flow (or Basic) with credentials found as docker, crane and skopeo find them
+    (`stackpin.lock.oci.credentials`: `docker_config` alone when given, else $REGISTRY_AUTH_FILE, or
+    podman's auth.json files then docker's config.json; inline `auth`, `identitytoken`, and `credHelpers`
+    / `credsStore` helpers), looked up once per registry at its first 401; tokens are cached per
+    (registry, scope). An unreachable registry raises `RegistryUnreachable` naming it and the reference.
+    `plain_http` says which registries speak HTTP instead of HTTPS: a predicate or a set of `host` /
+    `host:port`; by default only loopback hosts.
     """
 
     def __init__(
@@ -101,6 +125,7 @@ class RegistryClient:
         self.retries = max(0, retries)
         self.backoff = backoff
         self.docker_config = Path(docker_config) if docker_config else default_docker_config()
+        self.credentials = RegistryCredentials(auth_files(docker_config), deadline_at=deadline_at)
         if plain_http is None:
             self._plain_http: Callable[[str], bool] = is_loopback
         elif callable(plain_http):
@@ -115,7 +140,6 @@ class RegistryClient:
         )
         self._lock = threading.Lock()
         self._auth: dict[tuple[str, str], str] = {}
-        self._creds: dict[str, tuple[str, str]] | None = None
 
     def close(self) -> None:
         self._http.close()
@@ -185,7 +209,7 @@ class RegistryClient:
         halves the round trips of a lock."""
         repo = target.repository
         resp = self._request("GET", target, f"/v2/{repo}/manifests/{target.reference}",
-                             headers={"Accept": MANIFEST_ACCEPT})
+                             headers={"Accept": MANIFEST_ACCEPT}, asked=mirror_of)
         if resp.status_code == 404:
             raise self._not_found(resp, target, mirror_of)
         if resp.status_code != 200:
@@ -351,11 +375,8 @@ class RegistryClient:
         host = DOCKER_HUB_API if registry == DOCKER_HUB else registry
         return f"{'http' if self._plain_http(registry) else 'https'}://{host}{path}"
 
-    def _credentials(self, registry: str) -> tuple[str, str] | None:
-        with self._lock:
-            if self._creds is None:
-                self._creds = load_docker_credentials(self.docker_config)
-            return self._creds.get(registry)
+    def _credentials(self, ref: ImageRef) -> Credential | None:
+        return self.credentials.lookup(ref.registry, ref.repository)
 
     def _request(
         self,
@@ -366,8 +387,19 @@ class RegistryClient:
         push: bool = False,
         headers: dict[str, str] | None = None,
         content: bytes | None = None,
+        asked: ImageRef | None = None,
     ) -> httpx.Response:
-        """One registry call with auth: a 401 triggers one challenge round, then the retry."""
+        """One registry call with auth: a 401 triggers one challenge round, then the retry. An unreachable
+        registry is reported with the reference (`asked`, when `ref` is its mirror's)."""
+        try:
+            return self._request_once(method, ref, path_or_url, push=push, headers=headers, content=content)
+        except RegistryUnreachable as exc:
+            subject = f"{asked} via mirror {ref.registry}" if asked else str(ref)
+            raise RegistryUnreachable(f"{exc.message}; needed for {subject}", exc.hint,
+                                      registry=(asked or ref).registry) from None
+
+    def _request_once(self, method: str, ref: ImageRef, path_or_url: str, *, push: bool,
+                      headers: dict[str, str] | None, content: bytes | None) -> httpx.Response:
         scope = f"repository:{ref.repository}:{'pull,push' if push else 'pull'}"
         key = (ref.registry, scope)
         url = path_or_url if "://" in path_or_url else self._url(ref.registry, path_or_url)
@@ -389,7 +421,7 @@ class RegistryClient:
 
     def _authorize(self, ref: ImageRef, challenge: str, scope: str) -> str | None:
         """The Authorization header value answering a 401 challenge, or None if we have nothing."""
-        return authorization(ref, challenge, scope, self._credentials(ref.registry), self._send,
+        return authorization(ref, challenge, scope, self._credentials(ref), self._send,
                              lambda: self._unauthorized(ref))
 
     def _send(self, method: str, url: str, where: str, **kwargs: Any) -> httpx.Response:
@@ -405,10 +437,11 @@ class RegistryClient:
                                           f"{where}: {method} {httpx.URL(url).path}")
             except httpx.TimeoutException:
                 if last:
-                    raise ResolveError(f"{where} did not answer within {self.timeout:g}s{_tries(attempts)}") from None
+                    raise RegistryUnreachable(f"{where} did not answer within {self.timeout:g}s"
+                                              f"{_tries(attempts)}") from None
             except httpx.TransportError as exc:
                 if last:
-                    raise ResolveError(f"cannot reach {where}: {_transport_reason(exc)}") from None
+                    raise RegistryUnreachable(f"cannot reach {where}: {_transport_reason(exc)}") from None
             except httpx.HTTPError as exc:  # e.g. too many redirects: retrying will not help
                 raise ResolveError(f"{where}: {exc}") from None
             else:
@@ -424,10 +457,15 @@ class RegistryClient:
             raise IntegrityError(f"{what}: registry stored {stored}, we sent {digest}")
 
     def _unauthorized(self, ref: ImageRef) -> ResolveError:
-        return ResolveError(
-            f"not authorized to access {ref.repository} on registry {ref.registry}: "
-            f"check credentials in {self.docker_config}"
-        )
+        creds = self._credentials(ref)
+        hint = None
+        if creds is None:
+            hint = f"log in with `docker login {ref.registry}` or `skopeo login {ref.registry}`"
+            if hostname(ref.registry) == "nvcr.io":
+                hint += " (username $oauthtoken, password an NGC API key)"
+        where = creds.source if creds else self.credentials.describe()
+        return ResolveError(f"not authorized to access {ref.repository} on registry {ref.registry}: "
+                            f"check credentials in {where}", hint)
 
     def _failure(self, resp: httpx.Response, ref: ImageRef, doing: str) -> ResolveError:
         status = resp.status_code
