@@ -77,6 +77,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "rollout resume": ("stackpin rollout resume fleet.yaml",),
     "rollout abort": ("stackpin rollout abort gb300-west --rollback",),
     "plan": ("stackpin plan --agents 10000 launch.json rubin.json --mature tuned.json --chart plan.png",),
+    "site probe": ("stackpin site probe profiles/deepseek-v4.1-flash/vera-rubin-tuned.yaml --apply",
+                   "stackpin site probe --platform vera-rubin-nvl72 --image IMAGE --selector example.com/pool=rubin "
+                   "--nodes 18 --out probe.yaml"),
+    "site import": ("stackpin site import probe.log --from-cluster --selector example.com/pool=rubin --out "
+                    "site/site.yaml",
+                    "stackpin site import probe.log --platform vera-rubin-nvl72 --strict --out site/site.yaml"),
 }
 
 
