@@ -79,3 +79,13 @@ class ResolveError(StackpinError):
 
 class IntegrityError(ResolveError):
     """Bytes did not match the digest that names them."""
+
+
+class RegistryUnreachable(ResolveError):
+    """The network carried no answer from a registry or its token service (refused, name not resolved,
+    timed out). `registry` is the registry the reference names (not the mirror it was asked through), for
+    hints that suggest another way to it."""
+
+    def __init__(self, message: str, hint: str | None = None, *, registry: str | None = None) -> None:
+        super().__init__(message, hint)
+        self.registry = registry

@@ -4,7 +4,10 @@
 - `auth_registry`: registry with `auth: token`; a token service in this module (http.server in a
   thread) checks basic credentials and issues RS256 JWTs that the registry verifies against a
   self-signed certificate made with the `openssl` CLI. Anonymous requests get a token with no access,
-  as public token services do, so the registry itself answers 401.
+  as public token services do, so the registry itself answers 401. It also answers the OAuth2
+  refresh_token grant (a form POST, distribution's docs/spec/auth/oauth.md) for its `identity_token`,
+  unless `oauth` is switched off (then a POST gets 404, as from a token service without OAuth2).
+- `basic_registry`: registry with `auth: htpasswd` (HTTP Basic against a bcrypt htpasswd file).
 
 Both are session-scoped. A missing binary FAILS the tests that use them: CI installs it with
 scripts/install-test-services.sh.
@@ -48,7 +51,10 @@ class RunningRegistry:
 class AuthRegistry(RunningRegistry):
     username: str = "stackpin"
     password: str = "s3cret-pass"
+    identity_token: str = "stackpin-refresh-token-1"
+    oauth: bool = True
     token_requests: list[str] = field(default_factory=list)
+    oauth_requests: list[dict[str, str]] = field(default_factory=list)  # the POSTed forms, in order
 
     def docker_config(self, directory: Path, *, inline_auth: bool = True) -> Path:
         """A docker config.json holding this registry's credentials; returns its path."""
@@ -127,6 +133,14 @@ class _Signer:
 def _token_server(signer: _Signer, reg: AuthRegistry) -> ThreadingHTTPServer:
     expected = "Basic " + base64.b64encode(f"{reg.username}:{reg.password}".encode()).decode()
 
+    def grant(scopes: list[str]) -> list[dict[str, object]]:
+        access: list[dict[str, object]] = []
+        for scope in scopes:
+            kind, _, rest = scope.partition(":")
+            name, _, actions = rest.rpartition(":")
+            access.append({"type": kind, "name": name, "actions": actions.split(",")})
+        return access
+
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
             query = parse_qs(urlsplit(self.path).query)
@@ -135,14 +149,24 @@ def _token_server(signer: _Signer, reg: AuthRegistry) -> ThreadingHTTPServer:
             if given is not None and given != expected:
                 self._answer(401, {"details": "bad credentials"})
                 return
-            access = []
-            if given == expected:
-                for scope in query.get("scope", []):
-                    kind, _, rest = scope.partition(":")
-                    name, _, actions = rest.rpartition(":")
-                    access.append({"type": kind, "name": name, "actions": actions.split(",")})
-            token = signer.token(access)
+            token = signer.token(grant(query.get("scope", [])) if given == expected else [])
             self._answer(200, {"token": token, "access_token": token, "expires_in": 600})
+
+        def do_POST(self) -> None:  # the OAuth2 token endpoint (docs/spec/auth/oauth.md)
+            length = int(self.headers.get("Content-Length") or 0)
+            form = {k: v[0] for k, v in parse_qs(self.rfile.read(length).decode()).items()}
+            reg.oauth_requests.append(form)
+            if not reg.oauth:
+                self._answer(404, {"details": "no OAuth2 here"})
+                return
+            if self.headers.get("Content-Type") != "application/x-www-form-urlencoded" or not form.get("client_id"):
+                self._answer(400, {"error": "invalid_request"})
+                return
+            if form.get("grant_type") != "refresh_token" or form.get("refresh_token") != reg.identity_token:
+                self._answer(400, {"error": "invalid_grant"})
+                return
+            token = signer.token(grant(form.get("scope", "").split()))
+            self._answer(200, {"access_token": token, "scope": form.get("scope", ""), "expires_in": 600})
 
         def _answer(self, status: int, body: dict[str, object]) -> None:
             data = json.dumps(body).encode()
@@ -181,3 +205,23 @@ def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthRegi
     finally:
         server.shutdown()
         server.server_close()
+
+
+@dataclass
+class BasicRegistry(RunningRegistry):
+    username: str = "basic-user"
+    password: str = "basic-pass-1"
+
+
+@pytest.fixture(scope="session")
+def basic_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BasicRegistry]:
+    """A registry demanding HTTP Basic credentials (`auth: htpasswd`, bcrypt, as distribution requires)."""
+    import bcrypt
+
+    tmp = tmp_path_factory.mktemp("basic-registry")
+    reg = BasicRegistry(host="", url="", storage=tmp / "storage")
+    hashed = bcrypt.hashpw(reg.password.encode(), bcrypt.gensalt(rounds=4)).decode()
+    (tmp / "htpasswd").write_text(f"{reg.username}:{hashed}\n")
+    with _start(tmp, {"htpasswd": {"realm": "stackpin-basic", "path": str(tmp / "htpasswd")}}) as (host, storage):
+        reg.host, reg.url, reg.storage = host, f"http://{host}", storage
+        yield reg

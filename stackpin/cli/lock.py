@@ -20,6 +20,12 @@ def _parse_mirrors(values: tuple[str, ...]) -> dict[str, str]:
     return mirrors
 
 
+def _unreachable_hint(registry: str, lockdir: str) -> str:
+    return (f"try --offline to use the pins already in {lockdir}/, --mirror {registry}=HOST[:PORT][/PREFIX] to "
+            "resolve through a mirror this machine reaches, or --oci-layout DIR to resolve from a copied OCI "
+            "layout; behind a proxy, set HTTPS_PROXY")
+
+
 @click.command()
 @click.argument("profiles", nargs=-1, required=True)
 @click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
@@ -34,8 +40,9 @@ def _parse_mirrors(values: tuple[str, ...]) -> dict[str, str]:
               help="Resolve model revisions from this Hugging Face cache directory.")
 @click.option("--hf-endpoint", help="Resolve model revisions through this Hub API endpoint (default $HF_ENDPOINT "
               "or https://huggingface.co).")
-@click.option("--docker-config", type=click.Path(dir_okay=False), help="docker config.json with registry "
-              "credentials (default $DOCKER_CONFIG/config.json or ~/.docker/config.json).")
+@click.option("--docker-config", type=click.Path(dir_okay=False), help="Read registry credentials from this "
+              "docker config.json or containers auth.json alone (default: $REGISTRY_AUTH_FILE, else podman's "
+              "auth.json and docker's config.json; docs/lockfiles.md, Registry credentials).")
 @click.option("--timeout", default=300.0, show_default=True, type=finite(min=0, min_open=True),
               metavar="SECONDS", help="Give up resolving after this long, naming what had not answered.")
 @OUTPUT
@@ -67,12 +74,17 @@ def lock(profiles: tuple[str, ...], lockdir: str, check: bool, offline: bool, mi
             click.echo("error: lockfiles are not current; run stackpin lock", err=True)
             sys.exit(1)
         return
+    from stackpin.errors import RegistryUnreachable
     from stackpin.lock.run import run_lock
 
-    written = run_lock(paths, Path(lockdir), offline=offline, mirrors=_parse_mirrors(mirrors),
-                       oci_layout=oci_layout, hf_cache=hf_cache, hf_endpoint=hf_endpoint, docker_config=docker_config,
-                       timeout=timeout,
-                       on_note=lambda note: click.echo(f"warning: {note}", err=True))
+    try:
+        written = run_lock(paths, Path(lockdir), offline=offline, mirrors=_parse_mirrors(mirrors),
+                           oci_layout=oci_layout, hf_cache=hf_cache, hf_endpoint=hf_endpoint,
+                           docker_config=docker_config, timeout=timeout,
+                           on_note=lambda note: click.echo(f"warning: {note}", err=True))
+    except RegistryUnreachable as exc:  # the ways to lock without that registry are this command's flags
+        raise RegistryUnreachable(exc.message, _unreachable_hint(exc.registry or "REGISTRY", lockdir),
+                                  registry=exc.registry) from None
     if output != "text":
         emit({"locked": [{"lockfile": str(path), "name": lock_.metadata.name, "stackDigest": lock_.stack_digest,
                           "standIn": lock_.resolved.stand_in} for path, lock_ in written]}, output)

@@ -2,7 +2,7 @@
 
 - `reference`: image reference grammar (`ImageRef`, digests) and registry mirrors;
 - `media`: media types, digests, descriptors, manifests and the platforms and annotations they name;
-- `credentials`: inline credentials from a docker config.json;
+- `credentials`: registry credentials as docker, crane and skopeo find them (files, credential helpers);
 - `auth`: the registry's 401 challenge answered (Basic, or the Bearer token handshake);
 - `client`: `RegistryClient`, resolution and blob/manifest push and pull over HTTP.
 
