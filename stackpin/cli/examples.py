@@ -17,6 +17,9 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                  "stackpin validate --manifests manifests/"),
     "lock": ("stackpin lock profiles/deepseek-v4.1-flash/",
              "stackpin lock --check profiles/deepseek-v4.1-flash/"),
+    "mirror": ("stackpin mirror lockfiles/ --to oci:site/oci     # every pinned image and cache, from the registries",
+               "stackpin mirror lockfiles/ --to registry.site:5000/nvcr --hf-cache ~/.cache/huggingface/hub "
+               "--hf-to site/hf"),
     "render": ("stackpin render                                   # every lock in lockfiles/ -> manifests/",
                f"stackpin render {LOCK} --stdout | kubectl apply --dry-run=server -f -"),
     "diff": ("stackpin diff lockfiles/gb300-launch.lock.yaml lockfiles/gb300-tuned.lock.yaml",

@@ -29,7 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sim": ("stackpin.cli.sim", "sim"), "plan": ("stackpin.cli.plan", "plan"),
     "report": ("stackpin.cli.reportpage", "report"), "import": ("stackpin.cli.importcmd", "import_"),
     "init": ("stackpin.cli.init", "init"), "upgrade": ("stackpin.cli.upgrade", "upgrade"),
-    "rollout": ("stackpin.cli.rollout", "rollout"), "site": ("stackpin.cli.site", "site"),
+    "rollout": ("stackpin.cli.rollout", "rollout"), "mirror": ("stackpin.cli.mirror", "mirror"),
+    "site": ("stackpin.cli.site", "site"),
 }
 SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
     "rollout": (

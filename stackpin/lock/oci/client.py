@@ -487,6 +487,193 @@ class RegistryClient:
             detail += f", mirror of {mirror_of.registry}"
         return ResolveError(f"{what} not found in registry {target.registry} ({detail})")
 
+    # -- streamed blob copy (stackpin mirror): layers are gigabytes, never held in memory --
+
+    min_rate = float(1 << 20)  # bytes/s: a blob's transfer has request_deadline plus its size at this rate
+
+    def pull_manifest(self, ref: ImageRef | str) -> tuple[str, bytes, str]:
+        """(digest, bytes, media type) of the manifest `ref` names, checked against every digest claimed."""
+        return self._get_manifest(as_image_ref(ref))
+
+    def has_blob(self, target: ImageRef | str | tuple[str, str], digest: str) -> bool:
+        """Whether the repository holds the blob (HEAD; a 404 is no)."""
+        ref = _repo_ref(target)
+        resp = self._request("HEAD", ref, f"/v2/{ref.repository}/blobs/{check_digest(digest, f'blob of {ref.name}')}")
+        if resp.status_code in (200, 404):
+            return resp.status_code == 200
+        raise self._failure(resp, ref, f"look up blob {digest} in {ref.name}")
+
+    def pull_blob_to(self, target: ImageRef | str | tuple[str, str], digest: str, size: int, dest: Path,
+                     on_bytes: Callable[[int], None] | None = None) -> None:
+        """Stream the blob into the file `dest` (created or truncated), checking its size and sha256 as the
+        bytes come: a body longer than `size` is cut off, and a wrong one raises IntegrityError. The caller
+        renames `dest` into place only when this returns. Each attempt has `blob_deadline(size)`;
+        `on_bytes(n)` reports progress (negative when a failed attempt takes back what it counted)."""
+        import hashlib
+
+        ref = _repo_ref(target)
+        path = f"/v2/{ref.repository}/blobs/{check_digest(digest, f'blob of {ref.name}')}"
+        what = f"blob {digest} from {ref.name}"
+        stop = threading.Event()  # set when the caller gave up: the abandoned attempt stops writing
+
+        def attempt() -> None:
+            counted = 0
+            resp = self._open_stream("GET", ref, path)
+            try:
+                if resp.status_code == 404:
+                    raise ResolveError(f"blob {digest} not found in registry {ref.registry} ({ref.repository})")
+                if resp.status_code != 200:
+                    resp.read()
+                    error = self._failure(resp, ref, f"pull {ref.name}")
+                    raise _RetryableStatus(str(error)) if resp.status_code in _RETRY_STATUS else error
+                hasher = hashlib.sha256()
+                with dest.open("wb") as out:
+                    for chunk in resp.iter_bytes(BLOB_CHUNK):
+                        if stop.is_set():
+                            raise ResolveError(f"{what}: abandoned at its deadline")
+                        counted += len(chunk)
+                        if counted > size:
+                            raise IntegrityError(f"{what}: more than the {size} bytes its descriptor says")
+                        hasher.update(chunk)
+                        out.write(chunk)
+                        if on_bytes is not None:
+                            on_bytes(len(chunk))
+                    out.flush()
+                    os.fsync(out.fileno())
+                _check_blob(what, digest, size, counted, "sha256:" + hasher.hexdigest())
+            except BaseException:
+                if on_bytes is not None and counted:
+                    on_bytes(-counted)
+                raise
+            finally:
+                resp.close()
+
+        try:
+            self._retry_stream(lambda: call_with_deadline(
+                attempt, remaining(self.blob_deadline(size), self.deadline_at), f"pull {what}"),
+                f"registry {ref.registry}")
+        finally:
+            stop.set()
+
+    def mount_blob(self, target: ImageRef | str | tuple[str, str], digest: str, from_repository: str) -> bool:
+        """Whether the registry mounted blob `digest` of its repository `from_repository` into the target's
+        (`POST .../blobs/uploads/?mount=&from=`, no bytes sent). A registry that will not (no such blob,
+        no pull access there) opens an upload instead, which is cancelled: False."""
+        import httpx
+
+        ref = _repo_ref(target)
+        uploads = f"/v2/{ref.repository}/blobs/uploads/"
+        start = self._request("POST", ref, uploads + f"?mount={check_digest(digest, f'blob of {ref.name}')}"
+                              f"&from={from_repository}", push=True)
+        if start.status_code == 201:
+            self._check_stored(start, digest, f"blob mounted into {ref.name}")
+            return True
+        if start.status_code == 202 and start.headers.get("Location"):
+            self._cancel_upload(ref, httpx.URL(self._url(ref.registry, uploads)).join(start.headers["Location"]))
+            return False
+        raise self._failure(start, ref, f"push to {ref.name}")
+
+    def push_blob_from(self, target: ImageRef | str | tuple[str, str], digest: str, size: int, source: Path,
+                       on_bytes: Callable[[int], None] | None = None) -> bool:
+        """Upload the file `source` as blob `digest` unless the repository has it; whether bytes were sent.
+        The upload is chunked (POST, a PATCH per BLOB_CHUNK with its Content-Range, PUT ?digest=) and the
+        file hashed as it is read: bytes that are not `digest` are never committed (the upload is
+        cancelled), and the registry checks the digest again at the PUT."""
+        import hashlib
+
+        import httpx
+
+        ref = _repo_ref(target)
+        check_digest(digest, f"blob of {ref.name}")
+        what = f"blob {digest} for {ref.name}"
+        doing = f"push to {ref.name}"
+        if self.has_blob(ref, digest):
+            return False
+        uploads = f"/v2/{ref.repository}/blobs/uploads/"
+        start = self._request("POST", ref, uploads, push=True)
+        location = start.headers.get("Location")
+        if start.status_code != 202 or not location:
+            raise self._failure(start, ref, doing)
+        url = httpx.URL(self._url(ref.registry, uploads)).join(location)
+        hasher, sent = hashlib.sha256(), 0
+        with source.open("rb") as blob:
+            while chunk := blob.read(min(BLOB_CHUNK, size + 1 - sent)):
+                if sent + len(chunk) > size:
+                    self._cancel_upload(ref, url)
+                    raise IntegrityError(f"{what}: {source} holds more than the {size} bytes its descriptor says")
+                hasher.update(chunk)
+                patch = self._request("PATCH", ref, str(url), push=True, content=chunk, headers={
+                    "Content-Type": "application/octet-stream", "Content-Range": f"{sent}-{sent + len(chunk) - 1}"})
+                if patch.status_code != 202 or not patch.headers.get("Location"):
+                    raise self._failure(patch, ref, doing)
+                url = url.join(patch.headers["Location"])
+                sent += len(chunk)
+                if on_bytes is not None:
+                    on_bytes(len(chunk))
+        try:
+            _check_blob(f"{what} ({source})", digest, size, sent, "sha256:" + hasher.hexdigest())
+        except IntegrityError:
+            self._cancel_upload(ref, url)
+            raise
+        put = self._request("PUT", ref, str(url.copy_merge_params({"digest": digest})), push=True, content=b"",
+                            headers={"Content-Type": "application/octet-stream"})
+        if not put.is_success:
+            raise self._failure(put, ref, doing)
+        self._check_stored(put, digest, f"blob pushed to {ref.name}")
+        return True
+
+    def blob_deadline(self, size: int) -> float:
+        """Seconds one attempt at a blob's transfer may take: `request_deadline` plus its size at `min_rate`."""
+        return self.request_deadline + size / self.min_rate
+
+    def _cancel_upload(self, ref: ImageRef, url: httpx.URL) -> None:
+        """DELETE an upload session; the registry expires it anyway, so a failure here is not reported."""
+        try:
+            self._request("DELETE", ref, str(url), push=True).close()
+        except ResolveError:
+            pass
+
+    def _open_stream(self, method: str, ref: ImageRef, path: str) -> httpx.Response:
+        """A streamed response (the caller reads its body and closes it), with `_request`'s auth round."""
+        scope = f"repository:{ref.repository}:pull"
+        url = self._url(ref.registry, path)
+        with self._lock:
+            cached = self._auth.get((ref.registry, scope))
+        headers = {"Authorization": cached} if cached else {}
+        resp = self._http.send(self._http.build_request(method, url, headers=headers), stream=True)
+        if resp.status_code != 401:
+            return resp
+        resp.close()
+        fresh = self._authorize(ref, resp.headers.get("WWW-Authenticate", ""), scope)
+        if not fresh or fresh == cached:
+            return self._http.send(self._http.build_request(method, url, headers=headers), stream=True)
+        with self._lock:
+            self._auth[(ref.registry, scope)] = fresh
+        return self._http.send(self._http.build_request(method, url, headers={"Authorization": fresh}), stream=True)
+
+    def _retry_stream(self, fn: Callable[[], None], where: str) -> None:
+        """`fn()`, again after a transport error or a 429/5xx answer, as `_send` retries one request."""
+        import httpx
+
+        attempts = self.retries + 1
+        for attempt in range(attempts):
+            last = attempt == attempts - 1
+            try:
+                fn()
+                return
+            except httpx.TimeoutException:
+                if last:
+                    raise ResolveError(f"{where} did not answer within {self.timeout:g}s{_tries(attempts)}") from None
+            except httpx.TransportError as exc:
+                if last:
+                    raise ResolveError(f"cannot reach {where}: {_transport_reason(exc)}") from None
+            except httpx.HTTPError as exc:
+                raise ResolveError(f"{where}: {exc}") from None
+            except _RetryableStatus:
+                if last:
+                    raise
+            time.sleep(self.backoff * 2**attempt)
+
 
 def _repo_ref(target: ImageRef | str | tuple[str, str]) -> ImageRef:
     """Blob calls only need (registry, repository); accept a ref or that pair."""
@@ -494,3 +681,19 @@ def _repo_ref(target: ImageRef | str | tuple[str, str]) -> ImageRef:
         registry, repository = target
         return ImageRef(registry, repository)
     return as_image_ref(target)
+
+
+# -- streamed blob copy (stackpin mirror) --
+
+BLOB_CHUNK = 8 << 20  # bytes read, hashed and sent at a time: what a blob copy holds in memory
+
+
+class _RetryableStatus(ResolveError):
+    """A 429/5xx answer to a streamed blob request: tried again, as `_send` retries one request."""
+
+
+def _check_blob(what: str, digest: str, size: int, got: int, actual: str) -> None:
+    if got != size:
+        raise IntegrityError(f"{what}: {got} bytes, its descriptor says {size}")
+    if actual != digest:
+        raise IntegrityError(f"{what}: content has digest {actual}, expected {digest}")
