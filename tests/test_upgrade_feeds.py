@@ -275,7 +275,7 @@ def test_github_token_goes_to_the_api_origin_only(env: dict[str, str | None], pa
 
 
 @pytest.mark.parametrize(("mode", "words"), [
-    ("huge", "a page of more than the 16777216 bytes read"),
+    ("huge", "a page: more than the 16777216 bytes read"),
     ("slow", "no complete answer within 2s"),
     ("bad-json", "the answer is not JSON"),
     ("not-a-list", "the answer is not a JSON list of releases"),

@@ -44,6 +44,20 @@ def default_index() -> str:
     return index_url(None)
 
 
+def read_capped(response: httpx.Response, limit: int, where: str) -> bytes:
+    """A streamed response's body, refused (ResolveError naming `where`) past `limit` bytes, declared or sent:
+    a server cannot make a reader hold more than it asked for."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ResolveError(f"{where}: {declared} bytes, more than the {limit} read")
+    body = bytearray()
+    for chunk in response.iter_bytes():
+        body += chunk
+        if len(body) > limit:
+            raise ResolveError(f"{where}: more than the {limit} bytes read")
+    return bytes(body)
+
+
 @dataclass(frozen=True)
 class IndexFile:
     filename: str
@@ -172,15 +186,7 @@ class PackageIndex:
 
         try:
             with self._get(url, accept) as response:
-                declared = response.headers.get("content-length", "")
-                if declared.isdigit() and int(declared) > limit:
-                    raise ResolveError(f"{self._shown(url)}: {declared} bytes, more than the {limit} read")
-                body = bytearray()
-                for chunk in response.iter_bytes():
-                    body += chunk
-                    if len(body) > limit:
-                        raise ResolveError(f"{self._shown(url)}: more than the {limit} bytes read")
-                return bytes(body), response.headers.get("content-type", "")
+                return read_capped(response, limit, self._shown(url)), response.headers.get("content-type", "")
         except httpx.HTTPError as exc:  # connecting, before the response
             raise self._failed(url, exc) from None
 

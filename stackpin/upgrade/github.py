@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+from stackpin.engines.index import read_capped
 from stackpin.engines.pipconfig import redact
 from stackpin.errors import ResolveError, clip
 from stackpin.lock.deadline import call_with_deadline, remaining
@@ -80,15 +81,7 @@ def _get(client: httpx.Client, url: str, headers: dict[str, str], where: str, to
         with client.stream("GET", url, headers=headers) as response:
             if response.status_code != 200:
                 raise _failure(response.status_code, response.headers, where, token)
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > MAX_PAGE:
-                raise ResolveError(f"{where}: a page of {declared} bytes, more than the {MAX_PAGE} read")
-            body = bytearray()
-            for chunk in response.iter_bytes():
-                body += chunk
-                if len(body) > MAX_PAGE:
-                    raise ResolveError(f"{where}: a page of more than the {MAX_PAGE} bytes read")
-            return _Page(bytes(body), response.links.get("next", {}).get("url"))
+            return _Page(read_capped(response, MAX_PAGE, f"{where}: a page"), response.links.get("next", {}).get("url"))
     except httpx.HTTPError as exc:
         words = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise ResolveError(f"{where}: {clip(words, 200)}") from None
