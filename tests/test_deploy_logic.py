@@ -193,7 +193,8 @@ def invoke(*args: str) -> tuple[int, list[str]]:
 def test_cluster_commands_refuse_bad_input_in_one_line(tmp_path: Path) -> None:
     lock = str(ROOT / "lockfiles" / "gb300-tuned.lock.yaml")
     missing = str(tmp_path / "nope")
-    assert invoke("apply", lock, "--kubeconfig", missing) == (2, [f"error: kubeconfig {missing}: no such file"])
+    assert invoke("apply", lock, "--allow-stand-ins", "--kubeconfig", missing) == (
+        2, [f"error: kubeconfig {missing}: no such file"])
     config = tmp_path / "config"
     config.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "a",
                                   "clusters": [{"name": "a", "cluster": {"server": "https://127.0.0.1:1"}}],

@@ -223,8 +223,11 @@ def shape_computations(source: str) -> list[str]:
 # args.py, which writes the TP size into the engine argv, profile/engine_args.py, which names that
 # flag as one stackpin renders (so that engineArgs cannot set it), and imports/profile.py, args.py's
 # inverse: it reads the TP size from someone else's argv and sizes the target (racks) a DGD needs.
+# validate/site.py compares the GPUs per node a site measured with the catalog's figure (SP263): no shape
+# is derived from either.
 ALLOWED = {TOPOLOGY, PACKAGE / "catalog" / "__init__.py", PACKAGE / "render" / "args.py",
-           PACKAGE / "profile" / "engine_args.py", PACKAGE / "imports" / "profile.py"}
+           PACKAGE / "profile" / "engine_args.py", PACKAGE / "imports" / "profile.py",
+           PACKAGE / "validate" / "site.py"}
 
 
 def test_no_module_outside_topology_computes_the_shape() -> None:

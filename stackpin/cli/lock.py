@@ -26,6 +26,14 @@ def _unreachable_hint(registry: str, lockdir: str) -> str:
             "layout; behind a proxy, set HTTPS_PROXY")
 
 
+# Every command that reads a registry (lock, mirror): where its credentials come from.
+DOCKER_CONFIG = click.option(
+    "--docker-config", type=click.Path(dir_okay=False),
+    help="Read registry credentials from this docker config.json or containers auth.json alone (default: "
+         "$REGISTRY_AUTH_FILE, else podman's auth.json and docker's config.json; docs/lockfiles.md, Registry "
+         "credentials).")
+
+
 @click.command()
 @click.argument("profiles", nargs=-1, required=True)
 @click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
@@ -40,9 +48,7 @@ def _unreachable_hint(registry: str, lockdir: str) -> str:
               help="Resolve model revisions from this Hugging Face cache directory.")
 @click.option("--hf-endpoint", help="Resolve model revisions through this Hub API endpoint (default $HF_ENDPOINT "
               "or https://huggingface.co).")
-@click.option("--docker-config", type=click.Path(dir_okay=False), help="Read registry credentials from this "
-              "docker config.json or containers auth.json alone (default: $REGISTRY_AUTH_FILE, else podman's "
-              "auth.json and docker's config.json; docs/lockfiles.md, Registry credentials).")
+@DOCKER_CONFIG
 @click.option("--timeout", default=300.0, show_default=True, type=finite(min=0, min_open=True),
               metavar="SECONDS", help="Give up resolving after this long, naming what had not answered.")
 @OUTPUT

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from stackpin.cli.common import OUTPUT, emit, finite, user_errors
-from stackpin.cli.lock import _parse_mirrors
+from stackpin.cli.lock import DOCKER_CONFIG, _parse_mirrors
 
 if TYPE_CHECKING:
     from stackpin.lock.lockfile import StackLock
@@ -26,8 +26,7 @@ if TYPE_CHECKING:
               help="Also copy each locked model revision's snapshot from this Hugging Face cache (with --hf-to).")
 @click.option("--hf-to", type=click.Path(file_okay=False), metavar="DIR",
               help="The Hugging Face cache directory the snapshots are copied to.")
-@click.option("--docker-config", type=click.Path(dir_okay=False), help="docker config.json with registry "
-              "credentials (default $DOCKER_CONFIG/config.json or ~/.docker/config.json).")
+@DOCKER_CONFIG
 @click.option("--timeout", type=finite(min=0, min_open=True), metavar="SECONDS",
               help="Give up after this long in all (each blob has its own bound anyway: a minute plus its size "
                    "at 1 MiB/s).")
