@@ -6,10 +6,13 @@ auth.json, Basic auth (htpasswd), and the one-line error of an unreachable regis
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import re
+import signal
 import socket
+import subprocess
 import sys
 import time
 import uuid
@@ -30,6 +33,8 @@ from stackpin.lock.resolvers import RegistrySource, write_hf_cache_ref
 from tests.registry import AuthRegistry, BasicRegistry
 from tests.test_lock import COMMIT, IMAGE, MODEL, write_profile
 from tests.test_oci import push_image
+
+ROOT = Path(__file__).resolve().parent.parent
 
 # A helper: the real protocol on stdin and stdout. It logs its argv and stdin (one JSON line per run)
 # to $HELPER_LOG, then does what $HELPER_MODE_<NAME> says.
@@ -58,6 +63,8 @@ elif mode == "huge":
     sys.stdout.write("x" * (8 << 20))
 elif mode == "hang":
     import subprocess
+    with open(os.environ["HELPER_LOG"] + ".helper-pid", "w") as f:
+        f.write(str(os.getpid()))
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     with open(os.environ["HELPER_LOG"] + ".pid", "w") as f:
         f.write(str(child.pid))
@@ -402,6 +409,38 @@ def test_stackpin_lock_through_a_credential_helper(helpers: Path, auth_registry:
                                        str(profile)])
     assert result.exit_code == 0, result.output
     assert len(runs(helpers)) == 1
+
+
+def test_a_helper_dies_with_a_killed_stackpin(helpers: Path, auth_registry: AuthRegistry, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """kill -9 of `stackpin lock` while a helper it started hangs: the helper, in a session of its own (so that
+    its group can be killed on a deadline), goes too (Linux's PR_SET_PDEATHSIG, stackpin/children.py)."""
+    profile, _ = _lock_project(tmp_path, auth_registry)
+    monkeypatch.setenv("HELPER_MODE_BETA", "hang")
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(write_json(tmp_path / "auth.json", {"credsStore": "beta"})))
+    proc = subprocess.Popen([sys.executable, "-m", "stackpin", "lock", "--lockdir", str(tmp_path / "lockfiles"),
+                             "--hf-cache", str(tmp_path / "hf"), str(profile)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    pid_file, child_file = Path(f"{helpers}.helper-pid"), Path(f"{helpers}.pid")  # the helper's, its child's
+    try:
+        deadline = time.monotonic() + 60
+        while not (child_file.exists() and child_file.read_text()) and time.monotonic() < deadline:
+            assert proc.poll() is None, "stackpin lock ended before its helper ran"
+            time.sleep(0.05)
+        helper = int(pid_file.read_text())
+        assert _state(helper) != "Z", "the helper is running"
+    finally:
+        proc.kill()
+        proc.wait()
+    for _ in range(200):  # the kernel kills it; init reaps it
+        if _state(helper) == "Z":
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the credential helper {helper} outlived the stackpin that started it")
+    # What the helper started and left is out of reach once it is gone (said in docs/lockfiles.md): the test's own.
+    with contextlib.suppress(OSError, ValueError):
+        os.kill(int(child_file.read_text()), signal.SIGKILL)
 
 
 @pytest.mark.usefixtures("helpers")

@@ -21,7 +21,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
 
+from stackpin.children import die_with_parent
 from stackpin.errors import StackpinError
 from stackpin.sim.dynamo import BedPlan, facts, model_files
 
@@ -52,14 +52,6 @@ def find_env(given: str | None = None) -> Path:
                             "`make dynamo-env` in stackpin's repository, or `bash scripts/install-dynamo-bed.sh DIR` "
                             "and pass --dynamo-env DIR")
     return path
-
-
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    if sys.platform.startswith("linux"):  # prctl is Linux's
-        import ctypes
-
-        with suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
 def _tail(path: Path, limit: int = 4096) -> str:
@@ -117,7 +109,7 @@ def _start(name: str, argv: list[str], env: dict[str, str], logs: Path) -> _Proc
     log = logs / f"{name.replace(' ', '-')}.log"
     with log.open("wb") as out:
         popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True, preexec_fn=_die_with_parent)  # noqa: PLW1509
+                                 start_new_session=True, preexec_fn=die_with_parent())  # noqa: PLW1509
     return _Process(name, popen, log)
 
 

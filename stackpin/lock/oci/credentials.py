@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from stackpin.children import die_with_parent
 from stackpin.errors import ResolveError, clip
 from stackpin.lock.oci.reference import DOCKER_HUB, normalize_registry
 
@@ -300,8 +301,9 @@ def _run_bounded(argv: list[str], stdin: bytes, timeout: float, limit: int) -> t
     """(exit status, stdout, "" | "time" | "size"): the program in a process group of its own, its stdout
     read up to `limit` bytes and its stderr drained unread. Once it exits, overruns its deadline or its
     output bound, the whole group is killed: nothing it started outlives this call."""
+    # Its own session, so that the group can be killed; die_with_parent, so that a killed stackpin takes it along.
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=die_with_parent())  # noqa: PLW1509
     out = bytearray()
     over = threading.Event()
 
