@@ -314,14 +314,16 @@ def test_bad_input_is_one_line_and_exit_2(project: Path) -> None:
     cases = {
         "nope.lock.yaml: no such file": ["mirror", "nope.lock.yaml", "--to", "oci:x"],
         "not an OCI image layout": ["mirror", lock, "--from-oci-layout", str(project / "profiles"), "--to", "oci:x"],
-        "cannot reach registry 127.0.0.1:9": ["mirror", lock, "--from-oci-layout", str(project / "origin/oci"),
-                                              "--to", "127.0.0.1:9/site"],
+        "the destination (--to) must be reachable": ["mirror", lock, "--from-oci-layout", str(project / "origin/oci"),
+                                                     "--to", "127.0.0.1:9/site"],
         "neither empty nor an OCI image layout": ["mirror", lock, "--from-oci-layout", str(project / "origin/oci"),
                                                   "--to", str(project / "profiles")],
         "--hf-cache and --hf-to go together": ["mirror", lock, "--hf-cache", str(project / "origin/hf"),
                                                "--to", "oci:x"],
-        "cannot reach registry 127.0.0.1:8": ["mirror", lock, "--mirror", "nvcr.io=127.0.0.1:8/origin",
-                                              "--to", f"oci:{project}/nothing"],
+        "registry 127.0.0.1:8: connection refused; needed for 127.0.0.1:8/origin/nvidia/ai-dynamo/": [
+            "mirror", lock, "--mirror", "nvcr.io=127.0.0.1:8/origin", "--to", f"oci:{project}/nothing"],
+        "read the origin through a mirror this machine reaches": [
+            "mirror", lock, "--mirror", "nvcr.io=127.0.0.1:8/origin", "--to", f"oci:{project}/nothing"],
     }
     for expected, args in cases.items():
         result = runner.invoke(main, args)

@@ -42,12 +42,21 @@ def mirror(lockfiles: tuple[str, ...], to: str, from_oci_layout: str | None, mir
     """
     from pathlib import Path
 
+    from stackpin.errors import RegistryUnreachable
     from stackpin.lock.mirror import mirror_locks
 
-    report = mirror_locks(read_locks(lockfiles), to, from_oci_layout=Path(from_oci_layout) if from_oci_layout
-                          else None, mirrors=_parse_mirrors(mirrors), docker_config=docker_config,
-                          hf_cache=Path(hf_cache) if hf_cache else None, hf_to=Path(hf_to) if hf_to else None,
-                          timeout=timeout)
+    try:
+        report = mirror_locks(read_locks(lockfiles), to, from_oci_layout=Path(from_oci_layout) if from_oci_layout
+                              else None, mirrors=_parse_mirrors(mirrors), docker_config=docker_config,
+                              hf_cache=Path(hf_cache) if hf_cache else None, hf_to=Path(hf_to) if hf_to else None,
+                              timeout=timeout)
+    except RegistryUnreachable as exc:  # the ways around an unreachable origin are this command's own flags
+        hint = ("the destination (--to) must be reachable from here; else mirror to an OCI layout (--to oci:DIR), "
+                "carry it across and mirror from it there (--from-oci-layout DIR)" if exc.registry == to.split("/")[0]
+                else "read the origin through a mirror this machine reaches (--mirror REGISTRY=HOST[:PORT][/PREFIX]) "
+                "or from a copied OCI layout (--from-oci-layout DIR)")
+        raise RegistryUnreachable(exc.message, f"{hint}; behind a proxy, set HTTPS_PROXY",
+                                  registry=exc.registry) from None
     if output != "text":
         emit(report.to_data(), output)
         return

@@ -663,10 +663,11 @@ class RegistryClient:
                 return
             except httpx.TimeoutException:
                 if last:
-                    raise ResolveError(f"{where} did not answer within {self.timeout:g}s{_tries(attempts)}") from None
+                    raise RegistryUnreachable(f"{where} did not answer within {self.timeout:g}s"
+                                              f"{_tries(attempts)}") from None
             except httpx.TransportError as exc:
                 if last:
-                    raise ResolveError(f"cannot reach {where}: {_transport_reason(exc)}") from None
+                    raise RegistryUnreachable(f"cannot reach {where}: {_transport_reason(exc)}") from None
             except httpx.HTTPError as exc:
                 raise ResolveError(f"{where}: {exc}") from None
             except _RetryableStatus:
