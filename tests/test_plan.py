@@ -124,6 +124,20 @@ def test_power_comes_from_the_catalog_and_is_unknown_where_it_has_none() -> None
     assert cap.racks == 10 and cap.rack_power_kw is None and cap.power_kw is None and cap.agents_per_mw is None
 
 
+def test_a_sites_metered_rack_power_replaces_the_catalogs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A site overlay (docs/site.md) that says what its Vera Rubin racks draw: plan reads it before the catalog,
+    which has no public figure."""
+    (tmp_path / "site.yaml").write_text(
+        "apiVersion: stackpin.dev/v1\nkind: SiteFacts\nplatforms:\n  vera-rubin-nvl72:\n    powerKw: 190\n"
+        "    measured:\n      powerKw: {source: the rack PDUs' meter, nodes: [rack-1], at: '2026-06-02T10:00:00Z'}\n",
+        encoding="utf-8")
+    monkeypatch.setenv("STACKPIN_CATALOG_PATH", str(tmp_path))
+    rubin = benchdata.exact("r", ROWS, platform="vera-rubin-nvl72")
+    cap = make_plan([(Path("r.json"), rubin)], 1500, SLO).stacks[0].current.capacity
+    assert (cap.racks, cap.rack_power_kw, cap.power_kw) == (10, 190, 1900)
+    assert cap.agents_per_mw == pytest.approx(1500 / 1.9)
+
+
 def test_a_bound_rows_waits_are_at_the_target_speed_at_most(tmp_path: Path) -> None:
     # Still met at the largest count (300 agents at 90 tok/s): packed to the plan's racks, agents may
     # run as slow as the target, 80 tok/s; the waits say so, as bounds.
