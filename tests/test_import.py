@@ -41,7 +41,7 @@ STATED = {
     "flag --disaggregation-mode": "the worker's role, stated (also replaces --is-decode-worker)",
     "flag --is-decode-worker": "written as --disaggregation-mode decode",
     "flag --enable-prefix-caching": "vLLM's default, stated",
-    "flag --gpu-memory-utilization": "vLLM's default 0.9, stated",
+    "flag --gpu-memory-utilization": "stackpin's default 0.9 (vLLM's own is 0.92 in 0.28.0-0.33.0), stated",
     "flag --kv-cache-dtype": "vLLM's default auto, stated",
     "flag --max-model-len": "reported by the import: a profile states the context",
     "flag --revision": "the lock pins the model revision",
@@ -183,3 +183,66 @@ def test_configmap_env_is_resolved_from_the_same_file() -> None:
     assert decode.entry is not None
     spec = decode.entry.argv[decode.entry.argv.index("--speculative-config") + 1]
     assert yaml.safe_load(spec)["method"] == "dspark"
+
+
+def _notes(path: Path, **kwargs: str) -> tuple[dict[str, object], dict[tuple[str, str], str]]:
+    [dgd] = read_dgds(path)
+    imported = import_dgd(dgd, **kwargs)
+    return imported.profile, {(n.component, n.item): n.message for n in imported.notes}
+
+
+def test_kv_transfer_config_set_on_prefill_only_is_carried(tmp_path: Path) -> None:
+    # Dynamo's vLLM disagg examples pass --kv-transfer-config to the prefill worker only.
+    src = UPSTREAM / "examples_backends_vllm_deploy_v1beta1_disagg.yaml"
+    profile, notes = _notes(src, platform="h200")
+    assert profile["spec"]["placement"]["kvConnector"] == "NixlConnector"  # type: ignore[index]
+    assert "not set here (VllmPrefillWorker sets it)" in notes[("VllmDecodeWorker", "--kv-transfer-config")]
+    out = tmp_path / "p.yaml"
+    runner = CliRunner()
+    assert runner.invoke(cli_main, ["import", str(src), "--platform", "h200", "--out", str(out)]).exit_code == 0
+    checked = runner.invoke(cli_main, ["validate", str(out)])
+    assert "SP151" not in checked.output and checked.exit_code == 0, checked.output
+
+
+def test_a_token_secret_without_a_model_store_is_reported_per_component() -> None:
+    profile, notes = _notes(UPSTREAM / "examples_backends_vllm_deploy_v1beta1_agg.yaml", platform="h200")
+    assert "modelStore" not in profile["spec"]  # type: ignore[operator]
+    for component in ("VllmDecodeWorker", "Frontend"):
+        assert "a gated model will not download" in notes[(component, "envFrom secret hf-token-secret")]
+    # With a model volume the Secret is carried as spec.modelStore.tokenSecret, and not reported.
+    profile, notes = _notes(UPSTREAM / "recipes_deepseek-v4_deepseek-v4-flash_vllm_agg_gb200_deploy.yaml")
+    assert profile["spec"]["modelStore"]["tokenSecret"] == "hf-token-secret"  # type: ignore[index]
+    assert not [k for k in notes if k[1].startswith("envFrom")]
+
+
+def test_frontend_flags_of_a_release_without_a_catalog_are_kept_unchecked() -> None:
+    src = UPSTREAM / "recipes_deepseek-v4_deepseek-v4-flash_vllm_disagg-b200-agentic_deploy.yaml"
+    profile, notes = _notes(src)
+    assert profile["spec"]["versions"]["dynamo"] == "1.3.1"  # type: ignore[index]
+    kept = profile["spec"]["placement"]["frontendArgs"]  # type: ignore[index]
+    for flag in ("--kv-cache-block-size", "--http-host", "--router-reset-states"):
+        assert flag in kept
+        assert notes[("Frontend", flag)] == "no catalog for Dynamo 1.3.1's frontend; kept unchecked"
+    # With a catalog, what the release has is carried without a note.
+    profile, notes = _notes(src, dynamo="1.6.1")
+    assert {"--http-host", "--kv-cache-block-size"} <= set(profile["spec"]["placement"]["frontendArgs"])  # type: ignore[index]
+    assert ("Frontend", "--http-host") not in notes
+
+
+def test_resources_and_shared_memory_the_profile_does_not_carry_are_named(tmp_path: Path) -> None:
+    doc = yaml.safe_load((UPSTREAM / "examples_backends_vllm_deploy_v1beta1_agg.yaml").read_text())
+    frontend, worker = doc["spec"]["components"]
+    worker["podTemplate"]["spec"]["containers"][0]["resources"] = {
+        "requests": {"cpu": "16", "memory": "20Gi", "nvidia.com/gpu": "1", "rdma/ib": "1"},
+        "limits": {"cpu": "128", "memory": "100Gi", "nvidia.com/gpu": "1"}}
+    frontend["sharedMemorySize"] = "40Gi"
+    path = tmp_path / "dgd.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    _, notes = _notes(path, platform="h200")
+    w = "VllmDecodeWorker"
+    assert notes[(w, "resources.requests.cpu")].startswith("16; stackpin renders 8 (")
+    assert notes[(w, "resources.requests.memory")].startswith("20Gi; stackpin renders 50Gi (")
+    assert notes[(w, "resources.limits.cpu")] == "128; stackpin renders none"
+    assert notes[(w, "resources.limits.memory")] == "100Gi; stackpin renders none"
+    assert "not carried over" in notes[(w, "resources.requests.rdma/ib")]
+    assert notes[("Frontend", "sharedMemory")].startswith("40Gi; stackpin renders none")

@@ -210,6 +210,90 @@ def _stack_settings(opts: dict[str, str], spec: dict[str, Any], notes: list[Note
     spec["autotune"] = {"mode": "off" if "--no-enable-flashinfer-autotune" in opts else "tune"}
 
 
+def _transfer(workers: dict[str, Component], main: Component, disaggregated: bool,
+              notes: list[Note]) -> dict[str, Any]:
+    """The stack's --kv-transfer-config: the main worker's, else another worker's (Dynamo's vLLM examples set it
+    on prefill only). Render writes one connector with kv_role kv_both on every pool of a disaggregated stack."""
+    found: dict[str, dict[str, Any]] = {}
+    for comp in [main, *(c for _, c in sorted(workers.items()) if c is not main)]:
+        raw = options(comp.entry.argv).get("--kv-transfer-config") if comp.entry else None
+        if raw is None:
+            continue
+        value = _json(raw)
+        if isinstance(value, dict):
+            found[comp.name] = value
+        else:
+            notes.append(Note(comp.name, "--kv-transfer-config", f"{raw[:60]!r} is not JSON stackpin can read; "
+                              "not carried over"))
+    if not found:
+        return {}
+    source, chosen = next(iter(found.items()))
+    connector = chosen.get("kv_connector")
+    for name, value in found.items():
+        for key in sorted(set(value) - {"kv_connector", "kv_role", "kv_connector_extra_config"}):
+            notes.append(Note(name, f"--kv-transfer-config.{key}", f"{json.dumps(value[key])} is not modelled; "
+                              "not carried over"))
+        if value.get("kv_role", "kv_both") != "kv_both":
+            notes.append(Note(name, "--kv-transfer-config.kv_role", f"{value['kv_role']!r}; stackpin writes "
+                              "kv_both on every pool (the NIXL connector pulls either way)"))
+        if value.get("kv_connector") != connector:
+            notes.append(Note(name, "--kv-transfer-config.kv_connector", f"{value.get('kv_connector')!r} differs "
+                              f"from {source}'s {connector!r}; stackpin runs one connector per stack: {source}'s"))
+    if not disaggregated:
+        notes.append(Note(source, "--kv-transfer-config", "a colocated stack: render writes no KV transfer "
+                          "(spec.placement.kvConnector serves disaggregated pools); not carried over"))
+    for comp in workers.values() if disaggregated else ():
+        if comp.name not in found:
+            notes.append(Note(comp.name, "--kv-transfer-config", f"not set here ({source} sets it); stackpin "
+                              f"writes {connector} with kv_role kv_both on every pool of a disaggregated stack"))
+    return chosen
+
+
+def _secrets(workers: dict[str, Component], main: Component, frontend: Component | None, carried: str | None,
+             notes: list[Note]) -> None:
+    """envFrom Secrets / ConfigMaps and env from Secrets (HF_TOKEN for a gated model) the profile does not carry.
+    A profile names one token Secret, spec.modelStore.tokenSecret, and a model store needs a PVC."""
+    for comp in [*workers.values(), *([frontend] if frontend else [])]:
+        for ref in comp.env_from:
+            kind, _, name = ref.partition(" ")
+            if kind == "secret" and name == carried:
+                continue
+            if kind != "secret":
+                why = "not carried over (set the values it holds in spec.kernels.env)"
+            elif carried:
+                why = f"stackpin carries one token Secret (spec.modelStore.tokenSecret: {carried}); not carried over"
+            else:
+                why = ("a profile carries a token Secret only in spec.modelStore.tokenSecret, and a model store "
+                       "needs a PVC, which this DGD mounts none of; not carried over: a gated model will not "
+                       "download (add spec.modelStore)")
+            notes.append(Note(comp.name, f"envFrom {kind} {name}", why))
+        if comp is main:
+            continue  # the main worker's env is reported with spec.kernels.env
+        for var in comp.env:
+            if var.value is None:
+                notes.append(Note(comp.name, f"env {var.name}", f"from {var.source}; not carried over"))
+
+
+def _resources(comp: Component, rendered: dict[str, str], shared_memory: str | None, why: str,
+               notes: list[Note]) -> None:
+    """Each CPU / memory request or limit, other resource and shared memory size the DGD states that stackpin
+    renders otherwise (the profile models none of them: requests come from engine.yaml, limits are not set)."""
+    for kind, items in (("requests", comp.requests), ("limits", comp.limits)):
+        for name, value in items:
+            if name == GPU:
+                continue
+            ours = rendered.get(name) if kind == "requests" else None
+            if name not in ("cpu", "memory"):
+                notes.append(Note(comp.name, f"resources.{kind}.{name}", f"{value} (site-specific; the profile "
+                                  "has no field for it); not carried over"))
+            elif value != ours:
+                notes.append(Note(comp.name, f"resources.{kind}.{name}", f"{value}; stackpin renders "
+                                  f"{ours + ' (' + why + ')' if ours else 'none'}"))
+    if comp.shared_memory and comp.shared_memory != shared_memory:
+        notes.append(Note(comp.name, "sharedMemory", f"{comp.shared_memory}; stackpin renders "
+                          f"{shared_memory or 'none (the frontend runs no engine)'}"))
+
+
 def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = None,
                catalog: Catalog | None = None) -> Imported:
     catalog = catalog or load_catalog()
@@ -268,7 +352,7 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
                               "(spec.kvCache.events), and render writes its own publisher settings" +
                               ("" if has else "; this worker published none and will publish them")))
     disaggregated = "prefill" in workers
-    transfer = _json(main_opts.get("--kv-transfer-config", "{}")) or {}
+    transfer = _transfer(workers, main, disaggregated, notes)
     frontend = by_role.get("frontend")
     fe_opts = options(frontend.entry.argv) if frontend and frontend.entry else {}
     fe_env = frontend.env_values() if frontend else {}
@@ -284,9 +368,6 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
         placement["migrationLimit"] = 0
     if transfer.get("kv_connector"):
         placement["kvConnector"] = transfer["kv_connector"]
-    for key in sorted(set(transfer) - {"kv_connector", "kv_role", "kv_connector_extra_config"}):
-        notes.append(Note(main.name, f"--kv-transfer-config.{key}", f"{json.dumps(transfer[key])} is not modelled; "
-                          "not carried over"))
     pools = {}
     for role, comp in sorted(workers.items()):
         opts = options(comp.entry.argv) if comp.entry else {}
@@ -315,6 +396,10 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
                               "(spec.kvCache.events, spec.placement); not carried over"))
         elif fe_catalog is not None and fe_catalog.accepts(option):
             frontend_args[option] = _engine_value(fe_opts[option])
+        elif fe_catalog is None:  # never claim a release lacks a flag without its catalog
+            frontend_args[option] = _engine_value(fe_opts[option])
+            notes.append(Note(frontend.name if frontend else "frontend", option, "no catalog for Dynamo "
+                              f"{spec['versions']['dynamo']}'s frontend; kept unchecked"))
         else:
             notes.append(Note(frontend.name if frontend else "frontend", option, "not an option of Dynamo "
                               f"{spec['versions']['dynamo']}'s frontend; not carried over"))
@@ -355,12 +440,17 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
         if frontend and "HF_HOME" not in frontend.env_values():
             notes.append(Note(frontend.name, "env HF_HOME", "the frontend sets no HF_HOME; stackpin's reads "
                               "the tokenizer from the model store like the workers (HF_HOME, HF_HUB_OFFLINE)"))
-    for name, value in main.requests:
-        if name not in (GPU, "cpu", "memory"):
-            notes.append(Note(main.name, f"resources {name}", f"{value} (site-specific); not carried over"))
-    if main.shared_memory and main.shared_memory != catalog.engine.worker_shared_memory:
-        notes.append(Note(main.name, "sharedMemory", f"{main.shared_memory}; stackpin renders "
-                          f"{catalog.engine.worker_shared_memory}"))
+    _secrets(workers, main, frontend, spec.get("modelStore", {}).get("tokenSecret"), notes)
+    host = catalog.engine.worker_host_per_gpu
+    for role, comp in sorted(workers.items()):
+        pool = pools[role]
+        gpus = int(pool.get("tensorParallel", 1)) * int(pool.get("dataParallel", 1)) * \
+            int(pool.get("pipelineParallel", 1)) // comp.node_count
+        _resources(comp, {"cpu": str(host.cpu * gpus), "memory": f"{host.memory_gib * gpus}Gi"},
+                   catalog.engine.worker_shared_memory, f"engine.yaml's {host.cpu} CPUs and {host.memory_gib}Gi "
+                   f"per GPU x {gpus}", notes)
+    if frontend:
+        _resources(frontend, {}, None, "stackpin's frontend states none", notes)
     if frontend and frontend.image and frontend.image != versions["runtimeImage"]:
         notes.append(Note(frontend.name, "image",
                           f"{frontend.image}; stackpin runs the frontend from the runtime image"))
