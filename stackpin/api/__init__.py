@@ -108,11 +108,12 @@ def diff_stacks(a: StrPath | StackLock, b: StrPath | StackLock, *, manifests: bo
     from stackpin.lock.lockfile import StackLock
 
     store = history if isinstance(history, HistoryStore) else open_history(history)
+    revision_lock = store.lock_reader()  # two revisions of one deployment: its chain verified once
 
     def side(value: StrPath | StackLock) -> Stack:
         if isinstance(value, StackLock):
             return stack_of_lock(value)
-        return load_stack(str(value), lockdir=Path(lockdir), revision_lock=store.lock_at)
+        return load_stack(str(value), lockdir=Path(lockdir), revision_lock=revision_lock)
 
     return diff_loaded(side(a), side(b), manifests=manifests, lockdir=Path(lockdir))
 

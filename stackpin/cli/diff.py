@@ -52,7 +52,7 @@ def diff(a: str, b: str, manifests: bool, exit_code: bool, lockdir: str, history
     from stackpin.history.store import HistoryStore
 
     result = diff_sources(a, b, manifests=manifests, lockdir=Path(lockdir),
-                          revision_lock=HistoryStore(Path(history_dir)).lock_at)
+                          revision_lock=HistoryStore(Path(history_dir)).lock_reader())
     if output == "text":
         from stackpin.cli.diffreport import print_diff
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from functools import cached_property
@@ -196,6 +196,25 @@ class HistoryStore:
     def lock_at(self, query: str, number: int) -> StackLock:
         """The stack of revision `number` of the deployment `query` names (see `resolve`), verified."""
         return self.read(self.resolve(query), number).lock
+
+    def lock_reader(self) -> Callable[[str, int], StackLock]:
+        """`lock_at` for one command that reads several revisions (`stackpin diff DEP@1 DEP@2`): each
+        deployment's chain is verified once, at its first read, and every revision comes from that one
+        verified chain. Verified exactly as `lock_at`'s (the whole chain: nothing is read from a broken
+        history); only not twice, which on a history whose files are not in the verified cache (a fresh CI
+        runner, `STACKPIN_CACHE_DIR=`) parses every revision twice. Parsing only the revisions asked for
+        would not do: an old revision is tied to the head only through each revision after it (each
+        revisionDigest covers the previousDigest before it), so a replaced old revision that verifies on
+        its own is found only by verifying every revision from it to the newest."""
+        chains: dict[DeploymentKey, Chain] = {}
+
+        def lock_at(query: str, number: int) -> StackLock:
+            key = self.resolve(query)
+            if key not in chains:
+                chains[key] = self.chain(key)
+            return chains[key].get(number).lock
+
+        return lock_at
 
     def query(self, arg: str) -> Revision:
         """`DEPLOYMENT@REV`, or `DEPLOYMENT` for its newest revision (a deployment as `resolve` takes it)."""
