@@ -333,6 +333,8 @@ CASES = [
     Case("SP218", "warning", "spec.kvCache.dtype", {"spec.kvCache.dtype": "fp8"},
          {"spec.kvCache.dtype": "nvfp4_ds_mla"}),
     Case("SP219", "warning", "spec.versions.vllm", PINS_1_5, {}),
+    # The mega kernel at TP 16: 64 heads leave 4 a rank, and the layer's constructor needs a multiple of 8.
+    Case("SP220", "error", f"{W}.tensorParallel", {f"{W}.tensorParallel": 16}, {f"{W}.tensorParallel": 8}),
     # The model's parsers (profile/serving.py): a name the pinned Dynamo lacks stops every worker ...
     Case("SP227", "error", "spec.model.toolCallParser", {"spec.model.toolCallParser": "deepseek_v5"},
          {"spec.model.toolCallParser": "hermes"}),

@@ -28,6 +28,10 @@ class AttentionBackend(Record, frozen=True, kw_only=True):
     kv_cache_dtypes: dict[str, str]  # --kv-cache-dtype -> what the layer stores; others raise
     kernel_block_sizes: dict[str, tuple[int, ...]]  # by compute-capability major, or "default"
     source: str
+    # The attention heads each tensor-parallel rank holds must be a multiple of this, or the layer's constructor
+    # raises; None where the kernel has no such need.
+    heads_per_rank_multiple_of: int | None = None
+    heads_per_rank_source: str | None = None
 
     def block_sizes(self, major: int) -> tuple[int, ...]:
         return _for_major(self.kernel_block_sizes, major)

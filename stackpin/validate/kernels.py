@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.catalog.model_configs import attention_heads
 from stackpin.catalog.startup import AttentionBackend, ModelStartup, StartupFacts, startup_facts, startup_file_name
-from stackpin.validate.rules import Context, Hit, Severity, choices_hint, rule
+from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pools, rule
 
 _K = ("spec", "kernels")
 
@@ -118,6 +119,24 @@ def attention_for_gpu(ctx: Context) -> Iterator[Hit]:
         yield Hit(_K + ("attention",), f"vLLM {facts.version}'s {backend} does not run on {ctx.gpu.sm_arch}; the "
                   f"selector takes it without a check and the kernels fail ({model.attention[backend].source})",
                   f"one of: {', '.join(runs)}")
+
+
+@rule("SP220", Severity.error, "attention kernel that cannot split the model's heads at this tensor parallelism")
+def heads_per_rank(ctx: Context) -> Iterator[Hit]:
+    if (found := _attention(ctx)) is None or ctx.model_key is None:
+        return
+    facts, _, backend, kernel = found
+    multiple, heads = kernel.heads_per_rank_multiple_of, attention_heads(ctx.model_key)
+    if multiple is None or heads is None:
+        return
+    for role, path, pool in pools(ctx):
+        tp = pool.tensor_parallel
+        if heads % tp or (heads // tp) % multiple:
+            fits = [n for n in range(1, heads // multiple + 1) if heads % n == 0 and (heads // n) % multiple == 0]
+            yield Hit(path + ("tensorParallel",), f"vLLM {facts.version}'s {backend} layer raises while the model is "
+                      f"built: {role} tensorParallel={tp} leaves {heads}/{tp} = {heads / tp:g} attention heads per "
+                      f"rank, not a multiple of {multiple} ({kernel.heads_per_rank_source})",
+                      f"use tensorParallel {'/'.join(map(str, fits))}, or another attention backend")
 
 
 @rule("SP218", Severity.warning, "KV-cache dtype the attention kernel silently replaces")
