@@ -4,9 +4,11 @@
 #
 #   bash scripts/install-engine-check.sh [VENV_DIR]     (default .enginecheck/vllm-0.31.0)
 #
-# Steps (scripts/pinned-venv.sh): a venv; torch==2.13.0 with its dependencies; then the pinned list in
-# scripts/enginecheck-vllm-0.31.0.txt with --no-deps, so only what the check imports is installed
-# (vLLM's own requirements pull in GPU stacks it never touches); an import smoke test. Idempotent.
+# The same build as `stackpin engines setup-check` (stackpin/enginecheck/envbuild.py, standard library
+# only, so the system python3 runs it before stackpin's own environment exists): a venv; torch==2.13.0
+# with its dependencies; then the pinned list stackpin/enginecheck/vllm-0.31.0.txt with --no-deps, so
+# only what the check imports is installed (vLLM's own requirements pull in GPU stacks it never
+# touches); an import smoke test. Idempotent. pip shows its progress.
 #
 # vLLM 0.31.0's METADATA pins torch==2.13.0. On this kind of machine, pip's config finds the CPU build
 # (2.13.0+cpu) under /opt/wheels. Elsewhere pip fetches the CUDA build from PyPI (several GB); the
@@ -14,6 +16,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-venv="${1:-$(dirname "$here")/.enginecheck/vllm-0.31.0}"
-exec bash "$here/pinned-venv.sh" "install-engine-check" "$venv" "$here/enginecheck-vllm-0.31.0.txt" \
-    '"$PY" -c "import torch, transformers, flashinfer, vllm"' "torch==2.13.0"
+root="$(dirname "$here")"
+venv="${1:-$root/.enginecheck/vllm-0.31.0}"
+command -v python3 >/dev/null || { echo "install-engine-check: python3 not found" >&2; exit 1; }
+PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m stackpin.enginecheck.envbuild "$(realpath -m "$venv")" --vllm 0.31.0

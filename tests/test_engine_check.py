@@ -199,14 +199,44 @@ def test_the_pinned_cache_is_found_by_vllms_resolver_in_the_seeded_copy_and_neve
 
 # --- the command ------------------------------------------------------------------------------------------
 
-def test_the_command_checks_a_lockfile_and_says_what_it_did_not_run(engine: Path) -> None:
-    run = subprocess.run([sys.executable, "-m", "stackpin", "engines", "check", "lockfiles/gb300-tuned.lock.yaml",
-                          "--python", str(engine)], capture_output=True, text=True, cwd=ROOT, timeout=900,
-                         check=False)
+def _documented_check() -> tuple[list[str], str]:
+    """The `stackpin engines check` example in docs/engines.md: its argv and the output it shows."""
+    text = (ROOT / "docs" / "engines.md").read_text()
+    block = text[text.index("```\n$ stackpin engines check ") + 4:]
+    command, shown = block[:block.index("\n```")].split("\n", 1)
+    return command.removeprefix("$ stackpin ").split(), shown
+
+
+def test_the_documented_command_runs_as_the_docs_show_with_no_python_named() -> None:
+    """As a user runs it: from the project root, no --python and no $STACKPIN_ENGINE_PYTHON; the check finds
+    the environment `stackpin engines setup-check` builds there (.enginecheck/vllm-0.31.0), although vLLM runs
+    from a scratch directory."""
+    own_env(ROOT / ".enginecheck" / "vllm-0.31.0" / "bin" / "python", UNAVAILABLE, "engine check", "engine-env",
+            "STACKPIN_REQUIRE_ENGINE_CHECK")
+    argv, shown = _documented_check()
+    assert argv[:2] == ["engines", "check"] and "--python" not in argv
+    env = {k: v for k, v in os.environ.items() if k != "STACKPIN_ENGINE_PYTHON"}
+    run = subprocess.run([sys.executable, "-m", "stackpin", *argv], capture_output=True, text=True, cwd=ROOT,
+                         timeout=900, check=False, env=env)
     assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == shown.strip()
     [line] = run.stdout.splitlines()
     assert line.startswith("ok gb300-tuned worker: vLLM 0.31.0, cudagraph FULL_AND_PIECEWISE, ")
     assert "not run here: " in line
+
+
+def test_the_command_takes_a_relative_python_from_where_it_runs(engine: Path, tmp_path: Path) -> None:
+    """--python given relative to the current directory, as a shell completes it: resolved there, not in the
+    scratch directory vLLM runs from."""
+    (tmp_path / "locks").mkdir()
+    shutil.copy(ROOT / "lockfiles" / "gb300-tuned.lock.yaml", tmp_path / "locks")
+    env = {k: v for k, v in os.environ.items() if k != "STACKPIN_ENGINE_PYTHON"}
+    relative = os.path.relpath(engine, tmp_path)  # not .absolute(): a venv's python is a link to the base one
+    run = subprocess.run([sys.executable, "-m", "stackpin", "engines", "check", "locks/gb300-tuned.lock.yaml",
+                          "--python", relative], capture_output=True, text=True, cwd=tmp_path, timeout=900,
+                         check=False, env={**env, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("ok gb300-tuned worker: vLLM 0.31.0, ")
 
 
 def test_the_command_without_an_engine_environment_is_one_line_exit_2(tmp_path: Path) -> None:
@@ -214,7 +244,24 @@ def test_the_command_without_an_engine_environment_is_one_line_exit_2(tmp_path: 
                           "--python", str(tmp_path / "nope" / "python")], capture_output=True, text=True, cwd=ROOT,
                          timeout=120, check=False)
     assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1
-    assert "install-engine-check.sh" in run.stderr
+    assert f"{tmp_path}/nope/python: no engine check environment for vLLM 0.31.0" in run.stderr
+    assert f"stackpin engines setup-check --vllm 0.31.0 {tmp_path}" in run.stderr
+
+
+def test_the_default_environment_missing_names_the_path_tried_and_the_setup(tmp_path: Path) -> None:
+    """Run where no environment was built (a wheel install's working directory): one line naming the
+    absolute path it looked for and the packaged command that builds it there."""
+    (tmp_path / "locks").mkdir()
+    shutil.copy(ROOT / "lockfiles" / "gb300-tuned.lock.yaml", tmp_path / "locks")
+    env = {k: v for k, v in os.environ.items() if k != "STACKPIN_ENGINE_PYTHON"}
+    run = subprocess.run([sys.executable, "-m", "stackpin", "engines", "check", "locks/gb300-tuned.lock.yaml"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=120, check=False,
+                         env={**env, "PYTHONPATH": str(ROOT)})
+    assert run.returncode == 2 and run.stdout == "" and run.stderr.count("\n") == 1, run.stderr
+    assert run.stderr == (f"error: {tmp_path}/.enginecheck/vllm-0.31.0/bin/python: no engine check environment for "
+                          f"vLLM 0.31.0 (no such Python); build it with `stackpin engines setup-check --vllm 0.31.0` "
+                          f"in {tmp_path}, or name its Python with --python\n")
+    assert "install-engine-check.sh" not in run.stderr  # a wheel does not ship scripts/
 
 
 def test_attestation_calls_the_real_flashinfer_load_rule(engine: Path, tmp_path: Path) -> None:
@@ -278,3 +325,32 @@ def test_the_start_up_facts_are_what_vllm_does(backend: str, dtype: str, stored:
     expected = "bfloat16" if stored == "bfloat16" else stored
     assert result["model"]["kv_cache_dtype_stored"] == expected
     assert result["model"]["kernel_block_size"] == 128
+
+
+def test_the_mega_kernels_heads_per_rank_fact_is_the_release_code(engine: Path) -> None:
+    """SP220's fact (vllm-0.31.0.startup.yaml, FLASHMLA_MEGA_ATTN_DSV41 heads_per_rank_multiple_of), held to the
+    wheel: the constant vLLM imports, and the lines it cites raise on it and take the explicit backend unchecked."""
+    from stackpin.catalog.startup import startup_facts
+
+    facts = startup_facts("0.31.0")
+    assert facts is not None
+    kernel = facts.models["DeepseekV41ForCausalLM"].attention["FLASHMLA_MEGA_ATTN_DSV41"]
+    run = subprocess.run([str(engine), "-c", "import pathlib, vllm\n"
+                          "from vllm.models.deepseek_v41.common.ops.fused_layout import WV_GROUP_SIZE\n"
+                          "print(pathlib.Path(vllm.__file__).parent, WV_GROUP_SIZE)"],
+                         capture_output=True, text=True, timeout=300, check=False, env={"PATH": "/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr[-2000:]
+    root, size = run.stdout.split()
+    assert int(size) == kernel.heads_per_rank_multiple_of == 8
+    source = kernel.heads_per_rank_source or ""
+
+    def lines(file: str, first: int, last: int) -> str:
+        assert f"{file}:{first}" + (f"-{last}" if last != first else "") in source
+        return "\n".join((Path(root) / "models" / "deepseek_v41" / file).read_text().splitlines()[first - 1:last])
+
+    raises = lines("nvidia/flash_mla_mega_attn.py", 174, 178)
+    assert "if self.n_local_heads % WV_GROUP_SIZE:" in raises and "raise ValueError(" in raises
+    assert "to be a multiple of {WV_GROUP_SIZE}" in raises
+    explicit = lines("nvidia/model.py", 217, 218)
+    assert "FLASHMLA_MEGA_ATTN_DSV41" in explicit and "return DeepseekV4MegaAttnAttention" in explicit
+    assert lines("common/ops/fused_layout.py", 18, 18) == "WV_GROUP_SIZE = 8"

@@ -240,7 +240,8 @@ def list_(output: str) -> None:
               help="Where profiles' locks are looked up, and what is checked when no input is named.")
 @click.option("--python", "python", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
               help="The engine environment's Python [default: $STACKPIN_ENGINE_PYTHON, else "
-                   ".enginecheck/vllm-<pinned>/bin/python as scripts/install-engine-check.sh builds it].")
+                   ".enginecheck/vllm-<pinned>/bin/python in the current directory, where `stackpin engines "
+                   "setup-check` builds it].")
 @click.option("--timeout", "timeout_s", type=finite(min=1, max=3600), default=600, show_default=True,
               help="Seconds one pool's check may take.")
 @OUTPUT
@@ -252,19 +253,23 @@ def check(inputs: tuple[str, ...], lockdir: str, python: Path | None, timeout_s:
     the pure-Python steps of model build (attention class, the KV-cache dtype it stores, the kernel block
     size, the CUDA graph mode the model runner resolves, the draft's revision, the autotune file). Exit 0
     when each pool starts as declared, 1 listing what vLLM would refuse or change, 2 when the engine
-    environment cannot run (build it with scripts/install-engine-check.sh).
+    environment cannot run (build it with `stackpin engines setup-check`).
     """
     import os
 
     from stackpin.enginecheck.check import check_lock
+    from stackpin.enginecheck.envbuild import engine_python
     from stackpin.render.output import load_inputs
 
     locks, _ = load_inputs(list(inputs), Path(lockdir))
     results, failed = [], False
+    env_python = os.environ.get("STACKPIN_ENGINE_PYTHON")
+    given = python or (Path(env_python) if env_python else None)
+    # Resolved here, against the directory the command runs in: the check itself runs from a scratch directory.
+    interpreters = {v: engine_python(v, given) for v in sorted({lock.stack_profile.spec.versions.vllm
+                                                                for lock in locks})}
     for lock in locks:
-        vllm = lock.stack_profile.spec.versions.vllm
-        env_python = os.environ.get("STACKPIN_ENGINE_PYTHON")
-        interpreter = python or (Path(env_python) if env_python else Path(f".enginecheck/vllm-{vllm}/bin/python"))
+        interpreter = interpreters[lock.stack_profile.spec.versions.vllm]
         for pool in check_lock(lock, interpreter, timeout_s=timeout_s):
             failed |= not pool.ok
             results.append({"stack": pool.stack, "pool": pool.role, "ok": pool.ok, "problems": list(pool.problems),
@@ -275,6 +280,24 @@ def check(inputs: tuple[str, ...], lockdir: str, python: Path | None, timeout_s:
         emit({"ok": not failed, "pools": results}, output)
     if failed:
         raise SystemExit(1)
+
+
+@engines.command("setup-check")
+@click.argument("venv", required=False, type=click.Path(file_okay=False, path_type=Path), metavar="[DIR]")
+@click.option("--vllm", default="0.31.0", show_default=True, metavar="VERSION",
+              help="The pinned vLLM whose environment to build (those stackpin ships a requirements list for).")
+@user_errors
+def setup_check(venv: Path | None, vllm: str) -> None:
+    """Build the environment `stackpin engines check` runs in [DIR default: .enginecheck/vllm-VERSION here].
+
+    A venv holding vLLM's published wheel, torch as vLLM pins it and only the packages the check imports (a
+    list shipped with stackpin, installed with --no-deps): about 2 GB and a few minutes the first time, pip
+    showing its progress; then a no-op while the list is unchanged. Only PyPI, or the index pip's own
+    configuration names, is contacted.
+    """
+    from stackpin.enginecheck.envbuild import build, default_venv, recipe
+
+    build(venv or default_venv(vllm), recipe(vllm), lambda line: click.echo(line, err=True))
 
 
 def _check_line(stack: str, role: str, problems: tuple[str, ...], result: dict[str, Any]) -> str:

@@ -47,6 +47,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                       "--feed registry:nvcr.io/nvidia/ai-dynamo/vllm-runtime"),
     "engines diff": ("stackpin engines diff vllm 0.31.0 0.33.0",),
     "engines check": (f"stackpin engines check {LOCK}",),
+    "engines setup-check": ("stackpin engines setup-check",),
     "upgrade propose": ("stackpin upgrade propose profiles/deepseek-v4.1-flash/gb300-tuned.yaml --to dynamo==1.7.0",
                         "stackpin upgrade propose p/stack.yaml --to dynamo==1.7.0 --find-links airgap/ -o json"),
     "trace gen": ("stackpin trace gen --sessions 200 --seed 1 --out agents.jsonl",),

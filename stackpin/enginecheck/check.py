@@ -3,7 +3,7 @@
 stackpin's rules model what vLLM does; this runs what vLLM does. For every worker pool of a lock, the argv and
 environment render writes into the pod go to `check_runtime.py` (beside this module), which runs in an
 environment of its own holding the pinned vLLM from its published wheel and CPU torch
-(scripts/install-engine-check.sh). There vLLM's own parser builds EngineArgs, `create_engine_config()` builds
+(`stackpin engines setup-check`). There vLLM's own parser builds EngineArgs, `create_engine_config()` builds
 the VllmConfig with every post-init rule, and the pure-Python steps of model build follow: the attention
 class, the KV-cache dtype it stores, the kernel block size, the CUDA graph mode the model runner resolves, the
 draft model's revision and the autotune file vLLM resolves. What needs a GPU (weights, memory profiling,
@@ -27,10 +27,10 @@ from typing import Any
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.flags import FlagCatalog, dynamo_catalog, vllm_catalog
+from stackpin.catalog.model_configs import model_config as catalog_model_config
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.pod import kubelet_value
-from stackpin.yamlio import load_data
 
 SCRIPT = "check_runtime.py"
 TIMEOUT_S = 600  # one pool: vLLM's imports and config construction take some seconds on two cores
@@ -56,10 +56,9 @@ class PoolCheck:
 
 
 def model_config(catalog_key: str) -> dict[str, Any]:
-    data = load_data(resources.files("stackpin.catalog").joinpath("model_configs.yaml").read_text("utf-8"))
-    if catalog_key not in data:
+    config = catalog_model_config(catalog_key)
+    if config is None:
         raise EngineCheckError(f"no config.json for model {catalog_key} in stackpin/catalog/model_configs.yaml")
-    config: dict[str, Any] = data[catalog_key]["config"]
     return config
 
 
@@ -144,7 +143,7 @@ def run_pool(python: Path, spec: dict[str, Any], workdir: Path, timeout_s: float
                                  check=False, cwd=workdir, env={**os.environ, "PYTHONNOUSERSITE": "1"})
         except FileNotFoundError:
             raise EngineCheckError(f"{python}: no such Python; build the engine environment with "
-                                   "scripts/install-engine-check.sh") from None
+                                   "`stackpin engines setup-check`") from None
         except subprocess.TimeoutExpired:
             raise EngineCheckError(f"the engine check ran past {timeout_s:g} s") from None
     if run.returncode != 0 or len(run.stdout) > MAX_OUTPUT:
