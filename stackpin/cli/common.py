@@ -72,40 +72,41 @@ def lock_timeout() -> float:
     return 0.0 if given is None else float(given)
 
 
+def _meta_flag(flag: str, key: str, help_text: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A flag kept in the click context's meta under `key` (None when not given), not passed to the command:
+    read with `_flag_on(key)`; `cluster_flags_given` sees whether it was given."""
+    def keep(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+        ctx.meta[key] = value or None
+
+    return click.option(flag, is_flag=True, expose_value=False, callback=keep, help=help_text)
+
+
+def _flag_on(key: str) -> bool:
+    return bool(click.get_current_context().meta.get(key))
+
+
 STRICT_KEY = "strict_preflight"
-
-
-def _keep_strict(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    ctx.meta[STRICT_KEY] = value or None
-
-
 # For the commands that write a cluster (apply, rollback --apply); read with strict_preflight().
-STRICT = click.option(
-    "--strict", is_flag=True, expose_value=False, callback=_keep_strict,
-    help="Refuse, writing nothing, when preflight finds what would keep the pods from running as rendered "
-         "(no node matches a pool's nodeSelector, a server without image volumes); otherwise a warning.")
+STRICT = _meta_flag(
+    "--strict", STRICT_KEY,
+    "Refuse, writing nothing, when preflight finds what would keep the pods from running as rendered "
+    "(no node matches a pool's nodeSelector, a server without image volumes); otherwise a warning.")
 
 
 def strict_preflight() -> bool:
-    return bool(click.get_current_context().meta.get(STRICT_KEY))
+    return _flag_on(STRICT_KEY)
 
 
 ALLOW_STAND_INS_KEY = "allow_stand_ins"
-
-
-def _keep_allow_stand_ins(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
-    ctx.meta[ALLOW_STAND_INS_KEY] = value or None
-
-
 # For the commands that write a cluster (apply, rollback --apply, rollout start); read with allow_stand_ins().
-ALLOW_STAND_INS = click.option(
-    "--allow-stand-ins", is_flag=True, expose_value=False, callback=_keep_allow_stand_ins,
-    help="Apply a stack holding stand-in pins (a demo mirror's, not production digests), for a test cluster; "
-         "otherwise it is refused, naming each.")
+ALLOW_STAND_INS = _meta_flag(
+    "--allow-stand-ins", ALLOW_STAND_INS_KEY,
+    "Apply a stack holding stand-in pins (a demo mirror's, not production digests), for a test cluster; "
+    "otherwise it is refused, naming each. A rollout keeps it for resume.")
 
 
 def allow_stand_ins() -> bool:
-    return bool(click.get_current_context().meta.get(ALLOW_STAND_INS_KEY))
+    return _flag_on(ALLOW_STAND_INS_KEY)
 
 
 def cluster_flags_given() -> list[str]:

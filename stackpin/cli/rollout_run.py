@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from stackpin.cli.common import HISTORY, OUTPUT, emit, user_errors
+from stackpin.cli.common import ALLOW_STAND_INS, HISTORY, OUTPUT, allow_stand_ins, emit, user_errors
 
 if TYPE_CHECKING:
     from stackpin.rollout.engine import Engine
@@ -76,16 +76,14 @@ def _finish(record: Rollout, store: RolloutStore, output: str) -> None:
 @click.option("--allow-recreate", is_flag=True,
               help="Let apply delete and recreate a DynamoGraphDeployment whose change cannot be made in place "
                    "(that rack's pods go down; the rollout takes one wave at a time). Kept for resume.")
-@click.option("--allow-stand-ins", is_flag=True,
-              help="Roll out a revision holding stand-in pins (a demo mirror's, not production digests), to test "
-                   "racks; otherwise it is refused, naming each. Kept for resume.")
+@ALLOW_STAND_INS
 @ROLLOUTS
 @HISTORY
 @LOCKDIR
 @OUTPUT
 @user_errors
-def start(fleet_file: str, revision: str, allow_recreate: bool, allow_stand_ins: bool, rollouts_dir: str,
-          history_dir: str, lockdir: str, output: str) -> None:
+def start(fleet_file: str, revision: str, allow_recreate: bool, rollouts_dir: str, history_dir: str, lockdir: str,
+          output: str) -> None:
     """Roll DEPLOYMENT@REV out to the racks of FLEET (a fleet file), wave by wave: the canary, then
     batchSize racks at a time; each rack applied, awaited ready and soaked, the canary bench-gated.
 
@@ -99,7 +97,7 @@ def start(fleet_file: str, revision: str, allow_recreate: bool, allow_stand_ins:
 
     fleet = load_fleet(fleet_file)
     source = resolve_source(revision, Path(lockdir), Path(history_dir))
-    record = new_record(fleet, source, "0", allow_recreate, allow_stand_ins)
+    record = new_record(fleet, source, "0", allow_recreate, allow_stand_ins())
     store = RolloutStore(Path(rollouts_dir), fleet.fleet.metadata.name)
     record = record.model_copy(update={"id": store.acquire()})
     store.write(record)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from stackpin.errors import IntegrityError, RegistryUnreachable, ResolveError
 from stackpin.lock.canonical import canonical_json
@@ -51,6 +51,7 @@ from stackpin.lock.oci.reference import (
 if TYPE_CHECKING:
     import httpx
 
+_T = TypeVar("_T")
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
@@ -428,28 +429,16 @@ class RegistryClient:
         """Send with bounded retries of transport errors and 429/5xx; the last answer is returned."""
         import httpx
 
-        attempts = self.retries + 1
-        for attempt in range(attempts):
-            last = attempt == attempts - 1
-            try:
-                resp = call_with_deadline(lambda: self._http.request(method, url, **kwargs),
-                                          remaining(self.request_deadline, self.deadline_at),
-                                          f"{where}: {method} {httpx.URL(url).path}")
-            except httpx.TimeoutException:
-                if last:
-                    raise RegistryUnreachable(f"{where} did not answer within {self.timeout:g}s"
-                                              f"{_tries(attempts)}") from None
-            except httpx.TransportError as exc:
-                if last:
-                    raise RegistryUnreachable(f"cannot reach {where}: {_transport_reason(exc)}") from None
-            except httpx.HTTPError as exc:  # e.g. too many redirects: retrying will not help
-                raise ResolveError(f"{where}: {exc}") from None
-            else:
-                if last or resp.status_code not in _RETRY_STATUS:
-                    return resp
-                resp.close()
-            time.sleep(self.backoff * 2**attempt)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+        def once(last: bool) -> httpx.Response:
+            resp = call_with_deadline(lambda: self._http.request(method, url, **kwargs),
+                                      remaining(self.request_deadline, self.deadline_at),
+                                      f"{where}: {method} {httpx.URL(url).path}")
+            if last or resp.status_code not in _RETRY_STATUS:
+                return resp
+            resp.close()
+            raise _RetryableStatus(f"{where} answered HTTP {resp.status_code}")
+
+        return self._retrying(once, where)
 
     def _check_stored(self, resp: httpx.Response, digest: str, what: str) -> None:
         stored = resp.headers.get("Docker-Content-Digest")
@@ -652,15 +641,20 @@ class RegistryClient:
         return self._http.send(self._http.build_request(method, url, headers={"Authorization": fresh}), stream=True)
 
     def _retry_stream(self, fn: Callable[[], None], where: str) -> None:
-        """`fn()`, again after a transport error or a 429/5xx answer, as `_send` retries one request."""
+        """`fn()`, again after a transport error or a 429/5xx answer (`_RetryableStatus`), as `_send` retries."""
+        self._retrying(lambda _last: fn(), where)
+
+    def _retrying(self, once: Callable[[bool], _T], where: str) -> _T:
+        """`once(last)`, tried `retries` more times with exponential backoff after a transport error or a
+        `_RetryableStatus`; other HTTP errors (too many redirects, say) are final. The one retry policy of the
+        client's plain and streamed requests."""
         import httpx
 
         attempts = self.retries + 1
         for attempt in range(attempts):
             last = attempt == attempts - 1
             try:
-                fn()
-                return
+                return once(last)
             except httpx.TimeoutException:
                 if last:
                     raise RegistryUnreachable(f"{where} did not answer within {self.timeout:g}s"
@@ -668,13 +662,13 @@ class RegistryClient:
             except httpx.TransportError as exc:
                 if last:
                     raise RegistryUnreachable(f"cannot reach {where}: {_transport_reason(exc)}") from None
-            except httpx.HTTPError as exc:
+            except httpx.HTTPError as exc:  # e.g. too many redirects: retrying will not help
                 raise ResolveError(f"{where}: {exc}") from None
             except _RetryableStatus:
                 if last:
                     raise
             time.sleep(self.backoff * 2**attempt)
-
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
 def _repo_ref(target: ImageRef | str | tuple[str, str]) -> ImageRef:
     """Blob calls only need (registry, repository); accept a ref or that pair."""
