@@ -126,6 +126,19 @@ def test_a_bad_overlay_is_one_line_naming_the_file(tmp_path: Path, monkeypatch: 
     assert line.startswith(f"error: {tmp_path}/site.yaml:4:3: platforms.rubin-nvl144: not a catalog platform")
 
 
+@pytest.mark.parametrize("kind", ["fifo", "device link", "directory"])
+def test_a_site_yaml_that_is_no_file_is_refused_not_skipped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                           kind: str) -> None:
+    """Skipping it would silently drop the site's facts: it is named, in one line, and nothing is read from it."""
+    path = tmp_path / "site.yaml"
+    {"fifo": lambda: os.mkfifo(path), "device link": lambda: path.symlink_to("/dev/zero"),
+     "directory": lambda: path.mkdir()}[kind]()
+    monkeypatch.setenv("STACKPIN_CATALOG_PATH", str(tmp_path))
+    result = CliRunner().invoke(main, ["validate", str(RUBIN)])
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"error: {path}: cannot read the catalog file: not a regular file"]
+
+
 # --- the lock records the facts; render reads only the lock ------------------------------------------
 
 def _with_site(lock: StackLock, view: SiteView | None) -> StackLock:

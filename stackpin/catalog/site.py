@@ -131,10 +131,11 @@ def read_site(path: Path, platforms: set[str]) -> tuple[SiteFacts, str]:
 
 
 def find_site(dirs: tuple[Path, ...]) -> Path | None:
-    """The first site catalog directory's site.yaml, or None."""
+    """The first site catalog directory's site.yaml, or None. Anything there by that name counts (a FIFO, a link
+    to a device): reading it then refuses it in one line, where skipping it would hide the site's facts."""
     for directory in dirs:
         candidate = directory / FILE
-        if candidate.is_file():
+        if candidate.exists() or candidate.is_symlink():
             return candidate
     return None
 
