@@ -287,6 +287,19 @@ def test_tampered_layer_at_a_layout_source_is_refused(project: Path) -> None:
     assert not [p for p in (project / "site/blobs/sha256").iterdir() if p.name.startswith(".")]
 
 
+def test_a_fifo_in_place_of_a_layer_is_refused_not_waited_on(project: Path) -> None:
+    runtime = LayoutResolver(project / "origin/oci").resolve(locks(project)[0].resolved.images["runtime"].reference)
+    manifest = json.loads(LayoutResolver(project / "origin/oci").read_blob(runtime.platforms["linux/arm64"]))
+    layer = manifest["layers"][0]["digest"]
+    path = project / "origin/oci/blobs/sha256" / layer.removeprefix("sha256:")
+    path.unlink()
+    os.mkfifo(path)  # opened for a plain read, it blocks until a writer comes: for ever
+    # The layout reader finds no blob file there (a FIFO is not one); the copy would refuse it in any case.
+    with pytest.raises(ResolveError, match=f"blob {layer} .*(is missing|is not a regular file)"):
+        mirror_locks(locks(project), f"oci:{project}/site", from_oci_layout=project / "origin/oci")
+    assert not (project / f"site/blobs/sha256/{layer.removeprefix('sha256:')}").exists()
+
+
 def test_tampered_layer_in_a_source_registry_is_refused(project: Path, registry: RunningRegistry) -> None:
     origin = f"{registry.host}/t{uuid.uuid4().hex[:8]}"
     with RegistryClient() as client:

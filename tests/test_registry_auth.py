@@ -377,6 +377,17 @@ def test_malformed_files_name_the_file_and_field(tmp_path: Path) -> None:
         RegistryCredentials(auth_files(tmp_path / "c.json")).lookup("quay.io")
 
 
+def test_a_credentials_file_that_is_no_file_is_refused_at_once(tmp_path: Path) -> None:
+    """A FIFO would block the read until a writer comes, /dev/zero never end, a huge file fill memory."""
+    fifo, huge = tmp_path / "fifo.json", tmp_path / "huge.json"
+    os.mkfifo(fifo)
+    huge.write_bytes(b" " * (2 << 20))
+    for path, why in ((fifo, "not a regular file"), (Path("/dev/zero"), "not a regular file"),
+                      (huge, "larger than")):
+        with pytest.raises(ResolveError, match=f"cannot read registry credentials {path}: {why}"):
+            RegistryCredentials(auth_files(path)).lookup("quay.io")
+
+
 # --- the lock, end to end ---------------------------------------------------------------------------
 
 

@@ -11,9 +11,11 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import os
+import stat
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from stackpin.errors import IntegrityError, ResolveError
 
@@ -65,7 +67,7 @@ def copy_verified(source: Path, dest: Path, name: str, size: int, what: str,
         update(b"blob %d\0" % size)
     part, copied = part_of(dest), 0
     try:
-        with source.open("rb") as src, part.open("wb") as out:
+        with _open_regular(source, what) as src, part.open("wb") as out:
             while chunk := src.read(min(CHUNK, size + 1 - copied)):
                 copied += len(chunk)
                 if copied > size:
@@ -89,6 +91,16 @@ def copy_verified(source: Path, dest: Path, name: str, size: int, what: str,
             on_bytes(-copied)
         raise
     publish(part, dest)
+
+
+def _open_regular(path: Path, what: str) -> BinaryIO:
+    """`path` open for reading if it is a regular file: a FIFO or device in a source layout or cache is refused
+    (opening a FIFO blocks until a writer comes; O_NONBLOCK opens it at once, and fstat tells)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ResolveError(f"{what}: {path} is not a regular file")
+    return os.fdopen(fd, "rb")
 
 
 def present(path: Path, size: int) -> bool:

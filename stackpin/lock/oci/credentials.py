@@ -44,6 +44,7 @@ from typing import Any
 from stackpin.children import die_with_parent
 from stackpin.errors import ResolveError, clip
 from stackpin.lock.oci.reference import DOCKER_HUB, normalize_registry
+from stackpin.yamlio import read_regular
 
 MAX_FILE_BYTES = 1 << 20  # a config.json of credentials is a few KiB
 HELPER_TIMEOUT = 30.0  # seconds; cloud helpers (ecr-login, gcloud) make a network call of their own
@@ -145,14 +146,11 @@ def read_auth_file(path: Path) -> AuthFile | None:
     """The parsed file, None if it does not exist. Every entry is checked, so a broken one is reported
     whichever registry is asked about, naming the file and the field."""
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+        raw = read_regular(path, MAX_FILE_BYTES)  # a FIFO or device is refused, never opened for a blocking read
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise ResolveError(f"cannot read registry credentials {path}: {exc.strerror}") from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise ResolveError(f"registry credentials {path} are larger than {MAX_FILE_BYTES} bytes: not a config.json")
     try:
         doc: Any = json.loads(raw)
     except ValueError as exc:
