@@ -450,3 +450,68 @@ def images(block: Block) -> list[str]:
 
 def scratch_base() -> Path:
     return Path(tempfile.mkdtemp(prefix="stackpin-docrun-"))
+
+
+# --- coverage: how many documented commands the tests run ------------------------------------------------
+
+# An unmarked block that cannot run here says so, right before it, with one of these reasons:
+#     <!-- docs-not-run: gpu: captures autotune results on a GB300 node -->
+# Nothing else excuses a command from running (issue 36: a GPU or the internet are the only exceptions).
+NOT_RUN_REASONS = ("gpu", "internet")
+_NOT_RUN = re.compile(r"^ {0,3}<!--\s*docs-not-run:\s*(?P<reason>[\w-]+)\s*:(?P<why>.*?)-->\s*$")
+_COMMAND = re.compile(r"^\s*\$ ")
+
+
+@dataclass(frozen=True)
+class Coverage:
+    doc: str
+    documented: int  # `$ ` command lines in the doc's code blocks
+    executed: list[int]  # lines of those the tests run (in a marked block)
+    excused: list[int]  # lines of those in a block marked docs-not-run (a GPU, the internet)
+    unrun: list[int]  # lines of the rest
+
+
+def coverage(docs: list[str] | None = None) -> list[Coverage]:
+    """Per doc, its documented commands: run by the tests, excused (a GPU, the internet), or neither.
+
+    A documented command is a `$ ` line in a code block (fenced or indented); continuation lines belong to
+    it. Blocks fenced as ```markdown show a doc's source (docs/README.md's marker examples), not commands."""
+    out: list[Coverage] = []
+    for doc in docs or DOCS:
+        lines = (ROOT / doc).read_text().splitlines()
+        executed = {c.line for b in parse_doc(doc) for c in b.commands}
+        excused: set[int] = set()
+        documented: list[int] = []
+        fence: str | None = None
+        showing_source = False
+        excuse_next = False
+        continued = False
+        for number, line in enumerate(lines, 1):
+            if (not_run := _NOT_RUN.match(line)) and fence is None:
+                if not_run["reason"] not in NOT_RUN_REASONS:
+                    raise DocError(f"{doc}:{number}: docs-not-run: the reason is one of {', '.join(NOT_RUN_REASONS)}")
+                excuse_next = True
+                continue
+            stripped = line.strip()
+            if stripped.startswith(("```", "~~~")):
+                if fence is None:
+                    fence, showing_source = stripped[:3], stripped[3:].strip() in ("markdown", "md")
+                elif stripped[:3] == fence and not stripped[3:].strip():
+                    fence = None
+                    excuse_next = False
+                continue
+            if continued:
+                continued = line.rstrip().endswith("\\")
+                continue
+            if showing_source or not _COMMAND.match(line) or (fence is None and not line.startswith("    ")):
+                if fence is None and stripped and not line.startswith("    ") and not stripped.startswith("<!--"):
+                    excuse_next = False
+                continue
+            documented.append(number)
+            continued = line.rstrip().endswith("\\")
+            if excuse_next:
+                excused.add(number)
+        out.append(Coverage(doc, len(documented), sorted(executed & set(documented)),
+                            sorted(excused & set(documented) - executed),
+                            sorted(set(documented) - executed - excused)))
+    return out

@@ -6,6 +6,7 @@ printed output in its place (a block that still matches, `...` lines and all, is
 block lists under `images` are copied from the same run into the repository. Sessions that need what is
 missing here (the `sim` extra; a cluster: the envtest kube-apiserver, started once when a session needs it,
 as tests/kube.py starts it) are left alone and named. --check only reports, exit 1 on a difference.
+--coverage prints, per doc, how many documented commands the tests run and lists the lines of the rest.
 """
 
 from __future__ import annotations
@@ -26,7 +27,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("docs", nargs="*", help="README.md or docs/NAME.md (default: all)")
     parser.add_argument("--check", action="store_true", help="report differences, change nothing")
+    parser.add_argument("--coverage", action="store_true", help="print the documented commands the tests run")
     args = parser.parse_args()
+    if args.coverage:
+        return print_coverage([str(Path(d)) for d in args.docs] or None)
     differs = 0
     cluster: dict[str, str] | None = None
     with tempfile.TemporaryDirectory(prefix="stackpin-update-docs-") as tmp, contextlib.ExitStack() as stack:
@@ -53,6 +57,19 @@ def main() -> int:
                 path = docrun.ROOT / doc
                 path.write_text(docrun.rewrite(path.read_text(), doc, stale))
     return 1 if args.check and differs else 0
+
+
+def print_coverage(docs: list[str] | None) -> int:
+    found = docrun.coverage(docs)
+    for c in found:
+        if c.documented:
+            print(f"{c.doc:28} run {len(c.executed):3} of {c.documented:3}  excused {len(c.excused):2}  "
+                  f"not run: {' '.join(map(str, c.unrun)) or '-'}")
+    ran, excused, total = (sum(len(c.executed) for c in found), sum(len(c.excused) for c in found),
+                           sum(c.documented for c in found))
+    print(f"run {ran} of {total} documented commands ({ran / max(total, 1):.0%}); {excused} excused (a GPU, "
+          f"the internet); run of the rest: {ran / max(total - excused, 1):.0%}")
+    return 0
 
 
 def start_cluster(stack: contextlib.ExitStack, workdir: Path) -> dict[str, str]:
