@@ -246,3 +246,33 @@ def test_resources_and_shared_memory_the_profile_does_not_carry_are_named(tmp_pa
     assert notes[(w, "resources.limits.memory")] == "100Gi; stackpin renders none"
     assert "not carried over" in notes[(w, "resources.requests.rdma/ib")]
     assert notes[("Frontend", "sharedMemory")].startswith("40Gi; stackpin renders none")
+
+
+def test_redirections_and_tee_are_parsed_away_and_kept_beside_the_command() -> None:
+    script = parse_script("exec >/tmp/all.log 2>&1\npython3 -m dynamo.vllm --model m --block-size 128 2>&1 "
+                          "| tee /tmp/vllm.log\nA=x\ncmd 2> \"/l/${A}\" <in &> both >>app", {})
+    assert script.commands == (("exec",), ("python3", "-m", "dynamo.vllm", "--model", "m", "--block-size", "128"),
+                               ("tee", "/tmp/vllm.log"), ("A=x",), ("cmd",))
+    assert script.redirects == (("> /tmp/all.log", "2>&1"), ("2>&1",), (), (), ("2> /l/x", "< in", "&> both",
+                                                                                  ">> app"))
+    assert script.piped == (False, True, False, False, False)
+    # Digits alone before `>` are a file descriptor (POSIX io_number), inside a word they are the word's;
+    # `&&` and `&` stay separators.
+    both = parse_script("run --x 12>y --z a12>w && b &", {})
+    assert both.commands == (("run", "--x", "--z", "a12"), ("b",)) and both.redirects[0] == ("12> y", "> w")
+    for bad, message in (("python3 -m dynamo.vllm >", "names no target"), ("cat <<EOF\nx\nEOF", "here-documents"),
+                         ("python3 -m dynamo.vllm > $(date).log", "command substitution")):
+        with pytest.raises(ShellError, match=message):
+            parse_script(bad, {})
+
+
+def test_a_worker_whose_output_is_teed_to_a_log_imports_with_the_log_named() -> None:
+    src = UPSTREAM / "ai-dynamo-1.6.1_dynamo_planner_tests_manual_perf_test_configs_disagg_8b_tp2.yaml"
+    [dgd] = read_dgds(src)
+    decode = next(c for c in dgd.components if c.name == "decode")
+    assert decode.entry is not None and decode.entry.output == ("2>&1", "| tee /tmp/vllm.log")
+    assert decode.entry.argv[-2:] == ("--disaggregation-mode", "decode") and decode.entry.shell == ()
+    profile, notes = _notes(src, platform="h200")
+    assert profile["spec"]["placement"]["pools"]["decode"]["tensorParallel"] == 2  # type: ignore[index]
+    for worker in ("decode", "prefill"):
+        assert notes[(worker, "launch script output")].startswith("`2>&1 | tee /tmp/vllm.log`: the argv is the same")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackpin.errors import StackpinError, clip
-from stackpin.imports.shell import ShellError, parse_script
+from stackpin.imports.shell import Script, ShellError, parse_script
 from stackpin.lock.canonical import canonical_json
 
 DGD_KIND = "DynamoGraphDeployment"
@@ -43,6 +43,7 @@ class Entry:
     argv: tuple[str, ...]
     shell: tuple[str, ...] = ()  # the launch script's other commands, as text ("ulimit -l unlimited")
     unresolved: tuple[str, ...] = ()  # variables the script reads that nothing in the input sets
+    output: tuple[str, ...] = ()  # the engine command's redirections and pipes ("2>&1", "| tee /tmp/vllm.log")
 
 
 @dataclass(frozen=True)
@@ -183,20 +184,32 @@ def _entry(command: list[str], args: list[str], env: Mapping[str, str], where: s
         except ShellError as exc:
             raise DgdError(f"{where}: launch script: {exc}") from None
         found = None
-        others = []
-        for cmd in script.commands:
+        at = -1
+        for i, cmd in enumerate(script.commands):
             module_argv = _module_call(list(cmd))
             if module_argv and found is None and module_argv[0].startswith("dynamo."):
-                found = module_argv
-            else:
-                others.append(" ".join(cmd))
+                found, at = module_argv, i
         if found is None:
             return None, f"{where}: the launch script runs no `python3 -m dynamo.*`"
-        return Entry(found[0], tuple(found[1]), tuple(others), script.unresolved), None
+        # Where the engine's input and output go (redirections, a pipe into `tee FILE`): never its argv.
+        output = list(script.redirects[at])
+        taken = {at}
+        if at > 0 and script.piped[at - 1]:
+            taken.add(at - 1)
+            output.insert(0, f"{_command_text(script, at - 1)} |")
+        if script.piped[at] and at + 1 < len(script.commands):
+            taken.add(at + 1)
+            output.append(f"| {_command_text(script, at + 1)}")
+        others = [_command_text(script, i) for i in range(len(script.commands)) if i not in taken]
+        return Entry(found[0], tuple(found[1]), tuple(others), script.unresolved, tuple(output)), None
     module_argv = _module_call(words)
     if module_argv is None or not module_argv[0].startswith("dynamo."):
         return None, f"{where}: runs {clip(' '.join(words[:3]), 60)!r}, not `python3 -m dynamo.*`"
     return Entry(module_argv[0], tuple(module_argv[1])), None
+
+
+def _command_text(script: Script, index: int) -> str:
+    return " ".join((*script.commands[index], *script.redirects[index]))
 
 
 def _module_call(words: list[str]) -> tuple[str, list[str]] | None:

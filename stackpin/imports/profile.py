@@ -251,6 +251,19 @@ def _transfer(workers: dict[str, Component], main: Component, disaggregated: boo
     return chosen
 
 
+def _launch_script(comp: Component, notes: list[Note]) -> None:
+    """What a launch script does besides starting the process: stackpin starts it directly, without a shell."""
+    if comp.entry is None:
+        return
+    for line in comp.entry.shell:
+        notes.append(Note(comp.name, "launch script", f"`{line[:80]}` is not carried over (stackpin starts "
+                          "the process directly, without a shell)"))
+    if comp.entry.output:
+        notes.append(Note(comp.name, "launch script output", f"`{' '.join(comp.entry.output)[:80]}`: the argv is "
+                          "the same; where the output also goes (a log file in the container) is not carried over "
+                          "(stackpin's process writes to the container log only)"))
+
+
 def _secrets(workers: dict[str, Component], main: Component, frontend: Component | None, carried: str | None,
              notes: list[Note]) -> None:
     """envFrom Secrets / ConfigMaps and env from Secrets (HF_TOKEN for a gated model) the profile does not carry.
@@ -379,12 +392,10 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
                 if opts.get(option) != main_opts.get(option):
                     notes.append(Note(comp.name, option, f"{opts.get(option)!r} differs from {main.name}'s "
                                       f"{main_opts.get(option)!r}; stackpin sets it once per stack: {main.name}'s"))
-        if comp.entry:
-            for line in comp.entry.shell:
-                notes.append(Note(comp.name, "launch script", f"`{line[:80]}` is not carried over (stackpin starts "
-                                  "the engine directly, without a shell)"))
     placement["pools"] = pools
     spec["placement"] = placement
+    for comp in [*(c for _, c in sorted(workers.items())), *([frontend] if frontend else [])]:
+        _launch_script(comp, notes)
     per_unit = catalog.platforms[spec["target"]["platform"]]
     gpus = sum(c.replicas * c.node_count * max(c.gpus, 1) for c in workers.values())
     unit = per_unit.gpus_per_node * per_unit.nodes  # one rack, or one node

@@ -3,8 +3,10 @@
 Upstream DGDs start workers through scripts: `set -e`, `ulimit`, `export`, then `exec python3 -m dynamo.vllm \\`
 with `"${MODEL_PATH}"` and multi-line JSON in single quotes. `shlex` splits words but forgets which were
 quoted, and `'${X}'` must stay literal while `"${X}"` expands, so words are built here with their quoting in
-view. Only what such scripts use is understood; command substitution, globs that matter, here-documents and
-control flow are refused with one line (`ShellError`), never guessed at.
+view. Redirections (`2>&1`, `> log`, `>> log`, `&> log`, `< in`) and pipes (`| tee FILE`) change where a
+command's output goes, never its words: they are parsed away and kept beside the command (`Script.redirects`,
+`Script.piped`) so callers can report them. Only what such scripts use is understood; command substitution,
+globs that matter, here-documents and control flow are refused with one line (`ShellError`), never guessed at.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ MAX_SCRIPT = 256 * 1024  # a launch script is a few KB
 MAX_WORDS = 20_000
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ASSIGNMENT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)=(.*)", re.DOTALL)
+# A redirection operator with its optional file descriptor (POSIX io_number, bash's `&>` / `&>>`).
+_REDIRECT = re.compile(r"(?:[0-9]+|&)?(?:>>|>&|>\||<>|<&|>|<)")
 _CONTROL = frozenset({"if", "then", "else", "elif", "fi", "for", "while", "until", "do", "done", "case", "esac",
                       "function", "{", "}", "(", ")"})
 
@@ -31,6 +35,8 @@ class Script:
 
     commands: tuple[tuple[str, ...], ...]
     unresolved: tuple[str, ...]  # variables referenced but set nowhere stackpin can see (left as `${NAME}`)
+    redirects: tuple[tuple[str, ...], ...] = ()  # per command, its redirections as written ("2>&1", "> /tmp/x")
+    piped: tuple[bool, ...] = ()  # per command: its output goes to the next command (`|`)
 
 
 class _Lexer:
@@ -85,16 +91,26 @@ class _Lexer:
             elif c == "#":
                 end = text.find("\n", self.i)
                 self.i = len(text) if end < 0 else end
+            elif (match := _REDIRECT.match(text, self.i)) and (c != "&" or match.group().startswith("&>")):
+                return ("redirect", self._redirect(match.group()))
             elif c in ";&|":
                 two = text[self.i:self.i + 2]
                 sep = two if two in ("&&", "||") else c
                 self.i += len(sep)
                 return ("sep", sep)
-            elif c in "<>":
-                raise ShellError("redirections are not evaluated")
             else:
                 return ("word", self._word())
         return None
+
+    def _redirect(self, operator: str) -> str:
+        """`operator` at self.i (a word's start: digits before `<`/`>` are its file descriptor) and its target
+        word, as text; the target is expanded like any word."""
+        self.i += len(operator)
+        while self.i < len(self.text) and self.text[self.i] in " \t":
+            self.i += 1
+        if self.i >= len(self.text) or self.text[self.i] in "\n;&|<>":
+            raise ShellError(f"the redirection {operator!r} names no target")
+        return f"{operator}{self._word()}" if operator.endswith("&") else f"{operator} {self._word()}"
 
     def _word(self) -> str:
         text, parts = self.text, []
@@ -158,29 +174,42 @@ def parse_script(script: str, env: Mapping[str, str]) -> Script:
         raise ShellError("here-documents are not evaluated")
     lexer = _Lexer(script, env)
     commands: list[tuple[str, ...]] = []
+    redirects: list[tuple[str, ...]] = []
+    piped: list[bool] = []
     current: list[str] = []
+    current_redirects: list[str] = []
 
-    def finish() -> None:
+    def finish(separator: str) -> None:
         if current:
             words = tuple(current)
             if words[0] in _CONTROL:
                 raise ShellError(f"control flow ({words[0]}) is not evaluated")
             _assign(words, lexer.env)
             commands.append(words)
-            current.clear()
+            redirects.append(tuple(current_redirects))
+            piped.append(separator == "|")
+        elif current_redirects:  # `> log` alone truncates a file; nothing runs
+            commands.append(())
+            redirects.append(tuple(current_redirects))
+            piped.append(separator == "|")
+        current.clear()
+        current_redirects.clear()
 
     words = 0
     while (item := lexer.next_item()) is not None:
         kind, text = item
         if kind == "sep":
-            finish()
+            finish(text)
+            continue
+        if kind == "redirect":
+            current_redirects.append(text)
             continue
         words += 1
         if words > MAX_WORDS:
             raise ShellError(f"more than {MAX_WORDS} words")
         current.append(text)
-    finish()
-    return Script(tuple(commands), tuple(lexer.unresolved))
+    finish("")
+    return Script(tuple(commands), tuple(lexer.unresolved), tuple(redirects), tuple(piped))
 
 
 def _assign(words: tuple[str, ...], env: dict[str, str]) -> None:
