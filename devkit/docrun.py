@@ -35,9 +35,11 @@ import os
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -326,9 +328,7 @@ def run_block(block: Block, scratch: Scratch, env: dict[str, str]) -> Ran:
         script.append(command.text)
         script.append(f"__docrun_rc=$?; printf '\\n@@docrun {token} end {n} %d@@\\n' \"$__docrun_rc\"; "
                       "(exit $__docrun_rc)")
-    ran = subprocess.run(["bash", "-c", "\n".join(script)], cwd=root, env=env, stdin=subprocess.DEVNULL,
-                         capture_output=True, timeout=timeout)
-    raw = ran.stdout.decode("utf-8", "replace")
+    raw = _run_script("\n".join(script), root, env, timeout, block.where)
     outputs: list[list[str]] = []
     for n in range(len(block.commands)):
         begin = f"\n@@docrun {token} start {n}@@\n"
@@ -347,6 +347,50 @@ def run_block(block: Block, scratch: Scratch, env: dict[str, str]) -> Ran:
             lines.append(f"(exit {rc})")
         outputs.append(lines)
     return Ran(block, outputs)
+
+
+def _run_script(script: str, root: Path, env: dict[str, str], timeout: float, where: str) -> str:
+    """Run a block's script in one bash, in a process group of its own, and return what it printed.
+
+    What the block started in the background (`stackpin sim serve ... &`) dies with it: the group is sent
+    SIGTERM when bash ends (SIGKILL after GRACE_S). The output goes to a file, not a pipe, so a background
+    process that keeps stdout open cannot hold the block past its end."""
+    with tempfile.TemporaryFile() as out:
+        process = subprocess.Popen(["bash", "-c", script], cwd=root, env=env, stdin=subprocess.DEVNULL,
+                                   stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired as exc:
+            _end_group(process.pid)
+            process.wait()
+            out.seek(0)
+            raise DocError(f"{where}: the block ran past its timeout ({timeout:g} s):\n"
+                           + out.read().decode("utf-8", "replace")) from exc
+        _end_group(process.pid)
+        out.seek(0)
+        return out.read().decode("utf-8", "replace")
+
+
+GRACE_S = 10.0
+
+
+def _end_group(pgid: int) -> None:
+    """SIGTERM to what is left of a block's process group, SIGKILL to what outlives GRACE_S."""
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + GRACE_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def shown(line: str, root: Path) -> str:
