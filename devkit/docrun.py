@@ -16,7 +16,8 @@ Options (all optional): `session` (blocks of one doc with the same session share
 in order; otherwise each run block has its own), `copy` (repository paths copied into the scratch copy, the
 union over a session's blocks; default COPY; `[]` an empty directory), `setup` (bash run first, its output
 hidden, that must exit 0), `env` (variables), `needs` (`cluster`, `sim`, `slow`: where they are missing
-the session is skipped and says why), `vary` (what legitimately differs between runs: preset names from
+the session is skipped and says why), `without` (extras whose packages the block's commands do not see, as
+in a venv with the core alone), `vary` (what legitimately differs between runs: preset names from
 VARY or regular expressions; each match reads as `<vary>` on both sides), `timeout` (seconds for the
 block, default 120), `images` (files the block draws: the test holds them to the committed bytes,
 scripts/update_docs.py copies them back).
@@ -199,7 +200,8 @@ def _options(doc: str, line: int, body: str) -> dict[str, Any]:
         raise DocError(f"{doc}:{line}: docs marker is not YAML: {exc}") from exc
     if not isinstance(options, dict):
         raise DocError(f"{doc}:{line}: docs marker: expected `run` or a mapping of options")
-    unknown = set(options) - {"session", "copy", "setup", "env", "needs", "vary", "timeout", "images", "file"}
+    unknown = set(options) - {"session", "copy", "setup", "env", "needs", "vary", "timeout", "images", "file",
+                              "without"}
     if unknown:
         raise DocError(f"{doc}:{line}: docs marker: unknown option(s) {', '.join(sorted(unknown))}")
     bad_needs = set(_as_list(options.get("needs"))) - NEEDS
@@ -298,8 +300,10 @@ class Scratch:
         script.chmod(0o755)
 
 
-def environment(scratch: Scratch, extra: dict[str, Any], kube: dict[str, str] | None = None) -> dict[str, str]:
-    """A new user's environment: the test run's own STACKPIN_* settings left out, stackpin on PATH."""
+def environment(scratch: Scratch, extra: dict[str, Any], kube: dict[str, str] | None = None,
+                without: list[str] | None = None) -> dict[str, str]:
+    """A new user's environment: the test run's own STACKPIN_* settings left out, stackpin on PATH (and the
+    `without` extras' packages hidden)."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("STACKPIN_", "PYTEST_", "COLUMNS", "LINES", "KUBECONFIG", "FORCE_COLOR"))}
     env["PATH"] = os.pathsep.join([str(scratch.bin), str(Path(sys.executable).parent), env.get("PATH", "")])
@@ -309,7 +313,38 @@ def environment(scratch: Scratch, extra: dict[str, Any], kube: dict[str, str] | 
     env["STACKPIN_CACHE_DIR"] = str(scratch.cache)
     env.update(kube or {})
     env.update({k: str(v) for k, v in extra.items()})
+    if without:
+        env["PYTHONPATH"] = os.pathsep.join([str(_hiding(scratch, without)), env["PYTHONPATH"]])
     return env
+
+
+# A block's `without: [EXTRA...]`: those extras' packages hidden from its commands, as in a venv that lacks
+# them (the meta-path finder tests/test_extras.py uses), through a sitecustomize on PYTHONPATH.
+_HIDING = """import sys
+
+
+class _Hidden:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in {names!r}:
+            raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
+        return None
+
+
+sys.meta_path.insert(0, _Hidden())
+"""
+
+
+def _hiding(scratch: Scratch, without: list[str]) -> Path:
+    from stackpin.extras import EXTRAS
+
+    unknown = sorted(set(without) - set(EXTRAS))
+    if unknown:
+        raise DocError(f"without: unknown extra(s) {', '.join(unknown)} (one of {', '.join(sorted(EXTRAS))})")
+    names = sorted({module for extra in without for module in EXTRAS[extra]})
+    directory = scratch.root.parent / ("without-" + "-".join(sorted(set(without))))
+    directory.mkdir(exist_ok=True)
+    (directory / "sitecustomize.py").write_text(_HIDING.format(names=tuple(names)))
+    return directory
 
 
 def run_block(block: Block, scratch: Scratch, env: dict[str, str]) -> Ran:
@@ -419,7 +454,8 @@ def run_session(session: Session, base: Path, kube: dict[str, str] | None = None
             target.write_text(block.text)
             continue
         env_extra.update(block.options.get("env") or {})
-        ran.append(run_block(block, scratch, environment(scratch, env_extra, kube)))
+        ran.append(run_block(block, scratch, environment(scratch, env_extra, kube,
+                                                      _as_list(block.options.get("without")))))
     return ran
 
 

@@ -59,3 +59,15 @@ def test_a_block_that_shows_other_output_fails_naming_its_line(tmp_path: Path) -
     assert diff is not None and "docs/x.md:13" in diff and "-bye" in diff and "+hello" in diff
     rewritten = docrun.rewrite(text, "docs/x.md", [second])
     assert "$ echo hello\nhello\n```" in rewritten and rewritten.startswith(text[: text.index("$ echo hello")])
+
+
+def test_without_hides_an_extras_packages_from_the_block(tmp_path: Path) -> None:
+    text = ("<!-- docs: {copy: [], without: [report]} -->\n```\n$ python -c 'import jinja2'\n```\n\n"
+            "<!-- docs: {copy: []} -->\n```\n$ python -c 'import jinja2'\n```\n")
+    hidden, shown = (docrun.run_session(docrun.Session("docs/x.md", str(n), [b]), tmp_path / str(n))[0]
+                     for n, b in enumerate(docrun.parse_doc("docs/x.md", text)))
+    assert hidden.outputs[0][-2:] == ["ModuleNotFoundError: No module named 'jinja2'", "(exit 1)"]
+    assert shown.outputs == [[]]
+    with pytest.raises(docrun.DocError, match="unknown extra"):
+        docrun.run_session(docrun.Session("docs/x.md", "bad", docrun.parse_doc(
+            "docs/x.md", "<!-- docs: {copy: [], without: [nope]} -->\n```\n$ true\n```\n")), tmp_path / "bad")
