@@ -15,7 +15,7 @@ block marks it:
 Options (all optional): `session` (blocks of one doc with the same session share one scratch copy and run
 in order; otherwise each run block has its own), `copy` (repository paths copied into the scratch copy, the
 union over a session's blocks; default COPY; `[]` an empty directory), `setup` (bash run first, its output
-hidden, that must exit 0), `env` (variables), `needs` (`cluster`, `sim`, `slow`: where they are missing
+hidden, that must exit 0), `env` (variables), `needs` (`cluster`, `dynamo`, `sim`, `slow`: where they are missing
 the session is skipped and says why), `without` (extras whose packages the block's commands do not see, as
 in a venv with the core alone), `vary` (what legitimately differs between runs: preset names from
 VARY or regular expressions; each match reads as `<vary>` on both sides), `timeout` (seconds for the
@@ -24,9 +24,10 @@ scripts/update_docs.py copies them back).
 
 Each command runs in one bash per block, stdout and stderr together, from the scratch copy's root, with
 `stackpin` (this checkout's entry point run by this interpreter) and the interpreter's `bin/` first on PATH,
-and `.venv` linking to its environment. A command that exits non-zero is followed by `(exit N)`, which the
-doc shows too. A line that is only `...` in the doc stands for any number of lines. Ports, temp paths and
-the scratch copy's own path are normalised on both sides; nothing else is unless a block says `vary`.
+`.venv` linking to its environment and `.dynamobed` to the checkout's Dynamo bed (make dynamo-env). A command
+that exits non-zero is followed by `(exit N)`, which the doc shows too. A line that is only `...` in the doc
+stands for any number of lines. Ports, temp paths and the scratch copy's own path are normalised on both
+sides; nothing else is unless a block says `vary`.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ DOCS = ["README.md", *sorted(f"docs/{p.name}" for p in (ROOT / "docs").glob("*.m
 # What a scratch copy holds unless a block says `copy`: the repository's inputs, not its code (the code under
 # test is the interpreter's stackpin).
 COPY = ["profiles", "lockfiles", "manifests", "history", "deployments", "schema", "tests/data", "docs/examples"]
-NEEDS = {"cluster", "sim", "slow"}
+NEEDS = {"cluster", "dynamo", "sim", "slow"}
 VARY = {
     # 1.9 s, 12 ms, 0.53s, 3 min
     "durations": r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us|s|min)\b",
@@ -254,6 +255,11 @@ def missing(session: Session, cluster: bool = False) -> str | None:
             import aiconfigurator_core  # noqa: F401
         except ImportError:
             return "needs the `sim` extra (aiconfigurator-core), not installed"
+    if "dynamo" in session.needs:
+        from stackpin.sim.dynamo import facts
+
+        if not (ROOT / str(facts()["env"]) / "bin" / "python").is_file():
+            return f"needs the Dynamo bed's environment ({facts()['env']}: make dynamo-env)"
     if "cluster" in session.needs and not cluster:
         return "needs a Kubernetes API server (envtest)"
     return None
@@ -289,6 +295,8 @@ class Scratch:
             else:
                 raise DocError(f"copy: {rel} is not in the repository")
         (self.root / ".venv").symlink_to(Path(sys.prefix))
+        if (ROOT / ".dynamobed").is_dir():  # the Dynamo bed's environment, where `sim serve --backend dynamo` looks
+            (self.root / ".dynamobed").symlink_to(ROOT / ".dynamobed")
         # `stackpin` as this checkout declares it (pyproject's entry point), run by this interpreter: the
         # environment's own console script is whatever checkout installed it last.
         self.bin = base / "bin"
