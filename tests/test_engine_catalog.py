@@ -21,7 +21,7 @@ from stackpin.engines.store import catalog_json
 
 ENGINES = Path(__file__).resolve().parent.parent / "stackpin" / "catalog" / "engines"
 VLLM_VERSIONS = ["0.28.0", "0.31.0", "0.33.0"]
-DYNAMO_VERSIONS = ["1.5.1", "1.6.0", "1.6.1"]
+DYNAMO_VERSIONS = ["1.3.1", "1.4.0", "1.5.0", "1.5.1", "1.6.0", "1.6.1"]
 FLASHINFER_VERSIONS = ["0.6.16.post3", "0.7.0.post1", "0.7.2.post1"]
 DSV41_BACKENDS = {
     "FLASHMLA_MEGA_ATTN_DSV41",
@@ -326,9 +326,12 @@ def test_dynamo_worker(version: str) -> None:
     mode = w["options"]["--disaggregation-mode"]
     assert {"agg", "prefill", "decode"} <= set(mode["choices"])
     assert mode["env_var"] == "DYN_VLLM_DISAGGREGATION_MODE"
-    # Not just deprecated (docs/facts.md#dynamo-command-lines): in these releases dynamo.vllm no
-    # longer registers it at all (the vLLM parser then rejects it as unknown).
-    assert "--is-prefill-worker" not in w["option_strings"]
+    # Deprecated in 1.3.1's help text only, still registered (with its env var); from 1.4.0 dynamo.vllm no
+    # longer registers it at all, so the parser rejects it as unknown (docs/facts.md#dynamo-command-lines).
+    if version == "1.3.1":
+        assert w["options"]["--is-prefill-worker"]["env_var"] == "DYN_VLLM_IS_PREFILL_WORKER"
+    else:
+        assert "--is-prefill-worker" not in w["option_strings"]
     assert "--enable-multimodal" in w["boolean_optional_options"]
     assert "--no-enable-multimodal" in w["option_strings"]
 
@@ -367,10 +370,41 @@ def test_dynamo_crd_and_pins(version: str) -> None:
     from stackpin.engines.pins import exact
 
     d = dynamo(version)
-    pin = load_catalog().versions.dynamo[version]
-    assert d["crd"] == pin.crd == "v1beta1"
+    versions = load_catalog().versions
+    pin = versions.dynamo[version]
+    # Every one of these releases' planners reads and patches DGDs as v1beta1 (DYNAMO_API_VERSION), which
+    # their operators serve; the pin is the version the operator stores: v1alpha1 until 1.5.0 promoted
+    # v1beta1 (Dynamo 1.5.0 release notes, ai-dynamo/dynamo#11904; versions.yaml `dgd_storage`).
+    assert d["crd"] == "v1beta1"
+    assert pin.crd == versions.dgd_storage.of(version) == ("v1alpha1" if version in {"1.3.1", "1.4.0"} else "v1beta1")
     assert exact(tuple(d["requires"]), "vllm", "vllm") == pin.vllm
     assert exact(tuple(d["requires"]), "nixl", "vllm") == pin.nixl
+
+
+def test_dgd_storage_is_a_sourced_fact_and_the_pins_follow_it() -> None:
+    from stackpin.catalog import load_catalog
+
+    versions = load_catalog().versions
+    storage = versions.dgd_storage
+    assert str(storage.v1beta1_from) == "1.5.0"
+    assert "11904" in storage.source and "deprecations" in storage.source
+    assert (storage.of("1.4.2"), storage.of("1.5.0"), storage.of("1.7.0.dev20261026")) == ("v1alpha1", "v1beta1",
+                                                                                          "v1beta1")
+    assert {v: p.crd for v, p in versions.dynamo.items()} == {v: storage.of(v) for v in versions.dynamo}
+
+
+def test_dynamo_131_frontend_has_the_flags_its_recipe_passes() -> None:
+    # The DeepSeek V4 Flash B200 agentic recipe runs vllm-runtime:1.3.1's frontend with these
+    # (tests/data/upstream/recipes_deepseek-v4_deepseek-v4-flash_vllm_disagg-b200-agentic_deploy.yaml);
+    # 1.3.1's kv_router_args.py registers --router-reset-states, which 1.4.0 dropped.
+    frontend = dynamo_catalog("1.3.1", "frontend")
+    assert frontend is not None
+    for flag in ("--kv-cache-block-size", "--http-host", "--router-reset-states", "--router-kv-events"):
+        assert frontend.accepts(flag), flag
+    assert not frontend.accepts("--no-such-frontend-flag")
+    later = dynamo_catalog("1.4.0", "frontend")
+    assert later is not None and not later.accepts("--router-reset-states")
+    assert dynamo("1.3.1")["source"]["sha256"] == "49ba9eba3d08eb22c2ebf8a5fd21b6a1f516775b839058d0120cc0cf66968d1d"
 
 
 @pytest.mark.parametrize("version", FLASHINFER_VERSIONS)

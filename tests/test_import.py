@@ -215,18 +215,31 @@ def test_a_token_secret_without_a_model_store_is_reported_per_component() -> Non
     assert not [k for k in notes if k[1].startswith("envFrom")]
 
 
-def test_frontend_flags_of_a_release_without_a_catalog_are_kept_unchecked() -> None:
+def test_frontend_flags_are_checked_against_the_named_releases_catalog() -> None:
     src = UPSTREAM / "recipes_deepseek-v4_deepseek-v4-flash_vllm_disagg-b200-agentic_deploy.yaml"
     profile, notes = _notes(src)
     assert profile["spec"]["versions"]["dynamo"] == "1.3.1"  # type: ignore[index]
     kept = profile["spec"]["placement"]["frontendArgs"]  # type: ignore[index]
+    # 1.3.1's catalog (read from its wheel) has all three: carried, checked, no note.
     for flag in ("--kv-cache-block-size", "--http-host", "--router-reset-states"):
         assert flag in kept
-        assert notes[("Frontend", flag)] == "no catalog for Dynamo 1.3.1's frontend; kept unchecked"
-    # With a catalog, what the release has is carried without a note.
+        assert ("Frontend", flag) not in notes
+    # 1.6.1's has no --router-reset-states: named as absent and dropped; the others carried without a note.
     profile, notes = _notes(src, dynamo="1.6.1")
     assert {"--http-host", "--kv-cache-block-size"} <= set(profile["spec"]["placement"]["frontendArgs"])  # type: ignore[index]
     assert ("Frontend", "--http-host") not in notes
+    assert notes[("Frontend", "--router-reset-states")] == ("not an option of Dynamo 1.6.1's frontend; "
+                                                            "not carried over")
+
+
+def test_frontend_flags_of_a_release_without_a_catalog_are_kept_unchecked() -> None:
+    # 1.4.2 is pinned in versions.yaml but has no engine catalog.
+    src = UPSTREAM / "recipes_deepseek-v4_deepseek-v4-flash_vllm_disagg-b200-agentic_deploy.yaml"
+    profile, notes = _notes(src, dynamo="1.4.2")
+    kept = profile["spec"]["placement"]["frontendArgs"]  # type: ignore[index]
+    for flag in ("--kv-cache-block-size", "--http-host", "--router-reset-states"):
+        assert flag in kept
+        assert notes[("Frontend", flag)] == "no catalog for Dynamo 1.4.2's frontend; kept unchecked"
 
 
 def test_resources_and_shared_memory_the_profile_does_not_carry_are_named(tmp_path: Path) -> None:

@@ -203,11 +203,24 @@ class RemovedEnv(_Fact, frozen=True, kw_only=True):
     use: str
 
 
+class DgdStorage(_Fact, frozen=True, kw_only=True):
+    """The DynamoGraphDeployment CRD's storage version by Dynamo release (versions.yaml `dgd_storage`): what a
+    release's `crd` pin is when `engines add` is not told. A wheel cannot say it: the CRD ships with the
+    operator, and the planner's DYNAMO_API_VERSION names a version the operator serves, not the one it stores."""
+
+    v1beta1_from: PackageVersion  # the first release whose operator stores v1beta1; earlier ones store v1alpha1
+    source: str
+
+    def of(self, dynamo: str) -> str:
+        return "v1beta1" if parse_version(dynamo) >= self.v1beta1_from else "v1alpha1"
+
+
 class Versions(_Fact, frozen=True, kw_only=True):
     dynamo: dict[str, DynamoPin]
     vllm: dict[str, VllmPin]
     removed_env: dict[str, RemovedEnv]
     distributions: dict[Literal["dynamo", "vllm", "flashinfer", "nixl"], str]
+    dgd_storage: DgdStorage
     source: str
 
 
@@ -592,6 +605,13 @@ def merged_versions(bundled: dict[str, Any], sites: tuple[Path, ...]) -> dict[st
     """The bundled version pins with each site directory's `versions.yaml` laid over them (the first
     directory of STACKPIN_CATALOG_PATH wins), as `stackpin engines add --catalog DIR` writes them."""
     return _merge(bundled, sites)[0]
+
+
+def dgd_storage() -> DgdStorage:
+    """The bundled `dgd_storage` fact alone: `engines add` reads it without loading (and caching for the
+    process) the catalog whose site pins it is about to write."""
+    storage: DgdStorage = msgspec.convert(_read("versions.yaml")["dgd_storage"], DgdStorage, dec_hook=decode_version)
+    return storage
 
 
 def versions_of(merged: dict[str, Any]) -> Versions:

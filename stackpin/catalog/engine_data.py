@@ -139,7 +139,9 @@ class DynamoRelease(Record, frozen=True, kw_only=True):
     version: str
     worker_vllm: EntryPoint  # python -m dynamo.vllm (on top of vLLM's own options)
     frontend: EntryPoint  # python -m dynamo.frontend
-    crd: str | None = None  # the DynamoGraphDeployment version its planner talks to
+    # The DynamoGraphDeployment version its planner reads and patches (DYNAMO_API_VERSION): one the operator
+    # serves, not necessarily the one it stores (versions.yaml `crd`, from `dgd_storage`).
+    crd: str | None = None
     env_vars: dict[str, EnvVar] = msgspec.field(default_factory=dict)
     rules: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()

@@ -40,7 +40,8 @@ def engines() -> None:
 @click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
               help="Keep the downloaded file here and reuse it next time (checked against the index's sha256).")
 @click.option("--crd", type=click.Choice(["v1alpha1", "v1beta1"]),
-              help="ai-dynamo only: the DynamoGraphDeployment version, when the wheel does not say.")
+              help="ai-dynamo only: the DynamoGraphDeployment version its operator stores [default: from the "
+              "catalog's dgd_storage: v1beta1 from Dynamo 1.5.0, v1alpha1 before].")
 @OUTPUT
 @user_errors
 def add(spec: str | None, from_file: Path | None, catalog_dir: Path | None, index_url: str | None,

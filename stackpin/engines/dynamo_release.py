@@ -240,7 +240,8 @@ def _closure(tree: SourceTree, roots: tuple[str, ...]) -> list[str]:
 
 
 def _crd(tree: SourceTree) -> str | None:
-    """The DynamoGraphDeployment API version Dynamo's planner talks to (`DYNAMO_API_VERSION = "v1beta1"`)."""
+    """The DynamoGraphDeployment API version Dynamo's planner talks to (`DYNAMO_API_VERSION = "v1beta1"`): served
+    by that release's operator, but not its storage version before 1.5.0, so not the `crd` pin (pins.py)."""
     for path in sorted(tree.files):
         if path.startswith("dynamo/planner/") and "DYNAMO_API_VERSION" in tree.files[path]:
             value = tree.value(SourceTree.module_name(path), ast.Name(id="DYNAMO_API_VERSION"))

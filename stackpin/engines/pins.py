@@ -1,10 +1,13 @@
 """The version pins a release's metadata states, as `versions.yaml` records them: vLLM pins
-flashinfer-python and torch; ai-dynamo's `vllm` extra pins vllm and nixl (docs/facts.md#version-pins)."""
+flashinfer-python and torch; ai-dynamo's `vllm` extra pins vllm and nixl (docs/facts.md#version-pins).
+A Dynamo release's `crd` (the DynamoGraphDeployment version its operator stores) is in no wheel: it comes
+from the catalog's sourced `dgd_storage` fact, or `--crd`."""
 
 from __future__ import annotations
 
 from packaging.requirements import InvalidRequirement, Requirement
 
+from stackpin.catalog import dgd_storage
 from stackpin.catalog.engine_data import DynamoRelease, FlashinferRelease, VllmRelease
 from stackpin.engines.package import normalize
 from stackpin.errors import StackpinError
@@ -43,14 +46,15 @@ def pin_of(release: VllmRelease | DynamoRelease | FlashinferRelease, crd: str | 
         fields = {"flashinfer": exact(release.requires, "flashinfer-python"), "torch": exact(release.requires, "torch")}
         section = "vllm"
     elif isinstance(release, DynamoRelease):
+        # Not release.crd: that is the version the planner talks to, one the operator serves (v1beta1
+        # from 1.2), while v1alpha1 stayed the stored one until 1.5.0.
         fields = {"vllm": exact(release.requires, "vllm", "vllm"), "nixl": exact(release.requires, "nixl", "vllm"),
-                  "crd": crd or release.crd}
+                  "crd": crd or dgd_storage().of(release.version)}
         section = "dynamo"
     else:
         return None
     missing = sorted(k for k, v in fields.items() if v is None)
     if missing:
-        hint = "give --crd v1beta1 or v1alpha1" if missing == ["crd"] else "its metadata may be dynamic (an sdist); " \
-            "add the wheel with --from"
-        raise StackpinError(f"{name}: no {', '.join(missing)} pin in its metadata", hint)
+        raise StackpinError(f"{name}: no {', '.join(missing)} pin in its metadata",
+                            "its metadata may be dynamic (an sdist); add the wheel with --from")
     return section, {k: v for k, v in fields.items() if v is not None}
