@@ -15,9 +15,9 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "stackpin"
 # Top to bottom: each stage may import the ones before it. errors, yamlio, records, extras, version and children
 # are shared leaves.
-STAGES = ("catalog", "engines", "profile", "validate", "examples", "lock", "imports", "autotune", "render",
+STAGES = ("catalog", "engines", "profile", "validate", "examples", "lock", "autotune", "render",
           "enginecheck", "history", "diff", "deploy", "site", "bench", "sim", "plan", "upgrade", "rollout", "report",
-          "demo", "api", "cli")
+          "demo", "imports", "api", "cli")
 LEAVES = ("errors", "yamlio", "records", "extras", "version", "children")
 
 

@@ -72,6 +72,9 @@ class Component:
     node_selector: tuple[tuple[str, str], ...]  # nodeSelector plus single-valued required node affinity
     tolerations: tuple[str, ...]  # canonical JSON of each toleration
     notes: tuple[str, ...] = ()
+    # the main container's mounts: (mountPath, canonical JSON of what is mounted there: the pod volume's source,
+    # or {"pvc": NAME} for v1alpha1's spec.pvcs mounts), /dev/shm included
+    mounts: tuple[tuple[str, str], ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -267,6 +270,21 @@ def _shared_memory_volume(pod: Mapping[str, Any], container: Mapping[str, Any], 
     return None
 
 
+def _mounts(pod: Mapping[str, Any], container: Mapping[str, Any], where: str) -> list[tuple[str, str]]:
+    sources = {}
+    for i, vol in enumerate(_list(pod.get("volumes"), f"{where}.volumes")):
+        v = _map(vol, f"{where}.volumes[{i}]")
+        sources[v.get("name")] = canonical_json({k: x for k, x in v.items() if k != "name"}).decode("utf-8")
+    out = []
+    for i, m in enumerate(_list(container.get("volumeMounts"), f"{where}.volumeMounts")):
+        mount = _map(m, f"{where}.volumeMounts[{i}]")
+        path = _text(mount.get("mountPath"), f"{where}.volumeMounts[{i}].mountPath")
+        extra = {k: v for k, v in mount.items() if k not in ("name", "mountPath")}
+        source = sources.get(mount.get("name"), canonical_json({"undeclared": mount.get("name")}).decode("utf-8"))
+        out.append((path, source if not extra else f"{source} {canonical_json(extra).decode('utf-8')}"))
+    return out
+
+
 def _pvc_mounts(volumes: Mapping[str, str], container: Mapping[str, Any], where: str,
                 mount_key: str = "mountPath") -> list[tuple[str, str]]:
     out = []
@@ -294,6 +312,9 @@ def _component(name: str, raw: Mapping[str, Any], v1alpha1: bool, where: str,
         env_from = [f"secret {_text(secret, f'{where}.envFromSecret')}"] if secret else []
         # v1alpha1 mounts the DGD's spec.pvcs by name at volumeMounts[].mountPoint
         pvc_mounts = _pvc_mounts({p: p for p in pvcs}, raw, where, "mountPoint")
+        mounts = [(_text(_map(m, where).get("mountPoint"), f"{where}.volumeMounts.mountPoint"),
+                   canonical_json({"pvc": _map(m, where).get("name")}).decode("utf-8"))
+                  for m in _list(raw.get("volumeMounts"), f"{where}.volumeMounts")]
     else:
         ctype = _text(raw.get("type") or raw.get("componentType") or "worker", f"{where}.type")
         pod = _map(_map(raw.get("podTemplate"), f"{where}.podTemplate").get("spec"), f"{where}.podTemplate.spec")
@@ -313,7 +334,9 @@ def _component(name: str, raw: Mapping[str, Any], v1alpha1: bool, where: str,
             if claim.get("claimName") is not None:
                 volumes[str(v.get("name"))] = _text(claim["claimName"], f"{where}.volumes[{i}].claimName")
         pvc_mounts = _pvc_mounts(volumes, container, where)
+        mounts = []
     shared_memory = shared_memory or _shared_memory_volume(pod, container, where)
+    mounts += _mounts(pod, container, where)
     for i, ef in enumerate(_list(container.get("envFrom"), f"{where}.envFrom")):
         ref = _map(ef, f"{where}.envFrom[{i}]")
         for kind, label in (("secretRef", "secret"), ("configMapRef", "configMap")):
@@ -342,7 +365,7 @@ def _component(name: str, raw: Mapping[str, Any], v1alpha1: bool, where: str,
         env_from=tuple(env_from), requests=tuple(sorted(requests.items())), limits=tuple(sorted(limits.items())),
         claims=tuple(claims), resource_claims=tuple(resource_claims), shared_memory=shared_memory,
         pvc_mounts=tuple(pvc_mounts), node_selector=tuple(sorted(_node_selector(pod, where).items())),
-        tolerations=tuple(tolerations), notes=tuple(notes))
+        tolerations=tuple(tolerations), notes=tuple(notes), mounts=tuple(sorted(mounts)))
 
 
 def dgd_from_object(obj: Mapping[str, Any], source: str, others: Sequence[Mapping[str, Any]] = ()) -> Dgd:

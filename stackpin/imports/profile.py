@@ -264,6 +264,20 @@ def _launch_script(comp: Component, notes: list[Note]) -> None:
                           "(stackpin's process writes to the container log only)"))
 
 
+def _scheduling(comp: Component, rendered: dict[str, str], notes: list[Note]) -> None:
+    """Node labels and tolerations the DGD states that render does not write (render selects the target
+    platform's labels on workers, the CPU architecture on every pod, and tolerates the arm64 taint on racks)."""
+    for key, value in comp.node_selector:
+        if key != "kubernetes.io/arch" and rendered.get(key) != value:
+            notes.append(Note(comp.name, f"nodeSelector {key}", f"{value}; stackpin selects "
+                              f"{rendered.get(key) or 'no such label'} here (the target platform's labels on "
+                              "workers only); not carried over"))
+    for toleration in comp.tolerations:
+        if '"key":"kubernetes.io/arch"' not in toleration:
+            notes.append(Note(comp.name, f"toleration {toleration}", "stackpin tolerates only the arm64 taint of "
+                              "rack nodes; not carried over"))
+
+
 def _secrets(workers: dict[str, Component], main: Component, frontend: Component | None, carried: str | None,
              notes: list[Note]) -> None:
     """envFrom Secrets / ConfigMaps and env from Secrets (HF_TOKEN for a gated model) the profile does not carry.
@@ -287,6 +301,9 @@ def _secrets(workers: dict[str, Component], main: Component, frontend: Component
         for var in comp.env:
             if var.value is None:
                 notes.append(Note(comp.name, f"env {var.name}", f"from {var.source}; not carried over"))
+            elif var.source is not None:
+                notes.append(Note(comp.name, f"env {var.name}", f"from {var.source}, read from the input; the "
+                                  "launch script's use of it is carried in the flags, the variable is not"))
 
 
 def _resources(comp: Component, rendered: dict[str, str], shared_memory: str | None, why: str,
@@ -464,6 +481,9 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
                    f"per GPU x {gpus}", notes)
     if frontend:
         _resources(frontend, {}, None, "stackpin's frontend states none", notes)
+    target_platform = catalog.platforms[spec["target"]["platform"]]
+    for comp in [*(c for _, c in sorted(workers.items())), *([frontend] if frontend else [])]:
+        _scheduling(comp, dict(target_platform.node_labels) if comp is not frontend else {}, notes)
     if frontend and frontend.image and frontend.image != versions["runtimeImage"]:
         notes.append(Note(frontend.name, "image",
                           f"{frontend.image}; stackpin runs the frontend from the runtime image"))
