@@ -366,6 +366,11 @@ CASES = [
          {"spec.catalogPath": [SITE_OVERLAY], "spec.target.platform": "gb200-nvl72"}),
     Case("SP263", "warning", "spec.target.platform", {"spec.catalogPath": [SITE_OVERLAY]}, {},
          base="vera-rubin-tuned"),
+    # A pass-through pod patch is named per component (a shared-memory size is modelled, not a patch).
+    Case("SP271", "info", "spec.placement.podOverrides.worker",
+         {"spec.placement.podOverrides": {"worker": {"spec": {"containers": [
+             {"name": "main", "resources": {"limits": {"rdma/ib": "1"}}}]}}}},
+         {"spec.placement.sharedMemory": {"worker": "100Gi"}}),
 ]
 
 

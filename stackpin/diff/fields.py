@@ -291,6 +291,7 @@ def _node_counts_differ(a: Side, b: Side, roles: Iterable[str] | None = None) ->
     return False
 
 
+_SNAKE = {"podOverrides": "pod_overrides", "sharedMemory": "shared_memory"}
 _LAYOUT = {"tensorParallel", "dataParallel", "pipelineParallel", "nodesPerReplica"}
 
 
@@ -305,6 +306,11 @@ def _placement_rollout(rest: Path, a: Side, b: Side, pools: set[str], everything
         return _restart({FRONTEND}, "the frontend's --migration-limit")
     if field == "frontendArgs":
         return _restart({FRONTEND}, "the frontend's own flags")
+    if field in ("podOverrides", "sharedMemory"):
+        # Per component: only the pods of the components whose entry changed roll.
+        named = {rest[1]} if len(rest) > 1 else {
+            c for side in (a, b) for c in getattr(side.profile.spec.placement, _SNAKE[field])}
+        return _restart(named & everything or everything, "that component's pod template")
     if field == "kvConnector":
         if b.topology.mode != Placement.disaggregated:
             return _none("used only when disaggregated")

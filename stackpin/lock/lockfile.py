@@ -192,6 +192,11 @@ def effective_profile(profile: StackProfile) -> dict[str, Any]:
     nor hashed, and acknowledging one needs no new lock."""
     data = profile.to_data()
     del data["extends"], data["spec"]["acknowledge"]
+    # Unset pass-through fields leave the document (and so every lock made before they existed) as it was.
+    placement = data["spec"]["placement"]
+    for key in ("podOverrides", "sharedMemory"):
+        if not placement[key]:
+            del placement[key]
     return data
 
 

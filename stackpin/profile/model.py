@@ -14,6 +14,7 @@ from msgspec import Meta, field
 
 from stackpin.catalog import load_catalog
 from stackpin.errors import clip
+from stackpin.profile import podpatch
 from stackpin.profile.engine_args import (
     ENGINE_ARG_SCHEMA,
     JsonObject,
@@ -331,6 +332,14 @@ class Pools(_Model, frozen=True, kw_only=True):
 POOL_NAMES = tuple(fields(Pools))
 
 
+# The components a stack runs pods for: the frontend and the pools (topology.ROLES says which per mode).
+Component = Literal["frontend", "worker", "prefill", "decode"]
+# A Kubernetes quantity as people write sizes (`40Gi`, `512Mi`, `0`), a string: `1` in YAML is a number.
+Quantity = Annotated[str, Meta(pattern=anchored(r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"),
+                               max_length=32)]
+PodPatch = Annotated[JsonObject, Meta(description="A strategic merge patch of a PodTemplateSpec.")]
+
+
 class PlacementSpec(_Model, frozen=True, kw_only=True):
     mode: Placement
     router: RouterMode = RouterMode.kv
@@ -346,9 +355,35 @@ class PlacementSpec(_Model, frozen=True, kw_only=True):
         "true`, `--kv-cache-block-size: 256`), rendered after the modelled ones and checked against the pinned "
         "Dynamo's frontend.")] = field(default_factory=dict)
 
+    shared_memory: Annotated[dict[Component, Quantity], _doc(
+        "Size of the tmpfs at /dev/shm per component (`frontend`, and `worker` or `prefill`/`decode`), over the "
+        "catalog's worker default (the frontend's is the operator's otherwise); `\"0\"` mounts none. Rendered as "
+        "v1beta1's sharedMemorySize and v1alpha1's sharedMemory.")] = field(default_factory=dict)
+    pod_overrides: Annotated[dict[Component, PodPatch], _doc(
+        "A Kubernetes strategic merge patch of a component's pod template (`metadata`, `spec`), applied last, to "
+        "both DynamoGraphDeployment versions alike: what the profile does not model (CPU/memory requests and "
+        "limits, RDMA NICs, hugepages, volumes and mounts, envFrom, tolerations, node selectors, labels, "
+        "annotations). The engine container is `main` (`spec.containers: [{name: main, resources: ...}]`). Lists "
+        "merge as the API server merges them (containers, env, volumes by name, volumeMounts by mountPath, ...; "
+        "other lists replace); null deletes a key; `$patch: replace` and `$patch: delete` as Kubernetes defines "
+        "them. Refused: GPU resources, DRA claims, nodeName and replicas (the topology's), the main container's "
+        "image, command and args (engineArgs, dynamoArgs, frontendArgs), other directives. Validate notes each "
+        "component that has one (SP271).")] = field(default_factory=dict)
+
     pools: Pools  # which of them the mode runs: topology.py
     def __post_init__(self) -> None:
         _check_flags("frontend_args", self.frontend_args)
+        runs = {"frontend", *(("worker",) if self.mode == Placement.colocated else ("prefill", "decode"))}
+        for name, given in (("shared_memory", self.shared_memory), ("pod_overrides", self.pod_overrides)):
+            stray = sorted(set(given) - runs)
+            if stray:
+                raise Invalid(name, f"{', '.join(stray)}: the {self.mode.value} placement runs no such component "
+                                    f"(it runs {', '.join(sorted(runs))})")
+        problems = [f"{component}.{where}: {why}" if where else f"{component}: {why}"
+                    for component, patch in sorted(self.pod_overrides.items())
+                    for where, why in (podpatch.patch_problems(patch) or podpatch.forbidden_problems(patch, component))]
+        if problems:
+            raise Invalid("pod_overrides", "; ".join(problems))
 
 
 class Fallbacks(_Model, frozen=True, kw_only=True):

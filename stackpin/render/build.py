@@ -13,7 +13,7 @@ dicts canonically.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.search import profile_catalogs
@@ -21,13 +21,21 @@ from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
 from stackpin.profile.k8s_names import STAND_IN_LABEL
 from stackpin.profile.model import AutotuneMode, Placement, StackProfile
+from stackpin.profile.podpatch import apply_patch
 from stackpin.profile.serving import parser_choices
 from stackpin.profile.sizing import capture_size_count
 from stackpin.profile.topology import topology_of
 from stackpin.render import args as argmod
 from stackpin.render import attestation as attest
 from stackpin.render.plan import ComponentPlan, Probe, StackPlan
-from stackpin.render.pod import ARCH_KEY, AUTOTUNE_WORK, GPU_RESOURCE, Pod, assemble_pod
+from stackpin.render.pod import (
+    ARCH_KEY,
+    AUTOTUNE_WORK,
+    CONTAINER,
+    GPU_RESOURCE,
+    assemble_pod,
+    quantities_as_text,
+)
 from stackpin.validate.autotune import cache_shape_problems
 from stackpin.validate.engineargs import flag_problems
 from stackpin.validate.graphs import empty_capture_hit
@@ -148,6 +156,9 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     site_labels = spec.target.node_labels
     node_labels = site_labels if site_labels is not None else platform.node_labels
     node_selector = tuple(sorted({**node_labels, ARCH_KEY: platform.cpu_arch}.items()))
+    # Per component (the frontend and each pool): keys are component names.
+    shared_memory = cast(dict[str, str], spec.placement.shared_memory)
+    pod_overrides = cast(dict[str, dict[str, Any]], spec.placement.pod_overrides)
     fe_flags = argmod.frontend_flags(profile)
     if frontend_catalog:
         problems += argmod.check_flags(fe_flags, [frontend_catalog])
@@ -161,6 +172,8 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
         liveness=Probe("/live", argmod.FRONTEND_HTTP_PORT, period, 6),
         node_selector=((ARCH_KEY, platform.cpu_arch),),
         pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": "frontend"}.items())),
+        shared_memory=shared_memory.get("frontend"),
+        pod_patch=pod_overrides.get("frontend"),
     )]
     parsers = parser_choices(profile, catalog)
     # SP227 refuses a parser the profile names that the pinned Dynamo lacks; a lock made around it must not render.
@@ -186,11 +199,12 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
             # Every worker joins the domain: NIXL moves KV between prefill and decode over MNNVL too.
             compute_domain=domain, clique_affinity=domain is not None and pool.spans_nodes,
             autotune_image=cache.pinned if cache else None, autotune_tree=tree, model_store=store,
-            shared_memory=catalog.engine.worker_shared_memory,
+            shared_memory=shared_memory.get(role, catalog.engine.worker_shared_memory),
             host_requests=(("cpu", str(host.cpu * pool.gpus_per_pod)),
                            ("memory", f"{host.memory_gib * pool.gpus_per_pod}Gi")),
             node_selector=node_selector,
             pod_labels=tuple(sorted({**base_labels, "app.kubernetes.io/component": role}.items())),
+            pod_patch=pod_overrides.get(role),
         ))
     directories = cache.config_directories() if cache else None
     if directories is not None:
@@ -241,36 +255,38 @@ def _metadata(plan: StackPlan, name: str) -> dict[str, Any]:
             "annotations": dict(plan.annotations)}
 
 
-def _serving_pod(plan: StackPlan, comp: ComponentPlan, gpu_resource: str) -> Pod:
-    """The pod both versions run for a component, with its probes (v1alpha1 puts the container in
-    mainContainer, the pod fields in extraPodSpec and the resources beside them)."""
+def _serving_pod(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
+    """The pod template both versions run for a component (metadata and spec, the main container with its
+    resources and probes), with the profile's podOverrides applied last. v1alpha1 then places its pieces
+    (`_split_v1alpha1`); v1beta1 carries it as it is."""
     # matchLabelKeys scopes the clique term to one replica: its scaling group and its replica index. The
     # group alone (as the upstream GB200 recipes write it) holds every replica of the pool, which would put
     # all of them into one NVLink clique.
     same_clique = {"labelSelector": {"matchExpressions": [
         {"key": "app.kubernetes.io/managed-by", "operator": "In", "values": ["grove-operator"]}]},
         "matchLabelKeys": [GROVE_SCALING_GROUP, GROVE_REPLICA_INDEX]} if comp.clique_affinity else None
-    pod = assemble_pod(plan, comp, command=comp.command, args=comp.args, env=comp.env, same_clique=same_clique,
-                       gpu_resource=gpu_resource)
-    pod.container.update(readinessProbe=comp.readiness.as_dict(), livenessProbe=comp.liveness.as_dict())
+    pod = assemble_pod(plan, comp, command=comp.command, args=comp.args, env=comp.env, same_clique=same_clique)
+    container = dict(pod.container)
+    container.update(readinessProbe=comp.readiness.as_dict(), livenessProbe=comp.liveness.as_dict())
     if comp.startup:
-        pod.container["startupProbe"] = comp.startup.as_dict()
+        container["startupProbe"] = comp.startup.as_dict()
+    fields = dict(pod.fields)
     if plan.attestation is not None and comp.shape is not None:  # every worker, before its engine starts
         # After the autotune seed: the check reads the copy the engine will read.
-        pod.fields["initContainers"] = [*pod.fields.get("initContainers", []),
-                                        attest.init_container(plan.image, pod.container, comp)]
-        pod.fields["volumes"] = [*pod.fields.get("volumes", []), attest.volume(plan.attestation)]
-    return pod
+        fields["initContainers"] = [*fields.get("initContainers", []),
+                                    attest.init_container(plan.image, container, comp)]
+        fields["volumes"] = [*fields.get("volumes", []), attest.volume(plan.attestation)]
+    if pod.resources:
+        container["resources"] = pod.resources
+    template = {"metadata": {"labels": dict(comp.pod_labels)}, "spec": {**fields, "containers": [container]}}
+    if comp.pod_patch:
+        template = apply_patch(template, comp.pod_patch)
+    return quantities_as_text(template)
 
 
 def _component_v1beta1(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
-    pod = _serving_pod(plan, comp, GPU_RESOURCE)
-    container = {**pod.container, **({"resources": pod.resources} if pod.resources else {})}
-    out: dict[str, Any] = {
-        "name": comp.name, "type": comp.name, "replicas": comp.replicas,
-        "podTemplate": {"metadata": {"labels": dict(comp.pod_labels)},
-                        "spec": {**pod.fields, "containers": [container]}},
-    }
+    out: dict[str, Any] = {"name": comp.name, "type": comp.name, "replicas": comp.replicas,
+                           "podTemplate": _serving_pod(plan, comp)}
     if comp.node_count > 1:
         out["multinode"] = {"nodeCount": comp.node_count}
     if comp.shared_memory:
@@ -278,21 +294,49 @@ def _component_v1beta1(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
     return out
 
 
+def _dynamo_resources(resources: dict[str, Any]) -> dict[str, Any]:
+    """A container's resources as v1alpha1's `resources` (Dynamo's Resources: cpu, memory, gpu and `custom` for
+    every other name, per side; claims as they are). The operator builds the main container's resources from
+    this field and overwrites what mainContainer.resources says (Dynamo 1.x graph.go: GetResourcesConfig after
+    merging mainContainer), so everything goes here."""
+    out: dict[str, Any] = {}
+    for side in ("requests", "limits"):
+        amounts = resources.get(side) or {}
+        if not amounts:
+            continue
+        modelled = {"cpu": "cpu", "memory": "memory", GPU_RESOURCE: "gpu"}
+        out[side] = {modelled[name]: value for name, value in amounts.items() if name in modelled}
+        if custom := {name: value for name, value in amounts.items() if name not in modelled}:
+            out[side]["custom"] = custom
+    if resources.get("claims"):
+        out["claims"] = resources["claims"]
+    return out
+
+
 def _service_v1alpha1(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
-    pod = _serving_pod(plan, comp, "gpu")  # v1alpha1 names the GPU resource itself
+    template = _serving_pod(plan, comp)
+    spec = dict(template["spec"])
+    containers = spec.pop("containers")
+    main = next(c for c in containers if c.get("name") == CONTAINER)
+    if len(containers) > 1:  # v1alpha1's extraPodSpec holds the main container apart from the others
+        spec["containers"] = [c for c in containers if c is not main]
+    main = dict(main)
+    resources = main.pop("resources", None)
     out: dict[str, Any] = {
         "componentType": "frontend" if comp.name == "frontend" else "worker",
         "replicas": comp.replicas,
-        "extraPodMetadata": {"labels": dict(comp.pod_labels)},
-        "extraPodSpec": {**pod.fields, "mainContainer": pod.container},
+        "extraPodMetadata": template.get("metadata", {}),
+        "extraPodSpec": {**spec, "mainContainer": main},
     }
     if comp.name in ("prefill", "decode"):
         out["subComponentType"] = comp.name
-    if pod.resources:
-        out["resources"] = pod.resources
+    if resources:
+        out["resources"] = _dynamo_resources(resources)
     if comp.node_count > 1:
         out["multinode"] = {"nodeCount": comp.node_count}
-    if comp.shared_memory:
+    if comp.shared_memory == "0":
+        out["sharedMemory"] = {"disabled": True}
+    elif comp.shared_memory:
         out["sharedMemory"] = {"size": comp.shared_memory}
     return out
 

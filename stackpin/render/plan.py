@@ -51,6 +51,8 @@ class ComponentPlan(msgspec.Struct, frozen=True):
     node_selector: tuple[tuple[str, str], ...] = ()
     pod_labels: tuple[tuple[str, str], ...] = ()
     host_requests: tuple[tuple[str, str], ...] = ()  # CPU and memory a GPU pod requests (engine.yaml)
+    # spec.placement.podOverrides of this component: a strategic merge patch of its pod template, applied last.
+    pod_patch: dict[str, Any] | None = None
 
     @property
     def gpus_per_pod(self) -> int:

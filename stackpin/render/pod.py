@@ -14,9 +14,11 @@ from typing import Any
 
 import msgspec
 
+from stackpin.profile.engine_args import scalar_text
+from stackpin.profile.podpatch import MAIN_CONTAINER
 from stackpin.render.plan import ComponentPlan, StackPlan
 
-CONTAINER = "main"  # the operator finds the engine container by this name
+CONTAINER = MAIN_CONTAINER  # the operator finds the engine container by this name
 CLAIM = "compute-domain-channel"
 CLIQUE_KEY = "nvidia.com/gpu.clique"  # GPU feature discovery: nodes of one NVLink clique share it
 ARCH_KEY = "kubernetes.io/arch"
@@ -155,3 +157,18 @@ def assemble_pod(plan: StackPlan, comp: ComponentPlan, *, command: Sequence[str]
     if volumes:
         pod["volumes"] = [v.as_volume() for v in volumes]
     return Pod(pod, container, gpu_resources(comp, gpu_resource))
+
+
+def quantities_as_text(template: dict[str, Any]) -> dict[str, Any]:
+    """A pod template whose container resource amounts are all strings: a quantity written as a YAML number
+    (`cpu: 16` in podOverrides) means the same as its text, and v1alpha1's resources take text only, so both
+    CRD versions carry the same bytes."""
+    spec = template.get("spec", {})
+    for field in ("containers", "initContainers"):
+        for container in spec.get(field, []):
+            for side in ("requests", "limits"):
+                amounts = container.get("resources", {}).get(side)
+                if isinstance(amounts, dict):
+                    container["resources"][side] = {
+                        k: v if isinstance(v, str) else (scalar_text(v) or str(v)) for k, v in amounts.items()}
+    return template

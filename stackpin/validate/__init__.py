@@ -37,6 +37,7 @@ def _load_rules() -> None:
         memory,
         parallelism,
         placement,
+        podoverrides,
         precision,
         provenance,
         serving,
