@@ -32,6 +32,7 @@ sides; nothing else is unless a block says `vary`.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
@@ -43,6 +44,7 @@ import sys
 import tempfile
 import time
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -449,11 +451,35 @@ def shown(line: str, root: Path) -> str:
 def run_session(session: Session, base: Path, kube: dict[str, str] | None = None) -> list[Ran]:
     """Run every block of a session in order in a scratch copy under `base` (a fresh directory)."""
     copy: list[str] = []
-    env_extra: dict[str, Any] = {}
     for block in session.blocks:
         copy.extend(rel for rel in _as_list(block.options.get("copy")) if rel not in copy)
     said = any("copy" in block.options for block in session.blocks)  # `copy: []`: an empty directory
     scratch = Scratch(base, copy if said else COPY)
+    with contextlib.ExitStack() as stack:
+        if kube is not None and "cluster" in session.needs:
+            kube = stack.enter_context(own_cluster(base / "envtest"))
+        return _run_blocks(session, scratch, kube)
+
+
+@contextlib.contextmanager
+def own_cluster(workdir: Path) -> Iterator[dict[str, str]]:
+    """A fresh API server for one session, what `python -m devkit.envtest` gives a reader: its namespaces
+    empty (sessions share no `dynamo`), the garbage-collector stand-in running (a recreate completes), and
+    tests/kube.py's rack nodes (apply finds a node for each pool). A few seconds to start."""
+    from devkit.envtest import GarbageCollector, start_envtest
+    from devkit.fleetbed import add_rack_nodes
+
+    with start_envtest(workdir) as env:
+        add_rack_nodes(env)
+        collector = GarbageCollector(env).start()
+        try:
+            yield {"KUBECONFIG": str(env.kubeconfig)}
+        finally:
+            collector.stop()
+
+
+def _run_blocks(session: Session, scratch: Scratch, kube: dict[str, str] | None) -> list[Ran]:
+    env_extra: dict[str, Any] = {}
     ran: list[Ran] = []
     for block in session.blocks:
         if block.kind == "file":
