@@ -15,6 +15,7 @@ from stackpin.errors import InputError
 from stackpin.imports.compare import Difference, compare
 from stackpin.imports.dgd import dgds_in
 from stackpin.imports.profile import import_dgd
+from stackpin.imports.roundtrip import round_trip
 from stackpin.imports.shell import ShellError, parse_script
 from stackpin.imports.source import read_dgds
 from stackpin.profile.loader import load_profile
@@ -204,15 +205,24 @@ def test_kv_transfer_config_set_on_prefill_only_is_carried(tmp_path: Path) -> No
     assert "SP151" not in checked.output and checked.exit_code == 0, checked.output
 
 
-def test_a_token_secret_without_a_model_store_is_reported_per_component() -> None:
-    profile, notes = _notes(UPSTREAM / "examples_backends_vllm_deploy_v1beta1_agg.yaml", platform="h200")
-    assert "modelStore" not in profile["spec"]  # type: ignore[operator]
-    for component in ("VllmDecodeWorker", "Frontend"):
-        assert "a gated model will not download" in notes[(component, "envFrom secret hf-token-secret")]
-    # With a model volume the Secret is carried as spec.modelStore.tokenSecret, and not reported.
+def test_a_token_secret_without_a_model_store_is_carried_per_component() -> None:
+    src = UPSTREAM / "examples_backends_vllm_deploy_v1beta1_agg.yaml"
+    [dgd] = read_dgds(src)
+    imported = import_dgd(dgd, platform="h200")
+    assert "modelStore" not in imported.profile["spec"]
+    overrides = imported.profile["spec"]["placement"]["podOverrides"]
+    for role in ("worker", "frontend"):
+        [main] = overrides[role]["spec"]["containers"]
+        assert main["envFrom"] == [{"secretRef": {"name": "hf-token-secret"}}]
+    assert not [n for n in imported.notes if n.item.startswith("envFrom")]
+    trip = round_trip(dgd, imported)
+    assert {(i.component, i.status) for i in trip.items if i.item == "envFrom secret hf-token-secret"} == \
+        {("worker", "carried"), ("frontend", "carried")}
+    # With a model volume the Secret is carried as spec.modelStore.tokenSecret, and not patched.
     profile, notes = _notes(UPSTREAM / "recipes_deepseek-v4_deepseek-v4-flash_vllm_agg_gb200_deploy.yaml")
     assert profile["spec"]["modelStore"]["tokenSecret"] == "hf-token-secret"  # type: ignore[index]
     assert not [k for k in notes if k[1].startswith("envFrom")]
+    assert "envFrom" not in json.dumps(profile["spec"]["placement"].get("podOverrides"))  # type: ignore[index]
 
 
 def test_frontend_flags_are_checked_against_the_named_releases_catalog() -> None:
@@ -242,23 +252,78 @@ def test_frontend_flags_of_a_release_without_a_catalog_are_kept_unchecked() -> N
         assert notes[("Frontend", flag)] == "no catalog for Dynamo 1.4.2's frontend; kept unchecked"
 
 
-def test_resources_and_shared_memory_the_profile_does_not_carry_are_named(tmp_path: Path) -> None:
+def test_what_the_profile_does_not_model_is_carried_in_pod_overrides(tmp_path: Path) -> None:
     doc = yaml.safe_load((UPSTREAM / "examples_backends_vllm_deploy_v1beta1_agg.yaml").read_text())
     frontend, worker = doc["spec"]["components"]
-    worker["podTemplate"]["spec"]["containers"][0]["resources"] = {
-        "requests": {"cpu": "16", "memory": "20Gi", "nvidia.com/gpu": "1", "rdma/ib": "1"},
-        "limits": {"cpu": "128", "memory": "100Gi", "nvidia.com/gpu": "1"}}
+    pod = worker["podTemplate"]["spec"]
+    main = pod["containers"][0]
+    main["resources"] = {
+        "requests": {"cpu": "16", "memory": "20Gi", "nvidia.com/gpu": "1", "rdma/ib": "1", "ephemeral-storage": "2Gi"},
+        "limits": {"cpu": "128", "memory": "100Gi", "nvidia.com/gpu": "1", "hugepages-2Mi": "1Gi"}}
+    main["env"] = [*main.get("env", []), {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf",
+                                                                                            "key": "token"}}},
+                   {"name": "A", "value": "cost $5"}]
+    main["volumeMounts"] = [{"name": "scratch", "mountPath": "/scratch", "readOnly": True}]
+    pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}}]
+    pod["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+    pod["nodeSelector"] = {"nvidia.com/gpu.product": "NVIDIA-H200", "site.example/pool": "serving"}
     frontend["sharedMemorySize"] = "40Gi"
+    worker["sharedMemorySize"] = "64Gi"
     path = tmp_path / "dgd.yaml"
     path.write_text(yaml.safe_dump(doc))
-    _, notes = _notes(path, platform="h200")
-    w = "VllmDecodeWorker"
-    assert notes[(w, "resources.requests.cpu")].startswith("16; stackpin renders 8 (")
-    assert notes[(w, "resources.requests.memory")].startswith("20Gi; stackpin renders 50Gi (")
-    assert notes[(w, "resources.limits.cpu")] == "128; stackpin renders none"
-    assert notes[(w, "resources.limits.memory")] == "100Gi; stackpin renders none"
-    assert "not carried over" in notes[(w, "resources.requests.rdma/ib")]
-    assert notes[("Frontend", "sharedMemory")].startswith("40Gi; stackpin renders none")
+    [dgd] = read_dgds(path)
+    imported = import_dgd(dgd, platform="h200")
+    placement = imported.profile["spec"]["placement"]
+    assert placement["sharedMemory"] == {"frontend": "40Gi", "worker": "64Gi"}
+    patch = placement["podOverrides"]["worker"]["spec"]
+    [patched] = patch["containers"]
+    # GPUs are the topology's; CPU and memory requests only where they differ from render's (8 / 50Gi per GPU).
+    assert patched["resources"] == {"requests": {"cpu": "16", "memory": "20Gi", "rdma/ib": "1",
+                                                 "ephemeral-storage": "2Gi"},
+                                    "limits": {"cpu": "128", "memory": "100Gi", "hugepages-2Mi": "1Gi"}}
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"key": "token", "name": "hf"}}} in patched["env"]
+    assert imported.profile["spec"]["kernels"]["env"]["A"] == "cost $5"  # the main worker's: one set per stack
+    assert patched["volumeMounts"] == [{"name": "scratch", "mountPath": "/scratch", "readOnly": True}]
+    assert patch["volumes"] == [{"name": "scratch", "emptyDir": {"sizeLimit": "10Gi"}}]
+    assert patch["nodeSelector"] == {"site.example/pool": "serving"}  # the platform's own label render writes
+    assert patch["tolerations"] == [{"effect": "NoSchedule", "key": "nvidia.com/gpu", "operator": "Exists"}]
+    names = {(n.component, n.item) for n in imported.notes}
+    assert not [i for i in names if i[1].startswith(("resources", "env ", "volume", "toleration", "nodeSelector",
+                                                     "sharedMemory"))], names
+    out = tmp_path / "p.yaml"
+    out.write_text(dump_yaml(imported.profile, sort_keys=False))
+    checked = CliRunner().invoke(cli_main, ["validate", str(out)])
+    assert checked.exit_code == 0 and "SP271" in checked.output, checked.output
+    trip = round_trip(dgd, imported)
+    status = {(i.component, i.item): i.status for i in trip.items}
+    for item in ("resources.requests.cpu", "resources.limits.memory", "resources.requests.rdma/ib",
+                 "resources.limits.hugepages-2Mi", "resources.requests.ephemeral-storage", "env HF_TOKEN",
+                 "volume /scratch", "nodeSelector site.example/pool",
+                 'toleration {"effect":"NoSchedule","key":"nvidia.com/gpu","operator":"Exists"}'):
+        assert status[("worker", item)] == "carried", item
+    assert status[("worker", "env A")] == "same"
+    assert status[("worker", "sharedMemory")] == "carried" and status[("frontend", "sharedMemory")] == "carried"
+    assert not [i for i in trip.items if i.status == "dropped" and not i.item.startswith("launch script")], \
+        [i for i in trip.items if i.status == "dropped"]
+
+
+def test_a_pools_own_env_is_carried_and_the_stacks_removed(tmp_path: Path) -> None:
+    doc = yaml.safe_load((UPSTREAM / "examples_backends_vllm_deploy_v1beta1_disagg.yaml").read_text())
+    by_name = {c["name"]: c for c in doc["spec"]["components"]}
+    by_name["VllmDecodeWorker"]["podTemplate"]["spec"]["containers"][0]["env"] = [{"name": "ONLY_DECODE",
+                                                                                     "value": "1"}]
+    by_name["VllmPrefillWorker"]["podTemplate"]["spec"]["containers"][0]["env"] = [{"name": "ONLY_PREFILL",
+                                                                                      "value": "2"}]
+    path = tmp_path / "dgd.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    [dgd] = read_dgds(path)
+    imported = import_dgd(dgd, platform="h200")
+    assert imported.profile["spec"]["kernels"]["env"] == {"ONLY_DECODE": "1"}
+    [main] = imported.profile["spec"]["placement"]["podOverrides"]["prefill"]["spec"]["containers"]
+    assert main["env"] == [{"name": "ONLY_PREFILL", "value": "2"}, {"name": "ONLY_DECODE", "$patch": "delete"}]
+    trip = round_trip(dgd, imported)
+    status = {(i.component, i.item): i.status for i in trip.items}
+    assert status[("prefill", "env ONLY_PREFILL")] == "carried" and ("prefill", "env ONLY_DECODE") not in status
 
 
 def test_redirections_and_tee_are_parsed_away_and_kept_beside_the_command() -> None:

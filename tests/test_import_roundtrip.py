@@ -177,6 +177,10 @@ def _render(profile: dict[str, Any], tmp_path: Path) -> dict[str, Any]:
 
 # Items the report does not compare because a lock pins them (a stand-in lock here): see NOT_COMPARED.
 PINNED = {"flag --revision"}
+# What spec.placement.podOverrides / sharedMemory carry: never `dropped` now, and equal in the render.
+CARRIABLE = ("resources.", "env ", "envFrom ", "volume ", "toleration ", "nodeSelector ", "sharedMemory")
+# Env render rewrites into a flag (the router's mode, the migration limit): dropped as env, kept as the flag.
+REWRITTEN_ENV = {"env DYN_ROUTER_MODE", "env DYN_MIGRATION_LIMIT"}
 
 
 @pytest.mark.parametrize("path", DGDS, ids=lambda p: p.stem)
@@ -185,17 +189,27 @@ def test_every_difference_is_in_the_report_and_on_stderr(path: Path, tmp_path: P
     imported = import_dgd(dgd, platform=_platform(path))
     docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
     config_maps = {d["metadata"]["name"]: d.get("data") or {} for d in docs if d.get("kind") == "ConfigMap"}
-    upstream = _by_role(next(d for d in docs if d.get("kind") == "DynamoGraphDeployment"), config_maps)
-    rendered = _by_role(_render(imported.profile, tmp_path), {})
+    original = next(d for d in docs if d.get("kind") == "DynamoGraphDeployment")
+    upstream = _by_role(original, config_maps)
+    ours = _render(imported.profile, tmp_path)
+    rendered = _by_role(ours, {})
     assert set(rendered) <= set(upstream), "the render serves a role upstream does not"
     found = {(role, item) for role in upstream for item in set(upstream[role]) | set(rendered.get(role, {}))
              if upstream[role].get(item) != rendered.get(role, {}).get(item) and item not in PINNED}
+    if original["apiVersion"] != ours["apiVersion"]:  # the pinned Dynamo's storage version (catalog/versions.yaml)
+        found.add(("dgd", "apiVersion"))
     trip = round_trip(dgd, imported)
     reported = {(i.component, i.item): i for i in trip.differences}
     silent = sorted(found - set(reported))
     assert not silent, f"differences the report does not list: {silent}"
     unexplained = [(i.component, i.item) for i in trip.differences if i.reason is None]
     assert not unexplained, unexplained
+    # What the profile can carry is carried: nothing of it dropped, and what is carried the render has as written.
+    dropped = [(i.component, i.item) for i in trip.items if i.status == "dropped" and i.item.startswith(CARRIABLE)
+               and i.item not in REWRITTEN_ENV]
+    assert not dropped, dropped
+    carried = {(i.component, i.item) for i in trip.items if i.status == "carried"}
+    assert not carried & found, sorted(carried & found)
     result = CliRunner().invoke(cli_main, ["import", str(path), "--out", str(tmp_path / "p.yaml"),
                                            "--report", str(tmp_path / "r.json"),
                                            *(["--platform", p] if (p := _platform(path)) else [])])
@@ -210,3 +224,16 @@ def test_every_difference_is_in_the_report_and_on_stderr(path: Path, tmp_path: P
 def test_all_21_upstream_dgds_are_here() -> None:
     wheel = [p for p in DGDS if p.stem.startswith("ai-dynamo-1.6.1_")]
     assert len(DGDS) == 21 and len(wheel) == 10
+
+
+def test_a_v1beta1_recipe_pinned_to_1_3_1_renders_v1alpha1_and_says_so(tmp_path: Path) -> None:
+    # Dynamo 1.3.1's operator stores v1alpha1 (catalog/versions.yaml dgd_storage: v1beta1 from 1.5.0).
+    path = UPSTREAM / "recipes_deepseek-v4_deepseek-v4-flash_vllm_disagg-b200-agentic_deploy.yaml"
+    result = CliRunner().invoke(cli_main, ["import", str(path), "--out", str(tmp_path / "p.yaml"), "--report", "-"])
+    assert result.exit_code == 0, result.output
+    [item] = [i for i in json.loads(result.stdout)["items"] if i["item"] == "apiVersion"]
+    assert (item["component"], item["upstream"], item["rendered"], item["status"]) == \
+        ("dgd", "nvidia.com/v1beta1", "nvidia.com/v1alpha1", "differs")
+    assert "Dynamo 1.3.1" in item["reason"] and "dgd_storage" in item["reason"]
+    assert any(line.startswith("round trip: dgd: apiVersion: differs: upstream nvidia.com/v1beta1, rendered "
+                               "nvidia.com/v1alpha1: stackpin renders") for line in result.stderr.splitlines())

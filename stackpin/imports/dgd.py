@@ -51,6 +51,7 @@ class EnvVar:
     name: str
     value: str | None  # None: from a Secret or a reference outside the input
     source: str | None = None  # "configMapKeyRef NAME/KEY", "secretKeyRef NAME/KEY", "fieldRef PATH"
+    value_from: str | None = None  # canonical JSON of its valueFrom, as written (to carry it verbatim)
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,9 @@ class Component:
     # the main container's mounts: (mountPath, canonical JSON of what is mounted there: the pod volume's source,
     # or {"pvc": NAME} for v1alpha1's spec.pvcs mounts), /dev/shm included
     mounts: tuple[tuple[str, str], ...] = ()
+    # the same mounts as written, to carry them: (mountPath, canonical JSON {"mount": ..., "volume": ...}); the
+    # volume is None for a mount of a volume the pod does not declare (v1alpha1's spec.pvcs mounts are not here)
+    volumes: tuple[tuple[str, str], ...] = ()
 
     @property
     def gpus(self) -> int:
@@ -161,14 +165,14 @@ def _env(items: Sequence[Any], where: str, config_maps: Mapping[str, Mapping[str
             key = _text(cm.get("key"), f"{where}[{i}].valueFrom.configMapKeyRef.key")
             data = config_maps.get(cm_name, {})
             value = data.get(key)  # exact, a YAML block's final newline included, as the kubelet passes it
-            out.append(EnvVar(name, value, f"configMapKeyRef {cm_name}/{key}"))
+            out.append(EnvVar(name, value, f"configMapKeyRef {cm_name}/{key}", canonical_json(ref).decode("utf-8")))
             if value is not None:
                 known[name] = value
             continue
         kind = next(iter(ref), "valueFrom")
         detail = _map(ref.get(kind), f"{where}[{i}].valueFrom.{kind}") if isinstance(ref.get(kind), Mapping) else {}
         label = "/".join(str(detail[k]) for k in ("name", "key", "fieldPath", "resource") if k in detail)
-        out.append(EnvVar(name, None, f"{kind} {label}".strip()))
+        out.append(EnvVar(name, None, f"{kind} {label}".strip(), canonical_json(ref).decode("utf-8")))
     return out
 
 
@@ -270,19 +274,26 @@ def _shared_memory_volume(pod: Mapping[str, Any], container: Mapping[str, Any], 
     return None
 
 
-def _mounts(pod: Mapping[str, Any], container: Mapping[str, Any], where: str) -> list[tuple[str, str]]:
+def _mounts(pod: Mapping[str, Any], container: Mapping[str, Any],
+            where: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """(mountPath, what is mounted there) per mount of the container, and (mountPath, the mount and its volume
+    as written)."""
     sources = {}
+    declared = {}
     for i, vol in enumerate(_list(pod.get("volumes"), f"{where}.volumes")):
         v = _map(vol, f"{where}.volumes[{i}]")
         sources[v.get("name")] = canonical_json({k: x for k, x in v.items() if k != "name"}).decode("utf-8")
+        declared[v.get("name")] = v
     out = []
+    raw = []
     for i, m in enumerate(_list(container.get("volumeMounts"), f"{where}.volumeMounts")):
         mount = _map(m, f"{where}.volumeMounts[{i}]")
         path = _text(mount.get("mountPath"), f"{where}.volumeMounts[{i}].mountPath")
         extra = {k: v for k, v in mount.items() if k not in ("name", "mountPath")}
         source = sources.get(mount.get("name"), canonical_json({"undeclared": mount.get("name")}).decode("utf-8"))
         out.append((path, source if not extra else f"{source} {canonical_json(extra).decode('utf-8')}"))
-    return out
+        raw.append((path, canonical_json({"mount": mount, "volume": declared.get(mount.get("name"))}).decode("utf-8")))
+    return out, raw
 
 
 def _pvc_mounts(volumes: Mapping[str, str], container: Mapping[str, Any], where: str,
@@ -336,7 +347,8 @@ def _component(name: str, raw: Mapping[str, Any], v1alpha1: bool, where: str,
         pvc_mounts = _pvc_mounts(volumes, container, where)
         mounts = []
     shared_memory = shared_memory or _shared_memory_volume(pod, container, where)
-    mounts += _mounts(pod, container, where)
+    found, written = _mounts(pod, container, where)
+    mounts += found
     for i, ef in enumerate(_list(container.get("envFrom"), f"{where}.envFrom")):
         ref = _map(ef, f"{where}.envFrom[{i}]")
         for kind, label in (("secretRef", "secret"), ("configMapRef", "configMap")):
@@ -365,7 +377,8 @@ def _component(name: str, raw: Mapping[str, Any], v1alpha1: bool, where: str,
         env_from=tuple(env_from), requests=tuple(sorted(requests.items())), limits=tuple(sorted(limits.items())),
         claims=tuple(claims), resource_claims=tuple(resource_claims), shared_memory=shared_memory,
         pvc_mounts=tuple(pvc_mounts), node_selector=tuple(sorted(_node_selector(pod, where).items())),
-        tolerations=tuple(tolerations), notes=tuple(notes), mounts=tuple(sorted(mounts)))
+        tolerations=tuple(tolerations), notes=tuple(notes), mounts=tuple(sorted(mounts)),
+        volumes=tuple(sorted(written)))
 
 
 def dgd_from_object(obj: Mapping[str, Any], source: str, others: Sequence[Mapping[str, Any]] = ()) -> Dgd:

@@ -22,9 +22,11 @@ from stackpin.catalog.flags import dynamo_catalog, vllm_catalog
 from stackpin.catalog.version import parse_version
 from stackpin.errors import StackpinError
 from stackpin.imports.compare import SWITCH, options, other_components, roles
-from stackpin.imports.dgd import GPU, Component, Dgd
+from stackpin.imports.dgd import Component, Dgd
+from stackpin.imports.overrides import Rendered, pass_through
 from stackpin.profile.engine_args import MODELLED_FRONTEND
 from stackpin.profile.k8s_names import DNS_LABEL_PATTERN
+from stackpin.render.pod import ARCH_KEY
 
 if TYPE_CHECKING:
     from packaging.version import Version
@@ -264,66 +266,44 @@ def _launch_script(comp: Component, notes: list[Note]) -> None:
                           "(stackpin's process writes to the container log only)"))
 
 
-def _scheduling(comp: Component, rendered: dict[str, str], notes: list[Note]) -> None:
-    """Node labels and tolerations the DGD states that render does not write (render selects the target
-    platform's labels on workers, the CPU architecture on every pod, and tolerates the arm64 taint on racks)."""
-    for key, value in comp.node_selector:
-        if key != "kubernetes.io/arch" and rendered.get(key) != value:
-            notes.append(Note(comp.name, f"nodeSelector {key}", f"{value}; stackpin selects "
-                              f"{rendered.get(key) or 'no such label'} here (the target platform's labels on "
-                              "workers only); not carried over"))
-    for toleration in comp.tolerations:
-        if '"key":"kubernetes.io/arch"' not in toleration:
-            notes.append(Note(comp.name, f"toleration {toleration}", "stackpin tolerates only the arm64 taint of "
-                              "rack nodes; not carried over"))
-
-
-def _secrets(workers: dict[str, Component], main: Component, frontend: Component | None, carried: str | None,
-             notes: list[Note]) -> None:
-    """envFrom Secrets / ConfigMaps and env from Secrets (HF_TOKEN for a gated model) the profile does not carry.
-    A profile names one token Secret, spec.modelStore.tokenSecret, and a model store needs a PVC."""
-    for comp in [*workers.values(), *([frontend] if frontend else [])]:
-        for ref in comp.env_from:
-            kind, _, name = ref.partition(" ")
-            if kind == "secret" and name == carried:
-                continue
-            if kind != "secret":
-                why = "not carried over (set the values it holds in spec.kernels.env)"
-            elif carried:
-                why = f"stackpin carries one token Secret (spec.modelStore.tokenSecret: {carried}); not carried over"
-            else:
-                why = ("a profile carries a token Secret only in spec.modelStore.tokenSecret, and a model store "
-                       "needs a PVC, which this DGD mounts none of; not carried over: a gated model will not "
-                       "download (add spec.modelStore)")
-            notes.append(Note(comp.name, f"envFrom {kind} {name}", why))
-        if comp is main:
-            continue  # the main worker's env is reported with spec.kernels.env
-        for var in comp.env:
-            if var.value is None:
-                notes.append(Note(comp.name, f"env {var.name}", f"from {var.source}; not carried over"))
-            elif var.source is not None:
-                notes.append(Note(comp.name, f"env {var.name}", f"from {var.source}, read from the input; the "
-                                  "launch script's use of it is carried in the flags, the variable is not"))
-
-
-def _resources(comp: Component, rendered: dict[str, str], shared_memory: str | None, why: str,
-               notes: list[Note]) -> None:
-    """Each CPU / memory request or limit, other resource and shared memory size the DGD states that stackpin
-    renders otherwise (the profile models none of them: requests come from engine.yaml, limits are not set)."""
-    for kind, items in (("requests", comp.requests), ("limits", comp.limits)):
-        for name, value in items:
-            if name == GPU:
-                continue
-            ours = rendered.get(name) if kind == "requests" else None
-            if name not in ("cpu", "memory"):
-                notes.append(Note(comp.name, f"resources.{kind}.{name}", f"{value} (site-specific; the profile "
-                                  "has no field for it); not carried over"))
-            elif value != ours:
-                notes.append(Note(comp.name, f"resources.{kind}.{name}", f"{value}; stackpin renders "
-                                  f"{ours + ' (' + why + ')' if ours else 'none'}"))
-    if comp.shared_memory and comp.shared_memory != shared_memory:
-        notes.append(Note(comp.name, "sharedMemory", f"{comp.shared_memory}; stackpin renders "
-                          f"{shared_memory or 'none (the frontend runs no engine)'}"))
+def _pass_through(spec: dict[str, Any], workers: dict[str, Component], frontend: Component | None,
+                  catalog: Catalog, derived: set[str], notes: list[Note]) -> None:
+    """spec.placement.podOverrides and sharedMemory: per component, what the DGD sets there that render would
+    write otherwise (stackpin.imports.overrides)."""
+    placement = spec["placement"]
+    platform = catalog.platforms[spec["target"]["platform"]]
+    host = catalog.engine.worker_host_per_gpu
+    store = spec.get("modelStore") or {}
+    tolerations = ({"key": ARCH_KEY, "operator": "Equal", "value": platform.cpu_arch, "effect": "NoSchedule"},) \
+        if platform.cpu_arch == "arm64" else ()
+    token: tuple[str, ...] = (f"secret {store['tokenSecret']}",) if store.get("tokenSecret") else ()
+    overrides: dict[str, Any] = {}
+    shared: dict[str, str] = {}
+    comps = [*sorted(workers.items()), *([("frontend", frontend)] if frontend else [])]
+    for role, comp in comps:
+        if role == "frontend":
+            rendered = Rendered(requests={}, node_selector={ARCH_KEY: platform.cpu_arch}, shared_memory=None, env={},
+                                keep_env=frozenset(derived | {"DYN_ROUTER_MODE", "DYN_MIGRATION_LIMIT"}),
+                                tolerations=tolerations, env_from=token, model_mount=store.get("mountPath"))
+        else:
+            pool = placement["pools"][role]
+            gpus = int(pool.get("tensorParallel", 1)) * int(pool.get("dataParallel", 1)) * \
+                int(pool.get("pipelineParallel", 1)) // comp.node_count
+            rendered = Rendered(requests={"cpu": str(host.cpu * gpus), "memory": f"{host.memory_gib * gpus}Gi"},
+                                node_selector={**platform.node_labels, ARCH_KEY: platform.cpu_arch},
+                                shared_memory=catalog.engine.worker_shared_memory,
+                                env=spec.get("kernels", {}).get("env", {}), keep_env=frozenset(derived),
+                                tolerations=tolerations, env_from=token, model_mount=store.get("mountPath"))
+        carried = pass_through(comp, rendered)
+        if carried.patch:
+            overrides[role] = carried.patch
+        if carried.shared_memory:
+            shared[role] = carried.shared_memory
+        notes += [Note(comp.name, item, why) for item, why in carried.not_carried]
+    if shared:
+        placement["sharedMemory"] = shared
+    if overrides:
+        placement["podOverrides"] = overrides
 
 
 def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = None,
@@ -439,24 +419,11 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
     in_domain = target.multinode_nvlink and (disaggregated or any(c.node_count > 1 for c in workers.values()))
     derived = _DERIVED_ENV | (_DOMAIN_ENV if in_domain else set())
     env: dict[str, str] = {}
-    for var in main.env:
-        if var.value is None:
-            notes.append(Note(main.name, f"env {var.name}", f"from {var.source}; not carried over"))
-        elif var.source is not None:
-            notes.append(Note(main.name, f"env {var.name}", f"from {var.source}, read from the input; the launch "
-                              "script's use of it is carried in the flags, the variable is not"))
-        elif var.name not in derived:
+    for var in main.env:  # a variable from a reference is carried in podOverrides, as the DGD writes it
+        if var.value is not None and var.source is None and var.name not in derived:
             env[var.name] = var.value
     if env:
         spec["kernels"]["env"] = env
-    for comp in workers.values():
-        if comp is main:
-            continue
-        theirs, mine = comp.env_values(), main.env_values()
-        for name in sorted(set(theirs) ^ set(mine) | {n for n in theirs if theirs[n] != mine.get(n)}):
-            if name not in derived:
-                notes.append(Note(comp.name, f"env {name}", f"{theirs.get(name)!r} here, {mine.get(name)!r} on "
-                                  f"{main.name}; spec.kernels.env is one set per stack: {main.name}'s"))
     if main.pvc_mounts:
         claim, mount = main.pvc_mounts[0]
         store: dict[str, Any] = {"pvc": claim, "mountPath": mount,
@@ -470,20 +437,7 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
         if frontend and "HF_HOME" not in frontend.env_values():
             notes.append(Note(frontend.name, "env HF_HOME", "the frontend sets no HF_HOME; stackpin's reads "
                               "the tokenizer from the model store like the workers (HF_HOME, HF_HUB_OFFLINE)"))
-    _secrets(workers, main, frontend, spec.get("modelStore", {}).get("tokenSecret"), notes)
-    host = catalog.engine.worker_host_per_gpu
-    for role, comp in sorted(workers.items()):
-        pool = pools[role]
-        gpus = int(pool.get("tensorParallel", 1)) * int(pool.get("dataParallel", 1)) * \
-            int(pool.get("pipelineParallel", 1)) // comp.node_count
-        _resources(comp, {"cpu": str(host.cpu * gpus), "memory": f"{host.memory_gib * gpus}Gi"},
-                   catalog.engine.worker_shared_memory, f"engine.yaml's {host.cpu} CPUs and {host.memory_gib}Gi "
-                   f"per GPU x {gpus}", notes)
-    if frontend:
-        _resources(frontend, {}, None, "stackpin's frontend states none", notes)
-    target_platform = catalog.platforms[spec["target"]["platform"]]
-    for comp in [*(c for _, c in sorted(workers.items())), *([frontend] if frontend else [])]:
-        _scheduling(comp, dict(target_platform.node_labels) if comp is not frontend else {}, notes)
+    _pass_through(spec, workers, frontend, catalog, derived, notes)
     if frontend and frontend.image and frontend.image != versions["runtimeImage"]:
         notes.append(Note(frontend.name, "image",
                           f"{frontend.image}; stackpin runs the frontend from the runtime image"))

@@ -170,8 +170,12 @@ def _notes_by_role(upstream: Dgd, notes: tuple[Note, ...]) -> dict[str, dict[str
     return out
 
 
-def _carried(overrides: Mapping[str, Any], role: str, item: str) -> bool:
-    """Whether spec.placement.podOverrides.<role> states this item (the render then has it from there)."""
+def _carried(placement: Mapping[str, Any], role: str, item: str) -> bool:
+    """Whether spec.placement.podOverrides.<role> or sharedMemory.<role> states this item (the render then has
+    it from there)."""
+    if item == "sharedMemory" and role in (placement.get("sharedMemory") or {}):
+        return True
+    overrides = placement.get("podOverrides") or {}
     return bool(overrides.get(role)) and item in overridden_items(overrides[role])
 
 
@@ -197,12 +201,16 @@ def compare_items(upstream: Dgd, rendered: Dgd, imported: Imported) -> tuple[Ite
     """Every item of every serving role of both DGDs, with its status and reason."""
     notes = _notes_by_role(upstream, imported.notes)
     placement = imported.profile.get("spec", {}).get("placement", {})
-    overrides = placement.get("podOverrides") or {}
     theirs, ours = roles(upstream), roles(rendered)
     model_mount = (imported.profile.get("spec", {}).get("modelStore") or {}).get("mountPath")
     stack_wide = {item: f"{role}: {message}" for role, by_item in sorted(notes.items()) for item, message in
                   by_item.items() if item.startswith("--")}
     out: list[Item] = []
+    if upstream.api_version != rendered.api_version:
+        dynamo = imported.profile.get("spec", {}).get("versions", {}).get("dynamo")
+        out.append(Item("dgd", "apiVersion", upstream.api_version, rendered.api_version, DIFFERS,
+                        f"stackpin renders the DynamoGraphDeployment version the pinned Dynamo {dynamo}'s operator "
+                        "stores (catalog/versions.yaml: crd, from dgd_storage); the serving content is the same"))
     for role in sorted(set(theirs) | set(ours)):
         a, b = theirs.get(role), ours.get(role)
         if a is None or b is None:
@@ -217,7 +225,7 @@ def compare_items(upstream: Dgd, rendered: Dgd, imported: Imported) -> tuple[Ite
         for item in sorted(set(mine) | set(yours)):
             x, y = mine.get(item), yours.get(item)
             if x == y:
-                out.append(Item(role, item, x, y, CARRIED if _carried(overrides, role, item) else SAME, None))
+                out.append(Item(role, item, x, y, CARRIED if _carried(placement, role, item) else SAME, None))
                 continue
             status = DROPPED if y is None else DIFFERS
             out.append(Item(role, item, x, y, status, _reason(item, x, role_notes, stack_wide, model_mount)))
