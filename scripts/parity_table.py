@@ -38,10 +38,10 @@ def main(argv: list[str]) -> int:
                 continue
             d = row.difference
             print(f"{d.component:<9}  {_cell(d.item, 44):<44}  {_cell(d.upstream, 28):<28}  "
-                  f"{_cell(d.stackpin, 28):<28}  {reason}")
+                  f"{_cell(d.rendered, 28):<28}  {reason}")
         for item in stale:
             failed = True
-            print(f"STALE (listed, no longer found): {item.difference.component} {item.difference.item}")
+            print(f"STALE (listed, no longer found): {item.key[0]} {item.key[1]}")
     return 1 if failed else 0
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from stackpin.errors import InputError
-from stackpin.imports.compare import Difference
 from stackpin.imports.parity import Listed, Recipe, listing, load_recipes, reconcile
+from stackpin.imports.roundtrip import DIFFERS, Item
 from tests.paritykit import UPSTREAM, differences, recipes
 
 V4_RECIPES = sorted(p.stem for p in UPSTREAM.glob("recipes_deepseek-v4_*.yaml"))
@@ -27,7 +27,7 @@ def test_parity(recipe: Recipe) -> None:
     assert not unexplained, "differences not in tests/data/parity/differences.yaml (add each with a reason):\n" + \
         listing(unexplained)
     assert not stale, "listed differences that no longer exist (remove them): " + \
-        "; ".join(f"{s.difference.component} {s.difference.item}" for s in stale)
+        "; ".join(f"{s.key[0]} {s.key[1]}" for s in stale)
 
 
 def test_parsers_match_every_recipe() -> None:
@@ -38,12 +38,12 @@ def test_parsers_match_every_recipe() -> None:
 
 
 def test_reconcile_reports_unlisted_and_stale() -> None:
-    listed = Listed(Difference("worker", "flag --a", None, "1"), "why")
+    listed = Listed(("worker", "flag --a", None, "1"), "why")
     recipe = Recipe("r", "p.yaml", None, (listed,))
-    changed = Difference("worker", "flag --a", None, "2")  # same flag, another value: not the listed one
+    changed = Item("worker", "flag --a", None, "2", DIFFERS, None)  # same flag, another value: not the listed one
     rows, stale = reconcile(recipe, [changed])
     assert [r.reason for r in rows] == [None] and stale == [listed]
-    rows, stale = reconcile(recipe, [listed.difference])
+    rows, stale = reconcile(recipe, [Item("worker", "flag --a", None, "1", DIFFERS, None)])
     assert [r.reason for r in rows] == ["why"] and stale == []
 
 
@@ -53,3 +53,10 @@ def test_a_difference_without_a_reason_is_refused(tmp_path: Path) -> None:
                    "      - {component: worker, item: flag --a, upstream: null, stackpin: '1', reason: ''}\n")
     with pytest.raises(InputError, match="needs a reason"):
         load_recipes(bad)
+
+
+def test_the_table_compares_resources_tolerations_and_volumes_too() -> None:
+    # Issue 36: the table is the round trip's comparison, not flags and env alone.
+    items = {d.item.split(" ")[0].rsplit(".", 1)[0] for recipe in recipes() for d in differences(recipe)}
+    assert {"resources.limits", "resources.requests", "toleration", "volume", "sharedMemory", "apiVersion"} <= items, \
+        items

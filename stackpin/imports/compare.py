@@ -1,4 +1,6 @@
-"""The serving content of two DGDs, compared item by item: recipe parity and import round trips.
+"""Reading a DGD's serving content for comparison: components matched by serving role, argv as flags (the
+comparison itself, item by item, is stackpin.imports.roundtrip.compare_items, for import round trips and
+recipe parity alike).
 
 Components are matched by serving role (frontend, worker, prefill, decode), not by name: upstream calls
 them VllmDecodeWorker, stackpin `decode`. A role comes from what the worker runs (`--disaggregation-mode`,
@@ -13,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 
 from stackpin.imports.dgd import Component, Dgd
 from stackpin.lock.canonical import canonical_json
@@ -21,17 +22,6 @@ from stackpin.lock.canonical import canonical_json
 SWITCH = "(switch)"
 WORKER_MODULES = ("dynamo.vllm",)
 FRONTEND_MODULE = "dynamo.frontend"
-
-
-@dataclass(frozen=True)
-class Difference:
-    component: str  # serving role
-    item: str  # "flag --x", "flag --x.key", "env NAME", "gpus", "replicas", "nodes", "claims", "component"
-    upstream: str | None  # None: not set there
-    stackpin: str | None
-
-    def key(self) -> tuple[str, str, str | None, str | None]:
-        return (self.component, self.item, self.upstream, self.stackpin)
 
 
 def options(argv: Iterable[str]) -> dict[str, str]:
@@ -127,37 +117,3 @@ def roles(dgd: Dgd) -> dict[str, Component]:
 def other_components(dgd: Dgd) -> list[Component]:
     served = {id(c) for c in roles(dgd).values()}
     return [c for c in dgd.components if id(c) not in served]
-
-
-def _env_items(comp: Component) -> dict[str, str]:
-    return {e.name: e.value if e.value is not None else f"({e.source})" for e in comp.env}
-
-
-def _diff_maps(role: str, prefix: str, a: dict[str, str], b: dict[str, str]) -> list[Difference]:
-    return [Difference(role, f"{prefix} {k}", a.get(k), b.get(k)) for k in sorted(set(a) | set(b))
-            if a.get(k) != b.get(k)]
-
-
-def compare(upstream: Dgd, ours: Dgd, *, shape: bool = False) -> list[Difference]:
-    """Every serving item that differs, per role: flags and env; with `shape` also GPUs per pod, replicas,
-    nodes per replica and the claims each container makes."""
-    mine, theirs = roles(ours), roles(upstream)
-    out: list[Difference] = []
-    for role in sorted(set(mine) | set(theirs)):
-        a, b = theirs.get(role), mine.get(role)
-        if a is None or b is None:
-            out.append(Difference(role, "component", a.name if a else None, b.name if b else None))
-            continue
-        a_flags = flag_items(a.entry.argv) if a.entry else {}
-        b_flags = flag_items(b.entry.argv) if b.entry else {}
-        if a.entry and b.entry and a.entry.module != b.entry.module:
-            out.append(Difference(role, "entry", a.entry.module, b.entry.module))
-        out += _diff_maps(role, "flag", a_flags, b_flags)
-        out += _diff_maps(role, "env", _env_items(a), _env_items(b))
-        if shape:
-            for item, x, y in (("gpus", a.gpus, b.gpus), ("replicas", a.replicas, b.replicas),
-                               ("nodes", a.node_count, b.node_count),
-                               ("claims", ",".join(sorted(a.claims)), ",".join(sorted(b.claims)))):
-                if x != y:
-                    out.append(Difference(role, item, str(x), str(y)))
-    return out

@@ -1,10 +1,13 @@
 """Recipe parity: what an upstream DGD sets against what stackpin renders for the equivalent profile, every
 difference either explained in a data file or reported.
 
-The data file (tests/data/parity/differences.yaml) names, per upstream recipe, the profile of the equivalent
-stack, a blocking difference when stackpin cannot express the stack at all yet, and each known difference
-with its reason. `reconcile` pairs the differences found with those listed: a found one that is not listed
-is unexplained, a listed one that is no longer found is stale; both fail the parity test.
+The differences are the import round trip's (stackpin.imports.roundtrip.compare_items: argv flags with JSON
+keys, env, envFrom, resources, shared memory, volumes, node labels, tolerations, replicas, nodes, the DGD's
+apiVersion), every item whose status is `dropped` or `differs`. The data file
+(tests/data/parity/differences.yaml) names, per upstream recipe, the profile of the equivalent stack, a
+blocking difference when stackpin cannot express the stack at all yet, and each known difference with its
+reason. `reconcile` pairs the differences found with those listed: a found one that is not listed is
+unexplained, a listed one that is no longer found is stale; both fail the parity test.
 """
 
 from __future__ import annotations
@@ -15,15 +18,22 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.errors import InputError, Location, Problem
-from stackpin.imports.compare import Difference
+from stackpin.imports.roundtrip import Item
 from stackpin.yamlio import load_yaml
 
 RENDER_GAP = "render does not set it yet (lead)"  # the reason of a difference stackpin render will close
 
 
+Key = tuple[str, str, str | None, str | None]  # (component, item, upstream value, rendered value)
+
+
+def key_of(item: Item) -> Key:
+    return (item.component, item.item, item.upstream, item.rendered)
+
+
 @dataclass(frozen=True)
 class Listed:
-    difference: Difference
+    key: Key
     reason: str
 
 
@@ -38,7 +48,7 @@ class Recipe:
 @dataclass(frozen=True)
 class Row:
     recipe: str
-    difference: Difference
+    difference: Item  # status dropped or differs
     reason: str | None  # None: not listed (unexplained)
 
 
@@ -67,20 +77,20 @@ def load_recipes(path: Path) -> tuple[Recipe, ...]:
                 raise bad(at, "expected component, item, upstream, stackpin and reason")
             if not isinstance(item["reason"], str) or not item["reason"].strip():
                 raise bad(at, "every difference needs a reason")
-            diff = Difference(str(item["component"]), str(item["item"]), _value(item.get("upstream")),
-                              _value(item.get("stackpin")))
-            listed.append(Listed(diff, item["reason"]))
+            key = (str(item["component"]), str(item["item"]), _value(item.get("upstream")),
+                   _value(item.get("stackpin")))
+            listed.append(Listed(key, item["reason"]))
         blocking = entry.get("blocking")
         out.append(Recipe(str(name), entry["profile"], str(blocking) if blocking else None, tuple(listed)))
     return tuple(out)
 
 
-def reconcile(recipe: Recipe, found: Sequence[Difference]) -> tuple[list[Row], list[Listed]]:
+def reconcile(recipe: Recipe, found: Sequence[Item]) -> tuple[list[Row], list[Listed]]:
     """(a row per difference found, with its listed reason or None; the listed differences not found)."""
-    reasons = {item.difference.key(): item.reason for item in recipe.listed}
-    rows = [Row(recipe.name, d, reasons.get(d.key())) for d in found]
-    found_keys = {d.key() for d in found}
-    stale = [item for item in recipe.listed if item.difference.key() not in found_keys]
+    reasons = {item.key: item.reason for item in recipe.listed}
+    rows = [Row(recipe.name, d, reasons.get(key_of(d))) for d in found]
+    found_keys = {key_of(d) for d in found}
+    stale = [item for item in recipe.listed if item.key not in found_keys]
     return rows, stale
 
 
@@ -89,5 +99,5 @@ def listing(rows: Sequence[Row]) -> str:
     from stackpin.yamlio import dump_yaml
 
     entries = [{"component": r.difference.component, "item": r.difference.item, "upstream": r.difference.upstream,
-                "stackpin": r.difference.stackpin, "reason": "TODO"} for r in rows]
+                "stackpin": r.difference.rendered, "reason": "TODO"} for r in rows]
     return dump_yaml(entries, sort_keys=False)

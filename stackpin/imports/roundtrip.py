@@ -197,17 +197,20 @@ def overridden_items(patch: Mapping[str, Any]) -> set[str]:
     return out
 
 
-def compare_items(upstream: Dgd, rendered: Dgd, imported: Imported) -> tuple[Item, ...]:
-    """Every item of every serving role of both DGDs, with its status and reason."""
-    notes = _notes_by_role(upstream, imported.notes)
-    placement = imported.profile.get("spec", {}).get("placement", {})
+def compare_items(upstream: Dgd, rendered: Dgd, profile: Mapping[str, Any],
+                  imported_notes: tuple[Note, ...] = ()) -> tuple[Item, ...]:
+    """Every item of every serving role of `upstream` and `rendered` (the render of `profile`, the profile
+    data as locked), with its status and reason: `imported_notes` are what `stackpin import` said; a profile
+    written by hand (recipe parity) has none, and its differences get their reasons elsewhere."""
+    notes = _notes_by_role(upstream, imported_notes)
+    placement = profile.get("spec", {}).get("placement", {})
     theirs, ours = roles(upstream), roles(rendered)
-    model_mount = (imported.profile.get("spec", {}).get("modelStore") or {}).get("mountPath")
+    model_mount = (profile.get("spec", {}).get("modelStore") or {}).get("mountPath")
     stack_wide = {item: f"{role}: {message}" for role, by_item in sorted(notes.items()) for item, message in
                   by_item.items() if item.startswith("--")}
     out: list[Item] = []
     if upstream.api_version != rendered.api_version:
-        dynamo = imported.profile.get("spec", {}).get("versions", {}).get("dynamo")
+        dynamo = profile.get("spec", {}).get("versions", {}).get("dynamo")
         out.append(Item("dgd", "apiVersion", upstream.api_version, rendered.api_version, DIFFERS,
                         f"stackpin renders the DynamoGraphDeployment version the pinned Dynamo {dynamo}'s operator "
                         "stores (catalog/versions.yaml: crd, from dgd_storage); the serving content is the same"))
@@ -215,7 +218,7 @@ def compare_items(upstream: Dgd, rendered: Dgd, imported: Imported) -> tuple[Ite
         a, b = theirs.get(role), ours.get(role)
         if a is None or b is None:
             why = notes.get(role, {}).get("component") or next(
-                (n.message for n in imported.notes if a is not None and n.component == a.name
+                (n.message for n in imported_notes if a is not None and n.component == a.name
                  and n.item == "component"), None)
             out.append(Item(role, "component", a.name if a else None, b.name if b else None,
                             DROPPED if b is None else DIFFERS, why))
@@ -231,7 +234,7 @@ def compare_items(upstream: Dgd, rendered: Dgd, imported: Imported) -> tuple[Ite
             out.append(Item(role, item, x, y, status, _reason(item, x, role_notes, stack_wide, model_mount)))
     for comp in upstream.components:  # planners and others: not served by the profile
         if comp not in theirs.values():
-            why = next((n.message for n in imported.notes if n.component == comp.name and n.item == "component"),
+            why = next((n.message for n in imported_notes if n.component == comp.name and n.item == "component"),
                        None)
             out.append(Item(comp.name, "component", comp.name, None, DROPPED, why))
     return tuple(out)
@@ -263,4 +266,4 @@ def round_trip(upstream: Dgd, imported: Imported) -> RoundTrip:
         objects = build_objects(lock)
     [rendered] = dgds_in([(obj, "render") for obj in objects])
     return RoundTrip(upstream.source, "locked against stand-in pins (no registry) and rendered", NOT_COMPARED,
-                     compare_items(upstream, rendered, imported))
+                     compare_items(upstream, rendered, imported.profile, imported.notes))
