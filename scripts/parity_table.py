@@ -1,5 +1,6 @@
-"""Print the recipe parity table: per upstream DeepSeek V4 recipe, every flag and environment variable where
-stackpin's render of the equivalent profile differs, with the reason listed in
+"""Print the recipe parity table: per upstream DeepSeek V4 recipe, every item where stackpin's render of the
+equivalent profile differs (the import round trip's items: flags, env, envFrom, resources, shared memory,
+volumes, node labels, tolerations, launch-script lines, the DGD's apiVersion), with the reason listed in
 tests/data/parity/differences.yaml (UNEXPLAINED when there is none). Exit 1 when a difference is unexplained
 or a listed one no longer exists.
 
@@ -25,7 +26,7 @@ def _cell(value: str | None, width: int) -> str:
 def main(argv: list[str]) -> int:
     gaps_only = "--gaps" in argv
     failed = False
-    print(f"{'component':<9}  {'flag / env':<44}  {'upstream':<28}  {'stackpin':<28}  reason")
+    print(f"{'component':<9}  {'item':<44}  {'upstream':<28}  {'stackpin':<28}  reason")
     for recipe in recipes():
         rows, stale = reconcile(recipe, differences(recipe))
         print(f"\n{recipe.name}  (profile tests/data/parity/{recipe.profile})")
