@@ -5,9 +5,10 @@ CUDA graphs from --compilation-config, speculative settings, env, image, model s
 flag goes into the pool's `engineArgs` (vLLM's) or `dynamoArgs` (Dynamo's, by the pinned Dynamo's flag
 catalog), so rendering the profile gives the same argv. Settings stackpin models once per stack (the KV
 cache, kernels, CUDA graphs, env) come from the decode (or aggregated) worker; a prefill worker that differs
-is reported. The KV connector comes from whichever worker sets --kv-transfer-config. Nothing is guessed or
-dropped silently: each default the DGD does not state, and each Secret, resource or shared-memory size the
-profile cannot carry, is reported.
+is reported. The KV connector comes from whichever worker sets --kv-transfer-config. What the profile does not
+model (resources, Secrets, tolerations, node labels, volumes, shared memory) is carried per component in
+spec.placement.podOverrides / sharedMemory (overrides.py). Nothing is guessed or dropped silently: each default
+the DGD does not state, and each thing that cannot be carried, is reported.
 """
 
 from __future__ import annotations
