@@ -611,8 +611,7 @@ def coverage(docs: list[str] | None = None) -> list[Coverage]:
                 if fence is None:
                     fence, showing_source = stripped[:3], stripped[3:].strip() in ("markdown", "md")
                 elif stripped[:3] == fence and not stripped[3:].strip():
-                    fence = None
-                    excuse_next = False
+                    fence, showing_source, excuse_next = None, False, False
                 continue
             if continued:
                 continued = line.rstrip().endswith("\\")

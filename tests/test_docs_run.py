@@ -26,6 +26,31 @@ def test_docs_have_runnable_blocks() -> None:
     assert {s.doc for s in SESSIONS} >= {"docs/history.md", "docs/getting-started.md", "docs/plan.md"}
 
 
+def test_nine_in_ten_documented_commands_run() -> None:
+    # Issue 36: every documented command runs but one that needs a GPU or the internet (a docs-not-run
+    # marker says which); the share is of all of them, the excused ones counted as not run.
+    found = docrun.coverage()
+    ran, total = sum(len(c.executed) for c in found), sum(c.documented for c in found)
+    assert total >= 200, total  # the counter still finds the docs' commands
+    assert ran >= 0.9 * total, {c.doc: c.unrun for c in found if c.unrun}
+
+
+def test_coverage_counts_commands_runs_and_excuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "x.md").write_text(
+        "<!-- docs: run -->\n```\n$ echo a \\\n  b\na b\n```\n\n"
+        "<!-- docs-not-run: gpu: a capture Job on a GB300 node -->\n```\n$ kubectl apply -f capture.yaml\n```\n\n"
+        "```\n$ stackpin lock p.yaml\n```\n\n```markdown\n    $ shown, not documented\n```\n"
+        "Prose between.\n\n    $ an indented block's command\n")
+    (docs / "bad.md").write_text("<!-- docs-not-run: slow: too long -->\n```\n$ sleep 9\n```\n")
+    monkeypatch.setattr(docrun, "ROOT", tmp_path)
+    [x] = docrun.coverage(["docs/x.md"])
+    assert (x.documented, x.executed, x.excused, x.unrun) == (4, [3], [10], [14, 22])
+    with pytest.raises(docrun.DocError, match="docs/bad.md:1: .*gpu, internet"):
+        docrun.coverage(["docs/bad.md"])
+
+
 @pytest.mark.parametrize("session", SESSIONS, ids=[s.id for s in SESSIONS])
 def test_doc_session(session: docrun.Session, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     kube: dict[str, str] | None = None
