@@ -597,6 +597,7 @@ def coverage(docs: list[str] | None = None) -> list[Coverage]:
         excused: set[int] = set()
         documented: list[int] = []
         fence: str | None = None
+        fence_indent = 0
         showing_source = False
         excuse_next = False
         continued = False
@@ -607,10 +608,13 @@ def coverage(docs: list[str] | None = None) -> list[Coverage]:
                 excuse_next = True
                 continue
             stripped = line.strip()
+            indent = len(line) - len(line.lstrip(" "))
             if stripped.startswith(("```", "~~~")):
                 if fence is None:
                     fence, showing_source = stripped[:3], stripped[3:].strip() in ("markdown", "md")
-                elif stripped[:3] == fence and not stripped[3:].strip():
+                    fence_indent = indent
+                # A fence shown inside one (indented 4 or more past it) is its content, as CommonMark reads it.
+                elif stripped[:3] == fence and not stripped[3:].strip() and 0 <= indent - fence_indent <= 3:
                     fence, showing_source, excuse_next = None, False, False
                 continue
             if continued:
