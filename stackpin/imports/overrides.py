@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stackpin.imports.dgd import GPU, Component
+from stackpin.lock.canonical import canonical_json
 from stackpin.profile.podpatch import DIRECTIVE, GPU_SUFFIX, MAIN_CONTAINER
 
 QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")
@@ -127,7 +128,7 @@ def pass_through(comp: Component, rendered: Rendered) -> PassThrough:
     labels = {k: v for k, v in comp.node_selector if rendered.node_selector.get(k) != v}
     if labels:
         spec["nodeSelector"] = labels
-    ours = [json.dumps(t, sort_keys=True, separators=(",", ":")) for t in rendered.tolerations]
+    ours = [canonical_json(t).decode("utf-8") for t in rendered.tolerations]  # as dgd.py reads theirs
     if set(comp.tolerations) - set(ours):
         spec["tolerations"] = [json.loads(t) for t in [*ours, *(t for t in comp.tolerations if t not in ours)]]
     shared_memory = None

@@ -28,6 +28,7 @@ from typing import Any
 from stackpin.imports.compare import flag_items, roles
 from stackpin.imports.dgd import Component, Dgd, dgds_in
 from stackpin.imports.profile import Imported, Note
+from stackpin.lock.canonical import canonical_json
 
 SAME, CARRIED, DROPPED, DIFFERS = "same", "carried", "dropped", "differs"
 # What render writes where the DGD leaves the engine's default (applies when upstream does not set the item).
@@ -193,7 +194,7 @@ def overridden_items(patch: Mapping[str, Any]) -> set[str]:
     out |= {f"volume {m.get('mountPath')}" for m in main.get("volumeMounts") or []}
     out |= {"sharedMemory" for m in main.get("volumeMounts") or [] if m.get("mountPath") == "/dev/shm"}
     out |= {f"nodeSelector {k}" for k in spec.get("nodeSelector") or {}}
-    out |= {f"toleration {json.dumps(t, sort_keys=True, separators=(',', ':'))}" for t in spec.get("tolerations") or []}
+    out |= {f"toleration {canonical_json(t).decode('utf-8')}" for t in spec.get("tolerations") or []}
     return out
 
 
