@@ -23,6 +23,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from stackpin.enginecheck.check import check_lock, judge, pool_specs, run_pool
@@ -68,6 +69,9 @@ def test_every_pool_of_every_shipped_stack_passes_the_pinned_vllm(name: str, eng
         config, model = result["config"], result["model"]
         assert config["cudagraph_mode"] == model["cudagraph_mode_runtime"] == profile.spec.cuda_graphs.mode.value
         assert model["kernel_block_size"] == config["block_size"] == 128
+        # Every backbone layer's attention built by its own constructor, the published V4.1 topology.
+        assert model["attention_layers"] == 40 and model["compress_ratios"] == [0, 1, 2]
+        assert model["kv_source_layers"] == [2, 8, 14, 20]
         # The draft reads the target's checkpoint at the locked revision, as the target does.
         assert result["speculative"]["draft_revision"] == result["speculative"]["target_revision"] == REVISION
         assert "CUDA graph capture" in " ".join(result["skipped"])
@@ -221,7 +225,8 @@ def test_the_documented_command_runs_as_the_docs_show_with_no_python_named() -> 
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == shown.strip()
     [line] = run.stdout.splitlines()
-    assert line.startswith("ok gb300-tuned worker: vLLM 0.31.0, cudagraph FULL_AND_PIECEWISE, ")
+    assert line.startswith("ok gb300-tuned worker: vLLM 0.31.0, cudagraph FULL_AND_PIECEWISE, 40 "
+                           "DeepseekV4MegaAttnAttention layers built (16 heads a rank)")
     assert "not run here: " in line
 
 
@@ -319,7 +324,9 @@ def test_the_start_up_facts_are_what_vllm_does(backend: str, dtype: str, stored:
     lock = with_profile_value(lock, ("spec", "kvCache", "dtype"), dtype)
     result, _ = _one_pool(lock, "worker", engine, tmp_path)
     if stored is None:
-        assert result["failed"] is not None and result["failed"]["stage"] == "kv_cache_dtype", result["failed"]
+        # The layer's own constructor raises (models/deepseek_v41/attention.py:159-164 or :152-156).
+        assert result["failed"] is not None and result["failed"]["stage"] == "attention_layers", result["failed"]
+        assert "ValueError" in result["failed"]["error"]
         return
     assert result["failed"] is None, result["failed"]
     expected = "bfloat16" if stored == "bfloat16" else stored
@@ -354,3 +361,138 @@ def test_the_mega_kernels_heads_per_rank_fact_is_the_release_code(engine: Path) 
     explicit = lines("nvidia/model.py", 217, 218)
     assert "FLASHMLA_MEGA_ATTN_DSV41" in explicit and "return DeepseekV4MegaAttnAttention" in explicit
     assert lines("common/ops/fused_layout.py", 18, 18) == "WV_GROUP_SIZE = 8"
+
+
+# --- the attention layers' own constructors -----------------------------------------------------------
+
+def _at_tp(name: str, tp: int, backend: str | None = None) -> StackLock:
+    lock = with_profile_value(shipped_locks()[name], ("spec", "placement", "pools", "worker", "tensorParallel"), tp)
+    return lock if backend is None else with_profile_value(lock, ("spec", "kernels", "attention"), backend)
+
+
+def test_mega_attention_at_tp16_is_refused_by_the_layers_constructor(engine: Path) -> None:
+    """64 heads at TP 16 leave 4 a rank and 8 o_groups leave none: DeepseekV4MegaAttnAttention's constructor
+    (through FlashMLA's, models/deepseek_v41/nvidia/ops/o_proj.py:42) raises on the first layer, as every worker
+    would, after its weights download. Built without constructors, the check passed this stack."""
+    lock = _at_tp("gb300-tuned", 16)
+    assert lock.stack_profile.spec.kernels.attention == "FLASHMLA_MEGA_ATTN_DSV41"
+    [pool] = check_lock(lock, engine)
+    failed = pool.result["failed"]
+    assert failed is not None and failed["stage"] == "attention_layers", failed
+    assert failed["error"] == "ZeroDivisionError: integer division or modulo by zero"
+    assert pool.problems == (f"vLLM 0.31.0 fails at attention_layers: {failed['error']}",)
+
+
+def test_the_command_refuses_tp16_mega_attention_and_validate_does_too(engine: Path, tmp_path: Path) -> None:
+    """The same stack through `stackpin engines check` (exit 1, vLLM's own error) and `stackpin validate`
+    (SP220, from the start-up facts)."""
+    from stackpin.lock.lockfile import stack_digest
+    from stackpin.yamlio import dump_yaml
+
+    lock = _at_tp("gb300-tuned", 16)
+    data = {**lock.to_data(), "stackDigest": stack_digest(lock.profile, lock.resolved)}  # as `stackpin lock` writes
+    path = tmp_path / "tp16.lock.yaml"
+    path.write_text(dump_yaml(data))
+    env = {k: v for k, v in os.environ.items() if k != "STACKPIN_ENGINE_PYTHON"}
+    run = subprocess.run([sys.executable, "-m", "stackpin", "engines", "check", str(path), "--python", str(engine)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=900, check=False, env=env)
+    assert run.returncode == 1, run.stderr
+    assert run.stdout == ("problem gb300-tuned worker: vLLM 0.31.0 fails at attention_layers: "
+                          "ZeroDivisionError: integer division or modulo by zero\n")
+    profile = tmp_path / "tp16.yaml"
+    profile.write_text(dump_yaml(data["profile"]))
+    validate = subprocess.run([sys.executable, "-m", "stackpin", "validate", str(profile)], capture_output=True,
+                              text=True, cwd=ROOT, timeout=300, check=False, env=env)
+    assert validate.returncode == 1 and "SP220" in validate.stdout + validate.stderr, validate.stdout
+
+
+def test_tp8_mega_attention_builds_eight_heads_a_rank(engine: Path, tmp_path: Path) -> None:
+    """The limit is the constructor's, not a blanket refusal of wide TP: TP 8 leaves 8 heads and one o_group
+    a rank, and all 40 layers build."""
+    result, problems = _one_pool(_at_tp("gb300-tuned", 8), "worker", engine, tmp_path)
+    assert result["failed"] is None, result["failed"]
+    assert result["model"]["heads_per_rank"] == 8 and result["model"]["attention_layers"] == 40
+    assert not [p for p in problems if "fails at" in p]
+
+
+def test_v4_compress_ratios_are_refused_by_the_v41_constructor(engine: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The config this check used before (V4's ratios 4 and 128) is not a V4.1 one: vLLM 0.31.0's V4.1
+    attention raises outside 0/1/2 (models/deepseek_v41/attention.py:305-310)."""
+    import stackpin.enginecheck.check as check
+
+    published = check.model_config("deepseek-v4.1-flash")
+    v4_ratios = {**published, "text_config": {**published["text_config"],
+                                              "compress_ratios": [0, 0] + [4, 128] * 19 + [0, 0, 0]}}
+    monkeypatch.setattr(check, "model_config", lambda _key: v4_ratios)
+    result, _ = _one_pool(shipped_locks()["gb300-tuned"], "worker", engine, tmp_path)
+    assert result["failed"] is not None and result["failed"]["stage"] == "attention_layers"
+    assert "has compress_ratio=4; only 0 (sliding window), 1 and 2 are supported" in result["failed"]["error"]
+
+
+# --- the autotune file, hashed with the model path the pod has ------------------------------------------
+
+def _with_cache_files(lock: StackLock, files: dict[str, str], stand_in: bool) -> StackLock:
+    data = lock.to_data()
+    cache = data["resolved"]["autotuneCache"]
+    cache["annotations"]["files"] = json.dumps(files, sort_keys=True, separators=(",", ":"))
+    cache["standIn"] = stand_in
+    return msgspec.convert(data, StackLock)
+
+
+def test_the_autotune_hash_is_the_one_vllm_computes_where_the_pod_mounts_the_model(engine: Path,
+                                                                                   tmp_path: Path) -> None:
+    """The check reads the model from a scratch Hugging Face cache and renames its paths to the pod's before
+    vLLM hashes (the draft is named by its snapshot directory under HF_HOME). Held to vLLM: with the model
+    volume mounted at a directory this test owns, vLLM run on the files there computes the same hash."""
+    mount = tmp_path / "pod-model-cache"
+    lock = with_profile_value(shipped_locks()["gb300-tuned"], ("spec", "modelStore", "mountPath"), str(mount))
+    [spec] = [s for r, s in pool_specs(lock, tmp_path / "check") if r == "worker"]
+    assert spec["pod_paths"] == {spec["hf_home"]: str(mount)}
+    renamed = run_pool(engine, spec, tmp_path / "check")
+    assert renamed["failed"] is None and renamed["autotune"]["unmapped_paths"] == []
+    assert str(mount) in renamed["autotune"]["models"][1]  # the draft, by its snapshot path in the pod
+    # The pod's own view: the same snapshot at the mount itself, nothing renamed.
+    shutil.copytree(Path(spec["hf_home"]), mount)
+    direct = {**spec, "hf_home": str(mount), "pod_paths": {}, "env": {**spec["env"], "HF_HOME": str(mount)}}
+    there = run_pool(engine, direct, tmp_path / "check")
+    assert there["failed"] is None
+    assert there["autotune"]["config_hash_dir"] == renamed["autotune"]["config_hash_dir"]
+    # Another mount path is another hash: the path is in it, as the issue said.
+    [other] = [s for r, s in pool_specs(shipped_locks()["gb300-tuned"], tmp_path / "other") if r == "worker"]
+    assert run_pool(engine, other, tmp_path / "other")["autotune"]["config_hash_dir"] != \
+        there["autotune"]["config_hash_dir"]
+
+
+def test_a_pinned_cache_holding_the_file_vllm_opens_is_a_hit(engine: Path) -> None:
+    lock = shipped_locks()["gb300-tuned"]
+    [first] = check_lock(lock, engine)
+    config_hash = first.result["autotune"]["config_hash_dir"]
+    tree = lock.resolved.autotune_cache.tree() if lock.resolved.autotune_cache else None
+    assert tree == "0.7.0.post1/103a"
+    hit = _with_cache_files(lock, {f"{tree}/{config_hash}/autotune_configs.json": "a" * 64}, stand_in=False)
+    [pool] = check_lock(hit, engine)
+    assert pool.ok, pool.problems
+    found = pool.result["autotune"]["pinned_cache"]
+    assert found["held"] is True and found["path"] == f"{config_hash}/autotune_configs.json"
+    pod_file = f"/var/lib/stackpin/flashinfer-autotune/{config_hash}/autotune_configs.json"
+    assert pool.result["autotune"]["file"] == pod_file
+
+
+def test_a_pinned_cache_without_it_is_a_miss_and_a_problem(engine: Path) -> None:
+    """A real (not stand-in) cache captured for another config: vLLM would open a file the seed never copied,
+    and start untuned."""
+    lock = shipped_locks()["gb300-tuned"]
+    other = "ca3aa12086a7b3b82651fe4800834d8aee3c95a03defa04cbf895c3ec6febe2a"
+    miss = _with_cache_files(lock, {f"0.7.0.post1/103a/{other}/autotune_configs.json": "b" * 64}, stand_in=False)
+    [pool] = check_lock(miss, engine)
+    found = pool.result["autotune"]["pinned_cache"]
+    assert found["held"] is False and found["holds"] == ["ca3aa12086a7"]
+    [problem] = pool.problems
+    assert problem.startswith(f"vLLM opens {found['path']} under the seeded directory; the pinned autotune cache ")
+    assert problem.endswith("holds no such file (it holds ca3aa12086a7): the pool starts with FlashInfer's "
+                            "untuned tactics")
+    # The shipped lock's cache is a demo stand-in: the same miss is reported, not failed.
+    [shipped] = check_lock(lock, engine)
+    assert shipped.ok and shipped.result["autotune"]["pinned_cache"]["held"] is False
+    assert shipped.result["autotune"]["pinned_cache"]["stand_in"] is True

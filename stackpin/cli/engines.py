@@ -308,12 +308,17 @@ def _check_line(stack: str, role: str, problems: tuple[str, ...], result: dict[s
     mode = model.get("cudagraph_mode_runtime", config["cudagraph_mode"])
     parts = [f"vLLM {result['vllm_version']}", f"cudagraph {mode}"]
     if model:
-        parts.append(f"{model['attention_class']} stores {model['kv_cache_dtype_stored']} in "
+        parts.append(f"{model['attention_layers']} {model['attention_class']} layers built "
+                     f"({model['heads_per_rank']} heads a rank) storing {model['kv_cache_dtype_stored']} in "
                      f"{config['block_size']}-token blocks (kernel {model['kernel_block_size']})")
     if spec:
         parts.append(f"{spec['method']} draft at {spec['draft_revision']}")
     if result.get("autotune"):
-        # The hash covers the model's path, which differs between this check and the pod: not shown.
-        file = result["autotune"]["file"].replace(result["autotune"]["config_hash_dir"], "<config hash>")
-        parts.append(f"autotune file {file}")
+        autotune = result["autotune"]
+        found = autotune.get("pinned_cache") or {}
+        verdict = {True: "in the pinned cache", False: "not in the pinned cache",
+                   None: "hit or miss not known"}[found.get("held")]
+        if found.get("held") is False and found.get("stand_in"):
+            verdict += ": a stand-in cache, whose hashes are not vLLM's"
+        parts.append(f"autotune file {autotune['file']} ({verdict})")
     return f"ok {stack} {role}: " + ", ".join(parts) + f"; not run here: {', '.join(result.get('skipped', []))}"

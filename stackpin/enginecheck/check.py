@@ -5,19 +5,22 @@ environment render writes into the pod go to `check_runtime.py` (beside this mod
 environment of its own holding the pinned vLLM from its published wheel and CPU torch
 (`stackpin engines setup-check`). There vLLM's own parser builds EngineArgs, `create_engine_config()` builds
 the VllmConfig with every post-init rule, and the pure-Python steps of model build follow: the attention
-class, the KV-cache dtype it stores, the kernel block size, the CUDA graph mode the model runner resolves, the
-draft model's revision and the autotune file vLLM resolves. What needs a GPU (weights, memory profiling,
+class, every attention layer built by its own constructor (the KV-cache dtype it stores, every limit it
+enforces), the kernel block size, the CUDA graph mode the model runner resolves, the draft model's revision and
+the autotune file vLLM resolves, hashed with the model paths the pod has. What needs a GPU (weights, memory profiling,
 capture, kernels) is named as skipped, never pretended.
 
 `judge` then compares what vLLM did with what the profile declares: a step that raised, a graph mode or KV
 dtype changed silently, a draft loaded at another revision, an autotune file outside the directory the seed
-fills. The model's config.json comes from the catalog (`catalog/model_configs.yaml`): no Hub access.
+fills or missing from the pinned cache. The model's config.json comes from the catalog
+(`catalog/model_configs.yaml`): no Hub access.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
@@ -90,9 +93,35 @@ def _workers(objects: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
             if name != "frontend"]
 
 
+def _hub_snapshot(hf_home: Path, model_id: str, revision: str | None, config: dict[str, Any]) -> None:
+    """config.json where huggingface_hub finds `model_id` at `revision` offline under HF_HOME, as the pod's
+    model volume holds it (hub/models--ORG--NAME/snapshots/COMMIT/; a branch name through refs/)."""
+    repo = hf_home / "hub" / f"models--{model_id.replace('/', '--')}"
+    commit = revision if revision and re.fullmatch(r"[0-9a-f]{40}", revision) else "0" * 40
+    if commit != revision:
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / (revision or "main")).write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True, exist_ok=True)
+    (repo / "snapshots" / commit / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    return argv[argv.index(name) + 1] if name in argv and argv.index(name) + 1 < len(argv) else None
+
+
+# What Dynamo's operator adds to the leader of a pool that spans nodes with vLLM's mp executor
+# (deploy/operator/internal/dynamo/backend_vllm.go, injectMpDistributedLaunchFlags): without them vLLM refuses a
+# world size larger than one node's GPUs. The address and port are the leader's; never dialled here.
+def _multinode_leader_flags(nodes: int) -> list[str]:
+    return ["--distributed-executor-backend", "mp", "--nnodes", str(nodes), "--master-addr", "leader",
+            "--master-port", "29500", "--node-rank", "0"]
+
+
 def pool_specs(lock: StackLock, workdir: Path, catalog: Catalog | None = None) -> list[tuple[str, dict[str, Any]]]:
     """(role, the spec check_runtime.py reads) for every worker pool of the lock, from the objects render
-    writes: the container's own argv and env, paths mapped under `workdir`, `--model` the catalog's config."""
+    writes: the container's own argv and env, the `--model` the pod passes (its config.json from the catalog,
+    in a scratch Hugging Face cache read offline), other paths mapped under `workdir` and recorded as the pod
+    sees them (`rendered_env`, `pod_paths`)."""
     from stackpin.profile.topology import topology_of
     from stackpin.render.build import build_objects
 
@@ -106,30 +135,51 @@ def pool_specs(lock: StackLock, workdir: Path, catalog: Catalog | None = None) -
     found = catalog.model_for(spec.model.id)
     if found is None:
         raise EngineCheckError(f"model {spec.model.id} is not in the catalog: no config.json to hand vLLM")
-    model_dir = workdir / "model"
-    model_dir.mkdir(parents=True, exist_ok=True)
-    (model_dir / "config.json").write_text(json.dumps(model_config(found[0]), indent=2, sort_keys=True))
+    config = model_config(found[0])
     gpu = catalog.gpu_of(spec.target.platform)
-    gpus: dict[str, int] = {p.role: p.gpus_per_pod for p in topology_of(profile, catalog).pools}
+    pools = {p.role.value: p for p in topology_of(profile, catalog).pools}
     out = []
     for role, container in _workers(build_objects(lock, catalog)):
         # What the kubelet hands the container, `$$` reduced (render/pod.py kubelet_literal).
         argv = vllm_argv([kubelet_value(a) for a in container["args"]], vllm, dynamo)
-        argv[argv.index("--model") + 1] = str(model_dir)
         scratch = workdir / role
         env = {e["name"]: kubelet_value(e["value"]) for e in container.get("env", [])}
         rendered = {name: env[name] for name in _MAPPED_ENV if name in env}
         for name in rendered:
             env[name] = str(scratch / name.lower())
+        hf_home = scratch / "hf_home"
+        model = _option(argv, "--model") or spec.model.id
+        pod_paths = {str(hf_home): rendered.get("HF_HOME", "")}
+        if model.startswith("/"):
+            # A model directory the pod mounts: its config.json in a scratch directory named as the pod's.
+            local = scratch / "model"
+            local.mkdir(parents=True, exist_ok=True)
+            (local / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+            argv[argv.index("--model") + 1] = str(local)
+            pod_paths[str(local)] = model
+        else:
+            _hub_snapshot(hf_home, model, _option(argv, "--revision"), config)
+        env["HF_HOME"], env["HF_HUB_OFFLINE"] = str(hf_home), "1"  # no Hub here; neither enters vLLM's hashes
+        pool = pools[role]
+        if (pool.nodes_per_replica or 1) > 1 and "--nnodes" not in argv:
+            argv += _multinode_leader_flags(pool.nodes_per_replica)
         out.append((role, {
             "rendered_env": rendered,  # the pod's own values, to show results as the pod would see them
+            "pod_paths": pod_paths,
             "vllm_argv": argv, "env": env,
             "gpu": {"capability": list(gpu.compute_capability), "name": gpu.device_name,
-                    "memory_gib": gpu.hbm_gib, "count": gpus[role]},
-            "cache_root": str(scratch / "vllm_cache_root"), "hf_home": str(scratch / "hf_home"),
+                    "memory_gib": gpu.hbm_gib, "count": pool.gpus_per_pod},
+            "cache_root": str(scratch / "vllm_cache_root"), "hf_home": str(hf_home),
             "autotune": "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR" in env,
         }))
     return out
+
+
+def _engine_env() -> dict[str, str]:
+    """This process's environment less what would change vLLM's answer: its own and Hugging Face's settings
+    (the spec sets those the pod has); every VLLM_* the config hash covers (envs.py compile_factors)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("VLLM_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_"))}
+    return {**env, "PYTHONNOUSERSITE": "1"}
 
 
 def run_pool(python: Path, spec: dict[str, Any], workdir: Path, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
@@ -140,7 +190,7 @@ def run_pool(python: Path, spec: dict[str, Any], workdir: Path, timeout_s: float
     with resources.as_file(script) as path:
         try:
             run = subprocess.run([str(python), str(path), str(spec_file)], capture_output=True, timeout=timeout_s,
-                                 check=False, cwd=workdir, env={**os.environ, "PYTHONNOUSERSITE": "1"})
+                                 check=False, cwd=workdir, env=_engine_env())
         except FileNotFoundError:
             raise EngineCheckError(f"{python}: no such Python; build the engine environment with "
                                    "`stackpin engines setup-check`") from None
@@ -200,7 +250,32 @@ def judge(lock: StackLock, role: str, result: dict[str, Any], autotune_dir: str 
     if autotune is not None and autotune_dir is not None and not autotune["file"].startswith(autotune_dir + "/"):
         problems.append(f"vLLM resolves the autotune cache to {autotune['file']}, outside the directory the seed "
                         f"fills ({autotune_dir})")
+    elif autotune is not None:
+        found = pinned_cache_lookup(lock, autotune)
+        if found["held"] is False and not found["stand_in"]:
+            problems.append(f"vLLM opens {found['path']} under the seeded directory; the pinned autotune cache "
+                            f"{found['pinned']} holds no such file (it holds {', '.join(found['holds']) or 'none'}): "
+                            "the pool starts with FlashInfer's untuned tactics")
     return problems
+
+
+def pinned_cache_lookup(lock: StackLock, autotune: dict[str, Any]) -> dict[str, Any]:
+    """Whether the lock's pinned autotune cache holds the file vLLM opens. The seed copies the image's
+    flashinfer_autotune_cache/<fi>/<arch>/ into VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR (render/pod.py), so vLLM's
+    <config hash>/autotune_configs.json is a hit when the cache recorded <fi>/<arch>/<config hash>/
+    autotune_configs.json (`stackpin autotune pack` records every file). `held` is None when it cannot be
+    told: no pinned cache, files not recorded, or a model path the pod's is unknown for (the hash would not
+    be the pod's)."""
+    cache = lock.resolved.autotune_cache
+    path = f"{autotune['config_hash_dir']}/{autotune['file'].rsplit('/', 1)[-1]}"
+    files = cache.file_digests() if cache is not None else None
+    tree = cache.tree() if cache is not None else None
+    held = None
+    if files is not None and tree is not None and not autotune.get("unmapped_paths"):
+        held = f"{tree}/{path}" in files
+    return {"path": path, "held": held, "pinned": cache.pinned if cache is not None else None,
+            "stand_in": bool(cache is not None and cache.stand_in),
+            "holds": sorted({p.split("/")[2][:12] for p in files or () if p.count("/") == 3})}
 
 
 def check_lock(lock: StackLock, python: Path, catalog: Catalog | None = None,
@@ -218,6 +293,7 @@ def check_lock(lock: StackLock, python: Path, catalog: Catalog | None = None,
             here = spec["env"].get("VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR")
             problems = judge(lock, role, result, here)
             if result.get("autotune") and here:
+                result["autotune"]["pinned_cache"] = pinned_cache_lookup(lock, result["autotune"])
                 # The file as the pod sees it: the rendered directory, not this check's scratch copy of it.
                 pod_dir = spec["rendered_env"]["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"]
                 result["autotune"]["file"] = pod_dir + result["autotune"]["file"].removeprefix(here)

@@ -22,7 +22,11 @@ importable:
 - ``HAS_TRITON`` set as triton sets it on a GPU host;
 - a CUDA platform (a ``NonNvmlCudaPlatform`` subclass) that reports the GPU named in
   the spec;
-- in-process model-class inspection instead of vLLM's fresh child interpreter.
+- in-process model-class inspection instead of vLLM's fresh child interpreter;
+- while the attention layers are constructed (their own ``__init__``, every layer of
+  the model in order): a one-process tensor-parallel group reporting the pool's TP
+  size, ``torch.cuda.Event`` as a plain object, and the meta device for the weights
+  and buffers the constructor allocates (each named where it is installed).
 
 The code that runs never calls a compiled kernel; of the GPU it only reads the
 device facts the platform reports. Steps that do need a GPU (weights, memory
@@ -64,6 +68,11 @@ _PLACEHOLDER_MODULES = (
     "vllm.third_party.deep_gemm._C",
     "vllm._flashmla_C",
     "vllm._flashmla_extension_C",
+    # A CuTe DSL kernel module (imports nvidia-cutlass-dsl and the CUDA driver bindings at its top). The
+    # attention layer's constructor imports it only to register token counts for the kernel's JIT warm-up
+    # (models/deepseek_v41/nvidia/ops/o_proj.py:48-60; the registry records them, jit_warmup.py:971-973),
+    # a GPU step this check lists as skipped.
+    "vllm.models.deepseek_v41.nvidia.ops.fused_wo_a",
 )
 
 # The worker's GPU-only steps, which this check never runs.
@@ -393,9 +402,67 @@ def has_torch_compile_decorator(architecture: str) -> bool:
     return any(pattern.search(f.read_text(errors="replace")) for f in files)
 
 
-def _bare(cls: type) -> Any:
-    """An instance without __init__: the layer constructor allocates CUDA tensors and builds weights."""
-    return object.__new__(cls)
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def init_tensor_parallel(tp_size: int) -> None:
+    """vLLM's process groups for one process, its tensor-parallel group reporting `tp_size` ranks.
+
+    As vLLM's own CPU tests do (tests/conftest.py dist_init: init_distributed_environment with world size 1,
+    then initialize_model_parallel(1, 1)), here over gloo on loopback, under a default VllmConfig so the
+    groups are sized for one process. Stand-in: the TP group's world_size is then set to the pool's TP, which
+    is all get_tensor_model_parallel_world_size() reads (distributed/parallel_state.py:2356-2358); the layers
+    built are rank 0's. Nothing is ever sent over the group.
+    """
+    from vllm.config import VllmConfig, set_current_vllm_config
+    from vllm.distributed import parallel_state
+
+    with set_current_vllm_config(VllmConfig()):
+        parallel_state.init_distributed_environment(
+            world_size=1, rank=0, local_rank=0, backend="gloo",
+            distributed_init_method=f"tcp://127.0.0.1:{_free_port()}",
+        )
+        parallel_state.ensure_model_parallel_initialized(1, 1)
+    parallel_state.get_tp_group().world_size = tp_size
+
+
+class _NoCudaEvent:
+    """Stands in for torch.cuda.Event, which cannot be created without CUDA: the attention constructor only
+    keeps four for its forward's stream ordering (models/deepseek_v41/attention.py:485); none is recorded here."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+
+def construct_attention_layers(vllm_config: Any, attn_cls: type) -> list[Any]:
+    """Every backbone layer's attention, built by its own constructor in the model's order, as
+    DeepseekV4DecoderLayer does (models/deepseek_v41/nvidia/model.py: `_select_dsv4_attn_cls(vllm_config)(
+    vllm_config, prefix=f"{prefix}.attn", ...)`): every limit a constructor enforces (heads and o_groups per
+    rank, compress ratios and KV sources, KV-cache dtype for its layout, the subclass's own checks) is met or
+    raised as on the GPU. The weights and buffers are made on the meta device (stands in for the GPU memory
+    the worker allocates them in; nothing is computed). The layers are unregistered afterwards."""
+    import torch
+    from vllm.config import set_current_vllm_config
+
+    context = vllm_config.compilation_config.static_forward_context
+    before = set(context)
+    real_event = torch.cuda.Event
+    torch.cuda.Event = _NoCudaEvent
+    try:
+        with set_current_vllm_config(vllm_config), torch.device("meta"):
+            layers = [attn_cls(vllm_config, prefix=f"model.layers.{i}.attn")
+                      for i in range(vllm_config.model_config.hf_config.num_hidden_layers)]
+    finally:
+        torch.cuda.Event = real_event
+        for name in set(context) - before:
+            del context[name]
+    return layers
 
 
 def _kv_dtype_stored(cache_dtype: str, torch_dtype: Any) -> str:
@@ -419,21 +486,12 @@ def run_model_steps(vllm_config: Any, skipped: list[str]) -> dict[str, Any]:
 
     attn_cls = _stage("attention_class", select)
 
-    # The layer constructor resolves the KV dtype from its layout and writes the
+    # The layers' own constructors: each resolves the KV dtype from its layout and writes the
     # canonical string back onto cache_config, as the worker does.
-    def resolve_kv() -> tuple[str, Any]:
-        from vllm.models.deepseek_v41.attention import _resolve_dsv4_kv_cache_dtype
-
-        layer = _bare(attn_cls)
-        resolved: tuple[str, Any] = _resolve_dsv4_kv_cache_dtype(
-            layer._uses_fp8_ds_mla_layout(),
-            vllm_config.cache_config.cache_dtype,
-            vllm_config.cache_config,
-            layer.packed_kv_cache_dtype,
-        )
-        return resolved
-
-    cache_dtype, torch_dtype = _stage("kv_cache_dtype", resolve_kv)
+    tp_size = vllm_config.parallel_config.tensor_parallel_size
+    _stage("attention_layers", lambda: init_tensor_parallel(tp_size))
+    layers = _stage("attention_layers", lambda: construct_attention_layers(vllm_config, attn_cls))
+    cache_dtype, torch_dtype = layers[0].kv_cache_dtype, layers[0].kv_cache_torch_dtype
 
     # The indexer K cache layer picks its backend from the attention config. Its
     # constructor allocates nothing on a device; head_dim does not enter the choice.
@@ -524,6 +582,10 @@ def run_model_steps(vllm_config: Any, skipped: list[str]) -> dict[str, Any]:
 
     return {
         "attention_class": attn_cls.__name__,
+        "attention_layers": len(layers),
+        "heads_per_rank": layers[0].n_local_heads,
+        "compress_ratios": sorted({layer.compress_ratio for layer in layers}),
+        "kv_source_layers": [layer.layer_id for layer in layers if layer.is_kv_source],
         "kv_cache_dtype_stored": _kv_dtype_stored(cache_dtype, torch_dtype),
         "kernel_block_size": kernel_block_size,
         "piecewise_capture_available": piecewise,
@@ -532,18 +594,55 @@ def run_model_steps(vllm_config: Any, skipped: list[str]) -> dict[str, Any]:
     }
 
 
-def resolve_autotune(vllm_config: Any) -> dict[str, Any]:
+def _model_configs(vllm_config: Any) -> list[Any]:
+    sc = vllm_config.speculative_config
+    draft = sc.draft_model_config if sc is not None else None
+    return [c for c in (vllm_config.model_config, draft) if c is not None]
+
+
+def as_pod_sees(vllm_config: Any, pod_paths: dict[str, str]) -> list[str]:
+    """Rewrite the model configs' path fields from this check's scratch model store to the pod's.
+
+    vLLM's config hash covers every ModelConfig field but a few (config/model.py:423-480), the target's and the
+    draft's: `model` is the --model the pod passes (a Hub id stays one), but a draft read from the target's
+    checkpoint is named by its snapshot directory under HF_HOME (config/speculative.py:1158-1162 takes the
+    target's resolved model). Here HF_HOME is a scratch directory; the pod's is the model volume's mount. So
+    each string field under a scratch directory is renamed to the pod's before hashing, as if the files lay
+    there. Returns the fields it still finds under a scratch directory with no pod path (none when all map)."""
+    from dataclasses import fields
+
+    unmapped = []
+    for config in _model_configs(vllm_config):
+        for f in fields(config):
+            value = getattr(config, f.name, None)
+            if not isinstance(value, str):
+                continue
+            for scratch, pod in pod_paths.items():
+                if value == scratch or value.startswith(scratch.rstrip("/") + "/"):
+                    if pod:
+                        setattr(config, f.name, pod.rstrip("/") + value[len(scratch.rstrip("/")):])
+                    else:
+                        unmapped.append(f"{f.name}={value}")
+    return unmapped
+
+
+def resolve_autotune(vllm_config: Any, pod_paths: dict[str, str]) -> dict[str, Any]:
     """The file the leader rank's kernel warm-up reads and rewrites, from vLLM's own resolver.
 
     It hashes runner.vllm_config as the worker holds it at warm-up, i.e. after the
-    model-build steps above have written the KV dtype and CUDA graph mode back.
+    model-build steps above have written the KV dtype and CUDA graph mode back, with
+    the model paths the pod has (as_pod_sees).
     """
     from vllm.model_executor.warmup.flashinfer_autotune_cache import resolve_flashinfer_autotune_file
 
+    unmapped = as_pod_sees(vllm_config, pod_paths)
     # The resolver reads only runner.vllm_config.
     runner = types.SimpleNamespace(vllm_config=vllm_config)
     path = resolve_flashinfer_autotune_file(runner)
-    return {"file": str(path), "config_hash_dir": path.parent.name}
+    return {"file": str(path), "config_hash_dir": path.parent.name,
+            "models": [c.model for c in _model_configs(vllm_config)],
+            # A path the pod's is unknown for (no HF_HOME rendered): the hash is not the pod's.
+            "unmapped_paths": unmapped}
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
@@ -586,7 +685,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
                 "run only for DeepseekV41ForCausalLM; any autotune hash is of the config as built"
             )
         if autotune:
-            result["autotune"] = _stage("autotune", lambda: resolve_autotune(vllm_config))
+            pod_paths = {str(k): str(v) for k, v in (spec.get("pod_paths") or {}).items()}
+            result["autotune"] = _stage("autotune", lambda: resolve_autotune(vllm_config, pod_paths))
     except StageFailed as failed:
         result["failed"] = {"stage": failed.stage, "error": _error(failed.exc)}
     return result
