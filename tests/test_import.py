@@ -278,11 +278,11 @@ def test_a_pools_own_env_is_carried_and_the_stacks_removed(tmp_path: Path) -> No
 
 
 def test_redirections_and_tee_are_parsed_away_and_kept_beside_the_command() -> None:
-    script = parse_script("exec >/tmp/all.log 2>&1\npython3 -m dynamo.vllm --model m --block-size 128 2>&1 "
+    script = parse_script("exec >/var/log/all.log 2>&1\npython3 -m dynamo.vllm --model m --block-size 128 2>&1 "
                           "| tee /tmp/vllm.log\nA=x\ncmd 2> \"/l/${A}\" <in &> both >>app", {})
     assert script.commands == (("exec",), ("python3", "-m", "dynamo.vllm", "--model", "m", "--block-size", "128"),
                                ("tee", "/tmp/vllm.log"), ("A=x",), ("cmd",))
-    assert script.redirects == (("> /tmp/all.log", "2>&1"), ("2>&1",), (), (), ("2> /l/x", "< in", "&> both",
+    assert script.redirects == (("> /var/log/all.log", "2>&1"), ("2>&1",), (), (), ("2> /l/x", "< in", "&> both",
                                                                                   ">> app"))
     assert script.piped == (False, True, False, False, False)
     # Digits alone before `>` are a file descriptor (POSIX io_number), inside a word they are the word's;

@@ -40,10 +40,10 @@ Path = tuple[str, ...]
 @cache
 def merge_metadata() -> dict[str, Any]:
     """The generated file: {kubernetesVersion, source, root, types: {type: {field: {strategy, key, type}}}}."""
-    import yaml
+    from stackpin.yamlio import load_data
 
-    text = resources.files("stackpin.profile").joinpath("pod_merge_keys.yaml").read_text(encoding="utf-8")
-    data: dict[str, Any] = yaml.safe_load(text)
+    data: dict[str, Any] = load_data(
+        resources.files("stackpin.profile").joinpath("pod_merge_keys.yaml").read_text(encoding="utf-8"))
     return data
 
 
