@@ -41,19 +41,12 @@ def _upgrade_site(directory: Path) -> None:
     import yaml
     from click.testing import CliRunner
 
-    from devkit import enginepkgs as pkgs
     from stackpin.cli.main import main
-    from tests.test_upgrade_feeds import PROFILE
+    from tests.test_upgrade_feeds import PROFILE, make_packages
 
     packages = directory / "packages"
     packages.mkdir(parents=True, exist_ok=True)
-    pkgs.dynamo_wheel(packages, "9.0.0", vllm="9.0.0")
-    pkgs.dynamo_wheel(packages, "9.1.0", vllm="9.1.0", nixl="1.5.0")
-    pkgs.dynamo_wheel(packages, "9.2.0", vllm="9.2.0", nixl="1.5.0")
-    pkgs.vllm_sdist(packages, "9.0.0")
-    pkgs.vllm_sdist(packages, "9.1.0", requires=pkgs.vllm_requires(flashinfer="0.7.3"))
-    pkgs.vllm_sdist(packages, "9.2.0", requires=pkgs.vllm_requires(flashinfer="0.7.5"))
-    pkgs.flashinfer_wheel(packages, "0.7.3")
+    make_packages(packages)
     catalog = directory / "catalog"
     for name in ("ai_dynamo-9.0.0-py3-none-any.whl", "vllm-9.0.0.tar.gz"):
         added = CliRunner().invoke(main, ["engines", "add", "--from", str(packages / name), "--catalog", str(catalog)])

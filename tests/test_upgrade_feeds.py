@@ -34,7 +34,11 @@ TOKEN = "ghp-test-token-123"
 def packages(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """ai-dynamo 9.0.0, 9.1.0 and 9.2.0 with the vLLM of the same number; vLLM 9.1.0 pins FlashInfer 0.7.3
     (on the index), vLLM 9.2.0 pins FlashInfer 0.7.5 (not on it)."""
-    root = tmp_path_factory.mktemp("packages")
+    return make_packages(tmp_path_factory.mktemp("packages"))
+
+
+def make_packages(root: Path) -> Path:
+    """The stand-in releases of `packages` in `root` (tests/docservices.py serves the same for the docs)."""
     pkgs.dynamo_wheel(root, "9.0.0", vllm="9.0.0")
     pkgs.dynamo_wheel(root, "9.1.0", vllm="9.1.0", nixl="1.5.0")
     pkgs.dynamo_wheel(root, "9.2.0", vllm="9.2.0", nixl="1.5.0")
