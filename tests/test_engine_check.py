@@ -230,6 +230,32 @@ def test_the_documented_command_runs_as_the_docs_show_with_no_python_named() -> 
     assert "not run here: " in line
 
 
+def test_the_documented_command_runs_from_a_wheel_install(engine: Path, tmp_path: Path) -> None:
+    """As a user who ran `pip install stackpin` runs it: the installed package (no checkout on the path),
+    in a directory of their own where `stackpin engines setup-check` built .enginecheck/vllm-0.31.0 (here a
+    link to the one built for the tests); setup-check finds its recipe in the package and leaves a current
+    environment alone, and the documented check passes with no --python."""
+    from devkit.installed import installed_stackpin
+
+    argv, shown = _documented_check()
+    work = tmp_path / "site"
+    (work / ".enginecheck").mkdir(parents=True)
+    (work / ".enginecheck" / "vllm-0.31.0").symlink_to(engine.parent.parent)
+    for arg in argv:
+        if arg.endswith(".lock.yaml"):
+            (work / arg).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ROOT / arg, work / arg)
+    env = {k: v for k, v in os.environ.items() if k not in ("STACKPIN_ENGINE_PYTHON", "PYTHONPATH")}
+    with installed_stackpin() as bin_dir:
+        setup = subprocess.run([str(bin_dir / "stackpin"), "engines", "setup-check"], cwd=work, capture_output=True,
+                               text=True, timeout=120, check=False, env=env)
+        assert setup.returncode == 0 and setup.stderr.startswith("engine check environment current: "), setup.stderr
+        run = subprocess.run([str(bin_dir / "stackpin"), *argv], cwd=work, capture_output=True, text=True,
+                             timeout=900, check=False, env=env)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == shown.strip()
+
+
 def test_the_command_takes_a_relative_python_from_where_it_runs(engine: Path, tmp_path: Path) -> None:
     """--python given relative to the current directory, as a shell completes it: resolved there, not in the
     scratch directory vLLM runs from."""
