@@ -8,7 +8,8 @@ ApplySet parent and its record, the members), so it gives the same answer on any
 - what makes the live state wrong whatever the lock: the record behind the live objects (an apply
   stopped between its last object and its record entry: the objects, not the record, say what is
   live, and no other stack's entry is shown as live), a member being deleted, a ConfigMap the
-  DynamoGraphDeployment's pods mount or read that does not exist.
+  DynamoGraphDeployment's pods mount or read that does not exist, and a DynamoGraphDeployment the
+  record has that is gone (an apply killed between a recreate's delete and its create): nothing serves.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ class StatusReport(msgspec.Struct, frozen=True):
     entries: tuple[AppliedRevision, ...] = ()  # the whole record, oldest first (history --cluster)
     record_behind: bool = False  # the live objects carry a stack the record's newest entry is not
     stand_in: bool = False  # the live objects are marked as a lock's with stand-in pins (not production digests)
+    dgd_gone: bool = False  # the record has a DynamoGraphDeployment and none is live: nothing serves
 
     @property
     def in_sync(self) -> bool:
@@ -72,6 +74,7 @@ class StatusReport(msgspec.Struct, frozen=True):
                                                       "revision": last.revision, "appliedAt": last.applied_at,
                                                       "appliedBy": last.applied_by},
             "revisions": self.revisions, "recordBehind": self.record_behind, "standIn": self.stand_in,
+            "dgdGone": self.dgd_gone,
             "objects": [{"object": o.subject, "stackDigest": o.stack_digest, "revision": o.revision}
                         for o in self.objects],
             "lock": None if self.lock is None else {"path": self.lock.path, "stack": self.lock.stack,
@@ -125,9 +128,12 @@ def deployment_status(cluster: Cluster, deployment: str, namespace: str, *, lock
                         + ", ".join(f"{o.subject} {o.stack_digest}" for o in objects))
     dgd = next((m for m in members if m["kind"] == DGD_KIND), None)
     latest = parent.latest
-    digest = (dgd["metadata"].get("annotations") or {}).get(DIGEST_ANNOTATION) if dgd else \
-        next(iter(digests), None)
-    revision_text = (dgd["metadata"].get("annotations") or {}).get(REVISION_ANNOTATION) if dgd else None
+    # Digest and revision from one object: the DynamoGraphDeployment, or (it gone) the first member, so a
+    # stack applied from a history revision is not taken for another entry when only its DGD is missing.
+    marked = dgd if dgd is not None else (members[0] if members else None)
+    annotations = (marked["metadata"].get("annotations") or {}) if marked else {}
+    digest = annotations.get(DIGEST_ANNOTATION)
+    revision_text = annotations.get(REVISION_ANNOTATION)
     revision = int(revision_text) if revision_text and revision_text.isdigit() else None
     # The record entry of what is live: the newest one with the live digest and revision.
     live_entry = next((e for e in reversed(parent.record) if (e.stack_digest, e.revision) == (digest, revision)),
@@ -139,8 +145,16 @@ def deployment_status(cluster: Cluster, deployment: str, namespace: str, *, lock
                         f"{f' (revision {revision})' if revision is not None else ''}, the record's newest entry is "
                         f"{latest.stack} {latest.stack_digest}: an apply stopped before writing its record entry "
                         "(run it again: it converges)")
+    recorded = live_entry if live_entry is not None else latest
+    gone = None if dgd is not None or recorded is None else \
+        next((s for s in recorded.objects if s.startswith("dynamographdeployment.")), None)
+    if gone is not None:
+        problems.insert(0, f"the DynamoGraphDeployment is gone: nothing serves ({gone} is in the record, not in "
+                           "the cluster: an apply stopped between a recreate's delete and its create, or it was "
+                           "deleted outside stackpin): run the apply again to create it")
     if live_entry is not None and not behind:
-        problems += [f"{s} is missing (deleted outside stackpin?)" for s in live_entry.objects if s not in subjects]
+        problems += [f"{s} is missing (deleted outside stackpin?)" for s in live_entry.objects
+                     if s not in subjects and s != gone]
     for m in members:
         if since := m["metadata"].get("deletionTimestamp"):
             finalizers = ", ".join(m["metadata"].get("finalizers") or []) or "none"
@@ -158,7 +172,7 @@ def deployment_status(cluster: Cluster, deployment: str, namespace: str, *, lock
         revision=revision, last_applied=live_entry, revisions=len(parent.record), objects=objects,
         lock=_lock_check(lock, stack, lockdir, digest), drift=drift,
         readiness=readiness(dgd) if dgd else None, problems=tuple(problems), entries=parent.record,
-        record_behind=behind,
+        record_behind=behind, dgd_gone=gone is not None,
         stand_in=any((m["metadata"].get("labels") or {}).get(STAND_IN_LABEL) == "true" for m in members))
 
 
