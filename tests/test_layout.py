@@ -18,7 +18,7 @@ PACKAGE = ROOT / "stackpin"
 STAGES = ("catalog", "engines", "profile", "validate", "examples", "lock", "autotune", "render",
           "enginecheck", "history", "diff", "deploy", "site", "bench", "sim", "plan", "upgrade", "rollout", "report",
           "demo", "imports", "api", "cli")
-LEAVES = ("errors", "yamlio", "records", "extras", "version", "children")
+LEAVES = ("errors", "yamlio", "jsonio", "records", "extras", "version", "children")
 
 
 def _stage(module: str) -> str:

@@ -26,6 +26,7 @@ from stackpin.catalog.engine_data import (
 )
 from stackpin.catalog.search import SearchPath, engine_file_name, find_engine_file, read_catalog_file, search_path
 from stackpin.errors import InputError, StackpinError
+from stackpin.jsonio import NestingError, check_depth
 from stackpin.records import Record
 
 DynamoEntry = Literal["worker_vllm", "frontend"]
@@ -169,7 +170,10 @@ def _read(engine: EngineName, version: str, path: SearchPath) -> tuple[str, str,
         return None
     text = read_catalog_file(found)
     try:
+        check_depth(text)  # msgspec decodes by recursion: a deep file would be a RecursionError
         data = msgspec.json.decode(text)  # a release's catalog is 100-200 KB: half json's time
+    except NestingError as exc:
+        raise CatalogFileError(f"{found}: {exc}") from None
     except msgspec.DecodeError as exc:
         raise CatalogFileError(f"{found}: not JSON ({exc})") from None
     if not isinstance(data, dict):

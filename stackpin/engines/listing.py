@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 
-from stackpin.catalog.search import search_path, where
+from stackpin import jsonio
+from stackpin.catalog.search import read_catalog_file, search_path, where
 from stackpin.catalog.version import parse_version
+from stackpin.errors import StackpinError
 
 _FILE = re.compile(r"^(vllm|dynamo|flashinfer)-(.+)\.json$")
 
@@ -34,10 +35,12 @@ def list_catalogs() -> list[CatalogEntry]:
             match = _FILE.match(path.name)
             if not match or not path.is_file():
                 continue
-            try:
-                source = json.loads(path.read_text(encoding="utf-8")).get("source", {})
-            except ValueError:
-                source = {}
+            try:  # listed whatever it holds: `engines list` names the release, reading it names the problem
+                doc = jsonio.loads(read_catalog_file(path))
+            except (ValueError, StackpinError):
+                doc = None
+            source = doc.get("source") if isinstance(doc, dict) else None
+            source = source if isinstance(source, dict) else {}
             key = (match.group(1), match.group(2))
             entries.append(CatalogEntry(key[0], key[1], where(directory), str(source.get("package", "?")),
                                         str(source.get("sha256", "?")), key in seen))

@@ -6,11 +6,11 @@ the same entries, so choosing a file and reading its version is written once.
 
 from __future__ import annotations
 
-import json
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
+from stackpin import jsonio
 from stackpin.engines.package import normalize
 
 MAX_PAGE = 16 << 20  # bytes of one project page; PyPI's vllm page is ~2 MB as JSON
@@ -79,8 +79,10 @@ def parse_html(text: str) -> list[FileEntry]:
 
 def parse_json(body: bytes) -> list[FileEntry]:
     try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):
+        data = jsonio.loads(body)
+    except jsonio.NestingError as exc:
+        raise PageError(str(exc)) from None
+    except ValueError:
         raise PageError("not JSON") from None
     files = data.get("files") if isinstance(data, dict) else None
     if not isinstance(files, list) or len(files) > MAX_FILES:

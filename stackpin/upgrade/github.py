@@ -11,11 +11,11 @@ the caller's deadline for all of it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
+from stackpin import jsonio
 from stackpin.engines.index import read_capped
 from stackpin.engines.pipconfig import redact
 from stackpin.errors import ResolveError, clip
@@ -116,8 +116,10 @@ def list_releases(repo: str, *, api: str = API, token: str | None = None, deadli
             page = call_with_deadline(partial(_get, client, url, sent, where, bool(token)),
                                       remaining(request_seconds, deadline_at), where)
             try:
-                items = json.loads(page.body)
-            except (ValueError, RecursionError):
+                items = jsonio.loads(page.body)
+            except jsonio.NestingError as exc:
+                raise ResolveError(f"{where}: {exc}") from None
+            except ValueError:
                 raise ResolveError(f"{where}: the answer is not JSON") from None
             if not isinstance(items, list):
                 raise ResolveError(f"{where}: the answer is not a JSON list of releases")
