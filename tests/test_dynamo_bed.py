@@ -101,6 +101,20 @@ def _processes_naming(text: str) -> list[int]:
     return found
 
 
+def _argv0(pid: int) -> str:
+    try:
+        return (Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") or [b""])[0].decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _environ(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/environ").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
 def _listening_sockets(port: int) -> set[str]:
     """The inodes of the sockets listening on 127.0.0.1:`port` (/proc/net/tcp). By inode, not by trying
     the port: once a bed let it go, another test's server may take it, and that is no bed's socket."""
@@ -322,8 +336,9 @@ def test_sim_serve_warns_of_the_floor_and_bench_results_carry_it(env: Path, tmp_
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM])
 def test_ctrl_c_or_sigterm_stops_every_dynamo_process(env: Path, how: signal.Signals) -> None:
-    """What stopping means: stackpin exits 0, and every process it started (the event broker, the frontend,
-    the mockers), anything in their process groups, and the frontend's listening socket are gone. Each is
+    """What stopping means: stackpin exits 130 (143 on SIGTERM), and every process it started (the event
+    broker, the frontend, the mockers, the janitor), anything in their process groups, the frontend's
+    listening socket and the bed's temporary directory are gone. Each is
     identified by what it is (process id and start time, process group, socket inode), never by a name or
     a port that another test's processes may hold by then, and nothing is timed but a bound on a hang."""
     proc = subprocess.Popen([sys.executable, "-m", "stackpin", "sim", "serve", str(LOCKFILES / "gb300-tuned.lock.yaml"),
@@ -336,14 +351,20 @@ def test_ctrl_c_or_sigterm_stops_every_dynamo_process(env: Path, how: signal.Sig
     frontend_port = int(found.group(2))
     assert httpx.get(found.group(1) + "/stackpin/sim").json()["simulated"] is True
     started = {pid: stat for pid, stat in _processes().items() if stat[1] == proc.pid}
+    bed = [pid for pid in started if _argv0(pid).startswith(str(env))]  # the janitor runs stackpin's Python
     frontend = [pid for pid in _processes_naming(f"--http-port {frontend_port}") if pid in started]
-    assert len(started) == 3 and len(frontend) == 1, started  # the broker, the frontend, gb300-tuned's one mocker
+    assert len(bed) == 3 and len(started) == 4 and len(frontend) == 1, started  # the broker, the frontend,
+    # gb300-tuned's one mocker, and the janitor that cleans up after a kill -9
     assert all(stat[2] == pid for pid, stat in started.items())  # each leads a group of its own
+    directories = {Path(a.split("=", 1)[1]).parent for pid in bed for a in _environ(pid)
+                   if a.startswith("DYN_FILE_KV=")}
+    assert len(directories) == 1 and all(d.is_dir() for d in directories), directories
     sockets = _listening_sockets(frontend_port)
     assert sockets
     os.killpg(proc.pid, how)  # as a terminal's Ctrl-C (the whole group), or a supervisor's SIGTERM
-    _, err = proc.communicate(timeout=120)  # a bound on a hang: stopping waits 5 s at most, then kills
-    assert proc.returncode == 0, err
+    _, err = proc.communicate(timeout=120)  # a bound on a hang: stopping waits 10 s at most, then kills
+    assert proc.returncode == 128 + how, err
+    assert not [d for d in directories if d.exists()]
     # stackpin waited for each process it started before it exited: none is left, not even as a zombie.
     assert not [pid for pid, stat in started.items() if (_stat(pid) or ("", 0, 0, -1))[3] == stat[3]]
     # Their groups were killed too; a member that outlived its leader is reaped by init, not by stackpin.

@@ -184,6 +184,9 @@ def _worker(pipe: Pipe, *args: Any) -> None:
     # puts the default (KeyboardInterrupt) back when the loop closes, and a second Ctrl-C arriving
     # then would lose the share's requests.
     signal.signal(signal.SIGINT, _sigint)
+    from stackpin.children import die_with_parent_now
+
+    die_with_parent_now()  # a bench killed (SIGTERM, kill -9) takes its workers along, mid-point or not
     try:
         result = asyncio.run(_share(*args))
         pipe.send(result)

@@ -64,20 +64,18 @@ def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault:
         from stackpin.sim.stack import sim_stack
 
         check_model(step_model, sim_stack(locked))
-        try:
-            run_bed(plan(locked, share, speed, step_model), env, host, port, speed, step_model, sys.stderr)
-        except KeyboardInterrupt:
-            pass
+        code = run_bed(plan(locked, share, speed, step_model), env, host, port, speed, step_model, sys.stderr)
+        if code:  # stopped by SIGINT or SIGTERM, everything it started gone: 130 or 143, as a shell expects
+            sys.exit(code)
         return
 
     def announce(bound: int) -> None:
         click.echo(f"stackpin sim: {lock} on http://{host}:{bound} (simulated, {step_model}, speed {speed})",
                    file=sys.stderr)
 
-    try:
-        run(Path(lock), host, port, speed, faults, step_model, announce, share)
-    except KeyboardInterrupt:
-        pass
+    code = run(Path(lock), host, port, speed, faults, step_model, announce, share)
+    if code:
+        sys.exit(code)
 
 
 @sim.command(help="""The published figures the simulator is calibrated to next to what its step model

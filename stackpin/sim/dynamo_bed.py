@@ -7,21 +7,19 @@ frontend's URL under "serving", which bench run sends its requests to) and GET
 redirects everything else (307) to the frontend. Requests go to the frontend directly, no proxy on
 the path.
 
-Dynamo's processes run in sessions of their own, so a terminal's Ctrl-C reaches stackpin alone, which
-stops them in order (SIGTERM, then SIGKILL after a grace period); on Linux they also get SIGKILL if
-stackpin itself dies. Their logs stay in the bed's temporary directory and a process that fails is
-reported with its last log line.
+Dynamo's processes run in sessions of their own (stackpin.children), so a terminal's Ctrl-C reaches
+stackpin alone, which stops them in order (SIGTERM, then SIGKILL after a grace period), removes the bed's
+temporary directory and exits 130 (143 on SIGTERM); on Linux they also get SIGKILL if stackpin itself
+dies, and the janitor removes the directory. Their logs stay in that directory and a process that fails
+is reported with its last log line.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
-import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.error
@@ -34,12 +32,11 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
 
-from stackpin.children import die_with_parent
+from stackpin.children import Children, stop_on_signals
 from stackpin.errors import StackpinError
 from stackpin.sim.dynamo import BedPlan, facts, model_files
 
 HELPER = Path(__file__).with_name("dynamo_helper.py")
-GRACE_S = 5.0
 
 
 def find_env(given: str | None = None) -> Path:
@@ -105,31 +102,16 @@ class Bed:
         return None
 
 
-def _start(name: str, argv: list[str], env: dict[str, str], logs: Path) -> _Process:
+def _start(children: Children, name: str, argv: list[str], env: dict[str, str], logs: Path) -> _Process:
     log = logs / f"{name.replace(' ', '-')}.log"
     with log.open("wb") as out:
-        popen = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                 start_new_session=True, preexec_fn=die_with_parent())  # noqa: PLW1509
+        popen = children.spawn(argv, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
     return _Process(name, popen, log)
 
 
-def _stop(processes: list[_Process]) -> None:
-    """SIGTERM every process group, then SIGKILL what is left after the grace period."""
-    for process in reversed(processes):
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.popen.pid, signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_S
-    for process in processes:
-        with suppress(subprocess.TimeoutExpired):
-            process.popen.wait(timeout=max(deadline - time.monotonic(), 0.01))
-    for process in processes:
-        with suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.popen.pid, signal.SIGKILL)
-        process.popen.wait()
-
-
-def _broker(python: Path, env: dict[str, str], logs: Path) -> tuple[_Process, str]:
-    process = _start("event broker", [str(python), str(HELPER), "broker"], env, logs)
+def _broker(children: Children, python: Path, env: dict[str, str], logs: Path,
+            stopping: threading.Event | None) -> tuple[_Process, str]:
+    process = _start(children, "event broker", [str(python), str(HELPER), "broker"], env, logs)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         text = process.log.read_text(encoding="utf-8", errors="replace").split()
@@ -138,11 +120,14 @@ def _broker(python: Path, env: dict[str, str], logs: Path) -> tuple[_Process, st
         problem = process.failure()
         if problem:
             raise StackpinError(problem)
-        time.sleep(0.05)
+        if stopping is not None and stopping.wait(0.05):
+            raise _Stopped
+        time.sleep(0.05 if stopping is None else 0)
     raise StackpinError(f"the Dynamo bed's event broker did not start within 30 s (log: {process.log})")
 
 
-def _write_inputs(plan: BedPlan, python: Path, root: Path) -> tuple[Path, list[Path]]:
+def _write_inputs(children: Children, plan: BedPlan, python: Path, root: Path,
+                  stopping: threading.Event | None) -> tuple[Path, list[Path]]:
     model = root / "model"
     model.mkdir()
     for name, content in model_files(plan.model_id, plan.max_model_len).items():
@@ -151,11 +136,20 @@ def _write_inputs(plan: BedPlan, python: Path, root: Path) -> tuple[Path, list[P
     for i, mocker in enumerate(plan.mockers):
         source, target = root / f"table-{i}-{mocker.role}.json", root / f"table-{i}-{mocker.role}.npz"
         source.write_text(json.dumps(mocker.table.as_json()), encoding="utf-8")
-        done = subprocess.run([str(python), str(HELPER), "table", str(source), str(target)],
-                              capture_output=True, text=True, check=False, timeout=120)
-        if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or [""])[-1]
-            raise StackpinError(f"the Dynamo bed could not write its timing table: {last}")
+        log = root / f"table-{i}.log"
+        with log.open("wb") as out:
+            helper = children.spawn([str(python), str(HELPER), "table", str(source), str(target)],
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while helper.poll() is None:  # a stop while it runs is seen within a tenth of a second
+            if stopping is not None and stopping.is_set():
+                raise _Stopped
+            if time.monotonic() > deadline:
+                raise StackpinError("the Dynamo bed's timing table was not written within 120 s")
+            with suppress(subprocess.TimeoutExpired):
+                helper.wait(timeout=0.1)
+        if helper.returncode != 0:
+            raise StackpinError(f"the Dynamo bed could not write its timing table: {_tail(log)}")
         tables.append(target)
     return model, tables
 
@@ -268,32 +262,32 @@ def running(plan: BedPlan, env_dir: Path, host: str = "127.0.0.1", port: int = 0
     """The bed, up and answering, for the `with` block; every process stopped and its files removed after,
     also on an error or Ctrl-C. `stopping`, when set while the bed starts, stops it (raising _Stopped)."""
     python = env_dir / "bin" / "python"
-    root = Path(tempfile.mkdtemp(prefix="stackpin-dynamo-"))
-    processes: list[_Process] = []
     server: _InfoServer | None = None
     thread: threading.Thread | None = None
+    children = Children()
     try:
         try:  # the bed's own address first: a port taken fails before any of Dynamo's processes start
             server = _InfoServer((host, port), _Handler)
         except OSError as exc:
             raise StackpinError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-        model, tables = _write_inputs(plan, python, root)
+        root = children.temp_dir("stackpin-dynamo-")
+        model, tables = _write_inputs(children, plan, python, root, stopping)
         kv, logs = root / "discovery", root / "logs"
         kv.mkdir()
         logs.mkdir()
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DYN_", "HF_", "TRANSFORMERS_"))}
         env.update({k: str(v) for k, v in facts()["environment"].items()})
         env["DYN_FILE_KV"] = str(kv)
-        broker, url = _broker(python, env, logs)
-        processes.append(broker)
+        broker, url = _broker(children, python, env, logs, stopping)
+        processes = [broker]
         env["DYN_ZMQ_BROKER_URL"] = url
         frontend_port = _free_port("127.0.0.1")
         frontend = f"http://127.0.0.1:{frontend_port}"
-        processes.append(_start("frontend", [str(python), "-m", "dynamo.frontend", "--http-host", "127.0.0.1",
-                                             "--http-port", str(frontend_port), "--discovery-backend", "file",
-                                             *plan.frontend_args], env, logs))
+        processes.append(_start(children, "frontend", [
+            str(python), "-m", "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", str(frontend_port),
+            "--discovery-backend", "file", *plan.frontend_args], env, logs))
         for mocker, npz in zip(plan.mockers, tables, strict=True):
-            processes.append(_start(f"mocker ({mocker.role})",
+            processes.append(_start(children, f"mocker ({mocker.role})",
                                     [str(python), "-m", "dynamo.mocker", "--model-path", str(model),
                                      "--discovery-backend", "file", "--planner-profile-data", str(npz), *mocker.args],
                                     env, logs))
@@ -310,38 +304,32 @@ def running(plan: BedPlan, env_dir: Path, host: str = "127.0.0.1", port: int = 0
             server.shutdown()
         if server is not None:
             server.server_close()
-        _stop(processes)
-        shutil.rmtree(root, ignore_errors=True)
+        children.close()  # every group ended (SIGTERM, grace, SIGKILL), the directory removed
 
 
 def serve(plan: BedPlan, env_dir: Path, host: str, port: int, speed: float, model_name: str,
-          announce: IO[str] | None = None) -> None:
-    """Serve until Ctrl-C or SIGTERM (the CLI), or until one of Dynamo's processes fails (an error).
+          announce: IO[str] | None = None) -> int:
+    """Serve until Ctrl-C or SIGTERM (the CLI), or until one of Dynamo's processes fails (an error); every
+    process stopped and the directory removed, returns the exit code the signal calls for (130, 143).
 
-    The signals only set a flag that the loops here look at: an exception raised wherever a signal lands
-    can land inside Popen.poll() between its lock's acquire and its try, leaving the lock held, and the
-    wait for that process in the shutdown then blocks for ever (a full suite beside a CPU burner hung so)."""
-    stopping = threading.Event()
-
-    def stop(*_: object) -> None:
-        stopping.set()
-
-    if announce is not None:  # before the minutes a bed may take to start: the figures a bench will not show
-        for slow in plan.floored:
-            print(f"stackpin sim: warning: {slow.describe(str(facts()['version']))}", file=announce, flush=True)
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        with running(plan, env_dir, host, port, speed, model_name, stopping) as bed:
-            if announce is not None:
-                print(f"stackpin sim: {bed.plan.stack.name} on {bed.url} (simulated: Dynamo {facts()['version']} "
-                      f"frontend at {bed.frontend} and {len(plan.mockers)} mocker process(es), speed {speed})",
-                      file=announce, flush=True)
-            while not stopping.wait(0.5):
-                problem = bed.failure()
-                if problem:
-                    raise StackpinError(problem)
-    except _Stopped:
-        pass  # stopped while starting: `running` stopped what it had started
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    The signals only set a flag that the loops here look at (stackpin.children.stop_on_signals): an
+    exception raised wherever a signal lands can land inside Popen.poll() between its lock's acquire and
+    its try, leaving the lock held, and the wait for that process in the shutdown then blocks for ever (a
+    full suite beside a CPU burner hung so), or between a child's start and its registration."""
+    with stop_on_signals() as stop:
+        if announce is not None:  # before the minutes a bed may take to start: the figures a bench will not show
+            for slow in plan.floored:
+                print(f"stackpin sim: warning: {slow.describe(str(facts()['version']))}", file=announce, flush=True)
+        try:
+            with running(plan, env_dir, host, port, speed, model_name, stop.event) as bed:
+                if announce is not None:
+                    print(f"stackpin sim: {bed.plan.stack.name} on {bed.url} (simulated: Dynamo "
+                          f"{facts()['version']} frontend at {bed.frontend} and {len(plan.mockers)} mocker "
+                          f"process(es), speed {speed})", file=announce, flush=True)
+                while not stop.event.wait(0.5):
+                    problem = bed.failure()
+                    if problem:
+                        raise StackpinError(problem)
+        except _Stopped:
+            pass  # stopped while starting: `running` stopped what it had started
+        return stop.exit_code

@@ -296,14 +296,21 @@ async def _serve(server: SimServer, host: str, port: int, started: threading.Eve
                 await tcp.serve_forever()
             else:
                 await stop.wait()
+                tcp.close()
+                if hasattr(tcp, "close_clients"):  # 3.13+: wait_closed would wait for kept-alive clients
+                    tcp.close_clients()
     finally:
         await server.sim.stop()
 
 
 def serve(lock: Path, host: str = "127.0.0.1", port: int = 8000, speed: float = 1.0,
           faults: FaultSpec | None = None, model: str = "roofline",
-          announce: Callable[[int], None] | None = None, share: int = 1) -> None:
-    """Serve until interrupted (the CLI); `announce` is told the port once it listens (--port 0)."""
+          announce: Callable[[int], None] | None = None, share: int = 1) -> int:
+    """Serve until Ctrl-C or SIGTERM (the CLI); `announce` is told the port once it listens (--port 0).
+    Returns the exit code the signal calls for (130, 143): the signals only set a flag that stops the
+    server (stackpin.children.stop_on_signals), also where SIGINT was ignored when the process started."""
+    from stackpin.children import stop_on_signals
+
     check_model(model)
     if speed <= 0:
         raise StackpinError(f"--speed {speed}: must be above 0")
@@ -313,18 +320,23 @@ def serve(lock: Path, host: str = "127.0.0.1", port: int = 8000, speed: float = 
     started = threading.Event()
     bound: list[int] = []
 
-    async def main() -> None:
-        task = asyncio.ensure_future(_serve(server, host, port, started, bound))
-        while not started.is_set() and not task.done():
-            await asyncio.sleep(0.01)
-        if bound and announce is not None:
-            announce(bound[0])
-        await task
+    with stop_on_signals() as stopped:
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            stop = asyncio.Event()
+            stopped.on_stop(lambda: loop.call_soon_threadsafe(stop.set))
+            task = asyncio.ensure_future(_serve(server, host, port, started, bound, stop))
+            while not started.is_set() and not task.done():
+                await asyncio.sleep(0.01)
+            if bound and announce is not None and not stop.is_set():
+                announce(bound[0])
+            await task
 
-    try:
-        asyncio.run(main())
-    except OSError as exc:  # the port is taken, or the host is not this machine's
-        raise StackpinError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        try:
+            asyncio.run(main())
+        except OSError as exc:  # the port is taken, or the host is not this machine's
+            raise StackpinError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+        return stopped.exit_code
 
 
 @dataclass
