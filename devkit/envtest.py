@@ -48,7 +48,7 @@ from typing import Any
 
 import yaml
 
-from devkit.process import free_port, stop
+from devkit.process import free_port, start, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED_SERVER = ROOT.parent / "shared" / "envtest" / "kube-apiserver.gz"
@@ -272,7 +272,7 @@ class Envtest:
         d = self.workdir
         log = (d / "apiserver.log").open("ab")
         self._logs.append(log)
-        self.apiserver = subprocess.Popen([
+        self.apiserver = start([
             str(self.apiserver_bin), f"--etcd-servers={self.etcd_url}", "--bind-address=127.0.0.1",
             "--advertise-address=127.0.0.1", f"--secure-port={self.port}", f"--cert-dir={d / 'certs'}",
             "--service-account-issuer=https://kubernetes.default.svc", f"--service-account-key-file={d / 'sa.pub'}",
@@ -280,7 +280,7 @@ class Envtest:
             "--authorization-mode=RBAC", f"--token-auth-file={d / 'tokens.csv'}",
             f"--client-ca-file={d / 'client-ca.crt'}", "--disable-admission-plugins=ServiceAccount",
             "--allow-privileged=true", "--enable-priority-and-fairness=false",
-        ], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        ], stdout=log, stderr=subprocess.STDOUT)
         self._wait_ready()
 
     def kill_apiserver(self) -> None:
@@ -318,8 +318,7 @@ class Envtest:
         # The API server's graceful shutdown drains open watches for ~10 s; its state is thrown away
         # with the test run, so it is killed. etcd is asked to stop (it exits at once).
         if self.apiserver and self.apiserver.poll() is None:
-            self.apiserver.kill()
-            self.apiserver.wait()
+            stop(self.apiserver, timeout=0)
         if self.etcd:
             stop(self.etcd)
         for log in self._logs:
@@ -374,10 +373,10 @@ def _start_etcd(d: Path) -> tuple[subprocess.Popen[bytes], str]:
     client, peer = free_port(), free_port()
     url = f"http://127.0.0.1:{client}"
     log = (d / "etcd.log").open("wb")
-    proc = subprocess.Popen([str(find_tool("etcd")), "--data-dir", str(d / "etcd"), "--listen-client-urls", url,
+    proc = start([str(find_tool("etcd")), "--data-dir", str(d / "etcd"), "--listen-client-urls", url,
                              "--advertise-client-urls", url, "--listen-peer-urls", f"http://127.0.0.1:{peer}",
                              "--log-level", "error"],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                            stdout=log, stderr=subprocess.STDOUT)
     log.close()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -390,7 +389,7 @@ def _start_etcd(d: Path) -> tuple[subprocess.Popen[bytes], str]:
         except (OSError, ValueError):
             pass
         time.sleep(0.05)
-    proc.kill()
+    stop(proc, timeout=0)
     raise EnvtestUnavailable("etcd did not become healthy within 30s")
 
 

@@ -1,9 +1,15 @@
-"""Local services the tests and benchmarks start: a free loopback port, and stopping a process."""
+"""Local services the tests and benchmarks start: a free loopback port, starting a service so that it does not
+outlive the test (its own process group, dying with the thread that started it: stackpin.children), and
+stopping it with its whole group."""
 
 from __future__ import annotations
 
 import socket
 import subprocess
+from collections.abc import Sequence
+from typing import Any
+
+from stackpin.children import end_groups, spawn
 
 
 def free_port() -> int:
@@ -13,13 +19,12 @@ def free_port() -> int:
         return port
 
 
-def stop(proc: subprocess.Popen[bytes], timeout: float = 10) -> None:
-    """Ask a process to stop; kill it if it has not within `timeout` seconds."""
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+def start(argv: Sequence[str], **popen: Any) -> subprocess.Popen[Any]:
+    """A service in a process group of its own that gets SIGKILL when the thread that started it ends
+    (a killed test run included); stop() ends its group."""
+    return spawn(argv, **popen)
+
+
+def stop(proc: subprocess.Popen[Any], timeout: float = 10) -> None:
+    """SIGTERM the process's group; SIGKILL it if it has not ended within `timeout` seconds; reap it."""
+    end_groups([proc], timeout)

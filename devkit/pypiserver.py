@@ -19,6 +19,8 @@ from pathlib import Path
 
 import httpx
 
+from devkit.process import start, stop
+
 START_TIMEOUT = 30.0
 
 
@@ -35,7 +37,7 @@ def serve_packages(directory: Path) -> Iterator[str]:
     command = [sys.executable, "-m", "pypiserver", "run", "--host", "127.0.0.1", "--port", str(port),
                "--disable-fallback", "--authenticate", ".", "--passwords", ".", "--hash-algo", "sha256",
                "--backend", "simple-dir", "--log-stream", "none", str(directory)]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = start(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     url = f"http://127.0.0.1:{port}/simple/"
     try:
         deadline = time.monotonic() + START_TIMEOUT
@@ -53,11 +55,6 @@ def serve_packages(directory: Path) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop(process)
         if process.stderr:
             process.stderr.close()

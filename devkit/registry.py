@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from devkit.process import free_port, stop
+from devkit.process import free_port, start, stop
 
 
 class RegistryUnavailable(RuntimeError):
@@ -64,7 +64,7 @@ def start_registry(tmp: Path, auth: dict[str, object] | None = None) -> Iterator
     # JSON is YAML, and needs no YAML writer.
     (tmp / "config.yml").write_text(json.dumps(config))
     log = (tmp / "registry.log").open("wb")
-    proc = subprocess.Popen([registry_binary(), "serve", str(tmp / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
+    proc = start([registry_binary(), "serve", str(tmp / "config.yml")], stdout=log, stderr=subprocess.STDOUT)
     try:
         _wait_ready(f"http://127.0.0.1:{port}/v2/", proc, tmp / "registry.log")
         yield f"127.0.0.1:{port}", storage

@@ -278,6 +278,8 @@ def running(plan: BedPlan, env_dir: Path, host: str = "127.0.0.1", port: int = 0
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DYN_", "HF_", "TRANSFORMERS_"))}
         env.update({k: str(v) for k, v in facts()["environment"].items()})
         env["DYN_FILE_KV"] = str(kv)
+        env["TMPDIR"] = str(root / "tmp")  # what Dynamo's processes leave there (JSON files) goes with the bed
+        (root / "tmp").mkdir()
         broker, url = _broker(children, python, env, logs, stopping)
         processes = [broker]
         env["DYN_ZMQ_BROKER_URL"] = url
