@@ -376,51 +376,64 @@ def test_bad_input_is_one_line_exit_2_and_nothing_is_locked(tmp_path: Path) -> N
     assert (empty.exit_code, empty.stdout) == (0, f"no rollouts in {rollouts}\n")
 
 
-def test_resume_is_refused_while_the_process_running_the_rollout_lives(tmp_path: Path) -> None:
-    import socket
+def hold_runner_lock(directory: Path) -> subprocess.Popen[str]:
+    """A process holding the fleet's runner claim (its flock on RUNNER), as a live runner does."""
+    directory.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+         f"fd = os.open({str(directory / 'RUNNER')!r}, os.O_RDWR | os.O_CREAT)\n"
+         "fcntl.flock(fd, fcntl.LOCK_EX); os.write(fd, b'elsewhere:1 rollout 000001'); print('held', flush=True)\n"
+         "time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    return holder
 
+
+def a_record(tmp_path: Path) -> tuple[Any, str]:
     from stackpin.rollout.record import RackRecord, Rollout, RolloutStore
 
     store = RolloutStore(tmp_path / "rollouts", "west")
     rollout_id = store.acquire()
-    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as alive:
-        try:
-            store.write(Rollout(id=rollout_id, fleet="west", fleet_file="fleet.yaml", deployment="dynamo/x@gb300-nvl72",
-                                revision=2, stack_digest="sha256:0", runner=f"{socket.gethostname()}:{alive.pid}",
-                                started_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z",
-                                racks=(RackRecord(name="rack-a", wave=0),)))
-            refused = CliRunner().invoke(main, ["rollout", "resume", "west", "--rollouts", str(tmp_path / "rollouts")])
-        finally:
-            alive.kill()
+    store.write(Rollout(id=rollout_id, fleet="west", fleet_file="fleet.yaml", deployment="dynamo/x@gb300-nvl72",
+                        revision=2, stack_digest="sha256:0", runner="elsewhere:1",
+                        started_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z",
+                        racks=(RackRecord(name="rack-a", wave=0),)))
+    return store, rollout_id
+
+
+def test_resume_is_refused_while_the_process_running_the_rollout_lives(tmp_path: Path) -> None:
+    store, rollout_id = a_record(tmp_path)
+    holder = hold_runner_lock(store.directory)
+    try:
+        refused = CliRunner().invoke(main, ["rollout", "resume", "west", "--rollouts", str(tmp_path / "rollouts")])
+    finally:
+        holder.kill()
+        holder.wait()
     assert refused.exit_code == 1
-    assert refused.stderr == f"error: rollout 000001 is running (process {socket.gethostname()}:{alive.pid}): " \
-                             "pause it first\n"
+    assert refused.stderr == "error: fleet west: its runner (elsewhere:1 rollout 000001) still runs: one runner " \
+        f"per fleet ({store.directory / 'RUNNER'}); wait for it to stop (rollout pause stops it after its current " \
+        "step)\n"
+    assert store.read(rollout_id).state == "running"  # nothing written
 
 
 def test_a_paused_rollout_whose_process_still_finishes_its_step_is_not_resumed_or_rolled_back(
         tmp_path: Path) -> None:
     """`rollout pause` only marks the record: its process stops after the step it is in (a ready wait can
     last minutes). A second runner, or a rollback under it, must wait until it has stopped."""
-    import socket
+    from stackpin.rollout.record import State
 
-    from stackpin.rollout.record import RackRecord, Rollout, RolloutStore, State
-
-    store = RolloutStore(tmp_path / "rollouts", "west")
-    rollout_id = store.acquire()
+    store, rollout_id = a_record(tmp_path)
+    store.write(store.read(rollout_id).with_state(State.paused, "paused"))
     rollouts = str(tmp_path / "rollouts")
-    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as alive:
-        runner = f"{socket.gethostname()}:{alive.pid}"
-        try:
-            store.write(Rollout(id=rollout_id, fleet="west", fleet_file="fleet.yaml", deployment="dynamo/x@gb300-nvl72",
-                                revision=2, stack_digest="sha256:0", runner=runner,
-                                started_at="2026-01-01T00:00:00Z", updated_at="2026-01-01T00:00:00Z",
-                                racks=(RackRecord(name="rack-a", wave=0),)).with_state(State.paused, "paused"))
-            resumed = CliRunner().invoke(main, ["rollout", "resume", "west", "--rollouts", rollouts])
-            rolled = CliRunner().invoke(main, ["rollout", "abort", "west", "--rollback", "--rollouts", rollouts])
-        finally:
-            alive.kill()
-    assert (resumed.exit_code, resumed.stderr) == (
-        1, f"error: rollout 000001 is paused, but its process {runner} still runs: resume once it has stopped\n")
-    assert rolled.exit_code == 1 and f"its process {runner} still runs" in rolled.stderr
+    holder = hold_runner_lock(store.directory)
+    try:
+        resumed = CliRunner().invoke(main, ["rollout", "resume", "west", "--rollouts", rollouts])
+        rolled = CliRunner().invoke(main, ["rollout", "abort", "west", "--rollback", "--rollouts", rollouts])
+        shown = CliRunner().invoke(main, ["rollout", "status", "west", "--rollouts", rollouts])
+    finally:
+        holder.kill()
+        holder.wait()
+    assert resumed.exit_code == 1 and "its runner (elsewhere:1 rollout 000001) still runs" in resumed.stderr
+    assert rolled.exit_code == 1 and "its runner (elsewhere:1 rollout 000001) still runs" in rolled.stderr
+    assert "paused (its runner still finishes its step)" in shown.stdout.splitlines()[0]
     assert store.read(rollout_id).state == State.paused  # neither wrote anything
     assert (tmp_path / "rollouts" / "west" / "ACTIVE").is_file()

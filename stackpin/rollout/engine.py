@@ -5,7 +5,12 @@ apply`), then awaited ready, then the wave soaks (every rack must stay ready), t
 the bench gate (the canary's previous stack measured before the apply, the new one after, judged by
 `stackpin.rollout.benchgate`). Every step is written to the record before the next starts, so a
 rollout killed anywhere resumes from it; a rack whose step is `applied` or later is never applied again,
-and one the cluster shows already running the target digest is not either.
+and one whose status is in sync on the target digest (`stackpin status` would exit 0: the record entry
+written, nothing stale, nothing drifted) is not either. Anything less, a killed apply that created the new
+DynamoGraphDeployment but pruned nothing, say, is applied again (server-side apply converges). A rack is
+marked done only while its status is in sync. The states, transitions and invariants: docs/rollout.md.
+
+The caller holds the runner's claim (`RolloutStore.claim`) while `Engine.run` runs: one runner per fleet.
 
 Stops: a failed gate or readiness with onFailure=rollback applies the rack's previous revision back and
 stops; with onFailure=pause it pauses, nothing rolled back. An API server that does not answer pauses
@@ -15,6 +20,7 @@ A person's `rollout pause|abort` is seen between steps.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,15 +36,18 @@ from stackpin.deploy.lease import DURATION_S
 from stackpin.deploy.objects import DGD_KIND, key_of, stack_objects
 from stackpin.deploy.readiness import readiness
 from stackpin.deploy.source import StackSource, refuse_stand_ins, resolve_source
-from stackpin.deploy.status import deployment_status
+from stackpin.deploy.status import StatusReport, deployment_status
 from stackpin.deploy.wait import wait_ready
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
-from stackpin.rollout.fleet import LoadedFleet, OnFailure, Rack
+from stackpin.rollout.fleet import FleetSpec, LoadedFleet, OnFailure, Rack
 from stackpin.rollout.record import GateRecord, RackRecord, Rollout, RolloutStore, State, Step, now
 
 Note = Callable[[str], None]
 LEASE_WAIT_S = 3.0 * DURATION_S  # outlasts a dead holder's Lease (it expires unrenewed)
+# Test seam, for the fault tests alone (tests/test_rollout_faults.py): the runner kills itself with SIGKILL
+# at its Nth fault point (each record write, each write of an apply). Never set outside those tests.
+FAULT_ENV = "STACKPIN_TEST_ROLLOUT_SIGKILL_AT"
 
 
 class Halt(Exception):
@@ -56,6 +65,27 @@ class RackFailed(Exception):
 class Live:
     revision: int | None
     digest: str | None
+    problems: tuple[str, ...]  # why the rack's status is not in sync (none: `stackpin status` exits 0)
+
+    def runs(self, digest: str) -> bool:
+        """Whether the rack runs `digest` and its status is in sync: the record entry written, nothing stale
+        (a member another stack left, a DGD being deleted), nothing drifted."""
+        return self.digest == digest and not self.problems
+
+
+def sync_problems(report: StatusReport) -> tuple[str, ...]:
+    """`stackpin status`'s reasons for not being in sync, less the lockfile comparison (the rollout compares
+    with its revision's digest instead)."""
+    return (*report.problems, *(f"{d.subject} {d.path} drifted (changed by {d.manager})" for d in report.drift))
+
+
+def _fault_at() -> int | None:
+    value = os.environ.get(FAULT_ENV)
+    if value is None:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise StackpinError(f"{FAULT_ENV}={value!r}: a test seam taking a step number (1, 2, ...)")
+    return int(value)
 
 
 @dataclass
@@ -72,6 +102,18 @@ class Engine:
     connect: Callable[[Rack], Cluster] | None = None
     _clusters: dict[str, Cluster] = field(default_factory=dict)
     working: str = "?"  # the rack the last step began on (an error names it)
+    _fault_at: int | None = field(default_factory=_fault_at)
+    _faults: int = 0
+
+    def fault_point(self) -> None:
+        """The fault tests' seam: SIGKILL this process at its FAULT_ENV-th fault point."""
+        if self._fault_at is None:
+            return
+        self._faults += 1
+        if self._faults == self._fault_at:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
 
     # --- the record ---------------------------------------------------------------------------------
 
@@ -83,6 +125,7 @@ class Engine:
                 record = record.with_state(on_disk.state, on_disk.reason)
         self.store.write(record)
         self.record = record
+        self.fault_point()
 
     def rack_update(self, name: str, **changes: Any) -> None:
         self.save(self.record.with_rack(name, **changes))
@@ -119,7 +162,17 @@ class Engine:
         if not read_parent(cluster.get(CONFIGMAPS, ns, parent_name(deployment)), deployment, ns).exists:
             return None
         report = deployment_status(cluster, deployment, ns, lockdir=self.lockdir)
-        return Live(report.revision, report.stack_digest)
+        return Live(report.revision, report.stack_digest, sync_problems(report))
+
+    def in_sync(self, rack: Rack) -> None:
+        """RackFailed unless the rack's status is in sync on the target digest (a rack is done only then)."""
+        live = self.live(rack)
+        target = self.target.lock.stack_digest
+        if live is None:
+            raise RackFailed(rack.name, "its status is not in sync: no stackpin deployment there")
+        if not live.runs(target):
+            why = "; ".join(live.problems) or f"it runs {live.digest}, not {target}"
+            raise RackFailed(rack.name, f"its status is not in sync: {why}")
 
     def serving(self, rack: Rack, lock: StackLock) -> tuple[ApiResource, str]:
         """The DynamoGraphDeployment `lock` renders on `rack`: its resource and name."""
@@ -135,7 +188,11 @@ class Engine:
         # A rollout killed mid-apply leaves its Lease until it expires: a resume waits it out.
         options = ApplyOptions(namespace=rack.namespace, timeout_s=ready, allow_recreate=self.record.allow_recreate,
                                lock_timeout_s=LEASE_WAIT_S, allow_stand_ins=self.record.allow_stand_ins)
-        apply_stack(self.cluster(rack), source, options, progress=lambda m: self.note(rack.name, m),
+        def progress(message: str) -> None:
+            self.note(rack.name, message)
+            self.fault_point()  # after each write of the apply
+
+        apply_stack(self.cluster(rack), source, options, progress=progress,
                     warn=lambda m: self.note(rack.name, f"warning: {m}"))
 
     def wait(self, rack: Rack, lock: StackLock) -> None:
@@ -147,10 +204,12 @@ class Engine:
     # --- the steps ----------------------------------------------------------------------------------
 
     def run(self) -> Rollout:
-        """Carry the record on from its first step not done, to its end or a pause."""
+        """Carry the record on from its first step not done, to its end or a pause. The caller holds the
+        runner's claim."""
         from stackpin.rollout.record import this_runner
 
         spec = self.fleet.fleet.spec
+        check_plan(self.fleet, self.record)
         self.save(self.record.model_copy(update={"runner": this_runner()}))
         try:
             if any(r.step == Step.failed for r in self.record.racks):  # a rollback the last run could not finish
@@ -171,6 +230,8 @@ class Engine:
                     self.gate(wave[0])
                 for rack in wave:
                     if self.record.rack(rack.name).step != Step.done:
+                        self.working = rack.name
+                        self.in_sync(rack)  # done only while `stackpin status` would say in sync
                         self.rack_update(rack.name, step=Step.done)
             self.save(self.record.with_state(State.succeeded, f"revision {self.record.revision} is live on "
                                              f"all {len(spec.racks)} racks"))
@@ -206,8 +267,8 @@ class Engine:
                 and not (entry.gate and entry.gate.before):
             before = self.measure(rack, self.previous_lock(rack, entry), "before")
             self.rack_update(rack.name, gate=GateRecord(before=before))
-        if live is not None and live.digest == target_digest:
-            self.note(rack.name, f"already runs {target_digest[:19]}: not applied again")
+        if live is not None and live.runs(target_digest):
+            self.note(rack.name, f"already runs {target_digest[:19]}, in sync: not applied again")
             self.rack_update(rack.name, step=Step.applied,
                              messages=(*entry.messages, "the cluster already ran the target digest"))
             return
@@ -226,6 +287,7 @@ class Engine:
             self.wait(rack, self.target.lock)
         except WaitTimeout as exc:
             raise RackFailed(rack.name, exc.message) from None
+        self.in_sync(rack)
         self.rack_update(rack.name, step=Step.ready)
 
     def soak(self, wave: list[Rack]) -> None:
@@ -358,6 +420,33 @@ class Engine:
             self.rack_update(rack.name, gate=gate.model_copy(update={"after_rollback": again}))
 
 
+def planned(spec: FleetSpec) -> list[tuple[str, int]]:
+    """(rack, wave) in the fleet's wave order: what a record of it names."""
+    return [(r.name, i) for i, wave in enumerate(spec.wave_plan()) for r in wave]
+
+
+def check_plan(fleet: LoadedFleet, record: Rollout) -> None:
+    """Refuse (exit 2, before anything is written) a fleet file whose racks or waves are not the record's:
+    a rollout goes on over the racks and waves it started with, never over an edited file's."""
+    now_plan, then = planned(fleet.fleet.spec), [(r.name, r.wave) for r in record.racks]
+    if now_plan == then:
+        return
+    names, recorded = {n for n, _ in now_plan}, {n for n, _ in then}
+    if names - recorded or recorded - names:
+        parts = [f"rack {', '.join(sorted(names - recorded))} added"] if names - recorded else []
+        parts += [f"rack {', '.join(sorted(recorded - names))} removed"] if recorded - names else []
+        what = " and ".join(parts)
+    elif now_plan[0][0] != then[0][0]:
+        what = f"the canary is {now_plan[0][0]}, the rollout's is {then[0][0]}"
+    else:
+        waves = dict(now_plan)
+        moved = next(((n, w) for n, w in then if waves[n] != w), None)
+        what = f"rack {moved[0]} is in wave {waves[moved[0]] + 1}, the rollout's wave {moved[1] + 1}" if moved \
+            else "the racks of a wave are in another order"
+    raise StackpinError(f"{fleet.path}: its racks and waves are not rollout {record.id}'s ({what}): resume "
+                        f"with the fleet file it started with ({record.fleet_file}), or abort it")
+
+
 def new_record(fleet: LoadedFleet, source: StackSource, rollout_id: str, allow_recreate: bool = False,
                allow_stand_ins: bool = False) -> Rollout:
     """The record of a rollout about to start: every rack pending, in wave order."""
@@ -373,7 +462,7 @@ def new_record(fleet: LoadedFleet, source: StackSource, rollout_id: str, allow_r
             raise StackpinError(f"rack {rack.name} names deployment {rack.deployment}, the revision deploys "
                                 f"{deployment}: the name is part of the locked stack; drop the rack's deployment")
     stamp = now()
-    racks = tuple(RackRecord(name=r.name, wave=i) for i, wave in enumerate(fleet.fleet.spec.wave_plan()) for r in wave)
+    racks = tuple(RackRecord(name=name, wave=wave) for name, wave in planned(fleet.fleet.spec))
     return Rollout(id=rollout_id, fleet=fleet.fleet.metadata.name, fleet_file=str(fleet.path),
                    deployment=str(DeploymentKey.of_lock(lock)), revision=source.revision,
                    stack_digest=lock.stack_digest, allow_recreate=allow_recreate,
