@@ -26,6 +26,7 @@ from packaging.version import InvalidVersion, Version
 from stackpin.engines.package import normalize, requires_of
 from stackpin.engines.pipconfig import DEFAULT_INDEX, Endpoint, endpoint, index_url, redact_text
 from stackpin.engines.simple import MAX_PAGE, FileEntry, PageError, parse_directory, parse_html, parse_json, release_of
+from stackpin.engines.watchdog import Sockets, Watchdog
 from stackpin.errors import ResolveError, StackpinError, clip
 
 if TYPE_CHECKING:
@@ -37,6 +38,8 @@ JSON_INDEX = "application/vnd.pypi.simple.v1+json"
 # pip's Accept: JSON first, HTML (PEP 503) from indexes that only serve that.
 ACCEPT = f"{JSON_INDEX}, application/vnd.pypi.simple.v1+html;q=0.2, text/html;q=0.01"
 MAX_DOWNLOAD = 2 << 30  # one package file; vLLM's largest wheels are ~400 MB
+REQUEST_SECONDS = 30.0  # one request, from connecting to its last byte, however slowly they come
+MIN_RATE = float(256 << 10)  # bytes/s: a download earns 4 s per MiB received (vLLM's 47 MB sdist: +188 s)
 
 
 def default_index() -> str:
@@ -112,13 +115,17 @@ class _NotFound(Exception):
 
 class PackageIndex:
     """One index (an http(s) URL) or one directory of package files, read as pip reads them. Pages are
-    read once per instance; `close()` (or `with`) ends its connections."""
+    read once per instance; `close()` (or `with`) ends its connections. `timeout` bounds each request as a
+    whole, from connecting to its last byte [default: REQUEST_SECONDS]; a download gets a second more per
+    MIN_RATE bytes it has received. Not for use by two threads at once."""
 
-    def __init__(self, url: str | None = None, *, find_links: Path | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, url: str | None = None, *, find_links: Path | None = None,
+                 timeout: float | None = None) -> None:
         self.directory = find_links
         self.where = None if find_links is not None else endpoint(index_url(url))
-        self.timeout = timeout
+        self.timeout = REQUEST_SECONDS if timeout is None else timeout
         self._client: httpx.Client | None = None
+        self._sockets = Sockets()
         self._pages: dict[str, list[FileEntry]] = {}
         if find_links is not None and not find_links.is_dir():
             raise StackpinError(f"--find-links {find_links}: not a directory")
@@ -146,32 +153,41 @@ class PackageIndex:
         return self._client
 
     @contextmanager
-    def _get(self, url: str, accept: str | None = None) -> Generator[httpx.Response, None, None]:
+    def _get(self, url: str, accept: str | None = None) -> Generator[tuple[httpx.Response, Watchdog], None, None]:
+        """The streamed response to GET `url`, and the watchdog that ends it at its deadline (read it inside)."""
         import httpx
 
-        request = self._http().build_request("GET", url, headers={"Accept": accept} if accept else None)
+        request = self._http().build_request("GET", url, headers={"Accept": accept} if accept else None,
+                                             extensions={"trace": self._sockets.trace})
         assert self.where is not None
         auth = _HostAuth(self.where)
         sent = auth.applies(request.url)
         if sent:
             request.headers["Authorization"] = auth.header()
-        try:
-            response = self._http().send(request, stream=True)
-        except httpx.HTTPError as exc:
-            raise self._failed(url, exc) from None
-        try:
-            if response.status_code == 404:
-                raise _NotFound
-            if response.status_code >= 400:
-                hint = None
-                if response.status_code in (401, 403):
-                    hint = "it refused the credentials given" if sent else "give credentials in the URL or ~/.netrc"
-                raise ResolveError(f"{self._shown(url)}: HTTP {response.status_code}", hint)
-            yield response
-        except httpx.HTTPError as exc:
-            raise self._failed(url, exc) from None
-        finally:
-            response.close()
+        with Watchdog(self.timeout, self._sockets) as watchdog:
+            try:
+                response = self._http().send(request, stream=True)
+            except httpx.HTTPError as exc:
+                raise self._late(url, watchdog) if watchdog.fired else self._failed(url, exc) from None
+            try:
+                if response.status_code == 404:
+                    raise _NotFound
+                if response.status_code >= 400:
+                    hint = None
+                    if response.status_code in (401, 403):
+                        hint = "it refused the credentials given" if sent else "give credentials in the URL or ~/.netrc"
+                    raise ResolveError(f"{self._shown(url)}: HTTP {response.status_code}", hint)
+                yield response, watchdog
+            except httpx.HTTPError as exc:
+                raise self._late(url, watchdog) if watchdog.fired else self._failed(url, exc) from None
+            finally:
+                response.close()
+            if watchdog.fired:  # a body without a length, cut at the deadline, reads as a whole one
+                raise self._late(url, watchdog)
+
+    def _late(self, url: str, watchdog: Watchdog) -> ResolveError:
+        return ResolveError(f"{self._shown(url)}: no complete answer within {watchdog.seconds:g}s (the whole "
+                            "request)", "is the index overloaded? a mirror or --find-links DIR may serve")
 
     def _shown(self, url: str) -> str:
         return redact_text(clip(url, 200))
@@ -185,7 +201,7 @@ class PackageIndex:
         import httpx
 
         try:
-            with self._get(url, accept) as response:
+            with self._get(url, accept) as (response, _):
                 return read_capped(response, limit, self._shown(url)), response.headers.get("content-type", "")
         except httpx.HTTPError as exc:  # connecting, before the response
             raise self._failed(url, exc) from None
@@ -254,8 +270,9 @@ class PackageIndex:
         partial = target.with_name(target.name + ".part")
         digest, size = hashlib.sha256(), 0
         try:
-            with self._get(chosen.url) as response, partial.open("wb") as out:
+            with self._get(chosen.url) as (response, watchdog), partial.open("wb") as out:
                 for chunk in response.iter_bytes():
+                    watchdog.extend(len(chunk) / MIN_RATE)
                     size += len(chunk)
                     if size > MAX_DOWNLOAD:
                         raise ResolveError(f"{chosen.filename}: more than {MAX_DOWNLOAD} bytes")
@@ -297,8 +314,9 @@ class PackageIndex:
         return tuple(sorted(metadata.get_all("Requires-Dist") or ()))
 
 
-def fetch(project: str, version: str, index: str, directory: Path, timeout: float = 600.0) -> Path:
-    """Download `project==version` from the index at `index` into `directory` and return its path."""
+def fetch(project: str, version: str, index: str, directory: Path, timeout: float | None = None) -> Path:
+    """Download `project==version` from the index at `index` into `directory` and return its path; `timeout` as
+    PackageIndex's."""
     with PackageIndex(index, timeout=timeout) as source:
         return source.download(project, version, directory)
 
