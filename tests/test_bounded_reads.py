@@ -292,3 +292,33 @@ def test_a_download_earns_time_by_its_bytes_not_by_each_read(slow_index: tuple[s
         index.download("ai-dynamo", "9.9.9", tmp_path)
     assert time.monotonic() - started < 20
     assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+# -- the registry client: request_deadline bounds each request whole (stackpin.lock.deadline) --
+
+
+class SlowRegistry(SlowIndex):
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.mode == "slow-headers":
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            return self._drip(b"X-Slow: " + b"a" * 240)
+        return self._drip_body(b'{"tags": []}' + b" " * 240, length=self.mode == "slow-body")
+
+
+@pytest.mark.parametrize("mode", ["slow-headers", "slow-body", "slow-body-no-length"])
+def test_the_registry_client_cuts_a_slow_registry_at_its_request_deadline(mode: str) -> None:
+    from stackpin.errors import ResolveError
+    from stackpin.lock.oci.client import RegistryClient
+
+    class Handler(SlowRegistry):
+        pass
+
+    Handler.mode = mode
+    with serve_http(Handler) as url, RegistryClient(retries=0, request_deadline=2.0) as client:
+        host = url.removeprefix("http://")
+        started = time.monotonic()
+        with pytest.raises(ResolveError) as caught:
+            client.list_tags(f"{host}/nvidia/ai-dynamo/vllm-runtime")
+        assert time.monotonic() - started < 20
+    assert caught.value.lines() == [
+        f"registry {host}: GET /v2/nvidia/ai-dynamo/vllm-runtime/tags/list: no complete answer within 2s"]
