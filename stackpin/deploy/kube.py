@@ -405,6 +405,10 @@ class Cluster:
                           (CONNECT_TIMEOUT_S, seconds + 10.0), stream=True)
         self._answered = True
         try:
+            if resp.status_code == 410:  # an expired resourceVersion refused outright: as the ERROR event says it
+                gone = _json(resp.read())
+                yield "ERROR", gone if isinstance(gone, dict) and gone.get("code") == 410 else {"code": 410}
+                return
             if resp.status_code >= 300:
                 self._raise(resp.status_code, _json(resp.read()), "WATCH", res.subject(name))
             for line in resp.iter_lines():
