@@ -76,7 +76,8 @@ class Readiness(msgspec.Struct, frozen=True):
 
 def readiness(dgd: dict[str, Any]) -> Readiness:
     spec = dgd.get("spec") or {}
-    status = dgd.get("status") or {}
+    reported_status = dgd.get("status")
+    status: dict[str, Any] = reported_status if isinstance(reported_status, dict) else {}  # not a Status's "Failure"
     generation = (dgd.get("metadata") or {}).get("generation")
     conditions = {c.get("type"): c for c in status.get("conditions") or [] if isinstance(c, dict)}
     ready = conditions.get("Ready") or {}
