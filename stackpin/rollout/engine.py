@@ -46,7 +46,8 @@ from stackpin.rollout.record import GateRecord, RackRecord, Rollout, RolloutStor
 Note = Callable[[str], None]
 LEASE_WAIT_S = 3.0 * DURATION_S  # outlasts a dead holder's Lease (it expires unrenewed)
 # Test seam, for the fault tests alone (tests/test_rollout_faults.py): the runner kills itself with SIGKILL
-# at its Nth fault point (each record write, each write of an apply). Never set outside those tests.
+# at a fault point (each record write, each write of an apply): `N`, its Nth; `after:TEXT`, the first whose
+# note holds TEXT. Never set outside those tests.
 FAULT_ENV = "STACKPIN_TEST_ROLLOUT_SIGKILL_AT"
 
 
@@ -79,12 +80,15 @@ def sync_problems(report: StatusReport) -> tuple[str, ...]:
     return (*report.problems, *(f"{d.subject} {d.path} drifted (changed by {d.manager})" for d in report.drift))
 
 
-def _fault_at() -> int | None:
+def _fault_at() -> int | str | None:
     value = os.environ.get(FAULT_ENV)
     if value is None:
         return None
+    if value.startswith("after:") and len(value) > 6:
+        return value[6:]
     if not value.isdigit() or int(value) < 1:
-        raise StackpinError(f"{FAULT_ENV}={value!r}: a test seam taking a step number (1, 2, ...)")
+        raise StackpinError(f"{FAULT_ENV}={value!r}: a test seam taking a fault point's number (1, 2, ...) "
+                            "or after:TEXT")
     return int(value)
 
 
@@ -102,15 +106,15 @@ class Engine:
     connect: Callable[[Rack], Cluster] | None = None
     _clusters: dict[str, Cluster] = field(default_factory=dict)
     working: str = "?"  # the rack the last step began on (an error names it)
-    _fault_at: int | None = field(default_factory=_fault_at)
+    _fault_at: int | str | None = field(default_factory=_fault_at)
     _faults: int = 0
 
-    def fault_point(self) -> None:
-        """The fault tests' seam: SIGKILL this process at its FAULT_ENV-th fault point."""
+    def fault_point(self, label: str) -> None:
+        """The fault tests' seam (FAULT_ENV): SIGKILL this process at the chosen fault point."""
         if self._fault_at is None:
             return
         self._faults += 1
-        if self._faults == self._fault_at:
+        if self._faults == self._fault_at or isinstance(self._fault_at, str) and self._fault_at in label:
             import signal
 
             os.kill(os.getpid(), signal.SIGKILL)
@@ -125,7 +129,7 @@ class Engine:
                 record = record.with_state(on_disk.state, on_disk.reason)
         self.store.write(record)
         self.record = record
-        self.fault_point()
+        self.fault_point("record written")
 
     def rack_update(self, name: str, **changes: Any) -> None:
         self.save(self.record.with_rack(name, **changes))
@@ -190,7 +194,7 @@ class Engine:
                                lock_timeout_s=LEASE_WAIT_S, allow_stand_ins=self.record.allow_stand_ins)
         def progress(message: str) -> None:
             self.note(rack.name, message)
-            self.fault_point()  # after each write of the apply
+            self.fault_point(message)  # after each write of the apply
 
         apply_stack(self.cluster(rack), source, options, progress=progress,
                     warn=lambda m: self.note(rack.name, f"warning: {m}"))
