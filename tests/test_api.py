@@ -26,9 +26,10 @@ EXAMPLE_DIRS = ("profiles", "lockfiles", "history", "deployments")
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STACKPIN_", "PYTHON"))}
-    # This tree first, whichever stackpin is installed; revision times and authors fixed; no cache outside.
+    # This tree first, whichever stackpin is installed; revision times (after the committed history's newest: times
+    # never go back) and authors fixed; no cache outside.
     return {**env, "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1", "STACKPIN_CACHE_DIR": "",
-            "SOURCE_DATE_EPOCH": "1767312000", "STACKPIN_AUTHOR": "Ada Lovelace <ada@example.com>", **extra}
+            "SOURCE_DATE_EPOCH": "1767400000", "STACKPIN_AUTHOR": "Ada Lovelace <ada@example.com>", **extra}
 
 
 def run_example(code: str, workdir: Path) -> subprocess.CompletedProcess[str]:

@@ -477,7 +477,7 @@ def test_the_library_returns_typed_results(tmp_path: Path) -> None:
     store, deployments = HistoryStore(tmp_path / "history"), tmp_path / "deployments"
     first = promote(read_lock(LAUNCH), "Launch", store, deployments, env=ENV)
     second = promote(read_lock(TUNED), "Tuned", store, deployments, env={**ENV, "SOURCE_DATE_EPOCH": "1767229200"})
-    back = rollback(store, GB300, deployments, env=ENV)
+    back = rollback(store, GB300, deployments, env={**ENV, "SOURCE_DATE_EPOCH": "1767232800"})  # times never go back
     assert (first.revision.revision, second.revision.revision, back.revision.revision) == (1, 2, 3)
     assert second.revision.created == "2026-01-01T01:00:00Z"
     assert back.path == store.path(GB300, 3) and back.directory == deployment_dir(deployments, GB300)

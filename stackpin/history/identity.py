@@ -36,11 +36,22 @@ def created_at(env: Mapping[str, str] = os.environ) -> str:
         raise StackpinError(f"SOURCE_DATE_EPOCH={clip(raw)} is beyond the year 9999") from None
 
 
+def author_problem(author: str) -> str | None:
+    """Why `author` is not one, or None. One address at most: the signature is checked for the last
+    (signing.principal_of) while a reader sees the first, so `Alice <alice@...> <mallory@...>` would be
+    signed by Mallory and read as Alice."""
+    if not author or len(author) > MAX_AUTHOR or _CONTROL.search(author):
+        return f"is not an author (one line of at most {MAX_AUTHOR} characters, such as `Name <email>`)"
+    if author.count("<") > 1 or author.count(">") > 1:
+        return "names more than one address; an author is `Name <email>`, one person with one address"
+    return None
+
+
 def checked_author(value: str, source: str) -> str:
     author = value.strip()
-    if not author or len(author) > MAX_AUTHOR or _CONTROL.search(author):
-        raise StackpinError(f"{source}: {clip(value)!r} is not an author (one line of at most {MAX_AUTHOR} "
-                            "characters, such as `Name <email>`)")
+    problem = author_problem(author)
+    if problem is not None:
+        raise StackpinError(f"{source}: {clip(value)!r} {problem}")
     return author
 
 

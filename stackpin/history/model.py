@@ -17,7 +17,8 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
-from stackpin.errors import StackpinError
+from stackpin.errors import StackpinError, clip
+from stackpin.history.identity import author_problem
 from stackpin.lock.lockfile import StackLock, profile_problems, sha256, stack_digest
 from stackpin.profile.k8s_names import DNS_LABEL, DNS_LABEL_MAX
 from stackpin.records import CamelRecord, Invalid, anchored, problems_of
@@ -278,6 +279,9 @@ def parse_revision(raw: bytes, path: Path, key: DeploymentKey, number: int) -> R
         at, message = problems[0]
         where = ".".join(map(str, at))
         raise RevisionError(path, f"{where}: {message}" if where else message)
+    problem = author_problem(revision.author)
+    if problem is not None:
+        raise RevisionError(path, f"author {clip(revision.author)!r} {problem}")
     lock = revision.lock
     if stack_digest(lock.profile, lock.resolved) != lock.stack_digest:
         raise RevisionError(path, "lock.stackDigest does not match the lock's content")

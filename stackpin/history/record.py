@@ -103,6 +103,15 @@ def rollback(store: HistoryStore, key: DeploymentKey, deployments: Path, *, to: 
     return _record(store, key, deployments, choose, env, check, then)
 
 
+def checked_time(key: DeploymentKey, created: str, newest: Revision | None) -> None:
+    """A new revision is never created before the newest: reading refuses a history whose times go back, so a key
+    whose allowed-signers entry has expired cannot sign a new revision by back-dating it."""
+    if newest is not None and created < newest.created:  # one fixed format: text order is time order
+        raise StackpinError(f"deployment {key}: the new revision's time {created} is before revision "
+                            f"{newest.revision}'s ({newest.created}); a history's times never go back, nothing "
+                            "written", "check the clock, or unset SOURCE_DATE_EPOCH or set it later")
+
+
 def rollback_target(key: DeploymentKey, newest: Revision | None, to: int | None) -> int:
     """The revision a rollback restores (default: the one before the newest); one-line errors."""
     if newest is None:
@@ -124,7 +133,9 @@ def planned_rollback(store: HistoryStore, key: DeploymentKey, *, to: int | None 
     newest = chain.newest
     target = rollback_target(key, newest, to)
     assert newest is not None
-    return new_revision(key, newest.revision + 1, chain.get(target).lock, created=created_at(environ),
+    created = created_at(environ)
+    checked_time(key, created, newest)
+    return new_revision(key, newest.revision + 1, chain.get(target).lock, created=created,
                         author=author_of(store.root, environ), message=text or f"Roll back to revision {target}",
                         action=Action(kind=ActionKind.rollback, revision=target), previous=newest)
 
@@ -151,6 +162,7 @@ def _record(store: HistoryStore, key: DeploymentKey, deployments: Path, choose: 
         chain = store.chain(key)
         newest = chain.newest
         lock, action, message, rendered = choose(chain)
+        checked_time(key, created, newest)
         number = newest.revision + 1 if newest is not None else 1
         revision = new_revision(key, number, lock, created=created, author=author, message=message,
                                 action=action, previous=newest)

@@ -192,9 +192,12 @@ class AllowedSigners(msgspec.Struct, frozen=True):
     signers: tuple[AllowedSigner, ...]
     digest: str  # sha256 of the file's bytes
 
-    def verify(self, message: bytes, armored: bytes, principal: str, when: datetime) -> str:
+    def verify(self, message: bytes, armored: bytes, principal: str, when: datetime,
+               signing_now: datetime | None = None) -> str:
         """The signer's fingerprint when `armored` is a valid `stackpin` signature of `message` by a key
-        this file allows for `principal` at `when`; SignatureError (one line, what is wrong) otherwise."""
+        this file allows for `principal` at `when` (the revision's `created`: an SSH signature carries no
+        time of its own, and a history's times never go back), and at `signing_now` too when the signature
+        is being made now; SignatureError (one line, what is wrong) otherwise."""
         from sshsig import InvalidSignature, check_signature
 
         try:
@@ -210,10 +213,11 @@ class AllowedSigners(msgspec.Struct, frozen=True):
         listed = [s for s in self.signers if s.key == key]
         if not listed:
             raise SignatureError(f"signed by {fingerprint}, a key {self.path} does not list")
-        if not any(s.allows(principal, when) for s in listed):
-            lines = ", ".join(str(s.line) for s in listed)
-            raise SignatureError(f"signed by {fingerprint}, which {self.path} (line {lines}) does not allow for "
-                                 f"{principal!r} in namespace {NAMESPACE} at {when:%Y-%m-%dT%H:%M:%SZ}")
+        lines = ", ".join(str(s.line) for s in listed)
+        for moment, what in ((when, ""), (signing_now, " (now, when it signs)")):
+            if moment is not None and not any(s.allows(principal, moment) for s in listed):
+                raise SignatureError(f"signed by {fingerprint}, which {self.path} (line {lines}) does not allow for "
+                                     f"{principal!r} in namespace {NAMESPACE} at {moment:%Y-%m-%dT%H:%M:%SZ}{what}")
         return fingerprint
 
 

@@ -257,8 +257,9 @@ class HistoryStore:
 
     def chain(self, key: DeploymentKey) -> Chain:
         """Every revision verified and chained to the one before it, the newest at least the one the head
-        records, each signed by an allowed signer when signatures are required: a missing, edited, replaced,
-        truncated or unsigned revision is an error naming its file. Revisions are parsed when asked for
+        records, each signed by an allowed signer when signatures are required, no revision created before the
+        one it follows: a missing, edited, replaced, truncated, back-dated or unsigned revision is an error naming
+        its file. Revisions are parsed when asked for
         (`Chain.get`); files verified before with the same bytes are not parsed again (`verified.py`)."""
         cache = VerifiedCache(cache_dir(self.env), str(key))
         directory = self.directory(key)
@@ -273,6 +274,9 @@ class HistoryStore:
                 raise RevisionError(link.path, "previousDigest is not the revisionDigest of revision "
                                     f"{number - 1} (a revision before it was replaced?)" if previous else
                                     "revision 1 names a previous revision")
+            if links and link.facts.created < links[-1].facts.created:  # one fixed format: text order is time order
+                raise RevisionError(link.path, f"created {link.facts.created} is before revision {number - 1}'s "
+                                    f"({links[-1].facts.created}): a history's times never go back (back-dated?)")
             links.append(link)
         cache.save({link.content for link in links})
         head = self.head(key)
@@ -353,8 +357,10 @@ class HistoryStore:
         armored = key.sign(text.encode("utf-8"))
         if self.signers is not None:
             try:
+                # Valid at the revision's time and now, when it is signed: a key whose entry has expired (or
+                # is not valid yet) signs nothing, whatever time the revision says.
                 self.signers.verify(text.encode("utf-8"), armored.encode("ascii"), principal_of(revision.author),
-                                    created_time(revision.created))
+                                    created_time(revision.created), datetime.now(UTC).replace(microsecond=0))
             except SignatureError as exc:
                 raise SignatureError(f"signing key {key.path}: a revision it signs would be refused: "
                                      f"{exc.lines()[0]}", "list its public key for the author in the allowed "

@@ -35,7 +35,7 @@ from stackpin.yamlio import read_regular, write_atomic
 
 # Bumped when what `read_revision` checks, or what a summary or CHANGE line holds, changes: entries made
 # under older rules are not reused.
-RULES = 2
+RULES = 3  # 3: an author with two addresses is refused
 MAX_CACHE_BYTES = 32 * 1024 * 1024
 MAX_ENTRIES = 20_000  # about 5 MB
 
