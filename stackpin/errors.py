@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 MAX_LINE = 500  # characters of one error line; a 1 MB value must not make a 1 MB line
+# C0 and C1 controls and the Unicode line and paragraph separators: what breaks a line (str.splitlines breaks
+# at \x1c-\x1e and \x85 too) or drives a terminal (ESC).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def escape_controls(text: str) -> str:
+    """`text` with each control character written as repr writes it (`\\n`, `\\x1b`, `\\u2028`): a line that
+    quotes a value stays one line, and a value cannot forge the line after it or colour a terminal."""
+    return _CONTROL.sub(lambda found: repr(found[0])[1:-1], text)
 
 
 def clip(value: object, limit: int = 80) -> str:
@@ -59,7 +70,7 @@ class Problem:
         field = f" {self.field}:" if self.field else ""
         # One line per problem, even when a key or value quoted in it holds a line break.
         line = f"{self.location}:{clip(field, 200)} {self.message}"
-        return clip_middle(line).replace("\r", "\\r").replace("\n", "\\n")
+        return escape_controls(clip_middle(line))
 
 
 class InputError(StackpinError):

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from stackpin.cli.common import file_only, user_errors
+from stackpin.errors import escape_controls
 
 
 @click.command("propose")
@@ -54,10 +55,10 @@ def propose(profile: Path, to: str | None, from_dir: Path | None, index_url: str
             click.echo(f"  rewritten  {r.path}: {r.old} -> {r.new}")
         for d in p.pinned:
             click.echo(f"  pinned     {d.path}: {d.value} (default {d.old_default} -> {d.new_default})")
-        for b in p.blockers:
-            click.echo(f"  blocker    {b.path}: {b.message}")
+        for b in p.blockers:  # messages quote the profile's values: one line each, whatever they hold
+            click.echo(escape_controls(f"  blocker    {b.path}: {b.message}"))
         for f in p.findings:
-            click.echo(f"  finding    {f.severity} {f.code} {f.path}: {f.message}")
+            click.echo(escape_controls(f"  finding    {f.severity} {f.code} {f.path}: {f.message}"))
         for m in p.remeasure:
             click.echo(f"  remeasure  {m}")
         for path in done.files:

@@ -12,6 +12,7 @@ import msgspec
 
 from stackpin.catalog import Catalog, Gpu, ModelFacts, Platform
 from stackpin.catalog.flags import FlagCatalog
+from stackpin.errors import escape_controls
 from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import PoolTopology, Role, Topology
 from stackpin.profile.tuning import ConfigDirectory
@@ -44,7 +45,10 @@ class Finding(Record, frozen=True, kw_only=True):  # kw_only again for mypy: loc
     def __str__(self) -> str:
         text = f"{self.location}: {self.severity} {self.code} {self.path}: {self.message}"
         text = f"{text} (hint: {self.hint})" if self.hint else text
-        return f"{text} (acknowledged: {self.acknowledged.reason})" if self.acknowledged else text
+        text = f"{text} (acknowledged: {self.acknowledged.reason})" if self.acknowledged else text
+        # A message quotes the profile's values (an engine flag's value, a patch's keys): one finding, one line,
+        # whatever they hold; a line break in a value must not print as a finding of its own.
+        return escape_controls(text)
 
     def counts(self, fail_on: Severity) -> bool:
         """Whether this finding makes a check with --fail-on `fail_on` fail."""
@@ -134,7 +138,7 @@ def hit_text(code: str, hit: Hit) -> str:
     states a rule it checks again (a lock made around validation must not render)."""
     severity = hit.severity or RULES[code].severity
     text = f"{severity} {code} {dotted(hit.path)}: {hit.message}"
-    return f"{text} (hint: {hit.hint})" if hit.hint else text
+    return escape_controls(f"{text} (hint: {hit.hint})" if hit.hint else text)
 
 
 def pool_path(role: Role) -> tuple[str, ...]:  # all keys: a FieldPath that joins with "."
