@@ -1,5 +1,6 @@
 """Checks before anything is written: the cluster serves every kind at the rendered apiVersion, a
-CRD that stores another version has a conversion webhook, and the namespace exists.
+CRD that stores another version has a conversion webhook, and the namespace exists. Core v1 kinds
+(`CORE`: the ConfigMap) are served by every API server and are not looked up.
 
 Discovery, read for the first check, also tells which version the server stores each kind as
 (storageVersionHash): where that is the version written, the CRD is not read at all; otherwise (or
@@ -18,7 +19,11 @@ from typing import Any
 
 import msgspec
 
-from stackpin.deploy.kube import CRDS, NAMESPACES, ApiResource, Cluster, ClusterError, Forbidden
+from stackpin.deploy.kube import CONFIGMAPS, CRDS, NAMESPACES, ApiResource, Cluster, ClusterError, Forbidden
+
+# Core kinds a stack renders, which every Kubernetes API server serves at v1 (the API's stable core):
+# not worth a discovery round trip (/api/v1) per command.
+CORE: dict[tuple[str, str], ApiResource] = {(r.api_version, r.kind): r for r in (CONFIGMAPS,)}
 
 
 class Preflight(msgspec.Struct, frozen=True):
@@ -48,6 +53,9 @@ def preflight(cluster: Cluster, objects: tuple[dict[str, Any], ...], namespace: 
     notes: list[str] = []
     problems: list[str] = []
     for api_version, kind in sorted({(o["apiVersion"], o["kind"]) for o in objects}):
+        if (core := CORE.get((api_version, kind))) is not None:
+            resources[(api_version, kind)] = core
+            continue
         group, _, version = api_version.rpartition("/")
         served = cluster.resources(group, version)
         res = (served or {}).get(kind)

@@ -14,7 +14,7 @@ ApplySet parent and its record, the members), so it gives the same answer on any
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,9 @@ import msgspec
 
 from stackpin.deploy.applyset import AppliedRevision, member_selector, parent_name, read_parent
 from stackpin.deploy.drift import DriftedField, drifted_fields
-from stackpin.deploy.kube import CONFIGMAPS, Cluster, ClusterError
+from stackpin.deploy.kube import CONFIGMAPS, ApiResource, Cluster, ClusterError
 from stackpin.deploy.objects import DGD_KIND, DIGEST_ANNOTATION, REVISION_ANNOTATION, STACK_LABEL, apply_rank, key_of
+from stackpin.deploy.preflight import CORE
 from stackpin.deploy.readiness import Readiness, readiness
 from stackpin.profile.k8s_names import STAND_IN_LABEL
 
@@ -111,8 +112,9 @@ def deployment_status(cluster: Cluster, deployment: str, namespace: str, *, lock
                            f"(no {parent.subject}): apply it with stackpin apply, or name another namespace with -n")
     problems: list[str] = []
     members: list[dict[str, Any]] = []
+    served = served_resources(cluster, parent.group_kinds)
     for group_kind in sorted(parent.group_kinds):
-        res = cluster.resource_for(group_kind)
+        res = served[group_kind]
         if res is None:
             problems.append(f"{group_kind} is no longer served by the cluster")
             continue
@@ -174,6 +176,38 @@ def deployment_status(cluster: Cluster, deployment: str, namespace: str, *, lock
         readiness=readiness(dgd) if dgd else None, problems=tuple(problems), entries=parent.record,
         record_behind=behind, dgd_gone=gone is not None,
         stand_in=any((m["metadata"].get("labels") or {}).get(STAND_IN_LABEL) == "true" for m in members))
+
+
+def served_resources(cluster: Cluster, group_kinds: Iterable[str]) -> dict[str, ApiResource | None]:
+    """The served resource of each `Kind.group` at its group's preferred version (None: not served), in
+    as few round trips as discovery allows: the preferred versions of all groups in one read of /apis,
+    then one read per group version; a core kind every server serves (preflight.CORE) not looked up."""
+    core = {res.group_kind: res for res in CORE.values()}
+    wanted = sorted(set(group_kinds))
+    groups = {gk.partition(".")[2] for gk in wanted if gk not in core} - {""}
+    preferred: dict[str, str] = {}
+    if groups:
+        status, data = cluster.request("GET", "/apis")
+        if status < 300 and isinstance(data, dict):
+            preferred = {str(g.get("name")): str((g.get("preferredVersion") or {}).get("version"))
+                         for g in data.get("groups") or [] if isinstance(g, dict) and g.get("preferredVersion")}
+        else:  # one group at a time, which says why in its own typed error
+            preferred = {g: v for g in sorted(groups) if (v := cluster.preferred_version(g)) is not None}
+    found: dict[tuple[str, str], dict[str, ApiResource]] = {}
+    out: dict[str, ApiResource | None] = {}
+    for group_kind in wanted:
+        if group_kind in core:
+            out[group_kind] = core[group_kind]
+            continue
+        kind, _, group = group_kind.partition(".")
+        version = preferred.get(group) if group else "v1"
+        if version is None:
+            out[group_kind] = None
+            continue
+        if (group, version) not in found:
+            found[(group, version)] = cluster.resources(group, version) or {}
+        out[group_kind] = found[(group, version)].get(kind)
+    return out
 
 
 def referenced_config_maps(node: Any) -> Iterator[str]:
