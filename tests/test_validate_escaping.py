@@ -56,7 +56,8 @@ def test_escape_controls_writes_what_repr_writes() -> None:
 
 def test_every_finding_and_problem_form_is_one_line() -> None:
     value = "auto\nSP999 error: forged\u2028x\x1b[0m"
-    assert len(hit_text("SP222", Hit(("spec", "x"), f"value {value}", f"hint {value}", Severity.warning)).splitlines()) == 1
+    hit = Hit(("spec", "x"), f"value {value}", f"hint {value}", Severity.warning)
+    assert len(hit_text("SP222", hit).splitlines()) == 1
     problem = Problem(Location("p.yaml", 3, 5), "spec.x", f"value {value}")
     assert len(str(problem).splitlines()) == 1 and "\\u2028" in str(problem)
     assert InputError([problem, problem]).lines() == [str(problem)] * 2
