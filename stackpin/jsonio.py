@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from itertools import accumulate
 from typing import Any
 
@@ -43,7 +44,8 @@ def check_depth(data: str | bytes, limit: int = MAX_DEPTH) -> None:
         raise NestingError(f"JSON nested {found} levels deep, more than the {limit} read")
 
 
-def loads(data: str | bytes, limit: int = MAX_DEPTH) -> Any:
+def loads(data: str | bytes, limit: int = MAX_DEPTH, *,
+          parse_constant: Callable[[str], Any] | None = None) -> Any:
     """json.loads, after check_depth: ValueError (NestingError, or the decoder's) for what is not read."""
     check_depth(data, limit)
-    return json.loads(data)
+    return json.loads(data, parse_constant=parse_constant)

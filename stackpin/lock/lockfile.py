@@ -82,12 +82,13 @@ class LockedArtifact(CamelRecord, frozen=True):
     def file_digests(self) -> dict[str, str] | None:
         """Path (under flashinfer_autotune_cache/) -> sha256 hex of every file, as `stackpin autotune
         pack` records them; None when the cache records none or not in that form."""
-        import json
         import re
+
+        import stackpin.jsonio as jsonio
 
         text = self.annotations.get("files")
         try:
-            files = json.loads(text) if text is not None else None
+            files = jsonio.loads(text) if text is not None else None
         except ValueError:
             return None
         if not isinstance(files, dict):

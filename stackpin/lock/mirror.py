@@ -285,17 +285,18 @@ class LayoutDestination:
         sweep_parts(self.path)
 
     def _read_index(self) -> list[dict[str, Any]]:
-        import json
-
+        import stackpin.jsonio as jsonio
         from stackpin.yamlio import read_regular
 
         index = self.path / "index.json"
         if not index.exists():
             return []
         try:
-            doc = json.loads(read_regular(index, MAX_INDEX_JSON))
+            doc = jsonio.loads(read_regular(index, MAX_INDEX_JSON))
         except OSError as exc:
             raise ResolveError(f"cannot read {index}: {exc.strerror}") from None
+        except jsonio.NestingError as exc:
+            raise ResolveError(f"{index}: {exc}") from None
         except ValueError:
             raise ResolveError(f"{index} is not valid JSON") from None
         manifests = doc.get("manifests") if isinstance(doc, dict) else None

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import stackpin.jsonio as jsonio
 from stackpin.errors import IntegrityError, ResolveError
 from stackpin.lock.canonical import canonical_json
 from stackpin.lock.oci.client import RegistryClient
@@ -58,6 +59,9 @@ def _ref_name_matches(name: str, ref: ImageRef) -> bool:
     return named.name == ref.name and named.tag == ref.tag
 
 
+MAX_INDEX_BYTES = 64 << 20  # an index.json of descriptors: a mirror of thousands of images is a few MB
+
+
 class LayoutResolver:
     """Resolve references against an OCI image layout directory."""
 
@@ -87,10 +91,16 @@ class LayoutResolver:
         """The descriptors listed in index.json."""
         if not (self.path / "oci-layout").is_file():
             raise ResolveError(f"{self.path} is not an OCI image layout (no oci-layout file)")
+        from stackpin.yamlio import read_regular
+
         try:
-            index = json.loads((self.path / "index.json").read_bytes())
+            index = jsonio.loads(read_regular(self.path / "index.json", MAX_INDEX_BYTES))
         except FileNotFoundError:
             raise ResolveError(f"{self.source} has no index.json") from None
+        except OSError as exc:
+            raise ResolveError(f"{self.source}: cannot read index.json: {exc.strerror}") from None
+        except jsonio.NestingError as exc:
+            raise ResolveError(f"{self.source}: index.json: {exc}") from None
         except ValueError:
             raise ResolveError(f"{self.source}: index.json is not valid JSON") from None
         manifests = index.get("manifests") if isinstance(index, dict) else None

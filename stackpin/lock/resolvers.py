@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+import stackpin.jsonio as jsonio
 from stackpin.errors import ResolveError, clip
 from stackpin.lock.deadline import call_with_deadline, remaining
 from stackpin.lock.oci.media import Resolved
@@ -108,7 +109,7 @@ class HubSource:
         if resp.status_code != 200:
             raise ResolveError(f"{self.endpoint} answered {resp.status_code} for {model_id}@{revision}")
         try:
-            sha = resp.json()["sha"]
+            sha = jsonio.loads(resp.content)["sha"]
         except (ValueError, KeyError, TypeError):
             raise ResolveError(f"{self.endpoint} gave no commit for {model_id}@{revision}") from None
         if not isinstance(sha, str) or not COMMIT.match(sha):

@@ -14,6 +14,7 @@ import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import stackpin.jsonio as jsonio
 from stackpin.errors import ResolveError
 from stackpin.lock.oci.credentials import Credential
 from stackpin.lock.oci.reference import ImageRef
@@ -73,7 +74,7 @@ def authorization(ref: ImageRef, challenge: str, scope: str, creds: Credential |
     if resp.status_code != 200:
         raise ResolveError(f"token service {realm_host} for registry {ref.registry} answered HTTP {resp.status_code}")
     try:
-        body: Any = resp.json()
+        body: Any = jsonio.loads(resp.content)
         token = body.get("token") or body.get("access_token")
     except (ValueError, AttributeError):
         token = None

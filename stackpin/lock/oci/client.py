@@ -14,6 +14,7 @@ from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import stackpin.jsonio as jsonio
 from stackpin.errors import IntegrityError, RegistryUnreachable, ResolveError
 from stackpin.lock.canonical import canonical_json
 from stackpin.lock.deadline import call_with_deadline, remaining
@@ -58,7 +59,7 @@ _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 def _error_codes(resp: httpx.Response) -> list[str]:
     """The `errors[].code` values of a distribution error body (absent for HEAD)."""
     try:
-        errors = resp.json().get("errors") or []
+        errors = jsonio.loads(resp.content).get("errors") or []
         return [str(e.get("code")) for e in errors if isinstance(e, dict)]
     except (ValueError, AttributeError):
         return []
@@ -353,7 +354,7 @@ class RegistryClient:
                 raise ResolveError(f"registry {ref.registry}: a tags page of {ref.repository} is "
                                    f"{len(resp.content)} bytes, more than the {max_page_bytes} read")
             try:
-                page = resp.json().get("tags") or []
+                page = jsonio.loads(resp.content).get("tags") or []
             except (ValueError, AttributeError):
                 page = None
             if not isinstance(page, list) or not all(isinstance(t, str) for t in page):

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import re
 import shutil
@@ -41,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import stackpin.jsonio as jsonio
 from stackpin.children import die_with_parent
 from stackpin.errors import ResolveError, clip
 from stackpin.lock.oci.reference import DOCKER_HUB, normalize_registry
@@ -152,7 +152,7 @@ def read_auth_file(path: Path) -> AuthFile | None:
     except OSError as exc:
         raise ResolveError(f"cannot read registry credentials {path}: {exc.strerror}") from None
     try:
-        doc: Any = json.loads(raw)
+        doc: Any = jsonio.loads(raw)
     except ValueError as exc:
         raise ResolveError(f"registry credentials {path} are not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
@@ -281,7 +281,7 @@ def run_helper(name: str, registry: str, why: str, timeout: float = HELPER_TIMEO
         # Its output is not shown: a broken helper may print a secret.
         raise fail(f"failed (exit status {code})", f"log in again, or {rerun}")
     try:
-        answer = json.loads(text)
+        answer = jsonio.loads(text)
         username, secret = answer.get("Username") or "", answer.get("Secret") or ""
         if not isinstance(username, str) or not isinstance(secret, str):
             raise ValueError

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import stackpin.jsonio as jsonio
 from stackpin.errors import IntegrityError, ResolveError
 from stackpin.lock.oci.reference import ImageRef, check_digest
 
@@ -89,7 +89,9 @@ def artifact_manifest(
 
 def parse_manifest(data: bytes, what: str) -> dict[str, Any]:
     try:
-        doc = json.loads(data)
+        doc = jsonio.loads(data)
+    except jsonio.NestingError as exc:
+        raise ResolveError(f"{what}: {exc}") from None
     except ValueError:
         raise ResolveError(f"{what} is not valid JSON") from None
     if not isinstance(doc, dict):
