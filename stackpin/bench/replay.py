@@ -12,7 +12,6 @@ finished is kept, and the result is marked interrupted.
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import multiprocessing
 import os
@@ -27,6 +26,7 @@ from datetime import UTC, datetime
 from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
+import stackpin.jsonio as jsonio
 from stackpin.bench.binding import controls as make_controls
 from stackpin.bench.binding import stack_ref
 from stackpin.bench.gaps import rescaled
@@ -336,9 +336,11 @@ def _get(endpoint: str, url: str, timeout_s: float, raw: bool = False) -> Any:
             data = response.read(MAX_PROBE_BYTES + 1)
             if len(data) > MAX_PROBE_BYTES:
                 raise StackpinError(f"--endpoint {endpoint}: {url} answered over {MAX_PROBE_BYTES >> 20} MiB")
-            return data if raw else json.loads(data)
+            return data if raw else jsonio.loads(data)
     except urllib.error.HTTPError:
         return None
+    except jsonio.NestingError as exc:
+        raise StackpinError(f"--endpoint {endpoint}: {url}: {exc}") from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         raise StackpinError(f"--endpoint {endpoint}: cannot reach it: {getattr(exc, 'reason', exc)}") from None
 

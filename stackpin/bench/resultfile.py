@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+import stackpin.jsonio as jsonio
 from stackpin.bench.result import BenchResult
 from stackpin.bench.stats import inconsistency
 from stackpin.errors import InputError, Location, Problem, StackpinError
@@ -22,15 +23,15 @@ def read_result(path: Path) -> BenchResult:
         raise ValueError(f"{name} is not a number a result can hold")
 
     try:
-        data = json.loads(read_regular(path, MAX_RESULT_BYTES).decode("utf-8"), parse_constant=no_constant)
+        data = jsonio.loads(read_regular(path, MAX_RESULT_BYTES).decode("utf-8"), parse_constant=no_constant)
     except OSError as exc:
         raise StackpinError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise StackpinError(f"{path}: cannot read: {exc}") from None
     except json.JSONDecodeError as exc:
         raise InputError([Problem(Location(str(path), exc.lineno, exc.colno), "", f"not JSON: {exc.msg}")]) from None
-    except (ValueError, RecursionError) as exc:
-        raise InputError([Problem(Location(str(path)), "", str(exc) or "nested too deeply")]) from None
+    except ValueError as exc:  # NestingError, or a constant or an integer json does not convert
+        raise InputError([Problem(Location(str(path)), "", str(exc))]) from None
     try:
         result = BenchResult.model_validate(data)
     except ValidationError as exc:

@@ -17,7 +17,6 @@ back".
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import ssl
 import time
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+import stackpin.jsonio as jsonio
 from stackpin.bench.gaps import gap_bucket
 from stackpin.errors import StackpinError
 from stackpin.lock.canonical import canonical_json
@@ -229,7 +229,7 @@ async def _read_all(reader: asyncio.StreamReader, chunked: bool, length: int | N
 
 def _error_message(body: bytes) -> str:
     try:
-        data = json.loads(body)
+        data = jsonio.loads(body)
         message = data["error"]["message"] if isinstance(data.get("error"), dict) else data.get("error", data)
     except (ValueError, AttributeError, KeyError, TypeError):
         message = body.decode("utf-8", "replace")
@@ -267,7 +267,7 @@ async def _read_events(reader: asyncio.StreamReader, chunked: bool, length: int 
 
 def _take(payload: bytes, now: float, outcome: Outcome) -> None:
     try:
-        chunk = json.loads(payload)
+        chunk = jsonio.loads(payload)  # counting brackets first: a few characters in a token event
         choices = chunk.get("choices") or ()
         usage = chunk.get("usage")
     except (ValueError, AttributeError):

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import stackpin.jsonio as jsonio
 from stackpin.bench.trace import BLOCK_TOKENS, TraceTurn
 from stackpin.errors import InputError, Location, Problem, StackpinError
 from stackpin.yamlio import read_regular
@@ -69,11 +70,11 @@ def read_trace(path: Path) -> list[TraceTurn]:
         if not raw.strip():
             continue
         try:
-            entry = json.loads(raw)
+            entry = jsonio.loads(raw)
         except json.JSONDecodeError as exc:
             raise _problem(path, number, "", f"not JSON: {exc.msg} (column {exc.colno})") from None
-        except RecursionError:
-            raise _problem(path, number, "", "not a trace entry: nested too deeply") from None
+        except jsonio.NestingError as exc:
+            raise _problem(path, number, "", f"not a trace entry: {exc}") from None
         except ValueError as exc:  # an integer of more digits than Python converts (4,300)
             raise _problem(path, number, "", f"not a trace entry: {str(exc)[:80]}") from None
         if not isinstance(entry, dict):

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import quote
 
+import stackpin.jsonio as jsonio
 from stackpin.children import Children, stop_on_signals
 from stackpin.errors import StackpinError
 from stackpin.sim.dynamo import BedPlan, facts, model_files
@@ -165,7 +166,7 @@ def _registered(kv: Path, component: str) -> int:
 
 def _get(url: str, timeout: float = 2.0) -> Any:
     with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - loopback http only
-        return json.loads(response.read(1 << 20))
+        return jsonio.loads(response.read(1 << 20))
 
 
 def _answers(frontend: str, model_id: str) -> bool:

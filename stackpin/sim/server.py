@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import stackpin.jsonio as jsonio
 from stackpin.errors import StackpinError
 from stackpin.sim.engine import Simulator
 from stackpin.sim.faults import FaultSpec
@@ -174,11 +175,11 @@ MAX_BODY_BYTES = 64 * 1024 * 1024  # a replayed prompt is words, not gigabytes
 
 def _parse_chat(body: bytes) -> dict[str, Any]:
     try:
-        data = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = jsonio.loads(body)
+    except jsonio.NestingError as exc:
+        raise ValueError(f"body is {exc}") from None
+    except ValueError as exc:  # json's own, UnicodeDecodeError
         raise ValueError(f"body is not JSON: {exc}") from None
-    except RecursionError:
-        raise ValueError("body is nested too deeply") from None
     if not isinstance(data, dict):
         raise ValueError("body is not a JSON object")
     messages = data.get("messages")
