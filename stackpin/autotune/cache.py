@@ -260,13 +260,18 @@ def _check_entry(full: Path, depth: int, *, is_dir: bool) -> None:
 
 
 def _read_file(full: Path, rel: Path) -> CacheFile:
+    import stackpin.jsonio as jsonio
+    from stackpin.yamlio import read_regular
+
     try:
-        raw = full.read_bytes()
+        raw = read_regular(full, MAX_UNPACKED_BYTES, follow=False)  # no file can be more than the whole cache
     except OSError as exc:
         raise bad_input(full, f"cannot read: {exc.strerror}") from None
     try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        doc = jsonio.loads(raw)
+    except jsonio.NestingError as exc:
+        raise bad_input(full, str(exc)) from None
+    except ValueError as exc:  # UnicodeDecodeError is one
         raise bad_input(full, f"not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise bad_input(full, "not a JSON object (FlashInfer save_configs writes one)")

@@ -9,6 +9,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import stackpin.jsonio as jsonio
 from stackpin.autotune.cache import (
     METADATA_FIELDS,
     METADATA_KEY,
@@ -275,8 +276,10 @@ def read_runtime_metadata(path: Path) -> dict[str, str]:
     except OSError as exc:
         raise bad_input(path, (exc.strerror or "") if exc.errno == 0 else f"cannot read: {exc.strerror}") from None
     try:
-        doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        doc = jsonio.loads(raw)
+    except jsonio.NestingError as exc:
+        raise bad_input(path, str(exc)) from None
+    except ValueError as exc:  # UnicodeDecodeError is one
         raise bad_input(path, f"not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise bad_input(path, "not a JSON object of FlashInfer's metadata fields")

@@ -28,6 +28,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import stackpin.jsonio as jsonio
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.flags import FlagCatalog, dynamo_catalog, vllm_catalog
 from stackpin.catalog.model_configs import model_config as catalog_model_config
@@ -200,7 +201,9 @@ def run_pool(python: Path, spec: dict[str, Any], workdir: Path, timeout_s: float
         tail = run.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
         raise EngineCheckError(f"the engine check exited {run.returncode}: {tail[0][:400]}")
     try:
-        result: dict[str, Any] = json.loads(run.stdout)
+        result: dict[str, Any] = jsonio.loads(run.stdout)
+    except jsonio.NestingError as exc:
+        raise EngineCheckError(f"the engine check's answer: {exc}") from None
     except ValueError:
         raise EngineCheckError("the engine check printed no JSON answer") from None
     return result

@@ -13,9 +13,9 @@ order never count and each differing key gets its own reason.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
+import stackpin.jsonio as jsonio
 from stackpin.imports.dgd import Component, Dgd
 from stackpin.lock.canonical import canonical_json
 
@@ -64,7 +64,7 @@ def _json_object(value: str) -> dict[str, object] | None:
     if not value.lstrip().startswith("{"):
         return None
     try:
-        parsed = json.loads(value)
+        parsed = jsonio.loads(value)
     except ValueError:
         return None
     return parsed if isinstance(parsed, dict) else None

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import stackpin.jsonio as jsonio
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.flags import dynamo_catalog, vllm_catalog
 from stackpin.catalog.version import parse_version
@@ -82,7 +83,7 @@ class Imported:
 
 def _json(value: str) -> Any:
     try:
-        return json.loads(value)
+        return jsonio.loads(value)
     except ValueError:
         return None
 

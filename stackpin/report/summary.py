@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import stackpin.jsonio as jsonio
 from stackpin.bench.result import BenchResult, Simulation, Slo, StackRef
 from stackpin.plan.curve import CurvePoint, curve_of
 from stackpin.plan.figure import InvalidPoint, invalid_points
@@ -123,11 +124,11 @@ def _cached(entry: Path | None) -> ResultSummary | None:
     if entry is None:
         return None
     try:
-        data = json.loads(read_regular(entry, MAX_ENTRY_BYTES, follow=False))
+        data = jsonio.loads(read_regular(entry, MAX_ENTRY_BYTES, follow=False))
         if data.get("stamp") != f"{__version__}/{RULES}":
             return None
         return ResultSummary.from_data(data["summary"])
-    except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError):
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
         return None
 
 

@@ -9,12 +9,12 @@ version is not a --query-gpu field: the summary's header line says it (`CUDA Ver
 from __future__ import annotations
 
 import csv
-import json
 import re
 from pathlib import Path
 
 import msgspec
 
+import stackpin.jsonio as jsonio
 from stackpin.errors import StackpinError
 from stackpin.site.probe_runtime import PREFIX, QUERY
 
@@ -105,7 +105,7 @@ def parse_logs(text: str, file: str) -> list[NodeReading]:
             continue
         where = f"{file}:{number}"
         try:
-            data = json.loads(line[at + len(PREFIX):])
+            data = jsonio.loads(line[at + len(PREFIX):])
         except ValueError as exc:
             raise StackpinError(f"{where}: the probe line is not JSON ({exc})") from None
         reading = _reading(data, where)

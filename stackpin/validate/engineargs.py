@@ -10,13 +10,13 @@ writes an argv (and refuses any flag of its own the pinned release lacks, render
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from functools import cached_property
 from typing import Any, Literal
 
 import msgspec
 
+import stackpin.jsonio as jsonio
 from stackpin.catalog import WorkerRouter, load_catalog
 from stackpin.catalog.flags import FlagCatalog, OptionUse, dynamo_catalog
 from stackpin.profile.engine_args import (
@@ -269,7 +269,7 @@ def _json_object(value: Any) -> dict[str, Any] | None:
         return value
     if isinstance(value, str):
         try:
-            parsed = json.loads(value)
+            parsed = jsonio.loads(value)
         except ValueError:
             return None
         return parsed if isinstance(parsed, dict) else None
