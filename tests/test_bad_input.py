@@ -212,7 +212,7 @@ def test_a_hostile_engine_package_is_one_line_and_writes_nothing(tmp_path: Path,
 
 @pytest.mark.parametrize(("line", "says"), [
     ('{"session_id": "s", "input_length": 10, "output_length": 5, "hash_ids": ' + "[" * 100_000 + "]" * 100_000 + "}",
-     "nested too deeply"),
+     "levels deep, more than the 100 read"),
     ('{"session_id": "s", "input_length": ' + "9" * 5000 + ', "output_length": 5}', "not a trace entry"),
     ('{"session_id": "s", "input_length": ' + str(10**30) + ', "output_length": 5}',
      "input_length: must be an integer"),
