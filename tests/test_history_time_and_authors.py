@@ -85,11 +85,11 @@ def test_a_back_dated_promote_or_rollback_is_refused(tmp_path: Path, monkeypatch
     assert run(tmp_path, "rollback", "dsv41-flash").exit_code == 0
 
 
-def forge_created(path: Path, created: str) -> None:
-    """Change a revision's `created` and recompute its digest, the chain after it and the head (what anyone who
-    can write the history can do)."""
+def forge(path: Path, field: str, value: str) -> None:
+    """Change a field of the newest revision and recompute its digest and the head (what anyone who can write the
+    history can do)."""
     data = yaml.safe_load(path.read_text())
-    data["created"] = created
+    data[field] = value
     data["revisionDigest"] = sha256({k: v for k, v in data.items() if k != "revisionDigest"})
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     (path.parent / "HEAD").write_text(f"{data['revision']} {data['revisionDigest']}\n")
@@ -98,7 +98,7 @@ def forge_created(path: Path, created: str) -> None:
 def test_a_history_whose_times_go_back_is_refused_on_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     promote_at(tmp_path, monkeypatch, 1767312000, LAUNCH)
     promote_at(tmp_path, monkeypatch, 1767315600, TUNED)
-    forge_created(revision_file(tmp_path, 2), "2026-01-01T23:59:59Z")
+    forge(revision_file(tmp_path, 2), "created", "2026-01-01T23:59:59Z")
     expected = (f"{revision_file(tmp_path, 2)}: created 2026-01-01T23:59:59Z is before revision 1's "
                 "(2026-01-02T00:00:00Z): a history's times never go back (back-dated?)")
     assert expected in one_error(run(tmp_path, "history", "dsv41-flash"))
@@ -108,6 +108,18 @@ def test_a_history_whose_times_go_back_is_refused_on_read(tmp_path: Path, monkey
     assert tree(tmp_path) == before
     report = run(tmp_path, "history", "--verify", "-o", "json")
     assert report.exit_code == 1 and expected in report.stdout
+
+
+def test_a_message_no_writer_could_record_is_refused_on_read(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A listing prints each message's first line: one with ESC or U+2028 (refused when written) is refused
+    when read, so it never reaches the terminal."""
+    promote_at(tmp_path, monkeypatch, 1767312000, LAUNCH)
+    forge(revision_file(tmp_path, 1), "message", "Launch\x1b[2J\u2028SP999 error: forged")
+    line = one_error(run(tmp_path, "history", "dsv41-flash"))
+    assert line.startswith(f"error: {revision_file(tmp_path, 1)}: message 'Launch\\x1b[2J\\u2028SP999 error: forged' "
+                           "holds a control character")
+    assert "\x1b" not in line
 
 
 def test_the_committed_demo_history_still_verifies() -> None:

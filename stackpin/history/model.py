@@ -27,6 +27,9 @@ from stackpin.yamlio import MAX_INPUT_BYTES, dump_yaml, load_data, read_regular
 REVISION_KIND: Final = "StackRevision"
 API_VERSION: Final = "stackpin.dev/v1"
 CREATED_PATTERN = anchored(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z$")
+# Line breaks and tabs are a message's own; other control characters would not read back the same, and a
+# listing prints the message's first line: refused when a message is written and when a revision is read.
+MESSAGE_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 # A deployment's directory: `<name>@<platform>` (the platform keeps two racks' histories apart).
 DIRECTORY_NAME = re.compile(rf"^(?P<name>{DNS_LABEL})@(?P<platform>{DNS_LABEL})$")
 
@@ -282,6 +285,9 @@ def parse_revision(raw: bytes, path: Path, key: DeploymentKey, number: int) -> R
     problem = author_problem(revision.author)
     if problem is not None:
         raise RevisionError(path, f"author {clip(revision.author)!r} {problem}")
+    if MESSAGE_CONTROL.search(revision.message):
+        raise RevisionError(path, f"message {clip(revision.message)!r} holds a control character (stackpin writes "
+                            "text, line breaks and tabs only)")
     lock = revision.lock
     if stack_digest(lock.profile, lock.resolved) != lock.stack_digest:
         raise RevisionError(path, "lock.stackDigest does not match the lock's content")

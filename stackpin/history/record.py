@@ -11,7 +11,6 @@ revision behind, which `stackpin history --check` reports and the next promote, 
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,15 @@ from pathlib import Path
 from stackpin.errors import StackpinError, clip
 from stackpin.history.deployed import deployment_dir, deployment_files, write_deployment
 from stackpin.history.identity import author_of, created_at
-from stackpin.history.model import Action, ActionKind, DeploymentKey, Revision, new_revision, revision_text
+from stackpin.history.model import (
+    MESSAGE_CONTROL,
+    Action,
+    ActionKind,
+    DeploymentKey,
+    Revision,
+    new_revision,
+    revision_text,
+)
 from stackpin.history.signing import signature_path
 from stackpin.history.store import HEAD_FILE, Chain, HistoryStore
 from stackpin.lock.lockfile import StackLock
@@ -27,8 +34,6 @@ from stackpin.render.output import RenderedStack, render_stack
 from stackpin.yamlio import create_exclusive, write_atomic
 
 MAX_MESSAGE = 4000
-# Line breaks and tabs are a message's own; other control characters would not read back the same.
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 # Given the verified chain, what to record next (decided holding the lock).
 _Choose = Callable[[Chain], tuple[StackLock, Action, str, RenderedStack]]
 # A caller's step bound to recording a revision, run holding the lock (see `rollback`).
@@ -52,7 +57,7 @@ def checked_message(message: str) -> str:
     if len(text) > MAX_MESSAGE:
         raise StackpinError(f"the message is {len(text):,} characters; a revision's message holds at most "
                             f"{MAX_MESSAGE:,}")
-    if _CONTROL.search(text):
+    if MESSAGE_CONTROL.search(text):
         raise StackpinError(f"the message {clip(text)!r} holds a control character; write text, line breaks "
                             "and tabs only")
     return text
