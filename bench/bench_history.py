@@ -51,7 +51,9 @@ def build(root: Path, count: int) -> DeploymentKey:
     store.directory(key).mkdir(parents=True)
     previous: Revision | None = None
     for number in range(1, count + 1):
-        revision = new_revision(key, number, locks[number % 2], created=f"2026-01-01T00:00:{number % 60:02d}Z",
+        # One second apart: a history's times never go back (reading refuses one that does).
+        created = f"2026-01-01T{number // 3600:02d}:{number // 60 % 60:02d}:{number % 60:02d}Z"
+        revision = new_revision(key, number, locks[number % 2], created=created,
                                 author="bench <bench@stackpin.dev>", message=f"synthetic revision {number}",
                                 action=Action(kind=ActionKind.promote), previous=previous)
         create_exclusive(store.path(key, number), revision_text(revision))

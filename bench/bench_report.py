@@ -105,7 +105,9 @@ def build(root: Path, count: int, results: dict[str, Path]) -> DeploymentKey:
     previous: Revision | None = None
     for number in range(1, count + 1):
         lock = locks[number % 2]
-        revision = new_revision(key, number, lock, created=f"2026-01-01T00:00:{number % 60:02d}Z",
+        # One second apart: a history's times never go back (reading refuses one that does).
+        created = f"2026-01-01T{number // 3600:02d}:{number // 60 % 60:02d}:{number % 60:02d}Z"
+        revision = new_revision(key, number, lock, created=created,
                                 author="bench <bench@stackpin.dev>", message=f"synthetic revision {number}",
                                 action=Action(kind=ActionKind.promote), previous=previous)
         create_exclusive(store.path(key, number), revision_text(revision))
