@@ -38,7 +38,7 @@ from devkit.kubefront import Front, Seen, front_of  # noqa: E402
 
 STACK = "gb300-disagg-wide-ep"
 NAMESPACE = "dynamo"  # the namespace the rendered files name
-NO_CHANGE_AIM = 14  # requests of a no-change `stackpin apply` (tests/test_deploy_requests.py holds it)
+NO_CHANGE_AIM = 10  # requests of a no-change `stackpin apply` (tests/test_deploy_requests.py holds it)
 STACKPIN = [sys.executable, "-c", "import sys, stackpin.cli.main as m; sys.argv[0] = 'stackpin'; sys.exit(m.run())"]
 
 

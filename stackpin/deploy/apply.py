@@ -14,7 +14,9 @@ The run, in order; nothing is written before step 3:
    longer rendered pruned, the DynamoGraphDeployment before its ComputeDomain; then the parent again
    with the new kinds and the record entry (who, when, which stack digest and revision). A write whose
    dry run returned the object exactly as it is live (down to managedFields and resourceVersion: the
-   server would store nothing) is left out, so a re-apply that changes nothing writes nothing.
+   server would store nothing) is left out, so a re-apply that changes nothing writes nothing. An apply
+   the live object's managedFields already show to change nothing (`settled.py`) is neither dry-run
+   nor sent: a re-apply that changes nothing makes no dry runs either (issue 37: round trips).
 
 A re-run after any interruption converges: the parent still lists every kind that may hold members.
 """
@@ -38,7 +40,16 @@ from stackpin.deploy.applyset import (
     with_entry,
 )
 from stackpin.deploy.clusterfacts import cluster_facts
-from stackpin.deploy.kube import CONFIGMAPS, NAMESPACES, ApiResource, Cluster, ClusterError, Conflicts, Unreachable
+from stackpin.deploy.kube import (
+    CONFIGMAPS,
+    FIELD_MANAGER,
+    NAMESPACES,
+    ApiResource,
+    Cluster,
+    ClusterError,
+    Conflicts,
+    Unreachable,
+)
 from stackpin.deploy.lease import LeaseLost, holding
 from stackpin.deploy.objects import (
     DGD_KIND,
@@ -53,6 +64,7 @@ from stackpin.deploy.objects import (
 from stackpin.deploy.preflight import Preflight, dropped_fields, preflight
 from stackpin.deploy.readiness import Readiness
 from stackpin.deploy.recreate import recreate_reasons
+from stackpin.deploy.settled import apply_changes_nothing
 from stackpin.deploy.source import StackSource, refuse_stand_ins
 from stackpin.deploy.wait import wait_gone, wait_ready
 from stackpin.errors import StackpinError
@@ -342,6 +354,10 @@ def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions,
                       "deletion was")
             predicted[key] = Action.recreated
             continue
+        if apply_changes_nothing(current, obj, FIELD_MANAGER):  # nothing to write: no dry run of it needed
+            predicted[key] = Action.unchanged
+            settled.add(key)
+            continue
         try:
             result = cluster.apply(plan.res_of[key], obj, force=options.force_conflicts, dry_run=True)
         except Conflicts as exc:
@@ -359,13 +375,17 @@ def _dry_run(cluster: Cluster, plan: Plan, options: ApplyOptions,
         cluster.delete(member.res, member.key.namespace, member.key.name, uid=member.live["metadata"]["uid"],
                        dry_run=True)
     parent, stack = plan.parent, plan.stack
-    written = cluster.apply(CONFIGMAPS, parent_object(parent, stack.deployment, parent.group_kinds | stack.group_kinds,
-                                                      parent.record, pin_version=False), dry_run=True)
+    first = parent_object(parent, stack.deployment, parent.group_kinds | stack.group_kinds, parent.record,
+                          pin_version=False)
+    parent_settled = apply_changes_nothing(plan.parent_live, first, FIELD_MANAGER)
+    if not parent_settled:
+        written = cluster.apply(CONFIGMAPS, first, dry_run=True)
+        parent_settled = plan.parent_live is not None and written == plan.parent_live
     if conflicts:
         raise Conflicts.merge(conflicts)
     if dropped:
         raise DroppedFields("\n".join(dropped))
-    return predicted, frozenset(settled), plan.parent_live is not None and written == plan.parent_live
+    return predicted, frozenset(settled), parent_settled
 
 
 def _write(cluster: Cluster, checked: CheckedApply, timeout_s: float,
