@@ -70,3 +70,29 @@ def test_a_live_deployment_is_not_gone(kube: Kube) -> None:
     assert kube.apply("gb300-tuned").exit_code == 0
     code, data, _ = status(kube)
     assert code == 0 and data["dgdGone"] is False
+
+
+def test_a_revision_whose_deployment_is_gone_is_not_taken_for_a_record_behind(kube: Kube) -> None:
+    """The issue's case: the stack applied from a history revision, the DynamoGraphDeployment deleted by a
+    killed recreate. The revision is read from the members left (it was read from the DGD only, so the
+    record was said to be behind the live objects with the same digest on both sides)."""
+    from msgspec.structs import replace
+
+    cluster = connect(str(kube.kubeconfig), None)
+    options = ApplyOptions(namespace=kube.namespace, allow_recreate=True, allow_stand_ins=True)
+    apply_stack(cluster, replace(resolve_source(lockfile("gb300-disagg-wide-ep"), LOCKS), revision=1), options)
+
+    def progress(message: str) -> None:
+        if message.endswith("deleted for recreate"):
+            raise Killed
+
+    with garbage_collector(kube), pytest.raises(Killed):
+        apply_stack(connect(str(kube.kubeconfig), None),
+                    replace(resolve_source(lockfile("gb300-tuned"), LOCKS), revision=2), options, progress=progress)
+    deadline = time.monotonic() + 10
+    while kube.dgd() is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    code, data, text = status(kube)
+    assert code == 1 and data["dgdGone"] is True and data["recordBehind"] is False
+    assert data["revision"] == 1 and data["lastApplied"]["revision"] == 1
+    assert "the record is behind" not in text and data["problems"][0].startswith(GONE)
