@@ -151,10 +151,12 @@ def pause(fleet: str, rollouts_dir: str) -> None:
     from stackpin.rollout.record import Refused, State
 
     store = _store(fleet, rollouts_dir)
-    record = _active(store)
-    if record.state != State.running:
-        raise Refused(f"rollout {record.id} is {record.state}, not running")
-    store.write(record.with_state(State.paused, "paused by rollout pause"))
+    _active(store)
+    with store.writing():  # against the runner's own read-then-write of the record
+        record = _active(store)
+        if record.state != State.running:
+            raise Refused(f"rollout {record.id} is {record.state}, not running")
+        store.write(record.with_state(State.paused, "paused by rollout pause"))
     click.echo(f"rollout {record.id}: paused (a running process stops after its current step)")
 
 
@@ -177,8 +179,9 @@ def abort(fleet: str, rollback: bool, rollouts_dir: str, history_dir: str, lockd
     record = _active(store)
     # A rollback writes to racks: only with the runner's claim (a live runner may be mid-apply: refused).
     with store.claim(f"rolling back rollout {record.id}") if rollback else nullcontext():
-        record = _active(store)
-        store.write(record.with_state(State.aborted, "aborted by rollout abort"))
+        with store.writing():  # against the runner's own read-then-write of the record
+            record = _active(store)
+            store.write(record.with_state(State.aborted, "aborted by rollout abort"))
         if rollback:
             engine = _engine(store, store.read(record.id), fleet, history_dir, lockdir)
             racks = {r.name: r for r in engine.fleet.fleet.spec.racks}

@@ -123,11 +123,12 @@ class Engine:
 
     def save(self, record: Rollout) -> None:
         """Write `record`; a pause or abort a person wrote since the last write wins over `running`."""
-        if self.store.path(record.id).is_file():
-            on_disk = self.store.read(record.id)
-            if on_disk.state in (State.paused, State.aborted) and record.state == State.running:
-                record = record.with_state(on_disk.state, on_disk.reason)
-        self.store.write(record)
+        with self.store.writing():
+            if self.store.path(record.id).is_file():
+                on_disk = self.store.read(record.id)
+                if on_disk.state in (State.paused, State.aborted) and record.state == State.running:
+                    record = record.with_state(on_disk.state, on_disk.reason)
+            self.store.write(record)
         self.record = record
         self.fault_point("record written")
 

@@ -25,6 +25,7 @@ import datetime
 import os
 import re
 import time
+from contextlib import AbstractContextManager
 from enum import StrEnum
 from pathlib import Path
 from typing import Literal
@@ -33,7 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
 from stackpin.errors import StackpinError, clip
-from stackpin.yamlio import create_exclusive, dump_yaml, load_yaml, read_regular, write_atomic
+from stackpin.yamlio import create_exclusive, dump_yaml, load_yaml, lock_directory, read_regular, write_atomic
 
 ACTIVE = "ACTIVE"
 RUNNER = "RUNNER"
@@ -216,6 +217,11 @@ class RolloutStore:
     def write(self, record: Rollout) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         write_atomic(self.path(record.id), dump_yaml(record.as_dict(), sort_keys=False))
+
+    def writing(self) -> AbstractContextManager[None]:
+        """Hold the fleet directory's lock for a read-then-write of a record: the runner's step and a
+        person's `rollout pause|abort` never overwrite each other's write (held for milliseconds)."""
+        return lock_directory(self.directory)
 
     def active_id(self) -> str | None:
         """The id in the fleet's ACTIVE file (None: no active rollout); anything but an id is refused, naming
