@@ -81,9 +81,6 @@ def test_an_active_file_not_holding_an_id_is_one_line_exit_2_in_every_command(
 def test_start_with_a_bad_active_file_is_one_line_exit_2(started: tuple[Path, RolloutStore, str]) -> None:
     root, store, _ = started
     (store.directory / "ACTIVE").write_bytes(b"\xff\n")
-    result = cli("rollout", "start", str(root / "fleet.yaml"), "x@1", *dirs(root))
-    # the revision is not found first or the ACTIVE file is refused: either way one line, exit 2
-    assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     result = cli("rollout", "start", str(root / "fleet.yaml"),
                  f"{yaml.safe_load(store.path('000001').read_text())['deployment']}@1", *dirs(root),
                  "--allow-stand-ins")
