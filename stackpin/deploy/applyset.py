@@ -27,6 +27,7 @@ from typing import Any
 
 import msgspec
 
+import stackpin.jsonio as jsonio
 from stackpin.deploy.kube import ClusterError
 from stackpin.lock.canonical import canonical_json
 from stackpin.records import CamelRecord
@@ -130,8 +131,10 @@ def _parse_record(text: str | None, subject: str) -> tuple[AppliedRevision, ...]
     if not text:
         return ()
     try:
+        jsonio.check_depth(text)  # anyone who may edit the ConfigMap wrote it; msgspec decodes by recursion
         return msgspec.json.decode(text, type=tuple[AppliedRevision, ...])
-    except msgspec.DecodeError as exc:  # ValidationError is one: bad JSON, not a list, a field of the wrong type
+    # msgspec's ValidationError is a DecodeError: bad JSON, not a list, a field of the wrong type.
+    except (msgspec.DecodeError, jsonio.NestingError) as exc:
         first = str(exc).splitlines()[0]
         raise ClusterError(f"{subject}: {RECORD_KEY} is not a stackpin record ({first})") from None
 

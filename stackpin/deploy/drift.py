@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+import stackpin.jsonio as jsonio
 from stackpin.deploy.kube import FIELD_MANAGER
 
 WATCHED = (".spec", ".metadata.labels", ".metadata.annotations")
@@ -43,7 +44,7 @@ def _element(key: str) -> str:
         return f".{rest}"
     if prefix == "k":
         try:
-            fields = json.loads(rest)
+            fields = jsonio.loads(rest)
             return "[" + ",".join(f"{k}={json.dumps(v)}" for k, v in fields.items()) + "]"
         except ValueError:
             return f"[{rest}]"

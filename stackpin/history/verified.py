@@ -29,6 +29,7 @@ from typing import Any
 
 import msgspec
 
+import stackpin.jsonio as jsonio
 from stackpin.errors import StackpinError
 from stackpin.version import __version__
 from stackpin.yamlio import read_regular, write_atomic
@@ -95,7 +96,7 @@ class VerifiedCache:
         if self.path is None:
             return
         try:
-            data = json.loads(read_regular(self.path, MAX_CACHE_BYTES, follow=False))
+            data = jsonio.loads(read_regular(self.path, MAX_CACHE_BYTES, follow=False))
             if data.get("stamp") != self.stamp:
                 return
             entries = {k: Verified(int(n), str(d), None if p is None else str(p), str(a), str(c))
