@@ -1,8 +1,8 @@
 """The optional parts of stackpin and the one check that says which extra to install when one is missing.
 
-`pip install stackpin` brings what validate, lock, render, diff and history need, and the cluster commands
-(apply, status, rollback --apply, diff DEPLOYMENT@live, history --cluster), whose client is the standard
-library's (stackpin/deploy/transport.py). The rest comes as extras
+`pip install stackpin` brings what validate, lock, render, diff and history need. The rest comes as extras
+(the cluster commands, apply, status, rollback --apply, diff DEPLOYMENT@live, history --cluster, as
+`stackpin[cluster]`: the official Kubernetes client)
 (`pip install 'stackpin[report]'`, `stackpin[all]` for everything); their packages are imported only
 inside the functions that use them, each behind `require`, so a missing one costs one line, not a traceback.
 The extras' requirements are in pyproject.toml; tests/test_extras.py holds this table to them.
@@ -16,6 +16,7 @@ from stackpin.errors import StackpinError
 
 # extra -> the import names its packages provide (all needed), and what needs it.
 EXTRAS: dict[str, tuple[str, ...]] = {
+    "cluster": ("kubernetes", "socks"),  # apply, status, rollback --apply, diff @live, history --cluster, rollout
     "plot": ("matplotlib",),  # bench plot, plan --chart
     "report": ("jinja2", "matplotlib"),  # report: the page's templates and its charts
     "manifests": ("kubernetes_validate",),  # built-in kinds' schemas: validate --manifests, bench job, ...

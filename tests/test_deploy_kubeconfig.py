@@ -221,15 +221,3 @@ def test_proxy_url_carries_the_connection(kube: Kube, tmp_path: Path, connect_pr
                                                {"token": kube.env.tokens["admin"]}))
     assert probe(kube, config)[0].startswith(REACHED)
     assert asked and set(asked) == {kube.env.url.removeprefix("https://")}
-
-
-def test_an_auth_provider_is_refused_in_one_line_before_any_connection(tmp_path: Path) -> None:
-    """The legacy auth-provider (kubectl itself keeps only oidc): one line with the way out, nothing sent."""
-    config = write(tmp_path / "config", {
-        "current-context": "c", "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:9"}}],
-        "users": [{"name": "u", "user": {"auth-provider": {"name": "oidc", "config": {"id-token": "x"}}}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]})
-    result = CliRunner().invoke(main, ["status", "d", "--kubeconfig", str(config)])
-    assert result.exit_code == 2 and result.stderr.splitlines() == [
-        f"error: kubeconfig {config}: context c: its user's auth-provider is not supported (hint: use an exec plugin "
-        "instead, such as kubelogin (kubectl oidc-login) for oidc)"]

@@ -152,7 +152,8 @@ def test_an_expired_exec_credential_is_asked_for_again(endpoint: tuple[Endpoint,
     user, runs, _ = plugin_user(tmp_path, "2020-01-01T00:00:00Z")
     cluster, (status, _) = get(kubeconfig(tmp_path, server, user))
     assert status == 200 and cluster.request("GET", "/api/v1/namespaces/default")[0] == 200
-    assert runs.read_text().count("run") == 2
+    # Loading the kubeconfig ran it once; its credential expired, so each request asks again (as kubectl's).
+    assert runs.read_text().count("run") == 3
 
 
 @pytest.mark.parametrize(("output", "why"), [
@@ -160,7 +161,7 @@ def test_an_expired_exec_credential_is_asked_for_again(endpoint: tuple[Endpoint,
     ('{"apiVersion": "client.authentication.k8s.io/v1beta1", "kind": "ExecCredential", "status": {"token": "t"}}',
      "printed apiVersion 'client.authentication.k8s.io/v1beta1', configured client.authentication.k8s.io/v1"),
     ('{"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": '
-     '{"clientCertificateData": "x", "clientKeyData": "y"}}', "gave a client certificate, which is not supported"),
+     '{"clientCertificateData": "x"}}', "gave neither a token nor a client certificate and key"),
 ])
 def test_a_plugin_that_gives_no_usable_token_is_one_line(endpoint: tuple[Endpoint, str], tmp_path: Path,
                                                          output: str, why: str) -> None:
@@ -178,8 +179,8 @@ def test_a_token_no_header_can_carry_is_refused_unprinted(endpoint: tuple[Endpoi
     token.write_text("secret-part\nrest\n")
     with pytest.raises(ClusterError) as caught:
         get(kubeconfig(tmp_path, server, {"tokenFile": str(token)}))
-    assert str(caught.value) == (f"kubeconfig context c: tokenFile {token}: the token is empty or holds a character "
-                                 "a header cannot carry")
+    assert str(caught.value) == (f"kubeconfig {tmp_path / 'config'}: context c: tokenFile {token}: the token is empty "
+                                 "or holds a character a header cannot carry")
     assert state.seen == []
 
 
@@ -216,8 +217,8 @@ def test_an_answer_larger_than_the_bound_is_not_read(endpoint: tuple[Endpoint, s
 
 @pytest.mark.parametrize(("cluster", "why"), [
     ({"server": "ftp://127.0.0.1:9"}, "server 'ftp://127.0.0.1:9' is not an https:// or http:// URL"),
-    ({"server": "https://127.0.0.1:9", "proxy-url": "socks5://127.0.0.1:1080"},
-     "proxy-url: a socks5:// proxy is not supported (an http:// proxy is)"),
+    ({"server": "https://127.0.0.1:9", "proxy-url": "ftp://127.0.0.1:1080"},
+     "proxy-url: a ftp proxy is not supported (http://, https:// and socks5:// are, as kubectl's)"),
     ({"server": "https://127.0.0.1:9", "certificate-authority-data": "not base64!"},
      "certificate-authority-data is not base64"),
     ({"server": "https://127.0.0.1:9", "insecure-skip-tls-verify": "yes"},
@@ -239,15 +240,39 @@ def test_the_environment_proxy_is_used_as_kubectl_uses_it(tmp_path: Path, monkey
     """$HTTPS_PROXY carries an https server's connection unless $NO_PROXY names the server; a loopback
     server never goes through it (Go's rule, so kubectl's). A proxy stackpin cannot use is one line, naming
     the variable, before any connection."""
-    monkeypatch.setenv("HTTPS_PROXY", "socks5://127.0.0.1:9")
+    monkeypatch.setenv("HTTPS_PROXY", "ftp://127.0.0.1:9")
     monkeypatch.delenv("NO_PROXY", raising=False)
     monkeypatch.delenv("no_proxy", raising=False)
     remote = kubeconfig(tmp_path, "https://10.255.255.1:6443", {"token": "t"})
     with pytest.raises(ClusterError) as caught:
         connect(remote, None)
-    assert str(caught.value) == f"kubeconfig {remote}: context c: $HTTPS_PROXY: a socks5:// proxy is not supported " \
-                                "(an http:// proxy is)"
+    assert str(caught.value) == f"kubeconfig {remote}: context c: proxy-url: a ftp proxy is not supported " \
+                                "(http://, https:// and socks5:// are, as kubectl's)"
     monkeypatch.setenv("NO_PROXY", "10.255.255.1")
     connect(remote, None)  # bypassed: nothing to refuse
     monkeypatch.delenv("NO_PROXY")
     connect(kubeconfig(tmp_path, "https://127.0.0.1:6443", {"token": "t"}), None)  # loopback: never proxied
+
+
+@pytest.mark.parametrize(("body", "why"), [
+    ("while True:\n    sys.stdout.buffer.write(b'x' * 65536)", "printed more than 1048576 bytes"),
+    ("time.sleep(600)", "gave no credential in time"),
+])
+def test_a_plugin_that_prints_without_end_or_hangs_is_stopped_at_its_bound(tmp_path: Path, body: str,
+                                                                          why: str) -> None:
+    """Its output is read as it comes and stopped at the bound (the client's ExecProvider reads it whole:
+    6 GB in 4.6 s before a check); one that prints nothing is stopped at the deadline; neither outlives it."""
+    import os
+    import time
+
+    pids = tmp_path / "pid"
+    script = f"import os, sys, time\nopen({str(pids)!r}, 'w').write(str(os.getpid()))\n{body}\n"
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable,
+                     "args": ["-c", script]}}
+    started = time.monotonic()
+    with pytest.raises(ClusterError) as caught:
+        connect(kubeconfig(tmp_path, "https://127.0.0.1:9", user), None, request_timeout_s=2)
+    assert time.monotonic() - started < 20
+    assert str(caught.value) == f"kubeconfig context c: exec plugin {sys.executable}: {why}"
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pids.read_text()), 0)

@@ -115,8 +115,7 @@ def ok(result: subprocess.CompletedProcess[str]) -> str:
 def test_the_extras_table_matches_pyproject() -> None:
     """Each extra's modules come with its requirements and not with the core's; `all` is every extra."""
     core = _modules(_closure(PROJECT["dependencies"]))
-    assert set(EXTRAS) | {"all", "test", "cluster"} == set(OPTIONAL)
-    assert OPTIONAL["cluster"] == []  # the cluster edge is in the core; the name stays for install lines that use it
+    assert set(EXTRAS) | {"all", "test"} == set(OPTIONAL)
     assert OPTIONAL["all"] == [f"stackpin[{','.join(sorted(EXTRAS, key=list(EXTRAS).index))}]"]
     for name, modules in EXTRAS.items():
         brought = _modules(_closure(OPTIONAL[name]))
@@ -197,15 +196,15 @@ def test_history_runs_without_extras(site: Path) -> None:
     ok(cli("history", "--verify", cwd=site))
 
 
-def test_the_cluster_commands_run_without_extras(site: Path, kube: Kube) -> None:
-    """apply, status and diff against the live stack, on the real API server, with every extra missing: the
-    cluster edge's TLS, credentials and HTTP are the core's."""
+def test_the_cluster_commands_need_the_cluster_extra(site: Path, kube: Kube) -> None:
+    """apply, status and diff against the live stack, with every extra missing: one line naming the `cluster`
+    extra (the official Kubernetes client), before any request."""
     config = ("--kubeconfig", str(kube.kubeconfig), "-n", kube.namespace)
-    out = ok(cli("apply", "lockfiles/gb300-launch.lock.yaml", "--allow-stand-ins", *config, cwd=site))
-    assert "dynamographdeployment.nvidia.com/dsv41-flash created" in out
-    status = ok(cli("status", "dsv41-flash", *config, "--lock", "lockfiles/gb300-launch.lock.yaml", cwd=site))
-    assert "lockfiles/gb300-launch.lock.yaml: matches" in status and "drift       none" in status
-    ok(cli("diff", "dsv41-flash@live", "lockfiles/gb300-launch.lock.yaml", *config, cwd=site))
+    for args in (("apply", "lockfiles/gb300-launch.lock.yaml", "--allow-stand-ins"), ("status", "dsv41-flash"),
+                 ("diff", "dsv41-flash@live", "lockfiles/gb300-launch.lock.yaml")):
+        result = cli(*args, *config, cwd=site)
+        assert result.returncode == 2 and result.stderr == _needs(f"stackpin {args[0]}", "cluster"), result.stderr
+    assert kube.everything() == {}
 
 
 def _needs(command: str, extra: str) -> str:

@@ -5,10 +5,9 @@ merged by kubectl's rules (the first file to name a cluster, user or context win
 current-context), relative paths taken from the file that holds them, then the context's cluster
 (server, CA file or data, insecure-skip-tls-verify, tls-server-name, proxy-url), user (tokenFile, token,
 exec plugin, username/password, client certificate and key as files or data) and namespace
-(stackpin/deploy/credentials.py turns the cluster and user into TLS settings and an Authorization header).
-The REST API is spoken with plain JSON over stackpin/deploy/transport.py (the standard library's
-http.client; that module says why no HTTP library), so one code path serves core kinds, custom resources
-and discovery.
+(stackpin/deploy/credentials.py hands the merged file to the official `kubernetes` client's loader). The
+REST API is spoken with plain JSON over the client's connection pool (stackpin/deploy/transport.py), so one
+code path serves core kinds, custom resources and discovery.
 
 Every failure becomes one typed error with one line a person can act on: never a traceback, never a
 credential (server messages name the user, not the token; request headers are never printed). Every
@@ -16,10 +15,10 @@ file a kubeconfig names is read only if it is a regular file of bounded size: a 
 
 One budget bounds a command's API traffic (`--request-timeout`): every request's timeout is what is
 left of it, and the time each one takes is taken off. Each request is sent once, so a dead server costs
-the budget once, not once per retry per request (a read lost to the server closing an idle kept
-connection is sent again on a new one: stackpin/deploy/transport.py). One exception: when the server
-refuses (401) a token read from a tokenFile, or one an exec plugin gave an earlier request, the file is
-read or the plugin run again and that request sent once more (kubectl refreshes the token for the next
+the budget once, not once per retry per request. Two exceptions: a 429 (or 5xx) with Retry-After is waited
+on and sent again as kubectl does, while the wait fits in the budget (stackpin/deploy/transport.py); and when
+the server refuses (401) a token read from a tokenFile, or one an exec plugin gave an earlier request, the
+file is read or the plugin run again and that request sent once more (kubectl refreshes the token for the next
 request instead); a refused token costs two round trips, not a retry loop. Watches are outside the
 budget (`--timeout` bounds them), as are the Lease renewals, which run beside the command with timeouts
 of their own.
@@ -212,9 +211,11 @@ class Cluster:
         budgeted = timeout is None
         started = time.monotonic()
         try:
+            deadline = None
             if timeout is None:
                 timeout = self._budget_timeout(method, what or path)
-            resp = self._send(method, path, query, body, content_type, what, timeout)
+                deadline = started + timeout[1]  # what is left of the budget (or READ_TIMEOUT_S)
+            resp = self._send(method, path, query, body, content_type, what, timeout, deadline=deadline)
             data = resp.content  # read whole by _send: a connection lost mid-body is Unreachable there
         except Unreachable as exc:
             if budgeted and self._spend(started) <= 0.05 and not isinstance(exc, OutOfTime):
@@ -251,11 +252,14 @@ class Cluster:
                          "is the server healthy (its etcd up)? raise --request-timeout if it is only slow")
 
     def _send(self, method: str, path: str, query: Sequence[tuple[str, str]], body: Any, content_type: str,
-              what: str, timeout: tuple[float, float], stream: bool = False) -> Answer:
+              what: str, timeout: tuple[float, float], stream: bool = False, deadline: float | None = None) -> Answer:
         """One HTTP exchange, sent once; the body read whole unless `stream`. Failures without an
-        answer are Unreachable; a credential's (an exec plugin, a tokenFile) a ClusterError naming the context."""
+        answer are Unreachable; a credential's (an exec plugin, a tokenFile) a ClusterError naming the context.
+        `deadline` (monotonic): no Retry-After wait past it; by default the request's own timeout."""
+        if deadline is None:
+            deadline = time.monotonic() + timeout[0] + timeout[1]
         from stackpin.deploy.credentials import CredentialError
-        from stackpin.deploy.transport import TooLarge
+        from stackpin.deploy.transport import Busy, TooLarge
 
         headers = {"Accept": "application/json"}
         content = None
@@ -263,11 +267,16 @@ class Cluster:
             headers["Content-Type"] = content_type
             content = json.dumps(body).encode()  # JSON is YAML too: apply-patch+yaml takes it as it is
         try:
-            return self._transport.send(method, path, query, headers, content, timeout, stream)
+            return self._transport.send(method, path, query, headers, content, timeout, stream,
+                                        float("inf") if stream else deadline)
         except StackpinError:
             raise
         except CredentialError as exc:
             raise ClusterError(f"kubeconfig context {self.context}: {exc}") from None
+        except Busy as exc:
+            raise OutOfTime(f"the API server {self.server} is busy: it asked to wait {exc} (429 Retry-After) during "
+                            f"{method} of {what or path}, more than is left of --request-timeout "
+                            f"{self.request_timeout_s:g}s", "try again later, or raise --request-timeout") from None
         except TooLarge as exc:
             raise ClusterError(f"{self.server}: {method} {what or path}: {exc}; not read") from None
         except Exception as exc:  # noqa: BLE001 - http.client, ssl and socket errors, all one line
@@ -483,6 +492,11 @@ def _reason(exc: BaseException) -> str:
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         name = type(exc).__name__
+        wrapped = getattr(exc, "reason", None)
+        if name in ("MaxRetryError", "ProxyError", "SSLError") and isinstance(wrapped, BaseException) or \
+                name == "SSLError" and exc.args and isinstance(wrapped := exc.args[0], BaseException):
+            exc = wrapped  # urllib3's wrappers: the cause is inside
+            continue
         text = str(exc)
         if "Connection refused" in text or name == "ConnectionRefusedError":
             return "connection refused"
@@ -609,6 +623,21 @@ def _credential_file(where: str, context: str, field: str, path: str | None) -> 
                            f"{MAX_CREDENTIAL_BYTES} bytes")
 
 
+def _base64(field: str, value: Any) -> None:
+    """A `*-data` field must be base64 (the client's loader would raise binascii's error)."""
+    import base64
+    import binascii
+
+    from stackpin.deploy.credentials import CredentialError
+
+    try:
+        if not isinstance(value, str):
+            raise ValueError
+        base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise CredentialError(f"{field} is not base64") from None
+
+
 def connect(kubeconfig: str | None, context: str | None, request_timeout_s: float = REQUEST_TIMEOUT_S) -> Cluster:
     """A Cluster for a kubeconfig context, read as kubectl reads it (default $KUBECONFIG, which may
     list several files, or ~/.kube/config; see the module docstring). Nothing is written back to the
@@ -616,6 +645,9 @@ def connect(kubeconfig: str | None, context: str | None, request_timeout_s: floa
     import os
     from urllib.parse import urlsplit
 
+    from stackpin.extras import require
+
+    require("cluster")
     from stackpin.deploy import credentials
     from stackpin.deploy.transport import Transport
 
@@ -646,28 +678,40 @@ def connect(kubeconfig: str | None, context: str | None, request_timeout_s: floa
         if not holder.get(field + "-data"):
             path = holder.get(field)
             _credential_file(where, chosen, field, path if isinstance(path, str) else None)
-    if user.get("auth-provider") is not None and not (user.get("token") or user.get("tokenFile") or user.get("exec")):
-        raise ClusterError(f"kubeconfig {where}: context {chosen}: its user's auth-provider is not supported",
-                           "use an exec plugin instead, such as kubelogin (kubectl oidc-login) for oidc")
     try:
         server = cluster.get("server")
         if not isinstance(server, str) or not server:
             raise credentials.CredentialError("its cluster names no server")
         try:
             parts = urlsplit(server)
-            port = parts.port
+            parts.port  # noqa: B018 - a port that is not a number raises here
         except ValueError:
             raise credentials.CredentialError(f"server {server!r} is not a URL") from None
         if parts.scheme not in ("https", "http") or not parts.hostname:
             raise credentials.CredentialError(f"server {server!r} is not an https:// or http:// URL")
         if namespace is not None and not isinstance(namespace, str):
             raise credentials.CredentialError("namespace must be a string")
-        transport = Transport(
-            host=parts.hostname, port=port or (443 if parts.scheme == "https" else 80),
-            prefix=parts.path, tls=credentials.tls_context(cluster, user) if parts.scheme == "https" else None,
-            server_name=credentials.server_name(cluster),
-            proxy=credentials.proxy_for(cluster, parts.scheme, parts.hostname),
-            auth=credentials.user_auth(user, request_timeout_s))
+        for field in ("certificate-authority", "certificate-authority-data", "tls-server-name", "proxy-url"):
+            if cluster.get(field) is not None and not isinstance(cluster[field], str):
+                raise credentials.CredentialError(f"{field} must be a string")
+        for field, holder in (("certificate-authority-data", cluster), ("client-certificate-data", user),
+                              ("client-key-data", user)):
+            if holder.get(field) is not None:
+                _base64(field, holder[field])
+        if not isinstance(cluster.get("insecure-skip-tls-verify", False), bool):
+            raise credentials.CredentialError("insecure-skip-tls-verify must be true or false")
+        if user.get("exec") is not None and not isinstance(user["exec"], dict):
+            raise credentials.CredentialError("exec must be a mapping")
     except credentials.CredentialError as exc:
         raise ClusterError(f"kubeconfig {where}: context {chosen}: {exc}") from None
+    try:
+        configuration, creds = credentials.load(merged, chosen, user, request_timeout_s)
+    except credentials.CredentialError as exc:
+        # An exec plugin's failure is the context's, as when it runs again for a later request.
+        prefix = f"kubeconfig context {chosen}" if str(exc).startswith("exec plugin") else \
+            f"kubeconfig {where}: context {chosen}"
+        raise ClusterError(f"{prefix}: {exc}") from None
+    if cluster.get("certificate-authority") or cluster.get("certificate-authority-data"):
+        configuration.verify_ssl = True  # a CA beside insecure-skip-tls-verify: kubectl refuses it, stackpin verifies
+    transport = Transport(configuration, creds)
     return Cluster(transport, server.rstrip("/"), chosen, namespace or None, request_timeout_s)

@@ -1,64 +1,83 @@
-"""HTTP/1.1 to one Kubernetes API server, on the standard library's http.client and ssl.
+"""HTTP to one Kubernetes API server over the official `kubernetes` client's connection pool
+(kubernetes.client.rest.RESTClientObject: urllib3 with the kubeconfig's TLS, client certificate,
+tls-server-name, and an http(s):// or socks5:// proxy), with its retries: a 429 (or 503) that carries
+Retry-After is sent again after the wait the server asks for, as client-go does, for any verb (the server
+did not act on it), at most MAX_RETRY_AFTER times and never past the command's request budget.
 
-Why not an HTTP library: a cluster command's start-up was mostly its client's import. lightkube with httpx2
-(~250 modules: httpcore2, h2, anyio, asyncio, importlib.metadata) took ~140 ms of a 2-core machine before
-the first request, more than the whole of `kubectl get`; the official `kubernetes` client ~285 ms, urllib3
-alone ~60 ms, http.client with ssl ~18 ms (bench/bench_deploy.py measures them). What the API server needs
-of a client is what http.client does: one kept-alive TLS connection per thread, bodies read whole or line by
-line (a watch), a CONNECT tunnel through a proxy. The kubeconfig's credentials are stackpin/deploy/credentials.py.
+Why not the client's ApiClient.call_api: stackpin sends its own JSON (server-side apply bodies, custom
+resources, discovery) and reads every answer with a size bound; the pool is the part that carries the
+kubeconfig. Why not kubernetes.watch.Watch: it needs a generated list function and reads a line without
+bound; a watch here is one streamed GET read line by line, each line bounded.
 
-An idle kept-alive connection the server has closed is noticed before it is used (it reads as ready: an end
-of stream) and replaced. Where the server closes it just as a request goes out, a read (GET) is sent again
-once on a new connection, as Go's client does; a write is never sent twice. The other resend is after a
-401, once, when the credential could be renewed (stackpin/deploy/credentials.py).
+Redirects are never followed (a credential must not reach another host), and no request is resent after a
+connection error: a write may have been acted on, and a dead server costs the budget once. An idle kept
+connection the server has closed is noticed by urllib3 before it is used and replaced.
 """
 
 from __future__ import annotations
 
-import http.client
-import select
-import socket
-import ssl
-import threading
+import time
 from collections.abc import Iterator, Sequence
+from typing import Any
 from urllib.parse import urlencode
 
-from stackpin.deploy.credentials import Auth
+from urllib3.util.retry import Retry
+
+from stackpin.deploy.credentials import Credentials
 
 MAX_ANSWER_BYTES = 256 * 1024 * 1024  # one answer read whole: a list of every object of a kind
 MAX_EVENT_BYTES = 16 * 1024 * 1024  # one watch event (one object)
+MAX_RETRY_AFTER = 10  # client-go's maxRetries for a Retry-After answer
 
 
 class TooLarge(Exception):
     """An answer larger than this module reads whole."""
 
 
-class _TLSConnection(http.client.HTTPConnection):
-    """http.client's connection with TLS set up as a kubeconfig says: the TLS context it builds, and the
-    name checked in the server's certificate (tls-server-name, else the server's host, also through a
-    CONNECT tunnel)."""
+class Busy(Exception):
+    """The server asked to wait (429 Retry-After) longer than the request budget has left."""
 
-    default_port = 443
+    def __init__(self, wait_s: float) -> None:
+        super().__init__(f"{wait_s:g}s")
+        self.wait_s = wait_s
 
-    def __init__(self, host: str, port: int, *, timeout: float, tls: ssl.SSLContext, name: str) -> None:
-        super().__init__(host, port, timeout=timeout)
-        self._tls = tls
-        self._name = name
 
-    def connect(self) -> None:
-        super().connect()  # TCP, and the proxy's CONNECT tunnel when one is set
-        self.sock = self._tls.wrap_socket(self.sock, server_hostname=self._name)
+class _RetryAfter(Retry):
+    """urllib3's Retry as client-go retries: only an answer carrying Retry-After (429, or a 5xx), whatever the
+    method; no retry after a connection or read error; a wait past `deadline` (monotonic) is Busy, not slept."""
+
+    def __init__(self, *args: Any, deadline: float = float("inf"), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.deadline = deadline
+
+    def new(self, **kw: Any) -> _RetryAfter:
+        retry: _RetryAfter = super().new(**kw)
+        retry.deadline = self.deadline
+        return retry
+
+    def is_retry(self, method: str, status_code: int, has_retry_after: bool = False) -> bool:  # noqa: ARG002
+        return bool(self.total) and has_retry_after and (status_code == 429 or status_code >= 500)
+
+    def sleep(self, response: Any = None) -> None:
+        wait = self.get_retry_after(response) if response is not None else None
+        if wait is not None and time.monotonic() + wait > self.deadline:
+            raise Busy(wait)
+        super().sleep(response)
+
+
+def retries(deadline: float = float("inf")) -> _RetryAfter:
+    return _RetryAfter(total=MAX_RETRY_AFTER, connect=0, read=0, redirect=False, other=0,
+                       status=MAX_RETRY_AFTER, allowed_methods=None, raise_on_status=False,
+                       raise_on_redirect=False, deadline=deadline)
 
 
 class Answer:
     """One HTTP answer: its status and, unless streamed, its whole body."""
 
-    def __init__(self, status: int, content: bytes, response: http.client.HTTPResponse | None = None,
-                 connection: http.client.HTTPConnection | None = None) -> None:
+    def __init__(self, status: int, content: bytes, response: Any = None) -> None:
         self.status_code = status
         self.content = content
         self._response = response
-        self._connection = connection
 
     def read(self) -> bytes:
         """A streamed answer's body, whole (bounded)."""
@@ -68,136 +87,78 @@ class Answer:
         """A streamed answer's lines (a watch's events), each bounded."""
         if self._response is None:
             return
-        while line := self._response.readline(MAX_EVENT_BYTES + 1):
-            if len(line) > MAX_EVENT_BYTES and not line.endswith(b"\n"):
+        pending = b""
+        for chunk in self._response.stream(65536, decode_content=True):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            yield from (line for line in lines if line.strip())
+            if len(pending) > MAX_EVENT_BYTES:
                 raise TooLarge(f"a watch event larger than {MAX_EVENT_BYTES} bytes")
-            if line.strip():
-                yield line
+        if pending.strip():
+            yield pending
 
     def close(self) -> None:
-        if self._connection is not None:
-            self._connection.close()
+        if self._response is not None:
+            self._response.release_conn()
+            self._response.close()
 
 
-def _read_whole(response: http.client.HTTPResponse | None) -> bytes:
-    if response is None:
-        return b""
+def _read_whole(response: Any) -> bytes:
     chunks, total = [], 0
-    while chunk := response.read(1 << 20):
-        total += len(chunk)
-        if total > MAX_ANSWER_BYTES:
-            raise TooLarge(f"an answer larger than {MAX_ANSWER_BYTES} bytes")
-        chunks.append(chunk)
+    try:
+        for chunk in response.stream(1 << 20, decode_content=True):
+            total += len(chunk)
+            if total > MAX_ANSWER_BYTES:
+                raise TooLarge(f"an answer larger than {MAX_ANSWER_BYTES} bytes")
+            chunks.append(chunk)
+    except TooLarge:
+        response.close()  # the rest is not read: the connection cannot be used again
+        raise
+    response.release_conn()
     return b"".join(chunks)
 
 
 class Transport:
-    """Requests to one server (`scheme://host:port/prefix`), each on this thread's kept-alive connection."""
+    """Requests to one server (the kubeconfig's `server`, a path prefix included) on the client's pool."""
 
-    def __init__(self, *, host: str, port: int, prefix: str, tls: ssl.SSLContext | None, server_name: str | None,
-                 proxy: tuple[str, int, dict[str, str]] | None, auth: Auth, user_agent: str = "stackpin") -> None:
-        """`tls` None: plain HTTP (an http:// server)."""
-        self._host, self._port, self._prefix = host, port, prefix.rstrip("/")
-        self._tls, self._name = tls, server_name or host
-        self._proxy = proxy
-        self.auth = auth
+    def __init__(self, configuration: Any, credentials: Credentials, user_agent: str = "stackpin") -> None:
+        from kubernetes.client.rest import RESTClientObject
+
+        configuration.retries = retries()
+        if not configuration.verify_ssl:  # insecure-skip-tls-verify: kubectl says nothing of it on each request
+            import urllib3
+
+            urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+        self._pool = RESTClientObject(configuration).pool_manager
+        self._base = configuration.host.rstrip("/")
+        self.credentials = credentials
         self._user_agent = user_agent
-        self._local = threading.local()  # the Lease renewals run in a thread of their own
-
-    def _connect(self, timeout: float) -> http.client.HTTPConnection:
-        host, port = (self._proxy[0], self._proxy[1]) if self._proxy else (self._host, self._port)
-        conn: http.client.HTTPConnection
-        if self._tls is not None:
-            conn = _TLSConnection(host, port, timeout=timeout, tls=self._tls, name=self._name)
-        else:
-            conn = http.client.HTTPConnection(host, port, timeout=timeout)
-        if self._proxy:
-            conn.set_tunnel(self._host, self._port, headers=self._proxy[2])
-        conn.connect()
-        return conn
-
-    def _kept(self, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
-        """This thread's connection, and whether it was kept from an earlier request."""
-        conn: http.client.HTTPConnection | None = getattr(self._local, "conn", None)
-        if conn is not None and (conn.sock is None or _closed_by_peer(conn.sock)):
-            conn.close()
-            conn = None
-        if conn is not None:
-            return conn, True
-        conn = self._local.conn = self._connect(timeout)
-        return conn, False
-
-    def _drop(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None:
-            conn.close()
-        self._local.conn = None
 
     def send(self, method: str, path: str, query: Sequence[tuple[str, str]], headers: dict[str, str],
-             body: bytes | None, timeout: tuple[float, float], stream: bool = False) -> Answer:
-        """One exchange; after a 401, once more when the credential could be renewed."""
-        header = self.auth.header()
-        answer = self._exchange(method, path, query, headers, body, timeout, stream, header)
-        if answer.status_code == 401 and self.auth.refresh(header):
-            if stream:
-                answer.close()
-            answer = self._exchange(method, path, query, headers, body, timeout, stream, self.auth.header())
+             body: bytes | None, timeout: tuple[float, float], stream: bool = False,
+             deadline: float = float("inf")) -> Answer:
+        """One exchange (a Retry-After answer waited on and sent again, within `deadline`); after a 401, once
+        more when the credential could be renewed."""
+        header = self.credentials.header()
+        answer = self._exchange(method, path, query, headers, body, timeout, stream, header, deadline)
+        if answer.status_code == 401 and self.credentials.refresh(header):
+            answer.close()
+            answer = self._exchange(method, path, query, headers, body, timeout, stream, self.credentials.header(),
+                                    deadline)
         return answer
 
     def _exchange(self, method: str, path: str, query: Sequence[tuple[str, str]], headers: dict[str, str],
-                  body: bytes | None, timeout: tuple[float, float], stream: bool, authorization: str | None) -> Answer:
-        target = self._prefix + path + (f"?{urlencode(list(query))}" if query else "")
+                  body: bytes | None, timeout: tuple[float, float], stream: bool, authorization: str | None,
+                  deadline: float) -> Answer:
+        import urllib3
+
+        url = self._base + path + (f"?{urlencode(list(query))}" if query else "")
         sent = {"User-Agent": self._user_agent, **headers}
         if authorization:
             sent["Authorization"] = authorization
-        if stream:  # a watch: a connection of its own, closed with the answer
-            conn = self._connect(timeout[0])
-            try:
-                response = self._ask(conn, method, target, body, sent, timeout[1])
-            except BaseException:
-                conn.close()
-                raise
-            return Answer(response.status, b"", response, conn)
-        conn, kept = self._kept(timeout[0])
-        try:
-            try:
-                response = self._ask(conn, method, target, body, sent, timeout[1])
-            except _CLOSED:
-                # The server closed a kept connection as the request went out (its idle timeout): a read is
-                # sent again on a new one, as Go's client does; a write is not, the server may have acted on it.
-                if not kept or method not in ("GET", "HEAD"):
-                    raise
-                self._drop()
-                conn, _ = self._kept(timeout[0])
-                response = self._ask(conn, method, target, body, sent, timeout[1])
-            content = _read_whole(response)
-        except BaseException:
-            self._drop()
-            raise
-        if response.will_close:
-            self._drop()
-        return Answer(response.status, content)
-
-    @staticmethod
-    def _ask(conn: http.client.HTTPConnection, method: str, target: str, body: bytes | None,
-             headers: dict[str, str], read_s: float) -> http.client.HTTPResponse:
-        assert conn.sock is not None
-        conn.sock.settimeout(read_s)
-        conn.request(method, target, body=body, headers=headers)
-        return conn.getresponse()
-
-
-# How a kept connection the server closed shows itself when used: no answer at all.
-_CLOSED = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
-
-
-def _closed_by_peer(sock: socket.socket) -> bool:
-    """Whether an idle kept-alive connection reads as ready: the server closed it (or sent what no request
-    asked for). Either way it is not used again."""
-    if isinstance(sock, ssl.SSLSocket) and sock.pending():
-        return True
-    try:
-        ready, _, _ = select.select([sock], [], [], 0)
-    except (OSError, ValueError):
-        return True
-    return bool(ready)
+        response = self._pool.request(method, url, body=body, headers=sent, preload_content=False,
+                                      redirect=False, retries=retries(deadline),
+                                      timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]))
+        if stream:  # a watch: read by the caller, line by line
+            return Answer(response.status, b"", response)
+        return Answer(response.status, _read_whole(response))
