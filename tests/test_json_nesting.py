@@ -236,7 +236,6 @@ DIRECT_DECODES = {
                                    "jsonio.check_depth",
     "stackpin/deploy/kube.py": "API server answers: not converted here, the cluster edge moves to the "
                                "kubernetes client (issue 37 item 3)",
-    "stackpin/deploy/credentials.py": "exec plugin output: not converted here (issue 37 item 3)",
 }
 
 

@@ -107,8 +107,12 @@ def run_plugin(spec: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
     if code != 0:
         said = " ".join(err[-2000:].decode("utf-8", "replace").split())
         raise CredentialError(f"{where}: exited {code}{': ' + said if said else ''}")
+    from stackpin.jsonio import NestingError, loads
+
     try:
-        credential = json.loads(out)
+        credential = loads(out)
+    except NestingError as exc:
+        raise CredentialError(f"{where}: did not print an ExecCredential ({exc})") from None
     except ValueError:
         raise CredentialError(f"{where}: did not print an ExecCredential (not JSON)") from None
     status = credential.get("status") if isinstance(credential, dict) else None
