@@ -12,6 +12,7 @@ A rack's serving endpoint is devkit/livesim.py's.
 
 from __future__ import annotations
 
+import http.client
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -71,7 +72,7 @@ class Operator:
                     continue
                 try:
                     self._mark(env)
-                except (OSError, RuntimeError):  # a server a test stopped
+                except (OSError, RuntimeError, http.client.HTTPException):  # a server a test stopped
                     pass
             time.sleep(0.2)
 
