@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.bench.window import SKIP
+from stackpin.children import end_groups, spawn
 
 DEPLOYMENT = "dynamo/dsv41-flash@gb300-nvl72"
 SLO = "tps=80,ttft=10s"
@@ -76,21 +77,19 @@ class _Served:
 
     def __enter__(self) -> str:
         print(f"$ stackpin {' '.join(self.args)} &", flush=True)
-        self.process = subprocess.Popen([sys.executable, "-m", "stackpin", *self.args], text=True,
-                                        stderr=subprocess.PIPE)
+        self.process = spawn([sys.executable, "-m", "stackpin", *self.args], text=True, stderr=subprocess.PIPE)
         assert self.process.stderr is not None
         line = self.process.stderr.readline()
         found = re.search(r"on (http://\S+)", line)
         if not found:
-            self.process.kill()
+            end_groups([self.process])
             raise SystemExit(f"stackpin sim serve did not start: {line.strip() or 'no output'}")
         # Keep reading what the server says after that, so a full pipe never blocks it.
         threading.Thread(target=self.process.stderr.read, daemon=True).start()
         return found.group(1)
 
     def __exit__(self, *_: object) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=30)
+        end_groups([self.process])
 
 
 def _terms(item: dict[str, Any]) -> list[dict[str, Any]]:

@@ -32,6 +32,7 @@ import stackpin.jsonio as jsonio
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.flags import FlagCatalog, dynamo_catalog, vllm_catalog
 from stackpin.catalog.model_configs import model_config as catalog_model_config
+from stackpin.children import end_groups, spawn
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.pod import kubelet_value
@@ -190,13 +191,20 @@ def run_pool(python: Path, spec: dict[str, Any], workdir: Path, timeout_s: float
     script = resources.files(__package__).joinpath(SCRIPT)
     with resources.as_file(script) as path:
         try:
-            run = subprocess.run([str(python), str(path), str(spec_file)], capture_output=True, timeout=timeout_s,
-                                 check=False, cwd=workdir, env=_engine_env())
+            # In a group of its own that dies with stackpin (kill -9 too) and is ended on a timeout or Ctrl-C:
+            # vLLM may start processes of its own.
+            process = spawn([str(python), str(path), str(spec_file)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=workdir, env=_engine_env())
         except FileNotFoundError:
             raise EngineCheckError(f"{python}: no such Python; build the engine environment with "
                                    "`stackpin engines setup-check`") from None
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             raise EngineCheckError(f"the engine check ran past {timeout_s:g} s") from None
+        finally:
+            end_groups([process])
+        run = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
     if run.returncode != 0 or len(run.stdout) > MAX_OUTPUT:
         tail = run.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
         raise EngineCheckError(f"the engine check exited {run.returncode}: {tail[0][:400]}")
