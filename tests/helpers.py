@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import copy
 import re
+import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -181,3 +182,27 @@ def cpu_burners(count: int | None = None) -> Iterator[None]:
             process.kill()
         for process in processes:
             process.wait()
+
+
+def pipe_sockets(src: socket.socket, dst: socket.socket) -> None:
+    """Copy src to dst until src ends (a proxy's one direction), then close dst."""
+    try:
+        while data := src.recv(65536):
+            dst.sendall(data)
+    except OSError:
+        pass
+    finally:
+        dst.close()
+
+
+def accept_forever(listener: socket.socket, serve: Callable[[socket.socket], None]) -> None:
+    """Serve each connection `listener` accepts in a thread of its own, until the listener is closed."""
+    def accept() -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(client,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()

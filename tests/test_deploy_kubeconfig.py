@@ -25,6 +25,7 @@ from click.testing import CliRunner
 
 from devkit.envtest import find_tool
 from stackpin.cli.main import main
+from tests.helpers import accept_forever, pipe_sockets
 from tests.kube import Kube
 
 REACHED = "error: no stackpin deployment nothing-here in namespace "
@@ -181,15 +182,6 @@ def connect_proxy() -> Iterator[tuple[str, list[str]]]:
     listener = socket.create_server(("127.0.0.1", 0))
     asked: list[str] = []
 
-    def pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            dst.close()
-
     def serve(client: socket.socket) -> None:
         head = b""
         while b"\r\n\r\n" not in head and (chunk := client.recv(4096)):
@@ -199,18 +191,10 @@ def connect_proxy() -> Iterator[tuple[str, list[str]]]:
         host, _, port = target.rpartition(":")
         upstream = socket.create_connection((host, int(port)))
         client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
-        pipe(client, upstream)
+        threading.Thread(target=pipe_sockets, args=(upstream, client), daemon=True).start()
+        pipe_sockets(client, upstream)
 
-    def accept() -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(client,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
+    accept_forever(listener, serve)
     yield f"http://127.0.0.1:{listener.getsockname()[1]}", asked
     listener.close()
 

@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from stackpin.deploy.kube import CONFIGMAPS, connect
+from tests.helpers import accept_forever, pipe_sockets
 from tests.kube import Kube
 from tests.test_deploy_kubeconfig import REACHED, connect_proxy, kubectl_works, probe, single, write
 
@@ -118,15 +119,6 @@ def socks5_proxy() -> Iterator[tuple[str, list[str]]]:
             data += chunk
         return data
 
-    def pipe(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(65536):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            dst.close()
-
     def serve(client: socket.socket) -> None:
         try:
             _, count = exactly(client, 2)
@@ -146,18 +138,10 @@ def socks5_proxy() -> Iterator[tuple[str, list[str]]]:
         except OSError:
             client.close()
             return
-        threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
-        pipe(client, upstream)
+        threading.Thread(target=pipe_sockets, args=(upstream, client), daemon=True).start()
+        pipe_sockets(client, upstream)
 
-    def accept() -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(client,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
+    accept_forever(listener, serve)
     yield f"socks5://127.0.0.1:{listener.getsockname()[1]}", asked
     listener.close()
 

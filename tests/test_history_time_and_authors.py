@@ -20,18 +20,10 @@ from stackpin.history.signing import load_signing_key
 from stackpin.history.store import HistoryStore
 from stackpin.lock.lockfile import read_lock, sha256
 from tests.test_history import ENV, GB300, LAUNCH, TUNED, files, one_error
-from tests.test_history_signing import SSH_KEYGEN, allowed, keygen, public, revision_file, run, verify
+from tests.test_history_signing import SSH_KEYGEN, allowed, identity, keygen, public, revision_file, run, verify  # noqa: F401 - identity: the same autouse fixture
 
 DAY = 86400
 NOW = int(time.time())
-
-
-@pytest.fixture(autouse=True)
-def identity(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in ENV.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.delenv("STACKPIN_ALLOWED_SIGNERS", raising=False)
-    monkeypatch.delenv("STACKPIN_SIGNING_KEY", raising=False)
 
 
 def ssh_time(seconds: int) -> str:
