@@ -63,7 +63,7 @@ def dirs(root: Path) -> list[str]:
     return ["--rollouts", str(root / "rollouts"), "--history", str(root / "history")]
 
 
-@pytest.mark.parametrize("content", [b"\xff\xfe\x00bad\n", b"../../x\n", b"/tmp/evil\n", b"1\n", b"0000001\n"])
+@pytest.mark.parametrize("content", [b"\xff\xfe\x00bad\n", b"../../x\n", b"/var/tmp/evil\n", b"1\n", b"0000001\n"])
 @pytest.mark.parametrize("command", COMMANDS)
 def test_an_active_file_not_holding_an_id_is_one_line_exit_2_in_every_command(
         tmp_path: Path, command: str, content: bytes) -> None:
@@ -93,14 +93,14 @@ def test_a_record_id_or_fleet_name_that_is_a_path_never_becomes_one(started: tup
                                                                     ) -> None:
     root, store, rollout_id = started
     data = yaml.safe_load(store.path(rollout_id).read_text(encoding="utf-8"))
-    for bad in ("../../x", "/tmp/x", "1"):
+    for bad in ("../../x", "/var/tmp/stackpin-evil-x", "1"):
         store.path(rollout_id).write_text(yaml.safe_dump({**data, "id": bad}), encoding="utf-8")
         for command in ("resume", "abort"):
             result = cli("rollout", command, "west", *dirs(root))
             assert result.exit_code == 2, result.output
             [line] = result.stderr.splitlines()
             assert line.startswith(f"error: {store.path(rollout_id)}: not a rollout record (id: "), line
-    assert not list(root.rglob("x.yaml")) and not Path("/tmp/x.yaml").exists()
+    assert not list(root.rglob("x.yaml")) and not Path("/var/tmp/stackpin-evil-x.yaml").exists()
     with pytest.raises(StackpinError, match="not a rollout id"):
         store.path("../x")
     for name in ("../x", "/tmp", "West"):
