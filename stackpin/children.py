@@ -110,7 +110,10 @@ def _exited(pid: int) -> bool:
 
 def _killpg(pgid: int, number: int) -> None:
     with suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, number)
+        if os.getpgid(pgid) != pgid:  # a child not started in a group of its own (a plain Popen): it alone
+            os.kill(pgid, number)
+        else:
+            os.killpg(pgid, number)
 
 
 # The janitor: run by this Python (-I -S: no site, no user paths), reading what to clean on stdin. "g PGID"
