@@ -237,3 +237,12 @@ def test_a_v1beta1_recipe_pinned_to_1_3_1_renders_v1alpha1_and_says_so(tmp_path:
     assert "Dynamo 1.3.1" in item["reason"] and "dgd_storage" in item["reason"]
     assert any(line.startswith("round trip: dgd: apiVersion: differs: upstream nvidia.com/v1beta1, rendered "
                                "nvidia.com/v1alpha1: stackpin renders") for line in result.stderr.splitlines())
+
+
+def test_a_report_that_cannot_be_written_leaves_no_profile(tmp_path: Path) -> None:
+    agg = UPSTREAM / "examples_backends_vllm_deploy_v1beta1_agg.yaml"
+    out, report = tmp_path / "p.yaml", tmp_path / "missing" / "r.json"
+    run = CliRunner().invoke(cli_main, ["import", str(agg), "--platform", "gb300-nvl72", "--out", str(out),
+                                        "--report", str(report)])
+    assert run.exit_code == 2 and f"{report}: cannot write: {report.parent} is not a directory" in run.output
+    assert not out.exists()

@@ -55,6 +55,9 @@ def import_(source: str, out: str | None, force: bool, platform: str | None, dyn
 
         trip = round_trip(dgds[0], imported)
     text = f"# Imported by `stackpin import` from {source}\n" + dump_yaml(imported.profile, sort_keys=False)
+    if report is not None and report != STDOUT and not Path(report).parent.is_dir():
+        # Before the profile is written: a report that cannot be written leaves nothing half-done.
+        raise InputError([Problem(Location(report), "", f"cannot write: {Path(report).parent} is not a directory")])
     if out is not None:
         target = Path(out)
         if (target.exists() or target.is_symlink()) and not force:
