@@ -32,7 +32,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from devkit.envtest import Envtest, EnvtestUnavailable, GarbageCollector, start_envtest
-from devkit.fleetbed import add_rack_nodes, ready_status  # noqa: F401 (the cluster tests import them from here)
+from devkit.fleetbed import FleetBed, add_rack_nodes, fleet_bed, ready_status  # noqa: F401 (the cluster tests import them from here)
 from stackpin.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,14 +51,29 @@ def envtest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Envtest]:
     except EnvtestUnavailable as exc:
         reason = str(exc)
     if reason is not None:
-        if os.environ.get("STACKPIN_REQUIRE_ENVTEST") == "1":
-            pytest.fail(f"cluster tests cannot run (STACKPIN_REQUIRE_ENVTEST=1): {reason}", pytrace=False)
-        pytest.skip(f"no Kubernetes API server for the cluster tests: {reason}")
+        no_cluster(reason)
     try:
         add_rack_nodes(env)
         yield env
     finally:
         starting.__exit__(None, None, None)
+
+
+def no_cluster(reason: object) -> None:
+    """A cluster test without an API server: skipped, saying why, or failed where CI requires one."""
+    if os.environ.get("STACKPIN_REQUIRE_ENVTEST") == "1":
+        pytest.fail(f"cluster tests cannot run (STACKPIN_REQUIRE_ENVTEST=1): {reason}", pytrace=False)
+    pytest.skip(f"no Kubernetes API server for the cluster tests: {reason}")
+
+
+@contextmanager
+def fleet_or_skip(factory: pytest.TempPathFactory, racks: Sequence[str]) -> Iterator[FleetBed]:
+    """One API server per rack (devkit/fleetbed.py), or the test skipped as no_cluster says."""
+    try:
+        with fleet_bed([factory.mktemp(f"envtest-{rack}") for rack in racks]) as bed:
+            yield bed
+    except EnvtestUnavailable as exc:
+        no_cluster(exc)
 
 
 def dead_kubeconfig(directory: Path) -> tuple[Path, int]:

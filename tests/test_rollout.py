@@ -31,10 +31,10 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from devkit.envtest import Envtest, EnvtestUnavailable
-from devkit.fleetbed import FleetBed, fleet_bed
+from devkit.envtest import Envtest
+from devkit.fleetbed import FleetBed
 from stackpin.cli.main import main
-from tests.kube import DGD, ROOT, dead_kubeconfig, lockfile
+from tests.kube import DGD, ROOT, dead_kubeconfig, fleet_or_skip, lockfile
 
 RACKS = ("rack-a", "rack-b", "rack-c")
 _ns = itertools.count(1)
@@ -43,13 +43,8 @@ _ns = itertools.count(1)
 @pytest.fixture(scope="module")
 def fleet_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetBed]:
     """Three API servers, each with the CRDs and rack nodes, the operator and garbage collector stand-ins."""
-    try:
-        with fleet_bed([tmp_path_factory.mktemp(f"envtest-{rack}") for rack in RACKS]) as bed:
-            yield bed
-    except EnvtestUnavailable as exc:
-        if os.environ.get("STACKPIN_REQUIRE_ENVTEST") == "1":
-            pytest.fail(f"cluster tests cannot run (STACKPIN_REQUIRE_ENVTEST=1): {exc}", pytrace=False)
-        pytest.skip(f"no Kubernetes API server for the cluster tests: {exc}")
+    with fleet_or_skip(tmp_path_factory, RACKS) as bed:
+        yield bed
 
 
 @dataclasses.dataclass

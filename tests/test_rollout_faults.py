@@ -32,11 +32,11 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
-from devkit.envtest import Envtest, EnvtestUnavailable
-from devkit.fleetbed import FleetBed, fleet_bed
+from devkit.envtest import Envtest
+from devkit.fleetbed import FleetBed
 from stackpin.cli.main import main
 from stackpin.rollout.engine import FAULT_ENV
-from tests.kube import CD, DGD, ROOT, lockfile
+from tests.kube import CD, DGD, ROOT, fleet_or_skip, lockfile
 
 RACKS = ("rack-a", "rack-b")
 _ns = itertools.count(1)
@@ -45,13 +45,8 @@ KILLED = -9
 
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FleetBed]:
-    try:
-        with fleet_bed([tmp_path_factory.mktemp(f"envtest-{rack}") for rack in RACKS]) as servers:
-            yield servers
-    except EnvtestUnavailable as exc:
-        if os.environ.get("STACKPIN_REQUIRE_ENVTEST") == "1":
-            pytest.fail(f"cluster tests cannot run (STACKPIN_REQUIRE_ENVTEST=1): {exc}", pytrace=False)
-        pytest.skip(f"no Kubernetes API server for the cluster tests: {exc}")
+    with fleet_or_skip(tmp_path_factory, RACKS) as servers:
+        yield servers
 
 
 def cli(*args: str) -> Result:
