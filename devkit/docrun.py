@@ -18,7 +18,9 @@ union over a session's blocks; default COPY; `[]` an empty directory), `setup` (
 hidden, that must exit 0), `env` (variables), `needs` (`cluster`, `dynamo`, `sim`, `slow`: where they are missing
 the session is skipped and says why), `without` (extras whose packages the block's commands do not see, as
 in a venv with the core alone), `vary` (what legitimately differs between runs: preset names from
-VARY or regular expressions; each match reads as `<vary>` on both sides), `timeout` (seconds for the
+VARY or regular expressions; each match reads as `<vary>` on both sides), `transient` (regular expressions
+for progress lines printed only while a wait lasts, so a run may print them or not: a line that matches is
+left out on both sides), `timeout` (seconds for the
 block, default 120), `images` (files the block draws: the test holds them to the committed bytes,
 scripts/update_docs.py copies them back).
 
@@ -203,8 +205,8 @@ def _options(doc: str, line: int, body: str) -> dict[str, Any]:
         raise DocError(f"{doc}:{line}: docs marker is not YAML: {exc}") from exc
     if not isinstance(options, dict):
         raise DocError(f"{doc}:{line}: docs marker: expected `run` or a mapping of options")
-    unknown = set(options) - {"session", "copy", "setup", "env", "needs", "vary", "timeout", "images", "file",
-                              "without"}
+    unknown = set(options) - {"session", "copy", "setup", "env", "needs", "vary", "transient", "timeout", "images",
+                              "file", "without"}
     if unknown:
         raise DocError(f"{doc}:{line}: docs marker: unknown option(s) {', '.join(sorted(unknown))}")
     bad_needs = set(_as_list(options.get("needs"))) - NEEDS
@@ -500,9 +502,16 @@ def _patterns(block: Block) -> list[re.Pattern[str]]:
     return [re.compile(VARY.get(v, v)) for v in _as_list(block.options.get("vary"))]
 
 
-def normalise(lines: list[str], patterns: list[re.Pattern[str]]) -> list[str]:
+def _transient(block: Block) -> list[re.Pattern[str]]:
+    return [re.compile(t) for t in _as_list(block.options.get("transient"))]
+
+
+def normalise(lines: list[str], patterns: list[re.Pattern[str]],
+              transient: list[re.Pattern[str]] | None = None) -> list[str]:
     out = []
     for line in lines:
+        if transient and any(t.search(line) for t in transient):
+            continue
         line = _PORT.sub(r"\1:<port>", line.rstrip())
         line = _TMP.sub("<tmp>", line)
         if patterns:
@@ -535,9 +544,9 @@ def transcript(block: Block, outputs: list[list[str]] | None = None) -> list[str
 def mismatch(ran: Ran) -> str | None:
     """None when the doc shows what the run printed, else a unified diff naming the doc and line."""
     block = ran.block
-    patterns = _patterns(block)
-    expected = normalise(transcript(block), patterns)
-    actual = normalise(transcript(block, ran.outputs), patterns)
+    patterns, transient = _patterns(block), _transient(block)
+    expected = normalise(transcript(block), patterns, transient)
+    actual = normalise(transcript(block, ran.outputs), patterns, transient)
     if _matches(expected, actual):
         return None
     diff = difflib.unified_diff(expected, actual, f"{block.where} (the doc)", f"{block.where} (this run)",

@@ -96,3 +96,19 @@ def test_without_hides_an_extras_packages_from_the_block(tmp_path: Path) -> None
     with pytest.raises(docrun.DocError, match="unknown extra"):
         docrun.run_session(docrun.Session("docs/x.md", "bad", docrun.parse_doc(
             "docs/x.md", "<!-- docs: {copy: [], without: [nope]} -->\n```\n$ true\n```\n")), tmp_path / "bad")
+
+
+def test_transient_progress_lines_may_be_printed_or_not(tmp_path: Path) -> None:
+    """A wait's progress line is there when the wait lasted and not when it did not; the doc passes
+    either way, and every other line still counts."""
+    def ran(doc_lines: str, printed: str) -> docrun.Ran:
+        text = ("<!-- docs: {copy: [], transient: ['deleting \\(finalizers: ']} -->\n```\n"
+                f"$ printf '{printed}'\n{doc_lines}```\n")
+        [block] = docrun.parse_doc("docs/x.md", text)
+        scratch = tmp_path / str(len(list(tmp_path.iterdir())))
+        return docrun.run_session(docrun.Session("docs/x.md", "t", [block]), scratch)[0]
+
+    waited = "x: deleting (finalizers: foregroundDeletion)\\nx: deleted\\n"
+    assert docrun.mismatch(ran("x: deleting (finalizers: foregroundDeletion)\nx: deleted\n", "x: deleted\\n")) is None
+    assert docrun.mismatch(ran("x: deleted\n", waited)) is None
+    assert docrun.mismatch(ran("x: gone\n", waited)) is not None
