@@ -13,9 +13,9 @@ from stackpin.records import Record
 
 # The value an option takes, as the package's argument builder decides it (vLLM's _compute_kwargs):
 # json is a config dataclass or dict parsed from JSON; bool_or_str a bare flag (True) or a string;
-# json_or_str a JSON object or a plain string.
-OptionType = Literal["bool", "int", "float", "str", "json", "list", "bool_or_str", "json_or_str"]
-Engine = Literal["vllm", "dynamo", "flashinfer"]
+# json_or_str a JSON object or a plain string; json_list one JSON array (SGLang's json_list_type).
+OptionType = Literal["bool", "int", "float", "str", "json", "list", "bool_or_str", "json_or_str", "json_list"]
+Engine = Literal["vllm", "dynamo", "flashinfer", "sglang"]
 CATALOG_FORMAT = 2  # bump when a reader could misread an older file
 
 
@@ -50,7 +50,8 @@ class EngineOption(Record, frozen=True, kw_only=True):
     config_field: str | None = None  # "CacheConfig.enable_prefix_caching"
     config_class: str | None = None  # json options: the config dataclass the value fills (see config_classes)
     env_var: str | None = None  # Dynamo: the environment variable that sets the default
-    defined_in: str | None = None  # Dynamo: the package file that registers it
+    defined_in: str | None = None  # Dynamo: the package file that registers it (SGLang: file:line)
+    required: bool | None = None  # argparse refuses a command line without it (SGLang's --model-path)
     boolean_optional: bool | None = None
     store_true: bool | None = None
     notes: tuple[str, ...] = ()
@@ -90,6 +91,8 @@ class EnvVar(Record, frozen=True, kw_only=True):
     default_expr: str | None = None
     choices: tuple[str, ...] | None = None
     option: str | None = None  # Dynamo: the flag whose default it sets
+    source: str | None = None  # SGLang: file:line of the declaration or the read
+    deprecated: Deprecation | None = None  # a retired name: the one the package reads instead, its words
 
 
 class ParserRules(Record, frozen=True, kw_only=True):
@@ -158,7 +161,25 @@ class FlashinferRelease(Record, frozen=True, kw_only=True):
     source: Source
 
 
-Release = VllmRelease | DynamoRelease | FlashinferRelease
+class SglangRelease(EntryPoint, frozen=True, kw_only=True):
+    """An SGLang release: the options `ServerArgs.add_cli_args` registers (plain argparse)."""
+
+    format: int = CATALOG_FORMAT
+    engine: Literal["sglang"] = "sglang"
+    version: str
+    parser: ParserRules = msgspec.field(default_factory=ParserRules)
+    rules: tuple[str, ...] = ()
+    server_args_fields: tuple[str, ...] = ()  # every ServerArgs field, with a CLI option or not
+    # Allowed values by kind (attention_backends, moe_runner_backends, kv_cache_dtypes, ...): the lists the
+    # options take, as the package's choices.py and field declarations spell them.
+    choices: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+    env_vars: dict[str, EnvVar] = msgspec.field(default_factory=dict)
+    requires: tuple[str, ...] = ()
+    unresolved: tuple[str, ...] = ()
+    source: Source
+
+
+Release = VllmRelease | DynamoRelease | FlashinferRelease | SglangRelease
 R = TypeVar("R", bound=Record)
 
 

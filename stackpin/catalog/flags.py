@@ -22,6 +22,7 @@ from stackpin.catalog.engine_data import (
     EnvVar,
     FlashinferRelease,
     ParserRules,
+    SglangRelease,
     VllmRelease,
 )
 from stackpin.catalog.search import SearchPath, engine_file_name, find_engine_file, read_catalog_file, search_path
@@ -30,8 +31,9 @@ from stackpin.jsonio import NestingError, check_depth
 from stackpin.records import Record
 
 DynamoEntry = Literal["worker_vllm", "frontend"]
-EngineName = Literal["vllm", "dynamo", "flashinfer"]
-PROJECTS: dict[EngineName, str] = {"vllm": "vllm", "dynamo": "ai-dynamo", "flashinfer": "flashinfer-python"}
+EngineName = Literal["vllm", "dynamo", "flashinfer", "sglang"]
+PROJECTS: dict[EngineName, str] = {"vllm": "vllm", "dynamo": "ai-dynamo", "flashinfer": "flashinfer-python",
+                                    "sglang": "sglang"}
 
 
 class OptionUse(Record, frozen=True, kw_only=True):
@@ -138,7 +140,8 @@ class FlagCatalog(Record, frozen=True, kw_only=True):
                 return [f"{written} takes {takes}, not {value!r}"]
             return []
         want: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,), "list": (list,),
-                                             "json": (dict,), "bool_or_str": (bool, str), "json_or_str": (dict, str)}
+                                             "json": (dict,), "bool_or_str": (bool, str), "json_or_str": (dict, str),
+                                             "json_list": (list,)}
         kinds = want.get(option.type or "str", (str,))
         if option.converter and option.type in ("int", "float"):
             kinds = (*kinds, str)  # the package's converter parses text too ("32k", "auto"): not checked here
@@ -195,12 +198,13 @@ def _model(engine: EngineName, version: str, path: SearchPath, cls: type[Any]) -
         raise CatalogFileError(exc.message) from None
 
 
-AnyRelease = VllmRelease | DynamoRelease | FlashinferRelease
+AnyRelease = VllmRelease | DynamoRelease | FlashinferRelease | SglangRelease
 
 
 @cache
 def _release(engine: EngineName, version: str, path: SearchPath) -> AnyRelease | None:
-    cls = {"vllm": VllmRelease, "dynamo": DynamoRelease, "flashinfer": FlashinferRelease}[engine]
+    cls = {"vllm": VllmRelease, "dynamo": DynamoRelease, "flashinfer": FlashinferRelease,
+           "sglang": SglangRelease}[engine]
     release: AnyRelease | None = _model(engine, version, path, cls)
     return release
 
@@ -253,6 +257,28 @@ def _vllm_catalog(version: str, path: SearchPath) -> FlagCatalog | None:
 def vllm_catalog(version: str) -> FlagCatalog | None:
     """The flag catalog of a vLLM release, or None when no catalog on the search path has it."""
     return _vllm_catalog(version, search_path())
+
+
+def sglang_release(version: str) -> SglangRelease | None:
+    release = _release("sglang", version, search_path())
+    return release if isinstance(release, SglangRelease) else None
+
+
+@cache
+def _sglang_catalog(version: str, path: SearchPath) -> FlagCatalog | None:
+    release = _release("sglang", version, path)
+    if not isinstance(release, SglangRelease):
+        return None
+    # Plain argparse: every choices list is enforced at parse time (`known` stays empty).
+    return FlagCatalog(**_entry_catalog(f"SGLang {version}", release.version, release, release.parser,
+                                        choices=release.choices, env_vars=frozenset(release.env_vars),
+                                        env=release.env_vars))
+
+
+def sglang_catalog(version: str) -> FlagCatalog | None:
+    """The flag catalog of an SGLang release (`ServerArgs.add_cli_args`), or None when no catalog on the search
+    path has it."""
+    return _sglang_catalog(version, search_path())
 
 
 @cache

@@ -46,7 +46,7 @@ def engines() -> None:
 @user_errors
 def add(spec: str | None, from_file: Path | None, catalog_dir: Path | None, index_url: str | None,
         cache_dir: Path | None, crd: str | None, output: str) -> None:
-    """Add a published release (vllm==X, ai-dynamo==X or flashinfer-python==X) to a catalog directory.
+    """Add a published release (vllm==X, ai-dynamo==X, flashinfer-python==X or sglang==X) to a catalog directory.
 
     The package is downloaded (or read from --from FILE), never installed or imported: its Python source
     is parsed for every option string its parser accepts, the allowed values, env vars and config
@@ -81,6 +81,9 @@ def _print_added(added: Added, output: str) -> None:
     elif "workerOptionStrings" in counts:
         what = (f"{counts['workerOptionStrings']} worker and {counts['frontendOptionStrings']} frontend option "
                 f"strings, {counts['envVars']} env vars")
+    elif "options" in counts:  # SGLang: plain argparse, no generated spellings
+        what = (f"{counts['options']} options, {counts['optionStrings']} option strings, {counts['deprecated']} "
+                f"deprecated, {counts['envVars']} env vars")
     else:
         what = f"{counts['envVars']} env vars"
     click.echo(f"  catalog  {added.catalog_file}: {what}")

@@ -2,7 +2,7 @@
 
 The package comes from the index (`NAME==VERSION`) or from a file already on disk (`from_file`, for
 sites without the index). It is read with `ast` only (package.py), its catalog extracted
-(vllm_release, dynamo_release, flashinfer_release), its sha256 recorded, and the version pins of its
+(vllm_release, dynamo_release, flashinfer_release, sglang_release), its sha256 recorded, and the version pins of its
 metadata written into the directory's versions.yaml (store.py).
 """
 
@@ -14,9 +14,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from stackpin.catalog.engine_data import DynamoRelease, FlashinferRelease, VllmRelease
+from stackpin.catalog.engine_data import DynamoRelease, FlashinferRelease, SglangRelease, VllmRelease
 from stackpin.catalog.search import ENV, site_dirs
-from stackpin.engines import dynamo_release, flashinfer_release, vllm_release
+from stackpin.engines import dynamo_release, flashinfer_release, sglang_release, vllm_release
 from stackpin.engines.index import default_index, fetch
 from stackpin.engines.package import PROJECTS, Package, PackageError, normalize, read_package
 from stackpin.engines.pins import pin_of
@@ -25,6 +25,7 @@ from stackpin.errors import StackpinError
 
 BUILDERS: dict[str, Callable[[Package], Release]] = {
     "vllm": vllm_release.build, "ai-dynamo": dynamo_release.build, "flashinfer-python": flashinfer_release.build,
+    "sglang": sglang_release.build,
 }
 _SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;]+)\s*$")
 
@@ -50,6 +51,10 @@ class Added:
                     "registered": registered, "generated": len(release.option_strings) - registered,
                     "deprecated": sum(len(o.deprecated) for o in release.options.values()),
                     "envVars": len(release.env_vars), "configClasses": len(release.config_classes)}
+        if isinstance(release, SglangRelease):
+            return {"options": len(release.options), "optionStrings": len(release.option_strings),
+                    "deprecated": sum(len(o.deprecated) for o in release.options.values()),
+                    "envVars": len(release.env_vars)}
         if isinstance(release, DynamoRelease):
             return {"workerOptionStrings": len(release.worker_vllm.option_strings),
                     "frontendOptionStrings": len(release.frontend.option_strings), "envVars": len(release.env_vars)}
@@ -92,7 +97,8 @@ def add_release(spec: str | None, *, from_file: Path | None = None, catalog_dir:
     `catalog_dir` (default: the first directory of STACKPIN_CATALOG_PATH)."""
     wanted = parse_spec(spec) if spec else None
     if wanted is None and from_file is None:
-        raise StackpinError("name a release (vllm==X, ai-dynamo==X, flashinfer-python==X) or give --from FILE")
+        raise StackpinError("name a release (vllm==X, ai-dynamo==X, flashinfer-python==X, sglang==X) "
+                            "or give --from FILE")
     target = catalog_dir or default_catalog_dir()
     if from_file is not None:
         if not from_file.is_file():
@@ -107,7 +113,8 @@ def add_release(spec: str | None, *, from_file: Path | None = None, catalog_dir:
     if wanted is not None and (package.project, package.version) != wanted:
         raise PackageError(f"{package.filename} is {package.project} {package.version}, not {wanted[0]} {wanted[1]}")
     release = extract(package)
-    pin = pin_of(release, crd) if not isinstance(release, FlashinferRelease) else None
+    # SGLang's pins (Dynamo's sglang extra) are written by the Dynamo release, not by SGLang's own.
+    pin = pin_of(release, crd) if not isinstance(release, FlashinferRelease | SglangRelease) else None
     catalog_file, versions_file = write_release(target, release, pin)
     return Added(release=release, package=package.filename, sha256=package.sha256, catalog_file=catalog_file,
                  versions_file=versions_file, pin=pin[1] if pin else None, downloaded=from_file is None)

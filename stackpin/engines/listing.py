@@ -10,7 +10,7 @@ from stackpin.catalog.search import read_catalog_file, search_path, where
 from stackpin.catalog.version import parse_version
 from stackpin.errors import StackpinError
 
-_FILE = re.compile(r"^(vllm|dynamo|flashinfer)-(.+)\.json$")
+_FILE = re.compile(r"^(vllm|dynamo|flashinfer|sglang)-(.+)\.json$")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ MAX_METADATA = 4 << 20  # METADATA / PKG-INFO
 # The projects stackpin catalogs, by normalized name: what `engines add` calls them and which
 # directory of the package holds the source the extractor reads.
 PROJECTS = {"vllm": ("vllm", "vllm/"), "ai-dynamo": ("dynamo", "dynamo/"),
-            "flashinfer-python": ("flashinfer", "flashinfer/")}
+            "flashinfer-python": ("flashinfer", "flashinfer/"), "sglang": ("sglang", "sglang/")}
 
 
 class PackageError(StackpinError):
