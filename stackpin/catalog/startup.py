@@ -9,6 +9,7 @@ to the code by tests/test_engine_check.py, which runs the release's own function
 
 from functools import cache
 from math import gcd
+from typing import Any
 
 import yaml
 
@@ -110,3 +111,45 @@ def _startup(version: str, path: SearchPath) -> StartupFacts | None:
 def startup_facts(version: str) -> StartupFacts | None:
     """The start-up facts of a vLLM release (first on the catalog search path), or None."""
     return _startup(version, search_path())
+
+
+class SourcedFact(Record, frozen=True, kw_only=True):
+    """One start-up decision of an engine release: what it is and the file:line that makes it."""
+
+    value: Any
+    source: str
+    note: str | None = None
+
+
+class SglangStartupFacts(Record, frozen=True, kw_only=True):
+    """What an SGLang release decides at start-up (`engines/sglang-<version>.startup.yaml`), keyed by topic
+    (`attention.backend_default`, `cuda_graph.decode_capture_sizes`, `speculative.nextn`, ...)."""
+
+    version: str
+    facts: dict[str, SourcedFact]
+    file: str = ""
+
+
+def sglang_startup_file_name(version: str) -> str:
+    return f"sglang-{version}.startup.yaml"
+
+
+@cache
+def _sglang_startup(version: str, path: SearchPath) -> SglangStartupFacts | None:
+    for directory in path:
+        candidate = directory.joinpath("engines", sglang_startup_file_name(version))
+        if candidate.is_file():
+            shown = f"stackpin/catalog/engines/{candidate.name}" if directory == bundled() else str(candidate)
+            text = read_catalog_file(candidate)
+            try:
+                data = {**load_data(text), "file": shown}
+            except (yaml.YAMLError, TypeError) as exc:
+                raise StackpinError(f"{shown}: not a start-up facts file ({exc})") from None
+            facts: SglangStartupFacts = load_first(data, SglangStartupFacts, lazy_locate(text, shown))
+            return facts
+    return None
+
+
+def sglang_startup_facts(version: str) -> SglangStartupFacts | None:
+    """The start-up facts of an SGLang release (first on the catalog search path), or None."""
+    return _sglang_startup(version, search_path())
