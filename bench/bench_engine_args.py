@@ -20,9 +20,9 @@ from typing import Any
 import msgspec
 import yaml
 
+from stackpin.backends.vllm import MODELLED as MODELLED_VLLM
 from stackpin.catalog.flags import vllm_catalog
 from stackpin.lock.lockfile import StackLock, read_lock
-from stackpin.profile.engine_args import MODELLED_VLLM
 from stackpin.profile.loader import load_profile
 from stackpin.profile.topology import topology_of
 from stackpin.render.build import build_objects

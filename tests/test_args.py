@@ -8,7 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from stackpin.catalog.flags import FlagCatalog, catalog_file
+from stackpin.backends.vllm import autotune_flags
+from stackpin.catalog.flags import FlagCatalog, catalog_file, vllm_catalog
 from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import topology_of
 from stackpin.render import args as a
@@ -36,7 +37,7 @@ def test_every_emitted_flag_exists_in_the_pinned_versions(name: str) -> None:
     lock = shipped_locks()[name]
     profile = lock.stack_profile
     versions = profile.spec.versions
-    vllm = a.vllm_catalog(versions.vllm)
+    vllm = vllm_catalog(versions.vllm)
     worker = a.dynamo_catalog(versions.dynamo, "worker_vllm")
     frontend = a.dynamo_catalog(versions.dynamo, "frontend")
     missing = [_missing("vllm", versions.vllm)] if vllm is None else []
@@ -46,7 +47,7 @@ def test_every_emitted_flag_exists_in_the_pinned_versions(name: str) -> None:
     problems = a.check_flags(a.frontend_flags(profile), [frontend])
     for pool in topology_of(profile).pools:
         role = pool.role
-        flags = a.engine_flags(profile, role, pool.spec, model_revision=lock.resolved.model.revision, vllm=vllm)
+        flags = a.worker_flags(profile, role, pool.spec, model_revision=lock.resolved.model.revision, catalog=vllm)
         problems += [f"{role}: {p}" for p in a.check_flags(flags, [worker, vllm])]
         # Values argparse lets through but the engine would reject at start-up (attention backends).
         problems += [f"{role}: {p}" for p in a.unknown_values(flags, [worker, vllm])]
@@ -54,7 +55,7 @@ def test_every_emitted_flag_exists_in_the_pinned_versions(name: str) -> None:
 
 
 def test_check_flags_names_unknown_options_and_enforced_choices() -> None:
-    vllm = a.vllm_catalog("0.31.0")
+    vllm = vllm_catalog("0.31.0")
     assert vllm is not None
     flags: list[a.Flag] = [("--moe-backend", "no_such"), ("--no-such-flag", None), ("--enable-prefix-caching", None),
                            ("--no-enable-prefix-caching", None)]
@@ -62,7 +63,7 @@ def test_check_flags_names_unknown_options_and_enforced_choices() -> None:
     assert len(problems) == 2
     assert "--moe-backend no_such is not one of vLLM 0.31.0's choices" in problems[0]
     assert problems[1] == "--no-such-flag is not an option of vLLM 0.31.0"
-    assert a.unknown_values([("--attention-backend", "FLASHMLA_SPARSE_DSV41")], [a.vllm_catalog("0.28.0")]) == [
+    assert a.unknown_values([("--attention-backend", "FLASHMLA_SPARSE_DSV41")], [vllm_catalog("0.28.0")]) == [
         "--attention-backend FLASHMLA_SPARSE_DSV41 is not known to vLLM 0.28.0"]
 
 
@@ -70,7 +71,7 @@ def test_json_arguments_are_compact_and_sorted() -> None:
     profile = _profile()
     pool = profile.spec.placement.pools.worker
     assert pool is not None
-    argv = a.engine_args(profile, "worker", pool, model_revision="c" * 40, vllm=a.vllm_catalog("0.31.0"))
+    argv = a.worker_args(profile, "worker", pool, model_revision="c" * 40, catalog=vllm_catalog("0.31.0"))
     spec = argv[argv.index("--speculative-config") + 1]
     # The dspark draft is read from the target's checkpoint, but vLLM gives it the config's own revision
     # (None: the default branch), never the target's --revision: the locked one is written in.
@@ -95,7 +96,7 @@ def test_every_model_vllm_loads_is_pinned(speculative: dict[str, object], revisi
     profile = StackProfile.from_data(doc)
     pool = profile.spec.placement.pools.worker
     assert pool is not None
-    argv = a.engine_args(profile, "worker", pool, model_revision="c" * 40, vllm=a.vllm_catalog("0.31.0"))
+    argv = a.worker_args(profile, "worker", pool, model_revision="c" * 40, catalog=vllm_catalog("0.31.0"))
     assert json.loads(argv[argv.index("--speculative-config") + 1]).get("revision") == revision
     assert "--kv-transfer-config" not in argv
     # A replayed cache is on: nothing may turn autotuning off.
@@ -104,7 +105,7 @@ def test_every_model_vllm_loads_is_pinned(speculative: dict[str, object], revisi
 
 def test_disaggregated_pools_share_speculative_config_and_kv_transfer() -> None:
     profile = StackProfile.from_data(shipped_locks()["gb300-launch"].profile)
-    argv = {pool.role: a.engine_args(profile, pool.role, pool.spec, model_revision="c" * 40)
+    argv = {pool.role: a.worker_args(profile, pool.role, pool.spec, model_revision="c" * 40)
             for pool in topology_of(profile).pools}
     assert set(argv) == {"prefill", "decode"}
     spec = {role: v[v.index("--speculative-config") + 1] for role, v in argv.items()}
@@ -116,12 +117,12 @@ def test_disaggregated_pools_share_speculative_config_and_kv_transfer() -> None:
 
 def test_autotune_off_uses_what_the_pinned_vllm_has() -> None:
     profile = _profile(spec__autotune={"mode": "off"})
-    assert a.autotune_flags(profile, a.vllm_catalog("0.31.0")) == [("--no-enable-flashinfer-autotune", None)]
-    assert a.autotune_flags(profile, None) == [("--no-enable-flashinfer-autotune", None)]
+    assert autotune_flags(profile, vllm_catalog("0.31.0")) == [("--no-enable-flashinfer-autotune", None)]
+    assert autotune_flags(profile, None) == [("--no-enable-flashinfer-autotune", None)]
     only_kernel_config = FlagCatalog(name="vLLM test", version="test", options=frozenset({"--kernel-config"}))
-    assert a.autotune_flags(profile, only_kernel_config) == [
+    assert autotune_flags(profile, only_kernel_config) == [
         ("--kernel-config", '{"enable_flashinfer_autotune":false}')]
-    assert a.autotune_flags(_profile(spec__autotune={"mode": "tune"}), a.vllm_catalog("0.31.0")) == []
+    assert autotune_flags(_profile(spec__autotune={"mode": "tune"}), vllm_catalog("0.31.0")) == []
 
 
 def test_migration_limit_is_the_frontends_and_checked_against_the_pinned_dynamo() -> None:
@@ -141,24 +142,24 @@ def test_kv_events_follow_the_router_and_prefix_caching() -> None:
     on = _profile()
     pool = on.spec.placement.pools.worker
     assert pool is not None
-    assert "--kv-events-config" in a.engine_args(on, "worker", pool, model_revision="x")
+    assert "--kv-events-config" in a.worker_args(on, "worker", pool, model_revision="x")
     assert a.frontend_args(on) == ["--http-port", "8000", "--router-mode", "kv", "--migration-limit", "3"]
     off = _profile(spec__kvCache__events=False)
-    assert "--kv-events-config" not in a.engine_args(off, "worker", pool, model_revision="x")
+    assert "--kv-events-config" not in a.worker_args(off, "worker", pool, model_revision="x")
     assert a.frontend_args(off)[-1] == "--no-router-kv-events"
     no_prefix = _profile(spec__kvCache__prefixCaching=False)
-    argv = a.engine_args(no_prefix, "worker", pool, model_revision="x")
+    argv = a.worker_args(no_prefix, "worker", pool, model_revision="x")
     assert "--no-enable-prefix-caching" in argv and "--kv-events-config" not in argv
     rr = _profile(spec__placement__router="round-robin")
     assert a.frontend_args(rr)[:4] == ["--http-port", "8000", "--router-mode", "round-robin"]
-    assert "--kv-events-config" not in a.engine_args(rr, "worker", pool, model_revision="x")
+    assert "--kv-events-config" not in a.worker_args(rr, "worker", pool, model_revision="x")
 
 
 def test_parallelism_and_limits() -> None:
     profile = StackProfile.from_data(shipped_locks()["gb300-disagg-wide-ep"].profile)
     decode = profile.spec.placement.pools.decode
     assert decode is not None
-    argv = a.engine_args(profile, "decode", decode, model_revision="x")
+    argv = a.worker_args(profile, "decode", decode, model_revision="x")
     pairs = dict(zip(argv, argv[1:], strict=False))
     assert pairs["--tensor-parallel-size"] == "2" and pairs["--data-parallel-size"] == "8"
     assert pairs["--pipeline-parallel-size"] == "1" and "--enable-expert-parallel" in argv
@@ -177,8 +178,8 @@ def test_parallelism_and_limits() -> None:
 def test_switches_off_are_spelled_as_the_pinned_vllm_prefers(version: str, prefix_off: str, autotune_off: str) -> None:
     profile = _profile("gb300-launch", spec__kvCache__prefixCaching=False, spec__autotune__mode="off")
     pool = next(iter(topology_of(profile).pools))
-    vllm = a.vllm_catalog(version)
+    vllm = vllm_catalog(version)
     assert vllm is not None
-    argv = a.engine_args(profile, pool.role, pool.spec, model_revision="c" * 40, vllm=vllm)
+    argv = a.worker_args(profile, pool.role, pool.spec, model_revision="c" * 40, catalog=vllm)
     assert prefix_off in argv and autotune_off in argv
     assert not [s for s in argv if s.startswith("--") and vllm.deprecation(s)]

@@ -33,7 +33,7 @@ from stackpin.autotune.verify import Mismatch, arch_tokens, tuning_groups, verif
 from stackpin.catalog import load_catalog
 from stackpin.cli.main import main
 from stackpin.errors import InputError, IntegrityError, StackpinError
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
 from stackpin.lock.oci.client import RegistryClient
 from stackpin.lock.oci.media import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, parse_manifest, sha256_digest
 from stackpin.lock.ocilayout import LayoutResolver, LayoutWriter

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from stackpin.backends.vllm import MODELLED as MODELLED_VLLM
+from stackpin.backends.vllm import MODELLED_DYNAMO, autotune_flags
 from stackpin.catalog.flags import vllm_catalog
 from stackpin.cli.main import main as cli_main
 from stackpin.errors import InputError
 from stackpin.lock.lockfile import StackLock
-from stackpin.profile.engine_args import MODELLED_DYNAMO, MODELLED_VLLM
 from stackpin.profile.topology import topology_of
 from stackpin.render import args as argmod
 from stackpin.render.build import RenderError, build_objects
@@ -124,8 +125,8 @@ def test_renders_predicts_every_modelled_flag_render_writes(tmp_path: Path, base
     vllm = vllm_catalog(profile.spec.versions.vllm)
     assert vllm is not None
     for pool in topology_of(profile).pools:
-        written = [f for f, _ in argmod.engine_flags(profile, pool.role, pool.spec, model_revision="r", vllm=vllm)]
-        autotune = {f for f, _ in argmod.autotune_flags(profile, vllm)}
+        written = [f for f, _ in argmod.worker_flags(profile, pool.role, pool.spec, model_revision="r", catalog=vllm)]
+        autotune = {f for f, _ in autotune_flags(profile, vllm)}
         predicted = {s for o in MODELLED_VLLM if (s := renders(o, profile, pool.spec, vllm)) is not None}
         assert set(written) - autotune == predicted | set(MODELLED_DYNAMO)
         # Every flag render writes is in the table (its --no- form through the catalog's aliases).

@@ -73,16 +73,16 @@ def test_no_hand_rolled_version_comparison() -> None:
 # --- canonical JSON ------------------------------------------------------------------------------
 
 def test_canonical_json_bytes() -> None:
-    from stackpin.lock.canonical import canonical_json
+    from stackpin.jsonio import canonical_json
 
     doc = {"b": [1, 2.5, None, True], "a": {"z": "ä€", "y": "\u2028"}, "c": ""}
     assert canonical_json(doc) == '{"a":{"y":"\u2028","z":"ä€"},"b":[1,2.5,null,true],"c":""}'.encode()
 
 
 def test_one_canonical_json_function() -> None:
-    # Digests, OCI documents and engine JSON arguments must not drift apart: one encoder, in lock/canonical.py.
+    # Digests, OCI documents and engine JSON arguments must not drift apart: one encoder, in the jsonio leaf.
     found = _where(r"separators=\(\s*['\"],['\"]\s*,\s*['\"]:['\"]\s*\)")
-    assert [f.split(":")[0] for f in found] == ["stackpin/lock/canonical.py"], found
+    assert [f.split(":")[0] for f in found] == ["stackpin/jsonio.py"], found
 
 
 # --- DNS-1123 names ------------------------------------------------------------------------------
@@ -111,13 +111,13 @@ def test_profile_and_manifest_checks_share_the_rule(name: str, label: bool, subd
 # --- flag catalogs -------------------------------------------------------------------------------
 
 def test_one_flag_catalog_type_for_validation_and_render() -> None:
+    from stackpin.backends import engine_of
     from stackpin.catalog.flags import FlagCatalog, vllm_catalog
-    from stackpin.render import args
 
     profile = StackProfile.from_data(base_doc())
     vllm = vllm_catalog(profile.spec.versions.vllm)
     assert isinstance(vllm, FlagCatalog)
-    assert context_for(profile).vllm is vllm is args.vllm_catalog(profile.spec.versions.vllm)
+    assert context_for(profile).vllm is vllm is engine_of(profile).flag_catalog(profile.spec.engine_version)
     # What validation reads and what render checks against come from the same parse.
     assert vllm.accepts("--enable-prefix-caching") and vllm.accepts("--no-enable-prefix-caching")
     assert not vllm.accepts("--no-max-num-seqs")
@@ -293,7 +293,7 @@ def test_image_tag_names_the_dynamo_release_as_a_version(tag: str, warns: bool) 
 
 
 def test_an_enum_member_dumps_as_its_value() -> None:
-    from stackpin.lock.canonical import canonical_json
+    from stackpin.jsonio import canonical_json
     from stackpin.profile.model import CudaGraphMode, PlatformName, RouterMode
     from stackpin.yamlio import dump_yaml
 

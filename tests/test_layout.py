@@ -13,12 +13,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "stackpin"
-# Top to bottom: each stage may import the ones before it. errors, yamlio, records, extras, version and children
-# are shared leaves.
-STAGES = ("catalog", "engines", "profile", "validate", "examples", "lock", "autotune", "render",
+# Top to bottom: each stage may import the ones before it. errors, yamlio, jsonio, records, models, extras,
+# version and children are shared leaves.
+STAGES = ("catalog", "engines", "profile", "backends", "validate", "examples", "lock", "autotune", "render",
           "enginecheck", "history", "diff", "deploy", "site", "bench", "sim", "plan", "upgrade", "rollout", "report",
           "demo", "imports", "api", "cli")
-LEAVES = ("errors", "yamlio", "jsonio", "records", "extras", "version", "children")
+LEAVES = ("errors", "yamlio", "jsonio", "records", "models", "extras", "version", "children")
 
 
 def _stage(module: str) -> str:

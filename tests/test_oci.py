@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from devkit.process import free_port
 from stackpin.errors import IntegrityError, ResolveError
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
 from stackpin.lock.oci.client import RegistryClient
 from stackpin.lock.oci.media import (
     DOCKER_CONFIG,

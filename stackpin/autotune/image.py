@@ -89,7 +89,7 @@ def _normalize(member: tarfile.TarInfo, kind: bytes, mode: int) -> None:
 
 
 def cache_annotations(info: CacheInfo) -> dict[str, str]:
-    from stackpin.lock.canonical import canonical_json
+    from stackpin.jsonio import canonical_json
 
     return {
         f"{ANNOTATION_PREFIX}flashinfer": ",".join(info.flashinfer_versions),
@@ -125,7 +125,7 @@ class CacheImage(FrozenModel):
 def cache_image(info: CacheInfo, annotations: Mapping[str, str] | None = None) -> CacheImage:
     """The image form of a cache; `annotations` are added to the index's (stand-in notes, say).
     Deterministic: no timestamps anywhere, canonical JSON, so the same files give the same digests."""
-    from stackpin.lock.canonical import canonical_json
+    from stackpin.jsonio import canonical_json
     from stackpin.lock.oci.media import OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, descriptor, platform_key
 
     raw = pack_info(info, compress=False)

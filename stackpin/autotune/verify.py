@@ -98,12 +98,12 @@ def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog,
     out += _check_runtime(info, {**dict(runtime or {}), "flashinfer_version": want_fi, "gpu": gpu.device_name},
                           given=runtime is not None)
     topology = topology_of(profile, catalog)
-    fit = fit_cache(topology, info.config_directories(), profile.spec.versions.vllm, catalog)
+    fit = fit_cache(topology, info.config_directories(), profile.spec.engine_version, catalog)
     for pool in fit.v2_store:
         out.append(Mismatch(field="ranks", pool=pool.role, message=(
             f"pool {pool.role} runs on one GPU: vLLM {profile.spec.versions.vllm} keeps its tuning in "
             "FlashInfer's managed v2 store there, not in autotune_configs files")))
-    out += _check_pools(info, fit, topology.by_role, profile.spec.versions.vllm,
+    out += _check_pools(info, fit, topology.by_role, profile.spec.engine_version,
                         str(catalog.engine.autotune_files.per_rank_since))
     return out
 

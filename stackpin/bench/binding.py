@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+from stackpin.backends import engine_of
 from stackpin.bench.result import Controls, Slo, StackRef
 from stackpin.deploy.source import StackSource
 from stackpin.errors import StackpinError
@@ -24,7 +25,8 @@ def stack_ref(source: StackSource) -> StackRef:
 
 def controls(lock: StackLock, trace_digest: str, agents: tuple[int, ...], slo: Slo | None) -> Controls:
     resolved = lock.resolved
-    engines = {"ai-dynamo": resolved.engines.dynamo, "vllm": resolved.engines.vllm,
+    engine = engine_of(lock.stack_profile)
+    engines = {"ai-dynamo": resolved.engines.dynamo, engine.distribution: lock.stack_profile.spec.engine_version,
                "flashinfer-python": resolved.engines.flashinfer, "nixl": resolved.engines.nixl}
     return Controls(model=f"{resolved.model.id}@{resolved.model.revision}",
                     precision=str(lock.stack_profile.spec.model.weights), engines=engines,

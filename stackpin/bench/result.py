@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
 
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
+from stackpin.models import Model
+from stackpin.records import Invalid
 
 # Every number a result holds is finite (JSON's NaN and Infinity are refused when read) and, where it is a
 # time, a rate, a count or a share, within its physical range (issue 18: a hand-edited NaN must never
@@ -22,11 +24,7 @@ NonNegative = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 Share = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class Slo(_Model):
+class Slo(Model):
     """The AgentPerf-style service target: each agent's output speed and its time to first token."""
 
     tps: float = Field(gt=0, description="Per-agent output tokens/s every agent must hold.")
@@ -34,7 +32,7 @@ class Slo(_Model):
     percentile: Literal["p50", "p90", "p99"] = Field("p90", description="Which TTFT percentile must hold.")
 
 
-class Dist(_Model):
+class Dist(Model):
     """A distribution summary; values in the unit its field name says."""
 
     count: NonNegativeInt
@@ -52,7 +50,7 @@ class Dist(_Model):
         return self
 
 
-class Controls(_Model):
+class Controls(Model):
     """What must be equal for two results to be compared side by side."""
 
     model: str = Field(description="Model id and revision: id@revision.")
@@ -63,7 +61,7 @@ class Controls(_Model):
     slo: Slo | None = None
 
 
-class StackRef(_Model):
+class StackRef(Model):
     digest: str = Field(description="The lock's stack digest.")
     name: str = Field(description="The lock's metadata.name.")
     deployment: str | None = Field(None, description="namespace/name@platform when benched from history.")
@@ -72,7 +70,7 @@ class StackRef(_Model):
     gpus: PositiveInt = Field(description="GPUs the stack occupies (from the lock's topology).")
 
 
-class ClientInfo(_Model):
+class ClientInfo(Model):
     workers: PositiveInt
     cpu_seconds: NonNegativeFloat
     saturated: bool = Field(description="True when the client could not keep up; the numbers are then a floor.")
@@ -92,7 +90,7 @@ class ClientInfo(_Model):
                                   "simulator only.")
 
 
-class Simulation(_Model):
+class Simulation(Model):
     """Present when the endpoint was `stackpin sim serve`: answers are simulated, not measured hardware."""
 
     model: str = Field(description="Step-time model: roofline or aiconfigurator.")
@@ -105,7 +103,7 @@ class Simulation(_Model):
                          "Dynamo's frontend and mocker, stackpin sim serve --backend dynamo).")
 
 
-class Request(_Model):
+class Request(Model):
     """One request as the client saw it; times in seconds from the run's start."""
 
     agent: NonNegativeInt
@@ -127,7 +125,7 @@ class Request(_Model):
         "far): what prompt_tokens, the server's count, should be.")
 
 
-class Point(_Model):
+class Point(Model):
     """One concurrency level: `agents` agents replaying sessions at once."""
 
     agents: PositiveInt
@@ -162,16 +160,16 @@ class Point(_Model):
     @model_validator(mode="after")
     def _consistent(self) -> Point:
         if self.errors > self.requests:
-            raise ValueError(f"errors ({self.errors}) exceed requests ({self.requests})")
+            raise Invalid("errors", f"errors ({self.errors}) exceed requests ({self.requests})")
         if self.request_log:
             logged_errors = sum(1 for r in self.request_log if r.error is not None)
             if (self.requests, self.errors) != (len(self.request_log), logged_errors):
-                raise ValueError(f"requests/errors ({self.requests}/{self.errors}) are not what the request log "
-                                 f"holds ({len(self.request_log)}/{logged_errors})")
+                raise Invalid("requests", f"requests/errors ({self.requests}/{self.errors}) are not what the "
+                              f"request log holds ({len(self.request_log)}/{logged_errors})")
         return self
 
 
-class Score(_Model):
+class Score(Model):
     """AgentPerf-style headline under the SLO."""
 
     max_agents: NonNegativeInt = Field(description="Largest agent count for which the SLO held.")
@@ -179,14 +177,14 @@ class Score(_Model):
     output_tps_per_gpu_at_slo: NonNegative | None = None
 
 
-class Shard(_Model):
+class Shard(Model):
     """One pod's part of a run: agents whose number modulo `count` is `index`."""
 
     index: NonNegativeInt
     count: PositiveInt
 
 
-class BenchResult(_Model):
+class BenchResult(Model):
     kind: Literal["BenchResult"] = "BenchResult"
     version: Literal[1] = 1
     stack: StackRef
@@ -208,7 +206,7 @@ class BenchResult(_Model):
     @model_validator(mode="after")
     def _fingerprinted(self) -> BenchResult:
         if self.fingerprint != controls_fingerprint(self.controls):
-            raise ValueError("fingerprint is not the sha256 of the controls (edited by hand?)")
+            raise Invalid("fingerprint", "fingerprint is not the sha256 of the controls (edited by hand?)")
         return self
 
 

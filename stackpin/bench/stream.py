@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import stackpin.jsonio as jsonio
 from stackpin.bench.gaps import gap_bucket
 from stackpin.errors import StackpinError
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
 
 _QUICKACK: int | None = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 

@@ -130,6 +130,6 @@ def generate(sessions: int, seed: int, shape: TraceShape | None = None) -> list[
 
 def render(turns: list[TraceTurn]) -> str:
     """JSONL, one turn a line, keys sorted, no spaces: the bytes the digest is taken over."""
-    from stackpin.lock.canonical import canonical_json
+    from stackpin.jsonio import canonical_json
 
     return "".join(canonical_json(turn.model_dump(exclude_none=True)).decode() + "\n" for turn in turns)

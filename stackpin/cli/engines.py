@@ -270,10 +270,10 @@ def check(inputs: tuple[str, ...], lockdir: str, python: Path | None, timeout_s:
     env_python = os.environ.get("STACKPIN_ENGINE_PYTHON")
     given = python or (Path(env_python) if env_python else None)
     # Resolved here, against the directory the command runs in: the check itself runs from a scratch directory.
-    interpreters = {v: engine_python(v, given) for v in sorted({lock.stack_profile.spec.versions.vllm
+    interpreters = {v: engine_python(v, given) for v in sorted({lock.stack_profile.spec.engine_version
                                                                 for lock in locks})}
     for lock in locks:
-        interpreter = interpreters[lock.stack_profile.spec.versions.vllm]
+        interpreter = interpreters[lock.stack_profile.spec.engine_version]
         for pool in check_lock(lock, interpreter, timeout_s=timeout_s):
             failed |= not pool.ok
             results.append({"stack": pool.stack, "pool": pool.role, "ok": pool.ok, "problems": list(pool.problems),

@@ -69,7 +69,8 @@ def write_stand_in_cache(root: Path, profile: StackProfile) -> Path:
         # vLLM names the directory by its config hash, which only vLLM can compute; a stand-in
         # hash per pool keeps pools apart the same way.
         config_hash = hashlib.sha256(f"stand-in {profile.name} {pool.role}".encode()).hexdigest()
-        names = [name for _, _, name in expected_files(pool.spec)] if per_rank_files(versions.vllm) else [SHARED_FILE]
+        per_rank = per_rank_files(profile.spec.engine_version)
+        names = [name for _, _, name in expected_files(pool.spec)] if per_rank else [SHARED_FILE]
         for name in names:
             doc = {"_metadata": meta, f"stand-in ({pool.role}, {name})": ["StandInRunner", 0]}
             path = base / config_hash / name

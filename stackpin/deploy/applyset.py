@@ -29,7 +29,7 @@ import msgspec
 
 import stackpin.jsonio as jsonio
 from stackpin.deploy.kube import ClusterError
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
 from stackpin.records import CamelRecord
 from stackpin.version import __version__
 

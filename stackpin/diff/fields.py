@@ -14,14 +14,14 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from stackpin.backends import engine_of
+from stackpin.backends.base import kv_events_enabled
 from stackpin.catalog import Catalog
-from stackpin.catalog.flags import vllm_catalog
 from stackpin.catalog.search import profile_catalogs
 from stackpin.diff.model import GroupId, Impact, Invalidated, Invalidation
 from stackpin.lock.lockfile import StackLock
 from stackpin.profile.model import AutotuneMode, Placement, StackProfile
 from stackpin.profile.topology import ALL_ROLES, PoolTopology, Topology
-from stackpin.render.args import DEFAULT_KV_CONNECTOR, autotune_flags, kv_events_enabled
 
 Path = tuple[str, ...]
 FRONTEND = "frontend"
@@ -72,6 +72,7 @@ def path_text(path: Path) -> str:
 # (tests/test_diff.py walks the model to check).
 _GROUPS: tuple[tuple[Path, GroupId], ...] = (
     (("metadata",), GroupId.metadata),
+    (("spec", "engine"), GroupId.engine),
     (("spec", "versions"), GroupId.kernels),
     (("spec", "kernels"), GroupId.kernels),
     (("spec", "kvCache", "dtype"), GroupId.model),  # the KV cache's precision
@@ -154,6 +155,12 @@ def rollout(path: Path, a: Side, b: Side, catalog: Catalog) -> Rollout:
         return _none("object metadata only; pods do not change")
     if path[0] == "resolved":
         return _pin_rollout(path, pools, everything, _attested(a, b))
+    if head == ("spec", "engine"):
+        # Dynamo's webhook refuses a changed backendFramework in place (deploy/recreate.py): apply deletes the
+        # DynamoGraphDeployment and creates the new one, as for a placement change.
+        return (Impact.recreate, set(),
+                f"backendFramework {engine_of(a.profile).backend_framework} -> "
+                f"{engine_of(b.profile).backend_framework}, which Dynamo's webhook refuses in place")
     if head == ("spec", "versions"):
         return _version_rollout(rest[0] if rest else "", a, b, pools, everything, catalog)
     if head in (("spec", "kernels"), ("spec", "cudaGraphs")):
@@ -228,11 +235,11 @@ def _version_rollout(field: str, a: Side, b: Side, pools: set[str], everything: 
         crd_a, crd_b = (catalog.versions.dynamo.get(v.dynamo) for v in (va, vb))
         if crd_a and crd_b and crd_a.crd != crd_b.crd:
             return _restart(everything, f"DynamoGraphDeployment {crd_a.crd} -> {crd_b.crd}")
-    if field == "vllm":
-        # Render spells "autotune off" as the pinned vLLM accepts it: a new release may change the argv.
+    if field == a.profile.spec.engine.value == b.profile.spec.engine.value:
+        # Render spells "autotune off" as the pinned engine accepts it: a new release may change the argv.
         flags_a, flags_b = (_autotune_flags(side) for side in (a, b))
         if flags_a != flags_b:
-            return _restart(pools, "the pinned vLLM turns autotuning off with another flag")
+            return _restart(pools, f"the pinned {engine_of(b.profile).label} turns autotuning off with another flag")
     if _attested(a, b):
         return _restart(pools, "each worker's attestation expects the new version")
     return _none(IMAGE_CARRIES)
@@ -242,7 +249,8 @@ def _autotune_flags(side: Side) -> list[tuple[str, str | None]]:
     """How render turns autotuning off for this side, from its own catalogs (spec.catalogPath first)."""
     profile = side.profile
     with profile_catalogs(profile.spec.catalog_path):
-        return autotune_flags(profile, vllm_catalog(profile.spec.versions.vllm))
+        engine = engine_of(profile)
+        return engine.autotune_flags(profile, engine.flag_catalog(profile.spec.engine_version))
 
 
 def _attested(a: Side, b: Side) -> bool:
@@ -252,7 +260,7 @@ def _attested(a: Side, b: Side) -> bool:
 
 
 def _connector(side: Side) -> str:
-    return side.profile.spec.placement.kv_connector or DEFAULT_KV_CONNECTOR
+    return side.profile.spec.placement.kv_connector or engine_of(side.profile).default_kv_connector
 
 
 def _frontend_if_kv_events_differ(a: Side, b: Side) -> set[str]:
@@ -315,7 +323,7 @@ def _placement_rollout(rest: Path, a: Side, b: Side, pools: set[str], everything
         if b.topology.mode != Placement.disaggregated:
             return _none("used only when disaggregated")
         if _connector(a) == _connector(b):
-            return _none(f"{DEFAULT_KV_CONNECTOR} either way: render's default when unset")
+            return _none(f"{_connector(b)} either way: render's default when unset")
         return _restart(pools)
     if field != "pools" or len(rest) < 2:
         return _restart(everything, "no rollout rule for this field: assumed to change every pod")
@@ -380,11 +388,11 @@ def recreate_reasons(a: Side, b: Side, changed: Mapping[GroupId, Sequence[str]])
 
 # --- invalidations -------------------------------------------------------------------------------
 
-_AUTOTUNE_FIELDS = {"spec.versions.vllm", "spec.versions.flashinfer", "spec.cudaGraphs.captureSizes",
-                    "spec.cudaGraphs.maxCaptureSize", "spec.target.platform"}
-_ACCURACY_FIELDS = {"spec.model.id", "spec.model.weights", "spec.kvCache.dtype", "resolved.model.id",
+_AUTOTUNE_FIELDS = {"spec.engine", "spec.versions.vllm", "spec.versions.sglang", "spec.versions.flashinfer",
+                    "spec.cudaGraphs.captureSizes", "spec.cudaGraphs.maxCaptureSize", "spec.target.platform"}
+_ACCURACY_FIELDS = {"spec.engine", "spec.model.id", "spec.model.weights", "spec.kvCache.dtype", "resolved.model.id",
                     "resolved.model.revision"}
-_BENCHMARK_GROUPS = {GroupId.kernels, GroupId.placement}
+_BENCHMARK_GROUPS = {GroupId.engine, GroupId.kernels, GroupId.placement}
 
 
 def _tp_causes(a: Side, b: Side, paths: Sequence[str]) -> list[str]:

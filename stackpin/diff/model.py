@@ -11,12 +11,7 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
-from pydantic.alias_generators import to_camel
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+from stackpin.models import CamelModel
 
 
 class Impact(StrEnum):
@@ -41,6 +36,7 @@ def worst(impacts: Iterable[Impact]) -> Impact:
 class GroupId(StrEnum):
     """The kinds of change, in the order they are listed."""
 
+    engine = "engine"
     kernels = "kernels"
     autotune = "autotune"
     cuda_graphs = "cuda-graphs"
@@ -54,6 +50,7 @@ class GroupId(StrEnum):
 
 
 GROUP_TITLES = {
+    GroupId.engine: "serving engine",
     GroupId.kernels: "engine versions and kernels",
     GroupId.autotune: "FlashInfer autotune",
     GroupId.cuda_graphs: "CUDA graphs",
@@ -82,7 +79,7 @@ class ChangeKind(StrEnum):
     removed = "removed"
 
 
-class Change(_Model):
+class Change(CamelModel):
     """One field: `path: old -> new`. Values are as the effective profile or the lock holds them."""
 
     path: str
@@ -94,13 +91,13 @@ class Change(_Model):
     note: str | None = None  # why the impact is what it is, where that is not obvious
 
 
-class Invalidation(_Model):
+class Invalidation(CamelModel):
     what: Invalidated
     because: tuple[str, ...]  # the field paths that cause it
     detail: str
 
 
-class Group(_Model):
+class Group(CamelModel):
     id: GroupId
     title: str
     impact: Impact
@@ -115,7 +112,7 @@ class SourceKind(StrEnum):
     lock = "lock"
 
 
-class StackRef(_Model):
+class StackRef(CamelModel):
     """One side of the comparison: what the user named and what it turned out to be."""
 
     source: str  # as given: a path, NAME@REV or git:REF:PATH
@@ -131,19 +128,19 @@ class ObjectStatus(StrEnum):
     removed = "removed"
 
 
-class ObjectDiff(_Model):
+class ObjectDiff(CamelModel):
     kind: str
     name: str
     status: ObjectStatus
     diff: str = ""  # unified diff of the canonical YAML (changed objects only)
 
 
-class ManifestDiff(_Model):
+class ManifestDiff(CamelModel):
     objects: tuple[ObjectDiff, ...]  # differing objects, sorted by kind then name
     unchanged: int
 
 
-class StackDiff(_Model):
+class StackDiff(CamelModel):
     a: StackRef
     b: StackRef
     groups: tuple[Group, ...]  # only groups with changes, in GROUP_ORDER

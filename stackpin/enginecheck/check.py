@@ -130,7 +130,7 @@ def pool_specs(lock: StackLock, workdir: Path, catalog: Catalog | None = None) -
     catalog = catalog or load_catalog()
     profile = lock.stack_profile
     spec = profile.spec
-    vllm = vllm_catalog(spec.versions.vllm)
+    vllm = vllm_catalog(spec.engine_version)
     if vllm is None:
         raise EngineCheckError(f"no flag catalog for vLLM {spec.versions.vllm}: cannot tell vLLM's options apart")
     dynamo = dynamo_catalog(spec.versions.dynamo, "worker_vllm")

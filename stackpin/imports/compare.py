@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 import stackpin.jsonio as jsonio
 from stackpin.imports.dgd import Component, Dgd
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
 
 SWITCH = "(switch)"
 WORKER_MODULES = ("dynamo.vllm",)

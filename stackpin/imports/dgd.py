@@ -20,7 +20,7 @@ from typing import Any
 
 from stackpin.errors import StackpinError, clip
 from stackpin.imports.shell import Script, ShellError, parse_script
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
 
 DGD_KIND = "DynamoGraphDeployment"
 GPU = "nvidia.com/gpu"

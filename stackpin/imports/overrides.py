@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from stackpin.imports.dgd import GPU, Component
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
 from stackpin.profile.podpatch import DIRECTIVE, GPU_SUFFIX, MAIN_CONTAINER
 
 QUANTITY = re.compile(r"[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?")

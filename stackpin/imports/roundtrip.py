@@ -28,7 +28,7 @@ from typing import Any
 from stackpin.imports.compare import flag_items, roles
 from stackpin.imports.dgd import Component, Dgd, dgds_in
 from stackpin.imports.profile import Imported, Note
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
 
 SAME, CARRIED, DROPPED, DIFFERS = "same", "carried", "dropped", "differs"
 # What render writes where the DGD leaves the engine's default (applies when upstream does not set the item).

@@ -20,8 +20,8 @@ import msgspec
 
 from stackpin.catalog.site import SiteView
 from stackpin.errors import InputError, Problem, StackpinError
-from stackpin.lock.canonical import canonical_json
-from stackpin.profile.model import LOCK_KIND, AutotuneMode, StackProfile
+from stackpin.jsonio import canonical_json
+from stackpin.profile.model import LOCK_KIND, AutotuneMode, EngineName, StackProfile
 from stackpin.profile.tuning import ConfigDirectory, parse_ranks_summary
 from stackpin.records import CamelRecord, load, problems_of
 from stackpin.yamlio import dump_yaml, load_yaml, recover_writes, write_files
@@ -110,11 +110,16 @@ class LockedArtifact(CamelRecord, frozen=True):
         return trees.pop()
 
 
-class LockedEngines(CamelRecord, frozen=True):
+class LockedEngines(CamelRecord, frozen=True, kw_only=True):
     dynamo: str
-    vllm: str
+    vllm: str | None = None  # the serving engine's release: exactly one of these (spec.engine's)
     flashinfer: str
     nixl: str
+    sglang: str | None = None
+
+    def engine(self, name: str) -> str | None:
+        value: str | None = getattr(self, name, None)
+        return value
 
 
 class ResolvedSection(CamelRecord, frozen=True):
@@ -143,6 +148,8 @@ class ResolvedSection(CamelRecord, frozen=True):
     def to_data(self, *, exclude_none: bool = False) -> dict[str, Any]:
         """As `Record.to_data`; `exclude_none` leaves out an absent autotune cache (as lockfiles do)."""
         data = super().to_data()
+        # One serving engine's release: the others' absent keys stay out (a vLLM lock reads as it always has).
+        data["engines"] = {k: v for k, v in data["engines"].items() if v is not None}
         for key in ("autotuneCache", "site"):
             if exclude_none and data[key] is None:
                 del data[key]
@@ -198,14 +205,19 @@ def effective_profile(profile: StackProfile) -> dict[str, Any]:
     for key in ("podOverrides", "sharedMemory"):
         if not placement[key]:
             del placement[key]
+    # Likewise the engine choice: vLLM, the default, and the versions of engines the stack does not run.
+    spec = data["spec"]
+    if spec["engine"] == EngineName.vllm.value:
+        del spec["engine"]
+    spec["versions"] = {k: v for k, v in spec["versions"].items() if v is not None}
     return data
 
 
 def engines_of(profile: StackProfile) -> LockedEngines:
     """The engine versions a profile pins (its runtime image is locked as an image)."""
     versions = profile.spec.versions
-    return LockedEngines(dynamo=versions.dynamo, vllm=versions.vllm, flashinfer=versions.flashinfer,
-                         nixl=versions.nixl)
+    return LockedEngines(dynamo=versions.dynamo, vllm=versions.vllm, sglang=versions.sglang,
+                         flashinfer=versions.flashinfer, nixl=versions.nixl)
 
 
 def stack_digest(profile: dict[str, Any], resolved: ResolvedSection) -> str:

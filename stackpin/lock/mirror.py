@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from stackpin.errors import IntegrityError, ResolveError, StackpinError
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
 from stackpin.lock.localcopy import copy_verified, only_writer, part_of, present, publish, sweep_parts, write_whole
 from stackpin.lock.oci.media import INDEX_TYPES, MANIFEST_TYPES, manifest_media_type, parse_manifest
 from stackpin.lock.oci.reference import ImageRef, apply_mirror, check_digest

@@ -20,7 +20,7 @@ from typing import Any
 
 import stackpin.jsonio as jsonio
 from stackpin.errors import IntegrityError, ResolveError
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
 from stackpin.lock.oci.client import RegistryClient
 from stackpin.lock.oci.media import (
     EMPTY_JSON,

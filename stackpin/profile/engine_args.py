@@ -5,10 +5,10 @@ string or a number for an option that takes one, or a mapping for a JSON-config 
 canonical JSON). What the pinned release accepts is validation's (rules SP221-SP226, against
 `stackpin.catalog.flags`); here only the form is checked, where the profile is read.
 
-`MODELLED` is the other half of the contract: the options stackpin renders itself, each with the field
-that sets it. A profile that passes one of them through engineArgs would fight that field (argparse keeps
-the last value), so validation names the field to use instead; render's own argv is held to this table by
-tests/test_engine_args.py.
+The other half of the contract is each engine's `modelled` table (stackpin.backends): the options stackpin
+renders itself, each with the field that sets it. A profile that passes one of them through engineArgs would
+fight that field (argparse keeps the last value), so validation names the field to use instead; render's own
+argv is held to that table by tests/test_engine_args.py.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ _OPTION = re.compile(r"--[a-z0-9]+(?:-[a-z0-9]+)*")
 # not set them (SP232).
 MODELLED_FRONTEND = ("--http-port", "--router-mode", "--migration-limit", "--no-router-kv-events",
                      "--router-kv-events")
-POOL = "{pool}"  # stands for spec.placement.pools.<role> in MODELLED's field paths
+POOL = "{pool}"  # stands for spec.placement.pools.<role> in the engines' modelled field paths
 
 
 def option_problem(name: str) -> str | None:
@@ -74,45 +74,6 @@ def value_problem(value: Any) -> str | None:
     if value is not None and not isinstance(value, bool | int | float | str):
         return f"holds a {type(value).__name__}, which JSON cannot carry (quote it)"
     return None
-
-
-# Options stackpin renders from modelled fields (render/args.py engine_flags), -> the field to use.
-MODELLED_VLLM: dict[str, str] = {
-    "--model": "spec.model.id",
-    "--revision": "spec.model.revision",
-    "--tokenizer-mode": "spec.model.tokenizerMode",
-    "--tensor-parallel-size": f"{POOL}.tensorParallel",
-    "--pipeline-parallel-size": f"{POOL}.pipelineParallel",
-    "--data-parallel-size": f"{POOL}.dataParallel",
-    "--enable-expert-parallel": f"{POOL}.expertParallel",
-    "--max-model-len": "spec.model.maxModelLen",
-    "--max-num-seqs": f"{POOL}.maxNumSeqs",
-    "--max-num-batched-tokens": f"{POOL}.maxNumBatchedTokens",
-    "--gpu-memory-utilization": f"{POOL}.gpuMemoryUtilization",
-    "--cpu-offload-gb": "spec.fallbacks.cpuOffloadGib",
-    "--kv-cache-dtype": "spec.kvCache.dtype",
-    "--block-size": "spec.kvCache.blockSize",
-    "--enable-prefix-caching": "spec.kvCache.prefixCaching",
-    "--attention-backend": "spec.kernels.attention",
-    "--moe-backend": "spec.kernels.moe",
-    "--linear-backend": "spec.kernels.linear",
-    "--all2all-backend": "spec.kernels.all2all",
-    "--compilation-config": "spec.cudaGraphs",
-    "--speculative-config": "spec.speculative",
-    "--enable-flashinfer-autotune": "spec.autotune.mode",
-    "--kv-transfer-config": "spec.placement.kvConnector",
-    "--kv-events-config": "spec.kvCache.events",
-}
-MODELLED_DYNAMO: dict[str, str] = {"--disaggregation-mode": "spec.placement.mode"}
-# Boolean fields whose switch stackpin renders as `--x` when true and `--no-x` (or nothing: vLLM's
-# default is off) when false: the same switch passed through agrees or contradicts, and SP225 says which.
-MODELLED_SWITCHES = frozenset({"--enable-prefix-caching", "--enable-expert-parallel"})
-# Keys of a JSON-config option that stackpin sets through another flag: --kernel-config's
-# enable_flashinfer_autotune is what autotune "off" renders when the release lacks the switch.
-MODELLED_KEYS: dict[str, dict[str, str]] = {
-    "--kernel-config": {"enable_flashinfer_autotune": "spec.autotune.mode", "moe_backend": "spec.kernels.moe",
-                        "linear_backend": "spec.kernels.linear"},
-}
 
 
 def scalar_text(value: Any) -> str | None:

@@ -164,12 +164,27 @@ class Target(_Model, frozen=True, kw_only=True):
             raise Invalid("node_labels", "; ".join(problems))
 
 
+class EngineName(StrEnum):
+    """The serving engines a stack can run under Dynamo; each is one module of stackpin.backends (a test holds
+    the two lists equal). Its name is also its key in spec.versions."""
+
+    vllm = "vllm"
+    sglang = "sglang"
+
+
 class Versions(_Model, frozen=True, kw_only=True):
     dynamo: Version
-    vllm: Version
+    vllm: Annotated[Version | None, _doc("The vLLM release, for a stack whose spec.engine is vllm.")] = None
+    sglang: Annotated[Version | None, _doc("The SGLang release, for a stack whose spec.engine is sglang.")] = None
     flashinfer: Version
     nixl: Version
-    runtime_image: Annotated[str, Meta(min_length=1, description="Dynamo vLLM runtime image (tag or digest).")]
+    runtime_image: Annotated[str, Meta(min_length=1, description=(
+        "Dynamo's runtime image for the stack's engine (tag or digest)."))]
+
+    def engine(self, name: EngineName) -> str | None:
+        """The pinned release of engine `name`, or None."""
+        value: str | None = getattr(self, name.value)
+        return value
 
     def __post_init__(self) -> None:
         _checked("runtime_image", self.runtime_image, image_ref_problem)
@@ -442,6 +457,8 @@ class Acknowledgement(_Model, frozen=True, kw_only=True):
 
 
 class Spec(_Model, frozen=True, kw_only=True):
+    engine: Annotated[EngineName, _doc(
+        "The serving engine Dynamo runs in every worker: its release is spec.versions.<engine>.")] = EngineName.vllm
     model: ModelSpec
     target: Target
     versions: Versions
@@ -469,7 +486,21 @@ class Spec(_Model, frozen=True, kw_only=True):
         "base and sets its own list replaces the base's (lists replace); one that matches no finding is reported "
         "(SP251).")] = field(default_factory=list)
 
+    @property
+    def engine_version(self) -> str:
+        """The pinned release of the stack's engine (the model refuses a spec without it)."""
+        return self.versions.engine(self.engine) or ""
+
     def __post_init__(self) -> None:
+        # Exactly the engine's release is pinned: another engine's version would be locked and attested for
+        # nothing, and read by a reviewer as what runs.
+        others = [e.value for e in EngineName if e != self.engine and self.versions.engine(e) is not None]
+        if self.versions.engine(self.engine) is None:
+            raise Invalid("versions", f"spec.engine is {self.engine.value}: pin its release in "
+                          f"spec.versions.{self.engine.value}")
+        if others:
+            raise Invalid("versions", f"spec.engine is {self.engine.value}: spec.versions.{others[0]} pins an "
+                          f"engine this stack does not run; remove it")
         dirs = self.catalog_path
         problems = [f"{clip(d)!r}: {why}" for d in dirs for why in (
             "is empty" if not d.strip() else None, "holds a NUL byte" if "\0" in d else None) if why]

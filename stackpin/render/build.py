@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
+from stackpin.backends import engine_of
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.search import profile_catalogs
 from stackpin.errors import StackpinError
@@ -101,13 +102,15 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     platform = catalog.platforms[spec.target.platform]
     image = lock.resolved.images["runtime"].pinned
     deployment = profile.metadata.deployment
-    vllm = argmod.vllm_catalog(spec.versions.vllm)
-    # dynamo.vllm accepts Dynamo's options and vLLM's: check only when both catalogs exist.
-    worker_catalogs = [c for c in (argmod.dynamo_catalog(spec.versions.dynamo, "worker_vllm"), vllm) if c]
+    engine = engine_of(profile)
+    engine_catalog = engine.flag_catalog(spec.engine_version)
+    # Dynamo's worker accepts its own options and its engine's: check only when both catalogs exist.
+    worker_catalogs = [c for c in (argmod.dynamo_catalog(spec.versions.dynamo, engine.dynamo_worker), engine_catalog)
+                       if c]
     if len(worker_catalogs) < 2:
         worker_catalogs = []
     frontend_catalog = argmod.dynamo_catalog(spec.versions.dynamo, "frontend")
-    problems: list[str] = []
+    problems: list[str] = list(engine.problems(profile))
 
     base_labels = {"app.kubernetes.io/name": deployment, "app.kubernetes.io/part-of": deployment}
     topology = topology_of(profile, catalog)
@@ -125,7 +128,7 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     period = catalog.engine.startup_estimate.probe_period_s
     budget = startup_budget_s(profile, catalog)
     cache = lock.resolved.autotune_cache
-    generated_env: dict[str, str] = {"VLLM_ENGINE_READY_TIMEOUT_S": str(budget)}
+    generated_env: dict[str, str] = {engine.ready_timeout_env: str(budget)} if engine.ready_timeout_env else {}
     if domain:
         generated_env.update(MNNVL_ENV)
     tree = cache.tree() if cache else None
@@ -136,7 +139,8 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
                             "`stackpin autotune pack` from one capture")
         # vLLM reads <this>/<config hash>/autotune_configs*.json and writes there at start-up: the seed
         # init container's writable copy of the image's <fi>/<arch> directory (render/pod.py).
-        generated_env["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"] = AUTOTUNE_WORK
+        if engine.autotune_dir_env:
+            generated_env[engine.autotune_dir_env] = AUTOTUNE_WORK
     store = spec.model_store
     # Workers and the frontend (which loads the tokenizer) read the model from the volume.
     model_env = {"HF_HOME": store.mount_path, "HF_HUB_OFFLINE": "1" if store.offline else "0"} if store else {}
@@ -147,11 +151,11 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
         if clash:
             problems.append(f"{where} sets {', '.join(clash)}, which render derives from the stack; "
                             "remove it from the profile")
-    if vllm is not None:
+    if engine_catalog is not None and engine_catalog.accepts("--compilation-config"):
         # SP230 refuses these; a lock made around validation must not render either.
         problems += sorted({p for pool in topology.pools
-                            for p in vllm.check_value("--compilation-config",
-                                                      argmod.compilation_config(profile, pool.spec))})
+                            for p in engine_catalog.check_value("--compilation-config",
+                                                                spec.cuda_graphs.compilation_config(pool.spec.compilation))})
 
     site_labels = spec.target.node_labels
     node_labels = site_labels if site_labels is not None else platform.node_labels
@@ -183,14 +187,14 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     host = catalog.engine.worker_host_per_gpu
     for pool in topology.pools:
         role = pool.role
-        flags = argmod.engine_flags(profile, role, pool.spec, model_revision=lock.resolved.model.revision, vllm=vllm,
-                                    serving=serving)
+        flags = engine.worker_flags(profile, role, pool.spec, model_revision=lock.resolved.model.revision,
+                                    catalog=engine_catalog, serving=serving)
         # SP221-SP225 refuse these passed-through flags; a lock made around validation must not render either.
-        problems += flag_problems(profile, role, pool.spec, vllm)
+        problems += flag_problems(profile, role, pool.spec, engine_catalog)
         if worker_catalogs:
             problems += [f"{role}: {p}" for p in argmod.check_flags(flags, worker_catalogs)]
         components.append(ComponentPlan(
-            name=role, replicas=pool.replicas, command=argmod.WORKER_COMMAND, args=tuple(argmod.flatten(flags)),
+            name=role, replicas=pool.replicas, command=engine.worker_command, args=tuple(argmod.flatten(flags)),
             env=tuple(sorted({**spec.kernels.env, **pool.spec.env, **generated_env}.items())),
             startup=Probe("/health", SYSTEM_PORT, period, math.ceil(budget / period)),
             readiness=Probe("/health", SYSTEM_PORT, period, 3),
@@ -241,7 +245,7 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
                                              f"{spec.target.platform} (set spec.target.nodeLabels to your nodes')")
     return StackPlan(
         name=profile.name, deployment=deployment, namespace=profile.metadata.namespace, crd_version=pin.crd,
-        image=image, cpu_arch=platform.cpu_arch,
+        backend_framework=engine.backend_framework, image=image, cpu_arch=platform.cpu_arch,
         labels=tuple(sorted({**profile.metadata.labels, **labels}.items())),
         annotations=tuple(sorted(annotations.items())), components=tuple(components), compute_domain=domain,
         tolerate_arch=platform.cpu_arch == "arm64", attestation=attest.attestation_for(lock, catalog),
@@ -342,7 +346,7 @@ def _service_v1alpha1(plan: StackPlan, comp: ComponentPlan) -> dict[str, Any]:
 
 
 def dynamo_graph_deployment(plan: StackPlan) -> dict[str, Any]:
-    spec: dict[str, Any] = {"backendFramework": "vllm"}
+    spec: dict[str, Any] = {"backendFramework": plan.backend_framework}
     if plan.crd_version == "v1beta1":
         spec["components"] = [_component_v1beta1(plan, c) for c in plan.components]
     else:

@@ -73,8 +73,8 @@ def dynamo_only_options(lock: StackLock) -> frozenset[str]:
     pool's dynamoArgs): Dynamo's own, which `vllm serve` would refuse and which vLLM's config never sees."""
     from stackpin.catalog.flags import dynamo_catalog, vllm_catalog
 
-    versions = lock.stack_profile.spec.versions
-    dynamo, vllm = dynamo_catalog(versions.dynamo, "worker_vllm"), vllm_catalog(versions.vllm)
+    spec = lock.stack_profile.spec
+    dynamo, vllm = dynamo_catalog(spec.versions.dynamo, "worker_vllm"), vllm_catalog(spec.engine_version)
     known = frozenset(o for o in dynamo.options if vllm is None or not vllm.accepts(o)) if dynamo else frozenset()
     return known | {"--disaggregation-mode", "--dyn-tool-call-parser", "--dyn-reasoning-parser"}
 

@@ -69,6 +69,7 @@ class StackPlan(msgspec.Struct, frozen=True):
     deployment: str
     namespace: str
     crd_version: str  # v1alpha1 | v1beta1
+    backend_framework: str  # the DGD's spec.backendFramework: the stack's engine
     image: str
     cpu_arch: str
     labels: tuple[tuple[str, str], ...]

@@ -93,7 +93,9 @@ def _runtime_image(image: str, dynamo: str) -> str:
 
 def _versions(profile: StackProfile) -> Versions:
     v = profile.spec.versions
-    return Versions(dynamo=v.dynamo, vllm=v.vllm, flashinfer=v.flashinfer, nixl=v.nixl, runtime_image=v.runtime_image)
+    # Proposals move vLLM stacks (upgrade/releases.py follows Dynamo's vLLM pins).
+    return Versions(dynamo=v.dynamo, vllm=profile.spec.engine_version, flashinfer=v.flashinfer, nixl=v.nixl,
+                    runtime_image=v.runtime_image)
 
 
 def _moved(profile: StackProfile, versions: Versions) -> StackProfile:

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from stackpin.backends import engine_of
 from stackpin.catalog.flags import FlagCatalog
-from stackpin.profile.engine_args import MODELLED_VLLM
 from stackpin.profile.model import Pool, StackProfile
 from stackpin.profile.topology import Role
 from stackpin.upgrade.model import Blocker, PinnedDefault, Rewrite
@@ -88,7 +88,7 @@ def _pins(moved: StackProfile, active: Sequence[tuple[Role, Pool]], vllm: Engine
             if old is None or isinstance(old, dict | list):
                 continue  # nothing to write into the field; SP242 stays among the candidate's findings
             for role in relied.roles:
-                path = field_path(MODELLED_VLLM[relied.flag], role)
+                path = field_path(engine_of(moved).modelled[relied.flag], role)
                 pinned[path] = PinnedDefault(path=path, flag=relied.flag, value=old, old_default=old,
                                              new_default=new)
             continue

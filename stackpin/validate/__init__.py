@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import msgspec
 
+from stackpin.backends import DEFAULT, engine_of
 from stackpin.catalog import Catalog, load_catalog
-from stackpin.catalog.flags import vllm_catalog
 from stackpin.catalog.search import profile_catalogs
 from stackpin.profile.loader import LoadedProfile
 from stackpin.profile.model import StackProfile
@@ -54,10 +54,13 @@ def context_for(profile: StackProfile, catalog: Catalog | None = None, *,
     catalog = catalog or load_catalog()
     platform = catalog.platforms[profile.spec.target.platform]
     found = catalog.model_for(profile.spec.model.id)
+    engine = engine_of(profile)
+    flags = engine.flag_catalog(profile.spec.engine_version)
     return Context(profile, catalog, platform, catalog.gpus[platform.gpu],
-                   found[0] if found else None, found[1] if found else None, vllm_catalog(profile.spec.versions.vllm),
+                   found[0] if found else None, found[1] if found else None,
+                   flags if engine.name == DEFAULT else None,
                    topology_of(profile, catalog), None if autotune_cache is None else tuple(autotune_cache),
-                   upgrade_from)
+                   upgrade_from, engine_catalog=flags)
 
 
 def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None, *,

@@ -50,7 +50,7 @@ def cache_shape_problems(profile: StackProfile, topology: Topology, directories:
     Which pools a cache serves is profile/tuning.py's `fit_cache`, as `stackpin autotune verify` asks."""
     if profile.spec.autotune.mode != AutotuneMode.replay:
         return []
-    vllm = profile.spec.versions.vllm
+    vllm = profile.spec.engine_version
     fit = fit_cache(topology, directories, vllm, catalog)
     n = len(directories)
     captured = (f"{n} config {'directory' if n == 1 else 'directories'}: {ranks_summary(directories)}" if n

@@ -17,16 +17,10 @@ from typing import Any, Literal
 import msgspec
 
 import stackpin.jsonio as jsonio
+from stackpin.backends import engine_of
 from stackpin.catalog import WorkerRouter, load_catalog
 from stackpin.catalog.flags import FlagCatalog, OptionUse, dynamo_catalog
-from stackpin.profile.engine_args import (
-    MODELLED_DYNAMO,
-    MODELLED_KEYS,
-    MODELLED_SWITCHES,
-    MODELLED_VLLM,
-    POOL,
-    scalar_text,
-)
+from stackpin.profile.engine_args import POOL, scalar_text
 from stackpin.profile.model import Placement, Pool, RouterMode, StackProfile
 from stackpin.profile.topology import Role
 from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pool_path, pools, rule
@@ -43,7 +37,7 @@ class PassedFlag(msgspec.Struct, frozen=True, dict=True):  # dict: the cached_pr
     flag: str
     value: Any
     catalog: FlagCatalog | None  # the entry point the flag belongs to; None without a catalog
-    other: FlagCatalog | None  # the other half of `python -m dynamo.vllm`, to say where a flag belongs
+    other: FlagCatalog | None  # the other half of Dynamo's worker (its own options), to say where a flag belongs
     profile: StackProfile  # compared and shown too (nothing compares or prints a PassedFlag)
 
     @property
@@ -62,12 +56,14 @@ class PassedFlag(msgspec.Struct, frozen=True, dict=True):  # dict: the cached_pr
         return modelled(self, self.catalog, use, self.profile) if self.catalog is not None and use else None
 
 
-def _catalogs(profile: StackProfile, vllm: FlagCatalog | None) -> dict[Kind, FlagCatalog | None]:
-    return {"engineArgs": vllm, "dynamoArgs": dynamo_catalog(profile.spec.versions.dynamo, "worker_vllm")}
+def _catalogs(profile: StackProfile, engine: FlagCatalog | None) -> dict[Kind, FlagCatalog | None]:
+    worker = engine_of(profile).dynamo_worker
+    return {"engineArgs": engine, "dynamoArgs": dynamo_catalog(profile.spec.versions.dynamo, worker)}
 
 
-def passed_flags(profile: StackProfile, role: Role, pool: Pool, vllm: FlagCatalog | None) -> Iterator[PassedFlag]:
-    catalogs = _catalogs(profile, vllm)
+def passed_flags(profile: StackProfile, role: Role, pool: Pool, engine: FlagCatalog | None) -> Iterator[PassedFlag]:
+    """A pool's engineArgs and dynamoArgs, each with the catalog that judges it (`engine`: the stack's engine's)."""
+    catalogs = _catalogs(profile, engine)
     halves: tuple[tuple[Kind, Kind, dict[str, Any]], ...] = (
         ("engineArgs", "dynamoArgs", pool.engine_args), ("dynamoArgs", "engineArgs", pool.dynamo_args))
     for kind, other, args in halves:
@@ -82,7 +78,8 @@ def _all(ctx: Context) -> tuple[PassedFlag, ...]:
     """Every passed flag of the profile, built (and resolved in its catalog) once for all the rules."""
     if _LAST and _LAST[0][0] is ctx:
         return _LAST[0][1]
-    flags = tuple(p for role, _, pool in pools(ctx) for p in passed_flags(ctx.profile, role, pool.spec, ctx.vllm))
+    flags = tuple(p for role, _, pool in pools(ctx)
+                  for p in passed_flags(ctx.profile, role, pool.spec, ctx.engine_catalog))
     _LAST[:] = [(ctx, flags)]
     return flags
 
@@ -116,7 +113,8 @@ class Modelled(msgspec.Struct, frozen=True):
 def modelled(p: PassedFlag, catalog: FlagCatalog, use: OptionUse, profile: StackProfile) -> Modelled | None:
     """Whether a passed flag sets what stackpin renders from a field: the option itself, any spelling
     of it (aliases, --no-x, --disable-x, deprecated ones), or another option of the same config field."""
-    table = MODELLED_VLLM if p.kind == "engineArgs" else MODELLED_DYNAMO
+    engine = engine_of(profile)
+    table = engine.modelled if p.kind == "engineArgs" else engine.modelled_dynamo
     option = use.flag
     if option not in table:
         sets = use.option.config_field
@@ -125,7 +123,8 @@ def modelled(p: PassedFlag, catalog: FlagCatalog, use: OptionUse, profile: Stack
         if not option:
             return None
     path = field_path(table[option], p.role)
-    agrees = option in MODELLED_SWITCHES and p.value is True and _field_value(profile, path) is (not use.negative)
+    agrees = (option in engine.modelled_switches and p.value is True
+              and _field_value(profile, path) is (not use.negative))
     return Modelled(option, path, agrees)
 
 
@@ -166,7 +165,7 @@ def modelled_flag(ctx: Context) -> Iterator[Hit]:
 
 
 def _modelled_keys(p: PassedFlag, use: OptionUse) -> dict[str, str]:
-    keys = MODELLED_KEYS.get(use.flag, {}) if p.kind == "engineArgs" else {}
+    keys = engine_of(p.profile).modelled_keys.get(use.flag, {}) if p.kind == "engineArgs" else {}
     value = _json_object(p.value)
     return {k: field_path(v, p.role) for k, v in keys.items() if value is not None and k in value}
 
@@ -357,7 +356,7 @@ def worker_router_flag(ctx: Context) -> Iterator[Hit]:
     for p in _all(ctx):
         if (use := _router_option(p, facts)) is not None:
             yield Hit(p.path, _router_text(use.flag, facts, router), hint)
-    catalog = dynamo_catalog(ctx.profile.spec.versions.dynamo, "worker_vllm")
+    catalog = dynamo_catalog(ctx.profile.spec.versions.dynamo, engine_of(ctx.profile).dynamo_worker)
     if catalog is None:
         return
     # The worker's router flags read their env vars as defaults (DYN_ROUTER_MODE, ...): the same override.
@@ -371,11 +370,11 @@ def worker_router_flag(ctx: Context) -> Iterator[Hit]:
             yield Hit((*where, name), f"{name} sets {flag}: {_router_text(flag, facts, router)}", hint)
 
 
-def flag_problems(profile: StackProfile, role: Role, pool: Pool, vllm: FlagCatalog | None) -> list[str]:
+def flag_problems(profile: StackProfile, role: Role, pool: Pool, engine: FlagCatalog | None) -> list[str]:
     """What makes render refuse a pool's passed flags: the errors of SP221-SP225 and SP231 as one line each."""
     out = []
     facts = load_catalog().engine.worker_router
-    for p in passed_flags(profile, role, pool, vllm):
+    for p in passed_flags(profile, role, pool, engine):
         where = f"{role} {p.kind} {p.flag}"
         if p.catalog is None:
             continue

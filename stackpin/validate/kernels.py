@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.backends import engine_of
 from stackpin.catalog.model_configs import attention_heads
 from stackpin.catalog.startup import AttentionBackend, ModelStartup, StartupFacts, startup_facts, startup_file_name
 from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pools, rule
@@ -58,7 +59,7 @@ def fallback_on_native(ctx: Context) -> Iterator[Hit]:
 
 def startup_model(ctx: Context) -> tuple[StartupFacts, ModelStartup] | None:
     """The pinned vLLM's start-up facts for the stack's model architecture, when the catalog has them."""
-    facts = startup_facts(ctx.profile.spec.versions.vllm)
+    facts = engine_of(ctx.profile).startup(ctx.profile.spec.engine_version)
     if facts is None or ctx.model is None or ctx.model.architecture not in facts.models:
         return None
     return facts, facts.models[ctx.model.architecture]
@@ -154,7 +155,7 @@ def kv_dtype_rewritten(ctx: Context) -> Iterator[Hit]:
 @rule("SP219", Severity.warning, "no start-up facts for the pinned vLLM")
 def no_startup_facts(ctx: Context) -> Iterator[Hit]:
     version = ctx.profile.spec.versions.vllm
-    if ctx.vllm is not None and startup_facts(version) is None:
+    if version is not None and ctx.vllm is not None and startup_facts(version) is None:
         yield Hit(("spec", "versions", "vllm"), f"stackpin has no start-up facts for vLLM {version} "
                   f"(catalog/engines/{startup_file_name(version)}): what it raises on or changes silently once the "
                   "model is built (attention kernel, KV dtype, block size, CUDA graph fallbacks) went unchecked",

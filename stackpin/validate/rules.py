@@ -70,7 +70,9 @@ class Context(msgspec.Struct, frozen=True):
     gpu: Gpu
     model_key: str | None
     model: ModelFacts | None
-    vllm: FlagCatalog | None  # the pinned vLLM's flag catalog, when stackpin has extracted it
+    # The pinned vLLM's flag catalog, for a stack that runs vLLM and when stackpin has extracted it: the rules
+    # about vLLM's own knobs (kernels, speculative methods, CUDA graph modes, precision) read it.
+    vllm: FlagCatalog | None
     topology: Topology
     # The pinned autotune cache's config directories, once its contents are known (a lock records
     # them); None before (`stackpin validate` of a profile), and the rules that need them stay silent.
@@ -80,6 +82,8 @@ class Context(msgspec.Struct, frozen=True):
     upgrade_from: StackProfile | None = None
     # What the other rules found: set for the rules registered with reads_findings, which run after them.
     findings: tuple[Finding, ...] | None = None
+    # The flag catalog of the stack's engine (stackpin.backends), what engineArgs are checked against.
+    engine_catalog: FlagCatalog | None = None
 
 
 Check = Callable[[Context], Iterable[Hit]]

@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from stackpin.backends import engine_of
 from stackpin.catalog import Catalog, DynamoPin
 from stackpin.catalog.engine_data import EngineOption
 from stackpin.catalog.flags import FlagCatalog, vllm_catalog
 from stackpin.catalog.version import parse_version
-from stackpin.profile.engine_args import MODELLED_VLLM
 from stackpin.profile.model import AutotuneMode, Pool, StackProfile
 from stackpin.profile.topology import Role
 from stackpin.validate.engineargs import field_path, renders
@@ -66,7 +66,7 @@ def _upgrade(ctx: Context) -> tuple[StackProfile, str, str] | None:
     """(the profile as written, its vLLM, the target vLLM) during an upgrade check, else None."""
     if ctx.upgrade_from is None:
         return None
-    old, new = ctx.upgrade_from.spec.versions.vllm, ctx.profile.spec.versions.vllm
+    old, new = ctx.upgrade_from.spec.engine_version, ctx.profile.spec.engine_version
     return (ctx.upgrade_from, old, new) if old != new else None
 
 
@@ -134,7 +134,7 @@ class ReliedDefault(msgspec.Struct, frozen=True):
     flag: str
     was: EngineOption
     now: EngineOption
-    modelled: str | None  # the profile field that renders the flag (MODELLED_VLLM), when one does
+    modelled: str | None  # the profile field that renders the flag (the engine's modelled table), when one does
     roles: tuple[Role, ...]  # the pools that leave it to the default
 
     @property
@@ -153,7 +153,7 @@ def relied_defaults(profile: StackProfile, active: Sequence[tuple[Role, Pool]], 
             continue  # a default computed when the engine starts cannot be compared from the source
         if set(now.all_strings) <= set(now.deprecated):
             continue  # the whole option is on its way out; SP226 speaks for any use of it
-        modelled = MODELLED_VLLM.get(flag)
+        modelled = engine_of(profile).modelled.get(flag)
         if modelled is not None:  # relied on where render writes nothing for the field
             roles = tuple(role for role, pool in active if renders(flag, profile, pool, new) is None)
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.backends import engine_of
 from stackpin.catalog.version import parse_version
 from stackpin.validate.rules import Context, Hit, Severity, rule
 
@@ -25,22 +26,30 @@ def _pin_rule(ctx: Context, field: str, want: str | None, by: str) -> Iterator[H
                   f"set versions.{field}: {want}")
 
 
-@rule("SP162", Severity.error, "vLLM is not the version Dynamo pins")
-def vllm_pin(ctx: Context) -> Iterator[Hit]:
+def _dynamo_pins(ctx: Context) -> tuple[str | None, str | None]:
+    """The engine release and NIXL that the pinned Dynamo's extra for the stack's engine pins."""
     pin = ctx.catalog.versions.dynamo.get(ctx.profile.spec.versions.dynamo)
-    yield from _pin_rule(ctx, "vllm", pin.vllm if pin else None, f"Dynamo {ctx.profile.spec.versions.dynamo}")
+    return pin.engine(ctx.profile.spec.engine.value) if pin else (None, None)
+
+
+@rule("SP162", Severity.error, "the engine is not the version Dynamo pins")
+def engine_pin(ctx: Context) -> Iterator[Hit]:
+    yield from _pin_rule(ctx, ctx.profile.spec.engine.value, _dynamo_pins(ctx)[0],
+                         f"Dynamo {ctx.profile.spec.versions.dynamo}")
 
 
 @rule("SP163", Severity.error, "NIXL is not the version Dynamo pins")
 def nixl_pin(ctx: Context) -> Iterator[Hit]:
-    pin = ctx.catalog.versions.dynamo.get(ctx.profile.spec.versions.dynamo)
-    yield from _pin_rule(ctx, "nixl", pin.nixl if pin else None, f"Dynamo {ctx.profile.spec.versions.dynamo}")
+    yield from _pin_rule(ctx, "nixl", _dynamo_pins(ctx)[1], f"Dynamo {ctx.profile.spec.versions.dynamo}")
 
 
-@rule("SP164", Severity.error, "FlashInfer is not the version vLLM pins")
+@rule("SP164", Severity.error, "FlashInfer is not the version the engine pins")
 def flashinfer_pin(ctx: Context) -> Iterator[Hit]:
-    pin = ctx.catalog.versions.vllm.get(ctx.profile.spec.versions.vllm)
-    yield from _pin_rule(ctx, "flashinfer", pin.flashinfer if pin else None, f"vLLM {ctx.profile.spec.versions.vllm}")
+    engine = engine_of(ctx.profile)
+    pins = getattr(ctx.catalog.versions, engine.name, {})
+    pin = pins.get(ctx.profile.spec.engine_version)
+    yield from _pin_rule(ctx, "flashinfer", pin.flashinfer if pin else None,
+                         f"{engine.label} {ctx.profile.spec.engine_version}")
 
 
 def _tag_names(tag: str, version: str) -> bool:
@@ -66,6 +75,8 @@ def image_tag_version(ctx: Context) -> Iterator[Hit]:
 @rule("SP171", Severity.error, "engine env var the pinned vLLM does not read")
 def removed_env(ctx: Context) -> Iterator[Hit]:
     vllm = ctx.profile.spec.versions.vllm
+    if vllm is None:
+        return  # these are vLLM's variables
     for name in ctx.profile.spec.kernels.env:
         gone = ctx.catalog.versions.removed_env.get(name)
         if gone is not None and parse_version(vllm) >= gone.removed_in:
@@ -85,14 +96,14 @@ def model_architecture(ctx: Context) -> Iterator[Hit]:
                   f"{ctx.profile.spec.model.id}", "pin a vLLM release that supports the model")
 
 
-@rule("SP167", Severity.warning, "no flag catalog for the pinned vLLM")
+@rule("SP167", Severity.warning, "no flag catalog for the pinned engine")
 def no_flag_catalog(ctx: Context) -> Iterator[Hit]:
-    if ctx.vllm is None:
-        vllm = ctx.profile.spec.versions.vllm
-        yield Hit(_V + ("vllm",), f"stackpin has no flag catalog for vLLM {vllm}: "
+    if ctx.engine_catalog is None:
+        engine, version = engine_of(ctx.profile), ctx.profile.spec.engine_version
+        yield Hit(_V + (engine.name,), f"stackpin has no flag catalog for {engine.label} {version}: "
                   "backends, speculative methods, env vars and engine flags go unchecked",
                   "add it to a catalog on STACKPIN_CATALOG_PATH or spec.catalogPath: "
-                  f"stackpin engines add vllm=={vllm}")
+                  f"stackpin engines add {engine.distribution}=={version}")
 
 
 @rule("SP172", Severity.warning, "env var that stackpin sets itself")

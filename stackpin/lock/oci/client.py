@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import stackpin.jsonio as jsonio
 from stackpin.errors import IntegrityError, RegistryUnreachable, ResolveError
-from stackpin.lock.canonical import canonical_json
+from stackpin.jsonio import canonical_json
 from stackpin.lock.deadline import call_with_deadline, remaining
 from stackpin.lock.oci.auth import authorization
 from stackpin.lock.oci.credentials import Credential, RegistryCredentials, auth_files, default_docker_config

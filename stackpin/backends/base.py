@@ -1,0 +1,91 @@
+"""What every serving engine provides (`ServingEngine`), and the flag helpers engines share.
+
+A stack names its engine (`spec.engine`); every stage asks `stackpin.backends.engine_of(profile)` for the
+engine's worker command, its flag table, catalogs and facts, and never spells an engine itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol
+
+from stackpin.jsonio import canonical_json
+from stackpin.profile.engine_args import EngineArgValue, scalar_text
+
+if TYPE_CHECKING:
+    from stackpin.catalog.flags import DynamoEntry, FlagCatalog
+    from stackpin.catalog.startup import StartupFacts
+    from stackpin.profile.model import Pool, StackProfile
+    from stackpin.profile.topology import Role
+
+Flag = tuple[str, str | None]  # (option, value); None for a bare switch
+
+
+class ServingEngine(Protocol):
+    """One serving engine under Dynamo. Its module is the one place that knows the engine's spelling: the
+    worker it runs, which profile field becomes which flag (render writes through the table and import
+    reads it back), its environment names, catalogs and facts."""
+
+    name: str  # spec.engine and its key in spec.versions / the lock's engines
+    label: str  # as people write it: "vLLM"
+    distribution: str  # wheel METADATA Name, as importlib.metadata finds it in the runtime image
+    worker_command: tuple[str, ...]  # Dynamo's worker entry point for this engine
+    backend_framework: str  # DynamoGraphDeployment spec.backendFramework
+    default_kv_connector: str  # what a disaggregated stack moves its KV cache with when kvConnector is unset
+    dynamo_worker: DynamoEntry  # the Dynamo catalog's section for that worker's own options
+    # Options render writes from modelled profile fields -> the field (POOL for the pool's own), and the
+    # reverse lookup import uses: one table both ways.
+    modelled: Mapping[str, str]
+    modelled_dynamo: Mapping[str, str]  # the Dynamo worker's own options render writes
+    # Boolean fields rendered as a switch pair: passing the same switch through agrees or contradicts.
+    modelled_switches: frozenset[str]
+    # Keys inside a JSON-config option that a modelled field sets.
+    modelled_keys: Mapping[str, Mapping[str, str]]
+    # Environment the worker's command reads that render derives from the stack (never the profile's).
+    ready_timeout_env: str | None  # how long the engine waits for its workers to come up (start-up budget)
+    autotune_dir_env: str | None  # where the engine reads and writes FlashInfer autotune results
+
+    def flag_catalog(self, version: str) -> FlagCatalog | None:
+        """The options the pinned release's parser accepts, or None when no catalog has it."""
+        ...
+
+    def startup(self, version: str) -> StartupFacts | None:
+        """What the pinned release decides at start-up (attention backend, CUDA graph sizes), or None."""
+        ...
+
+    def autotune_flags(self, profile: StackProfile, catalog: FlagCatalog | None) -> list[Flag]:
+        """How this engine's pinned release is told to leave FlashInfer autotuning off ([] when it is on)."""
+        ...
+
+    def problems(self, profile: StackProfile) -> list[str]:
+        """What the profile asks that stackpin cannot render for this engine, each with what to do instead."""
+        ...
+
+    def worker_flags(self, profile: StackProfile, role: Role, pool: Pool, *, model_revision: str,
+                     catalog: FlagCatalog | None = None, serving: tuple[Flag, ...] = ()) -> list[Flag]:
+        """The flags after `worker_command` for one pool, in a fixed order."""
+        ...
+
+
+def kv_events_enabled(profile: StackProfile) -> bool:
+    """Workers publish KV events (and the KV router reads them) when the stack routes by KV and caches prefixes."""
+    from stackpin.profile.model import RouterMode
+
+    kv = profile.spec.kv_cache
+    return kv.events and kv.prefix_caching and profile.spec.placement.router == RouterMode.kv
+
+
+def json_arg(value: Any) -> str:
+    """A JSON argument: stackpin's canonical JSON (sorted keys, no spaces), as argv text."""
+    return canonical_json(value).decode("utf-8")
+
+
+def flatten(flags: list[Flag]) -> list[str]:
+    return [part for flag, value in flags for part in ((flag,) if value is None else (flag, value))]
+
+
+def passed_flags(args: Mapping[str, EngineArgValue]) -> list[Flag]:
+    """A pool's engineArgs or dynamoArgs as flags, sorted by option: `true` a bare switch, a mapping
+    canonical JSON, anything else its text (validation refuses `false` and other misfits first)."""
+    return [(option, json_arg(value) if isinstance(value, dict) else scalar_text(value))
+            for option, value in sorted(args.items())]

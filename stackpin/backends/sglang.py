@@ -1,0 +1,208 @@
+"""SGLang under Dynamo (`python3 -m dynamo.sglang`): its flag table, catalogs, facts and environment names.
+
+Every spelling below is SGLang 0.5.21's own (the release Dynamo 1.6.1's `sglang` extra pins), read in its
+wheel: options are derived from ServerArgs' dataclass fields by `add_cli_args_from_dataclass`
+(sglang/srt/arg_groups/arg_utils.py:290, `--` + the field name with dashes; a bool is a store_true switch,
+arg_utils.py:393-395), with the aliases the fields declare.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from stackpin.backends.base import Flag, json_arg, kv_events_enabled, passed_flags
+from stackpin.profile.engine_args import POOL
+from stackpin.profile.model import POOL_NAMES, AutotuneMode, Placement, Pool, StackProfile
+
+if TYPE_CHECKING:
+    from stackpin.catalog.flags import DynamoEntry, FlagCatalog
+    from stackpin.catalog.startup import StartupFacts
+    from stackpin.profile.topology import Role
+
+# Options stackpin renders from modelled fields (worker_flags below), -> the field to use.
+MODELLED: dict[str, str] = {
+    "--model-path": "spec.model.id",
+    "--revision": "spec.model.revision",
+    "--tokenizer-mode": "spec.model.tokenizerMode",
+    "--tp-size": f"{POOL}.tensorParallel",
+    "--pp-size": f"{POOL}.pipelineParallel",
+    "--dp-size": f"{POOL}.dataParallel",
+    "--enable-dp-attention": f"{POOL}.expertParallel",
+    "--ep-size": f"{POOL}.expertParallel",
+    "--context-length": "spec.model.maxModelLen",
+    "--max-running-requests": f"{POOL}.maxNumSeqs",
+    "--chunked-prefill-size": f"{POOL}.maxNumBatchedTokens",
+    "--mem-fraction-static": f"{POOL}.gpuMemoryUtilization",
+    "--cpu-offload-gb": "spec.fallbacks.cpuOffloadGib",
+    "--kv-cache-dtype": "spec.kvCache.dtype",
+    "--page-size": "spec.kvCache.blockSize",
+    "--disable-radix-cache": "spec.kvCache.prefixCaching",
+    "--attention-backend": "spec.kernels.attention",
+    "--moe-runner-backend": "spec.kernels.moe",
+    "--moe-a2a-backend": "spec.kernels.all2all",
+    "--cuda-graph-backend-decode": "spec.cudaGraphs.mode",
+    "--cuda-graph-backend-prefill": "spec.cudaGraphs.mode",
+    "--cuda-graph-max-bs-decode": "spec.cudaGraphs.maxCaptureSize",
+    "--speculative-algorithm": "spec.speculative",
+    "--speculative-num-steps": "spec.speculative.numSpeculativeTokens",
+    "--speculative-eagle-topk": "spec.speculative",
+    "--speculative-num-draft-tokens": "spec.speculative.numSpeculativeTokens",
+    "--speculative-draft-model-path": "spec.speculative.draftModel",
+    "--speculative-draft-model-revision": "spec.speculative.draftRevision",
+    "--disable-flashinfer-autotune": "spec.autotune.mode",
+    "--disaggregation-mode": "spec.placement.mode",
+    "--disaggregation-transfer-backend": "spec.placement.kvConnector",
+    "--kv-events-config": "spec.kvCache.events",
+}
+MODELLED_DYNAMO: dict[str, str] = {}
+# store_true switches (arg_utils.py:393-395): SGLang has no --no-x form, so passing one through only agrees.
+MODELLED_SWITCHES = frozenset({"--enable-dp-attention", "--disable-radix-cache", "--disable-flashinfer-autotune"})
+MODELLED_KEYS: dict[str, dict[str, str]] = {}
+# spec.placement.kvConnector -> --disaggregation-transfer-backend (DISAGG_TRANSFER_BACKEND_CHOICES,
+# sglang/srt/arg_groups/choices.py:120-127; SGLang's default is mooncake, fields/disagg.py:59-65). Dynamo's
+# disaggregated SGLang recipes move the KV cache over NIXL, as its vLLM ones do.
+TRANSFER_BACKENDS = {"NixlConnector": "nixl", "MooncakeConnector": "mooncake"}
+DEFAULT_TRANSFER_BACKEND = "nixl"
+# KV-event publisher for the KV router, as --kv-events-config JSON (the same ZMQ publisher Dynamo's router reads).
+KV_EVENTS = {"endpoint": "tcp://*:20080", "publisher": "zmq", "topic": "kv-events"}
+# spec.cudaGraphs.mode -> (decode backend, prefill backend) of --cuda-graph-backend-* (Backend.ALL: full,
+# breakable, tc_piecewise, disabled; fields/exec_.py:486-499). None: SGLang's own default is kept.
+GRAPH_BACKENDS: dict[str, tuple[str | None, str | None]] = {
+    "NONE": ("disabled", "disabled"),
+    "FULL_DECODE_ONLY": ("full", "disabled"),
+    "FULL_AND_PIECEWISE": (None, None),
+}
+
+
+class Sglang:
+    name: str = "sglang"
+    label: str = "SGLang"
+    distribution: str = "sglang"
+    worker_command: tuple[str, ...] = ("python3", "-m", "dynamo.sglang")
+    backend_framework: str = "sglang"
+    default_kv_connector: str = "NixlConnector"  # spec.placement.kvConnector when unset
+    dynamo_worker: DynamoEntry = "worker_sglang"
+    modelled: Mapping[str, str] = MODELLED
+    modelled_dynamo: Mapping[str, str] = MODELLED_DYNAMO
+    modelled_switches: frozenset[str] = MODELLED_SWITCHES
+    modelled_keys: Mapping[str, Mapping[str, str]] = MODELLED_KEYS
+    ready_timeout_env: str | None = None  # SGLang has no engine-core handshake timeout to stretch
+    # SGLang keeps tuned tactics below $SGLANG_CACHE_DIR/flashinfer/autotune/<fi>/<arch>/<key>/
+    # (model_executor/runner/flashinfer_autotune.py:137-175), not the directory vLLM reads: a pinned cache
+    # cannot be replayed into it yet (problems() says so).
+    autotune_dir_env: str | None = None
+
+    def flag_catalog(self, version: str) -> FlagCatalog | None:
+        from stackpin.catalog import flags
+
+        loader = getattr(flags, "sglang_catalog", None)
+        catalog: FlagCatalog | None = loader(version) if loader else None
+        return catalog
+
+    def startup(self, version: str) -> StartupFacts | None:  # noqa: ARG002 (the protocol's signature)
+        return None  # SGLang's start-up facts are read by its own engine check (enginecheck), not a catalog file
+
+    def autotune_flags(self, profile: StackProfile, catalog: FlagCatalog | None) -> list[Flag]:  # noqa: ARG002
+        off = profile.spec.autotune.mode == AutotuneMode.off
+        return [("--disable-flashinfer-autotune", None)] if off else []  # fields/exec_.py:287-290
+
+    def problems(self, profile: StackProfile) -> list[str]:
+        """What the profile asks that stackpin cannot yet render for SGLang, each with where to go instead."""
+        spec = profile.spec
+        pools = [getattr(spec.placement.pools, name) for name in POOL_NAMES]
+        pools = [pool for pool in pools if pool is not None]
+        out = []
+        if any(pool.kv_connector_extra_config for pool in pools):
+            out.append("kvConnectorExtraConfig: vLLM's --kv-transfer-config key; SGLang's transfer backends take "
+                       "their settings as options (engineArgs)")
+        if spec.kernels.linear is not None:
+            out.append("spec.kernels.linear: SGLang 0.5.21 has no linear-kernel backend option; pass its "
+                       "--fp4-gemm-backend or --fp8-gemm-backend through engineArgs")
+        if spec.cuda_graphs.mode.value not in GRAPH_BACKENDS:
+            out.append(f"spec.cudaGraphs.mode {spec.cuda_graphs.mode.value} has no SGLang counterpart stackpin "
+                       "renders; use FULL_AND_PIECEWISE, FULL_DECODE_ONLY or NONE, or engineArgs "
+                       "--cuda-graph-backend-decode / --cuda-graph-backend-prefill")
+        if spec.cuda_graphs.capture_sizes is not None:
+            out.append("spec.cudaGraphs.captureSizes: SGLang takes the list as separate arguments "
+                       "(--cuda-graph-bs-decode N N ..., nargs='+'), which stackpin does not render yet; set "
+                       "maxCaptureSize (--cuda-graph-max-bs-decode)")
+        if spec.cuda_graphs.compilation or any(pool.compilation for pool in pools):
+            out.append("spec.cudaGraphs.compilation: vLLM's --compilation-config keys; SGLang has no such option")
+        if spec.autotune.cache is not None:
+            out.append("spec.autotune.cache: a pinned cache is replayed into vLLM's autotune directory; SGLang "
+                       "reads its own ($SGLANG_CACHE_DIR/flashinfer/autotune/...), which stackpin does not "
+                       "seed yet: leave spec.autotune.cache unset")
+        if spec.speculative.enabled and spec.speculative.draft_tensor_parallel_size is not None:
+            out.append("spec.speculative.draftTensorParallelSize: SGLang runs the draft at the target's TP")
+        return out
+
+    def worker_flags(self, profile: StackProfile, role: Role, pool: Pool, *, model_revision: str,
+                     catalog: FlagCatalog | None = None, serving: tuple[Flag, ...] = ()) -> list[Flag]:
+        """The flags of `python3 -m dynamo.sglang` for one pool, in a fixed order: the modelled ones, the model's
+        serving flags unless the pool's dynamoArgs set them, then engineArgs and dynamoArgs (each sorted)."""
+        spec = profile.spec
+        flags: list[Flag] = [("--model-path", spec.model.id), ("--revision", model_revision)]
+        if spec.model.tokenizer_mode != "auto":
+            flags.append(("--tokenizer-mode", spec.model.tokenizer_mode))
+        tp, dp = pool.tensor_parallel, pool.data_parallel
+        if pool.expert_parallel and dp > 1:
+            # Wide EP: SGLang's data-parallel attention runs inside one TP group of tp*dp ranks (the GPU count
+            # vLLM's TP x DP gives), with the experts sharded over all of them: ep_size * moe_dp_size must equal
+            # tp_size (arg_groups/parallel_hook.py:129-131).
+            flags += [("--tp-size", str(tp * dp)), ("--pp-size", str(pool.pipeline_parallel)),
+                      ("--dp-size", str(dp)), ("--enable-dp-attention", None), ("--ep-size", str(tp * dp))]
+        else:
+            # Without DP attention SGLang's data-parallel controller runs dp engines of tp ranks each.
+            flags += [("--tp-size", str(tp)), ("--pp-size", str(pool.pipeline_parallel)), ("--dp-size", str(dp))]
+            if pool.expert_parallel:
+                flags.append(("--ep-size", str(tp)))
+        flags.append(("--context-length", str(spec.model.max_model_len)))
+        if pool.max_num_seqs is not None:
+            flags.append(("--max-running-requests", str(pool.max_num_seqs)))
+        if pool.max_num_batched_tokens is not None:
+            flags.append(("--chunked-prefill-size", str(pool.max_num_batched_tokens)))
+        flags.append(("--mem-fraction-static", repr(pool.gpu_memory_utilization)))
+        if spec.fallbacks.cpu_offload_gib:
+            flags.append(("--cpu-offload-gb", f"{spec.fallbacks.cpu_offload_gib:g}"))
+        flags.append(("--kv-cache-dtype", spec.kv_cache.dtype))
+        if spec.kv_cache.block_size is not None:
+            flags.append(("--page-size", str(spec.kv_cache.block_size)))
+        if not spec.kv_cache.prefix_caching:
+            flags.append(("--disable-radix-cache", None))
+        for option, value in (("--attention-backend", spec.kernels.attention),
+                              ("--moe-runner-backend", spec.kernels.moe),
+                              ("--moe-a2a-backend", spec.kernels.all2all)):
+            if value is not None:
+                flags.append((option, value))
+        graphs = spec.cuda_graphs
+        decode, prefill = GRAPH_BACKENDS.get(graphs.mode.value, (None, None))
+        if decode is not None:
+            flags.append(("--cuda-graph-backend-decode", decode))
+        if prefill is not None:
+            flags.append(("--cuda-graph-backend-prefill", prefill))
+        if graphs.max_capture_size is not None:
+            flags.append(("--cuda-graph-max-bs-decode", str(graphs.max_capture_size)))
+        speculative = profile.speculative_for(pool)
+        if speculative.enabled and speculative.method is not None:
+            # Chain drafting (top-k 1): SGLang sets num_draft_tokens to num_steps + 1 itself
+            # (arg_groups/speculative_hook.py:1143-1154); stating it keeps the argv what runs.
+            steps = speculative.num_speculative_tokens or 1
+            flags += [("--speculative-algorithm", speculative.method), ("--speculative-num-steps", str(steps)),
+                      ("--speculative-eagle-topk", "1"), ("--speculative-num-draft-tokens", str(steps + 1))]
+            if speculative.draft_model:
+                flags.append(("--speculative-draft-model-path", speculative.draft_model))
+                if speculative.draft_revision:
+                    flags.append(("--speculative-draft-model-revision", speculative.draft_revision))
+        flags += self.autotune_flags(profile, catalog)
+        if spec.placement.mode == Placement.disaggregated:
+            connector = spec.placement.kv_connector
+            backend = TRANSFER_BACKENDS.get(connector, connector) if connector else DEFAULT_TRANSFER_BACKEND
+            flags += [("--disaggregation-mode", role.value), ("--disaggregation-transfer-backend", backend)]
+        if kv_events_enabled(profile):
+            flags.append(("--kv-events-config", json_arg(KV_EVENTS)))
+        flags += [(option, value) for option, value in serving if option not in pool.dynamo_args]
+        return flags + passed_flags(pool.engine_args) + passed_flags(pool.dynamo_args)
+
+
+SGLANG = Sglang()

@@ -1,0 +1,129 @@
+"""The serving-engine seam (stackpin.backends): one registry, byte-identical vLLM renders, an SGLang worker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from stackpin.backends import engine, engine_of, names
+from stackpin.lock.lockfile import effective_profile
+from stackpin.profile.model import EngineName, StackProfile
+from stackpin.profile.topology import topology_of
+from stackpin.render import args
+from tests.helpers import base_doc, mutate
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def sglang_doc(name: str = "gb300-tuned") -> dict[str, Any]:
+    """A shipped vLLM profile moved to SGLang 0.5.21 (what Dynamo 1.6.1's sglang extra pins)."""
+    doc = base_doc(name)
+    mutate(doc, "spec.engine", "sglang")
+    mutate(doc, "spec.versions.vllm", None)
+    mutate(doc, "spec.versions.sglang", "0.5.21")
+    mutate(doc, "spec.versions.nixl", "1.5.0")
+    for path in ("spec.kernels.attention", "spec.kernels.moe", "spec.kernels.linear", "spec.kernels.all2all",
+                 "spec.autotune.cache", "spec.cudaGraphs.captureSizes"):
+        mutate(doc, path, None)
+    mutate(doc, "spec.autotune.mode", "off")
+    mutate(doc, "spec.kvCache.dtype", "fp8_e4m3")
+    mutate(doc, "spec.speculative", {"method": "EAGLE", "numSpeculativeTokens": 3})
+    mutate(doc, "spec.kernels.env", {})
+    return doc
+
+
+def test_the_registry_is_the_profiles_engine_list() -> None:
+    assert names() == tuple(e.value for e in EngineName)
+    assert all(engine(n).name == n for n in names())
+    with pytest.raises(KeyError, match="no serving engine 'trtllm'"):
+        engine("trtllm")
+
+
+def test_a_profile_without_engine_runs_vllm_and_locks_as_before() -> None:
+    profile = StackProfile.from_data(base_doc())
+    assert profile.spec.engine == EngineName.vllm and engine_of(profile).worker_command[-1] == "dynamo.vllm"
+    # The lock's profile document (which the stack digest covers) gains no key for the default engine.
+    data = effective_profile(profile)
+    assert "engine" not in data["spec"] and set(data["spec"]["versions"]) == {
+        "dynamo", "vllm", "flashinfer", "nixl", "runtimeImage"}
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"spec.versions.sglang": "0.5.21"}, "spec.versions.sglang pins an engine this stack does not run"),
+    ({"spec.engine": "sglang"}, "pin its release in spec.versions.sglang"),
+    ({"spec.engine": "trtllm"}, "Expected `str` matching|expected one of|Invalid enum value"),
+])
+def test_the_engine_and_its_version_agree(change: dict[str, Any], message: str) -> None:
+    doc = base_doc()
+    for path, value in change.items():
+        mutate(doc, path, value)
+    with pytest.raises(msgspec.ValidationError, match=message):
+        StackProfile.from_data(doc)
+
+
+def test_every_shipped_lock_renders_its_committed_manifests() -> None:
+    """vLLM behind the seam renders every shipped lock byte for byte as committed."""
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import main
+
+    result = CliRunner().invoke(main, ["render", "--check", "--lockdir", str(ROOT / "lockfiles"),
+                                       "--output-dir", str(ROOT / "manifests")])
+    assert result.exit_code == 0, result.output
+
+
+def test_each_engines_worker_argv_is_its_modelled_table() -> None:
+    """Every option an engine's worker_flags writes is in its modelled table (or the Dynamo worker's), so
+    validation can name the field behind it and import can read it back."""
+    for doc in (base_doc("gb300-tuned"), base_doc("gb300-disagg-wide-ep"), sglang_doc(), sglang_doc(
+            "gb300-disagg-wide-ep")):
+        profile = StackProfile.from_data(doc)
+        eng = engine_of(profile)
+        for pool in topology_of(profile).pools:
+            written = [f for f, _ in args.worker_flags(profile, pool.role, pool.spec, model_revision="r")]
+            own = {"--no-enable-prefix-caching", "--no-enable-flashinfer-autotune", "--kernel-config"}
+            assert set(written) - own <= set(eng.modelled) | set(eng.modelled_dynamo), (eng.name, written)
+
+
+def test_an_sglang_worker_runs_dynamo_sglang_with_sglangs_own_spellings() -> None:
+    profile = StackProfile.from_data(sglang_doc())
+    pool = topology_of(profile).pools[0]
+    argv = args.worker_args(profile, pool.role, pool.spec, model_revision="c" * 40)
+    assert engine_of(profile).worker_command == ("python3", "-m", "dynamo.sglang")
+    assert argv[:4] == ["--model-path", "deepseek-ai/DeepSeek-V4.1-Flash", "--revision", "c" * 40]
+    # TP 4 with expert parallelism and DP 1: SGLang's ep_size equals tp_size (parallel_hook.py:129-131).
+    assert argv[argv.index("--tp-size") + 1] == "4" and argv[argv.index("--ep-size") + 1] == "4"
+    assert argv[argv.index("--context-length") + 1] == "262144"
+    assert argv[argv.index("--max-running-requests") + 1] == "64"
+    assert argv[argv.index("--mem-fraction-static") + 1] == "0.9"
+    # Chain drafting: num_draft_tokens = num_steps + 1 (speculative_hook.py:1143-1154).
+    spec = argv[argv.index("--speculative-algorithm"):]
+    assert spec[:8] == ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
+                        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    assert "--disable-flashinfer-autotune" in argv and "--compilation-config" not in argv
+
+
+def test_wide_ep_on_sglang_keeps_the_gpu_count_with_dp_attention() -> None:
+    profile = StackProfile.from_data(sglang_doc("gb300-disagg-wide-ep"))
+    for pool in topology_of(profile).pools:
+        argv = args.worker_args(profile, pool.role, pool.spec, model_revision="r")
+        tp, dp = pool.spec.tensor_parallel, pool.spec.data_parallel
+        assert argv[argv.index("--disaggregation-mode") + 1] == pool.role
+        assert argv[argv.index("--disaggregation-transfer-backend") + 1] == "nixl"
+        if pool.spec.expert_parallel and dp > 1:
+            # SGLang's DP attention runs inside one TP group: tp_size is the pool's GPUs per replica.
+            assert argv[argv.index("--tp-size") + 1] == str(tp * dp) == argv[argv.index("--ep-size") + 1]
+            assert "--enable-dp-attention" in argv
+
+
+def test_what_sglang_cannot_be_given_is_said_not_dropped() -> None:
+    doc = sglang_doc()
+    mutate(doc, "spec.kernels.linear", "auto")
+    mutate(doc, "spec.cudaGraphs.captureSizes", [8, 16])
+    problems = engine_of(StackProfile.from_data(doc)).problems(StackProfile.from_data(doc))
+    assert any(p.startswith("spec.kernels.linear:") for p in problems)
+    assert any(p.startswith("spec.cudaGraphs.captureSizes:") for p in problems)
+    assert engine_of(StackProfile.from_data(sglang_doc())).problems(StackProfile.from_data(sglang_doc())) == []
