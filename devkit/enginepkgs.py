@@ -678,14 +678,128 @@ def _dynamo_sources(version: str, serve: bool = False) -> dict[str, str]:
     }
 
 
+def _dynamo_sglang_sources() -> dict[str, str]:
+    """dynamo.sglang's argument parsing in its real shape (ai-dynamo 1.6.1's dynamo/sglang/args.py,
+    backend_args.py, _compat.py): its own options, SGLang's parser from ServerArgs.add_cli_args, a legacy
+    spelling added to that parser, `gms` added to --load-format, --disaggregation-mode values rewritten."""
+    return {
+        "dynamo/common/constants.py": textwrap.dedent("""\
+            from enum import Enum
+
+
+            class DisaggregationMode(Enum):
+                AGGREGATED = "agg"
+                PREFILL = "prefill"
+                DECODE = "decode"
+                ENCODE = "encode"
+            """),
+        "dynamo/sglang/__init__.py": "",
+        "dynamo/sglang/_compat.py": textwrap.dedent("""\
+            import argparse
+
+
+            def add_sglang_cli_compat(parser: argparse.ArgumentParser) -> None:
+                legacy_flag = "--disable-piecewise-cuda-graph"
+                options = parser._option_string_actions
+                if legacy_flag in options or "--cuda-graph-backend-prefill" not in options:
+                    return
+                parser.add_argument(
+                    legacy_flag,
+                    dest="cuda_graph_backend_prefill",
+                    action="store_const",
+                    const="disabled",
+                    default=argparse.SUPPRESS,
+                    help=argparse.SUPPRESS,
+                )
+            """),
+        "dynamo/sglang/backend_args.py": textwrap.dedent("""\
+            from dynamo.common.configuration.utils import add_argument, add_negatable_bool_argument
+
+
+            class DynamoSGLangArgGroup:
+                def add_arguments(self, parser) -> None:
+                    g = parser.add_argument_group("Dynamo SGLang Options")
+                    add_negatable_bool_argument(
+                        g,
+                        flag_name="--enable-multimodal",
+                        env_var="DYN_SGL_ENABLE_MULTIMODAL",
+                        default=False,
+                        help="Multimodal.",
+                    )
+                    add_argument(
+                        g,
+                        flag_name="--sglang-trace-level",
+                        env_var="SGLANG_TRACE_LEVEL",
+                        default=2,
+                        arg_type=int,
+                        choices=[1, 2, 3, 4],
+                        help="Trace level.",
+                    )
+            """),
+        "dynamo/sglang/args.py": textwrap.dedent("""\
+            import argparse
+
+            from sglang.srt.server_args import ServerArgs
+
+            from dynamo.common.configuration.groups.router_args import RouterArgGroup
+            from dynamo.common.constants import DisaggregationMode
+            from dynamo.sglang._compat import add_sglang_cli_compat
+            from dynamo.sglang.backend_args import DynamoSGLangArgGroup
+
+            PREFILL_DECODE_DISAGGREGATION_MODE = "pd"
+
+
+            def _normalize(unknown, config):
+                mode = _last(unknown, "--disaggregation-mode")
+                if mode in {
+                    DisaggregationMode.AGGREGATED.value,
+                    PREFILL_DECODE_DISAGGREGATION_MODE,
+                }:
+                    unknown = _set(unknown, "--disaggregation-mode", "null")
+                    mode = "null"
+                if mode == DisaggregationMode.ENCODE.value:
+                    config.multimodal_encode_worker = True
+                    return _remove(unknown, "--disaggregation-mode")
+                return unknown
+
+
+            async def parse_args(args):
+                parser = argparse.ArgumentParser()
+                DynamoSGLangArgGroup().add_arguments(parser)
+                sglang_only_parser = argparse.ArgumentParser(add_help=False)
+                ServerArgs.add_cli_args(sglang_only_parser)
+                add_sglang_cli_compat(sglang_only_parser)
+                for action in sglang_only_parser._actions:
+                    if getattr(action, "dest", None) == "load_format" and action.choices:
+                        action.choices = list(action.choices) + ["gms"]
+                        break
+                dynamo_args, unknown = parser.parse_known_args(args)
+                return sglang_only_parser.parse_args(_normalize(unknown, dynamo_args))
+            """),
+    }
+
+
 def dynamo_wheel(directory: Path, version: str = "9.0.0", vllm: str = "9.0.0", nixl: str = "1.4.1", *,
-                 serve: bool = False) -> Path:
-    """An ai_dynamo-<version>-py3-none-any.whl whose vllm extra pins vllm and nixl."""
-    files = _dynamo_sources(version, serve)
+                 serve: bool = False, sglang: str = "0.5.21", sglang_nixl: str | None = None,
+                 sglang_worker: bool = False) -> Path:
+    """An ai_dynamo-<version>-py3-none-any.whl whose vllm extra pins vllm and nixl, its sglang extra sglang
+    (and nixl: `sglang_nixl`); `sglang_worker`: with dynamo.sglang's argument parsing."""
+    files = _dynamo_sources(version, serve) | (_dynamo_sglang_sources() if sglang_worker else {})
+    extra = [f"nixl[cu13]=={sglang_nixl}; extra == 'sglang'"] if sglang_nixl else []
     files[f"ai_dynamo-{version}.dist-info/METADATA"] = _metadata("ai-dynamo", version, [
         f"ai-dynamo-runtime=={version}", "pyzmq>=26.0.0", f"nixl[cu13]=={nixl}; extra == 'vllm'",
-        f"vllm[flashinfer]=={vllm}; extra == 'vllm'", "sglang==0.5.21; extra == 'sglang'"])
+        f"vllm[flashinfer]=={vllm}; extra == 'vllm'", f"sglang=={sglang}; extra == 'sglang'", *extra])
     return _zip(directory / f"ai_dynamo-{version}-py3-none-any.whl", files)
+
+
+def sglang_pins_wheel(directory: Path, version: str, flashinfer: str, torch: str = "2.13.0",
+                      kernel: str = "0.4.7") -> Path:
+    """An sglang-<version>-py3-none-any.whl holding only its METADATA, pinning FlashInfer, torch and
+    sglang-kernel as SGLang's wheels do (flashinfer_python[cu13]==X): what `upgrade check` reads."""
+    files = {f"sglang-{version}.dist-info/METADATA": _metadata("sglang", version, [
+        "aiohttp", f"flashinfer_python[cu13]=={flashinfer}", f"sglang-kernel=={kernel}", f"torch=={torch}",
+        'sglang[diffusion]; extra == "all"'])}
+    return _zip(directory / f"sglang-{version}-py3-none-any.whl", files)
 
 
 def flashinfer_wheel(directory: Path, version: str = "9.0.0") -> Path:

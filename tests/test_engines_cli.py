@@ -127,9 +127,10 @@ def test_add_edits_a_commented_versions_file_in_place(tmp_path: Path, built: dic
     text = (site / "versions.yaml").read_text()
     original = BUNDLED_VERSIONS.read_text()
     # One line more, after 1.6.1 as PEP 440 orders it; comments and every other line as they were.
-    assert text.splitlines() == [*original.splitlines()[:original.splitlines().index('  "1.6.1": {vllm: 0.31.0, '
-                                                                                    'nixl: 1.4.1, crd: v1beta1}') + 1],
-                                 '  "9.0.0": {vllm: 9.0.0, nixl: 1.4.1, crd: v1beta1}',
+    assert text.splitlines() == [*original.splitlines()[:original.splitlines().index(
+                                     '  "1.6.1": {vllm: 0.31.0, nixl: 1.4.1, crd: v1beta1, sglang: 0.5.21, '
+                                     'sglang_nixl: 1.5.0}') + 1],
+                                 '  "9.0.0": {vllm: 9.0.0, nixl: 1.4.1, crd: v1beta1, sglang: 0.5.21}',
                                  *original.splitlines()[original.splitlines().index("vllm:"):]]
 
 

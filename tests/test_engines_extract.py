@@ -206,7 +206,9 @@ def test_dynamo_options_from_its_helpers(built: dict[str, Path]) -> None:
     assert "--http-port" not in release.worker_vllm.option_strings
     assert release.crd == "v1beta1"
     assert release.env_vars["DYN_HTTP_PORT"].option == "--http-port"
-    assert pin_of(release) == ("dynamo", {"vllm": "9.0.0", "nixl": "1.4.1", "crd": "v1beta1"})
+    # The sglang extra pins sglang==0.5.21 and no nixl: the optional sglang_nixl is left out.
+    assert pin_of(release) == ("dynamo", {"vllm": "9.0.0", "nixl": "1.4.1", "crd": "v1beta1", "sglang": "0.5.21"})
+    assert release.worker_sglang is None  # this package has no dynamo/sglang/
 
 
 def test_flashinfer_env_reads(built: dict[str, Path]) -> None:

@@ -189,13 +189,33 @@ class DynamoParsers(_Fact, frozen=True, kw_only=True):
 
 class DynamoPin(_Fact, frozen=True, kw_only=True):
     vllm: str
-    nixl: str
+    nixl: str  # the `vllm` extra's
     crd: str
+    # The `sglang` extra's pins: sglang[diffusion]==X and nixl[cu13]==Y; None where the metadata pins no exact
+    # version (1.3.1's nixl is a range) or the entry predates them (a site file).
+    sglang: str | None = None
+    sglang_nixl: str | None = None
+
+    def engine(self, name: str) -> tuple[str | None, str | None]:
+        """The engine release and NIXL that the extra named after engine `name` (vllm, sglang) pins."""
+        if name == "vllm":
+            return self.vllm, self.nixl
+        if name == "sglang":
+            return self.sglang, self.sglang_nixl
+        raise ValueError(f"Dynamo pins no engine {name!r}: vllm or sglang")
 
 
 class VllmPin(_Fact, frozen=True, kw_only=True):
     flashinfer: str
     torch: str
+
+
+class SglangPin(_Fact, frozen=True, kw_only=True):
+    """What an SGLang release's metadata pins exactly (flashinfer_python[cu13]==X, torch==Y, sglang-kernel==Z)."""
+
+    flashinfer: str
+    torch: str
+    sglang_kernel: str | None = None
 
 
 class RemovedEnv(_Fact, frozen=True, kw_only=True):
@@ -218,6 +238,7 @@ class DgdStorage(_Fact, frozen=True, kw_only=True):
 class Versions(_Fact, frozen=True, kw_only=True):
     dynamo: dict[str, DynamoPin]
     vllm: dict[str, VllmPin]
+    sglang: dict[str, SglangPin] = msgspec.field(default_factory=dict)
     removed_env: dict[str, RemovedEnv]
     distributions: dict[Literal["dynamo", "vllm", "flashinfer", "nixl"], str]
     dgd_storage: DgdStorage
@@ -563,7 +584,7 @@ def load_first(data: Any, root: type[Any], locate: Callable[[FieldPath], Locatio
         raise InputError(exc.problems[:1]) from None
 
 
-PIN_SECTIONS = ("dynamo", "vllm", "removed_env")
+PIN_SECTIONS = ("dynamo", "vllm", "sglang", "removed_env")
 
 
 def versions_skeleton() -> dict[str, Any]:

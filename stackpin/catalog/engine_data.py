@@ -136,12 +136,30 @@ class VllmRelease(EntryPoint, frozen=True, kw_only=True):
     source: Source
 
 
+class SglangWorker(EntryPoint, frozen=True, kw_only=True):
+    """`python -m dynamo.sglang`: Dynamo's own options (`options`, as for the vLLM worker); the rest of the
+    command line goes to the SGLang parser that `engine_parser` builds, with what the worker changes in
+    it. Each fact names the file:line it was read at (`at`)."""
+
+    engine_parser: str | None = None  # the SGLang call that registers its options (ServerArgs.add_cli_args)
+    # Options the worker adds to SGLang's parser itself (a legacy spelling SGLang dropped), each with the
+    # condition it is added under in `notes`.
+    engine_parser_options: dict[str, EngineOption] = msgspec.field(default_factory=dict)
+    # SGLang option dest -> values the worker appends to that option's choices (load_format: gms).
+    engine_choices_added: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
+    # --disaggregation-mode values the worker rewrites before SGLang's parser sees them: value -> the
+    # value SGLang gets, or None where the worker takes the flag out and plays the role itself (encode).
+    disaggregation_modes: dict[str, str | None] = msgspec.field(default_factory=dict)
+    at: dict[str, str] = msgspec.field(default_factory=dict)  # fact -> "dynamo/sglang/args.py:579"
+
+
 class DynamoRelease(Record, frozen=True, kw_only=True):
     format: int = CATALOG_FORMAT
     engine: Literal["dynamo"] = "dynamo"
     version: str
     worker_vllm: EntryPoint  # python -m dynamo.vllm (on top of vLLM's own options)
     frontend: EntryPoint  # python -m dynamo.frontend
+    worker_sglang: SglangWorker | None = None  # python -m dynamo.sglang; None in a catalog written before it
     # The DynamoGraphDeployment version its planner reads and patches (DYNAMO_API_VERSION): one the operator
     # serves, not necessarily the one it stores (versions.yaml `crd`, from `dgd_storage`).
     crd: str | None = None

@@ -23,6 +23,7 @@ from stackpin.catalog.engine_data import (
     FlashinferRelease,
     ParserRules,
     SglangRelease,
+    SglangWorker,
     VllmRelease,
 )
 from stackpin.catalog.search import SearchPath, engine_file_name, find_engine_file, read_catalog_file, search_path
@@ -30,7 +31,7 @@ from stackpin.errors import InputError, StackpinError
 from stackpin.jsonio import NestingError, check_depth
 from stackpin.records import Record
 
-DynamoEntry = Literal["worker_vllm", "frontend"]
+DynamoEntry = Literal["worker_vllm", "frontend", "worker_sglang"]
 EngineName = Literal["vllm", "dynamo", "flashinfer", "sglang"]
 PROJECTS: dict[EngineName, str] = {"vllm": "vllm", "dynamo": "ai-dynamo", "flashinfer": "flashinfer-python",
                                     "sglang": "sglang"}
@@ -286,7 +287,9 @@ def _dynamo_catalog(version: str, entry: DynamoEntry, path: SearchPath) -> FlagC
     release = _release("dynamo", version, path)
     if not isinstance(release, DynamoRelease):
         return None
-    section: EntryPoint = getattr(release, entry)
+    section: EntryPoint | None = getattr(release, entry)
+    if section is None:  # worker_sglang of a catalog written before stackpin read it
+        return None
     names = {flag: option for flag, option in section.options.items() if option.env_var}
     env = {option.env_var: EnvVar(default=option.default, default_expr=option.default_expr, option=flag)
            for flag, option in names.items() if option.env_var}
@@ -295,5 +298,13 @@ def _dynamo_catalog(version: str, entry: DynamoEntry, path: SearchPath) -> FlagC
 
 
 def dynamo_catalog(version: str, entry: DynamoEntry) -> FlagCatalog | None:
-    """The flag catalog of one Dynamo entry point (`python -m dynamo.vllm` or `dynamo.frontend`)."""
+    """The flag catalog of one Dynamo entry point (`python -m dynamo.vllm`, `dynamo.sglang` or `dynamo.frontend`)."""
     return _dynamo_catalog(version, entry, search_path())
+
+
+def dynamo_sglang_worker(version: str) -> SglangWorker | None:
+    """`python -m dynamo.sglang` of a Dynamo release as its catalog records it: its own options and what it
+    does to SGLang's parser (engine_parser, the --disaggregation-mode values it rewrites); None when no
+    catalog on the search path has the release, or one written before stackpin read that worker."""
+    release = _release("dynamo", version, search_path())
+    return release.worker_sglang if isinstance(release, DynamoRelease) else None

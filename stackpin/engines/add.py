@@ -113,8 +113,8 @@ def add_release(spec: str | None, *, from_file: Path | None = None, catalog_dir:
     if wanted is not None and (package.project, package.version) != wanted:
         raise PackageError(f"{package.filename} is {package.project} {package.version}, not {wanted[0]} {wanted[1]}")
     release = extract(package)
-    # SGLang's pins (Dynamo's sglang extra) are written by the Dynamo release, not by SGLang's own.
-    pin = pin_of(release, crd) if not isinstance(release, FlashinferRelease | SglangRelease) else None
+    # Dynamo's sglang extra's pins come with the Dynamo release; an SGLang release writes its own (FlashInfer, torch).
+    pin = pin_of(release, crd) if not isinstance(release, FlashinferRelease) else None
     catalog_file, versions_file = write_release(target, release, pin)
     return Added(release=release, package=package.filename, sha256=package.sha256, catalog_file=catalog_file,
                  versions_file=versions_file, pin=pin[1] if pin else None, downloaded=from_file is None)

@@ -1,5 +1,6 @@
-"""A Dynamo release's catalog: the options `python -m dynamo.vllm` and `python -m dynamo.frontend` add
-(on top of vLLM's, for the worker), read from the ai-dynamo wheel.
+"""A Dynamo release's catalog: the options `python -m dynamo.vllm`, `python -m dynamo.sglang` and
+`python -m dynamo.frontend` add (on top of the engine's, for the workers), read from the ai-dynamo wheel.
+What the SGLang worker does to SGLang's own parser is read by dynamo_sglang.py.
 
 Dynamo registers most options through two helpers of its own (dynamo/common/configuration/utils.py):
 `add_argument(group, flag_name=, env_var=, default=, arg_type=, obsolete_flag=, deprecated=, ...)` and
@@ -15,7 +16,17 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from stackpin.catalog.engine_data import Deprecation, DynamoRelease, EngineOption, EntryPoint, EnvVar, Source, typed
+from stackpin.catalog.engine_data import (
+    Deprecation,
+    DynamoRelease,
+    EngineOption,
+    EntryPoint,
+    EnvVar,
+    SglangWorker,
+    Source,
+    typed,
+)
+from stackpin.engines import dynamo_sglang
 from stackpin.engines.argtypes import converter_type
 from stackpin.engines.package import Package
 from stackpin.engines.pysource import SourceTree, Unknown, call_name, keywords, last_name
@@ -25,10 +36,14 @@ HELPERS = {"add_argument", "add_negatable_bool_argument"}
 ENTRY_POINTS = {
     "worker_vllm": ("dynamo.vllm.args", "dynamo.vllm.backend_args"),
     "frontend": ("dynamo.frontend.frontend_args",),
+    "worker_sglang": ("dynamo.sglang.args", "dynamo.sglang.backend_args"),  # every release from 1.3.1 has it
 }
 GROUPS = "dynamo.common.configuration.groups."
 WORKER_RULE = ("The vLLM worker (python -m dynamo.vllm) also accepts every vLLM engine option "
                "(AsyncEngineArgs.add_cli_args) of the vLLM it runs with.")
+SGLANG_RULE = ("The SGLang worker (python -m dynamo.sglang) also accepts every SGLang server option "
+               "({call}, {at}) of the SGLang it runs with, after its own options are parsed; worker_sglang "
+               "lists what it changes in that parser.")
 NO_RULE = ("argparse.BooleanOptionalAction registers --no-x beside each long option --x of a boolean option; "
            "each option lists them under `negatives`.")
 
@@ -250,6 +265,21 @@ def _crd(tree: SourceTree) -> str | None:
     return None
 
 
+def _sglang_worker(tree: SourceTree, entry: EntryPoint | None) -> tuple[SglangWorker | None, tuple[str, ...]]:
+    """The SGLang worker's section, and its rule when the worker hands the rest to SGLang's parser. Its
+    env vars go beside the others; one another entry point already names keeps that entry's record."""
+    if entry is None:
+        return None, ()
+    parser = dynamo_sglang.read(tree)
+    worker = SglangWorker(
+        option_strings=entry.option_strings, boolean_optional_options=entry.boolean_optional_options,
+        options=entry.options, engine_parser=parser.call, engine_parser_options=dict(sorted(parser.options.items())),
+        engine_choices_added=dict(sorted(parser.choices_added.items())),
+        disaggregation_modes=dict(sorted(parser.disaggregation_modes.items())), at=dict(sorted(parser.at.items())))
+    rule = (SGLANG_RULE.format(call=parser.call, at=parser.at["engine_parser"]),) if parser.call else ()
+    return worker, rule
+
+
 def build(package: Package) -> DynamoRelease:
     tree = SourceTree(package.files)
     helpers = _Helpers(tree)
@@ -257,6 +287,8 @@ def build(package: Package) -> DynamoRelease:
     env_vars: dict[str, EnvVar] = {}
     unresolved: list[str] = []
     for entry, roots in ENTRY_POINTS.items():
+        if tree.path_of(roots[0]) is None and entry == "worker_sglang":
+            continue  # a release without the SGLang worker
         options: dict[str, EngineOption] = {}
         for module in _closure(tree, roots):
             found, missed = _options(tree, module, helpers)
@@ -267,11 +299,13 @@ def build(package: Package) -> DynamoRelease:
             boolean_optional_options=tuple(sorted(f for f, o in options.items() if o.boolean_optional)),
             options=dict(sorted(options.items())))
         for flag, option in options.items():
-            if option.env_var:
+            if option.env_var and not (entry == "worker_sglang" and option.env_var in env_vars):
                 env_vars[option.env_var] = EnvVar(default=option.default, default_expr=option.default_expr,
                                                   option=flag)
+    sglang, rules = _sglang_worker(tree, entries.get("worker_sglang"))
     return typed(DynamoRelease(
         version=package.version, worker_vllm=entries["worker_vllm"], frontend=entries["frontend"], crd=_crd(tree),
-        env_vars=dict(sorted(env_vars.items())), rules=(NO_RULE, WORKER_RULE), requires=package.requires,
+        worker_sglang=sglang,
+        env_vars=dict(sorted(env_vars.items())), rules=(NO_RULE, WORKER_RULE, *rules), requires=package.requires,
         unresolved=tuple(sorted({*unresolved, *(f"{p}: syntax this Python cannot parse" for p in tree.unparsable)})),
         source=Source(package=package.filename, sha256=package.sha256, files_parsed=tuple(sorted(tree.used)))))

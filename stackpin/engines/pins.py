@@ -1,5 +1,7 @@
 """The version pins a release's metadata states, as `versions.yaml` records them: vLLM pins
-flashinfer-python and torch; ai-dynamo's `vllm` extra pins vllm and nixl (docs/facts.md#version-pins).
+flashinfer-python and torch; ai-dynamo's `vllm` extra pins vllm and nixl, its `sglang` extra sglang and
+nixl (`sglang`, `sglang_nixl`); SGLang pins flashinfer-python, torch and sglang-kernel
+(docs/facts.md#version-pins).
 A Dynamo release's `crd` (the DynamoGraphDeployment version its operator stores) is in no wheel: it comes
 from the catalog's sourced `dgd_storage` fact, or `--crd`."""
 
@@ -8,7 +10,7 @@ from __future__ import annotations
 from packaging.requirements import InvalidRequirement, Requirement
 
 from stackpin.catalog import dgd_storage
-from stackpin.catalog.engine_data import DynamoRelease, FlashinferRelease, VllmRelease
+from stackpin.catalog.engine_data import DynamoRelease, FlashinferRelease, SglangRelease, VllmRelease
 from stackpin.engines.package import normalize
 from stackpin.errors import StackpinError
 
@@ -39,9 +41,12 @@ def exact(requires: tuple[str, ...], project: str, extra: str | None = None) -> 
     return None
 
 
-def pin_of(release: VllmRelease | DynamoRelease | FlashinferRelease, crd: str | None = None) -> Pin | None:
+def pin_of(release: VllmRelease | DynamoRelease | FlashinferRelease | SglangRelease,
+           crd: str | None = None) -> Pin | None:
     """The release's entry for versions.yaml; None for FlashInfer (it pins nothing stackpin tracks)."""
     name = f"{release.engine} {release.version}"
+    if isinstance(release, SglangRelease):
+        return sglang_pin(release.version, release.requires)
     if isinstance(release, VllmRelease):
         fields = {"flashinfer": exact(release.requires, "flashinfer-python"), "torch": exact(release.requires, "torch")}
         section = "vllm"
@@ -57,4 +62,20 @@ def pin_of(release: VllmRelease | DynamoRelease | FlashinferRelease, crd: str | 
     if missing:
         raise StackpinError(f"{name}: no {', '.join(missing)} pin in its metadata",
                             "its metadata may be dynamic (an sdist); add the wheel with --from")
+    if section == "dynamo":
+        # Optional: a release may lack the extra, or pin a range (1.3.1: nixl[cu13]<1.1.0,>=1.0.0).
+        fields |= {"sglang": exact(release.requires, "sglang", "sglang"),
+                   "sglang_nixl": exact(release.requires, "nixl", "sglang")}
     return section, {k: v for k, v in fields.items() if v is not None}
+
+
+def sglang_pin(version: str, requires: tuple[str, ...]) -> Pin:
+    """An SGLang release's versions.yaml entry (section `sglang`) from its Requires-Dist: the FlashInfer
+    (flashinfer_python[cu13]==X) and torch it pins, and its kernel package (sglang-kernel) when pinned."""
+    fields = {"flashinfer": exact(requires, "flashinfer-python"), "torch": exact(requires, "torch")}
+    missing = sorted(k for k, v in fields.items() if v is None)
+    if missing:
+        raise StackpinError(f"sglang {version}: no {', '.join(missing)} pin in its metadata",
+                            "its metadata may be dynamic (an sdist); add the wheel with --from")
+    fields["sglang_kernel"] = exact(requires, "sglang-kernel")
+    return "sglang", {k: v for k, v in fields.items() if v is not None}
