@@ -80,8 +80,9 @@ def _change(name: str, old: str | None, new: str | None) -> str:
 
 
 def _pins(current: Pins, available: Pins) -> str:
+    engine = "sglang" if current.sglang or available.sglang else "vllm"  # the one the stack runs
     return ", ".join(_change(name, getattr(current, name), getattr(available, name))
-                     for name in ("vllm", "flashinfer", "nixl"))
+                     for name in (engine, "flashinfer", "nixl"))
 
 
 def _count(n: int, one: str, many: str) -> str:

@@ -2,7 +2,8 @@
 for each profile, with the vLLM, FlashInfer and NIXL each one pins.
 
 stackpin follows Dynamo's pins: a Dynamo release brings the vLLM and NIXL its `vllm` extra pins
-(ai-dynamo's Requires-Dist), and the FlashInfer that vLLM release pins (vllm's Requires-Dist). Pins come
+(ai-dynamo's Requires-Dist), and the FlashInfer that vLLM release pins (vllm's Requires-Dist); a stack
+running SGLang follows the `sglang` extra's sglang and nixl, and the FlashInfer that SGLang pins. Pins come
 from the profile's catalog (versions.yaml) when it knows the release (the same metadata, read when the
 release was added), else from the index. The upgrade offered is the newest Dynamo release newer than the
 profile's (final releases only unless `pre`) that is on the index and whose pins the index has too: a
@@ -17,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
-from pydantic import computed_field
+from pydantic import SerializerFunctionWrapHandler, computed_field, model_serializer
 
 from stackpin.catalog import load_catalog
 from stackpin.catalog.search import profile_catalogs
@@ -29,8 +30,28 @@ from stackpin.upgrade.feeds import FeedListing
 from stackpin.upgrade.installable import MissingPin, missing_pins
 from stackpin.upgrade.model import _Model  # the records' shape: frozen, camelCase keys
 
-DYNAMO, VLLM, FLASHINFER, NIXL = "ai-dynamo", "vllm", "flashinfer-python", "nixl"
+DYNAMO, VLLM, SGLANG, FLASHINFER, NIXL = "ai-dynamo", "vllm", "sglang", "flashinfer-python", "nixl"
 ENGINES = {VLLM: "vllm", FLASHINFER: "flashinfer", NIXL: "nixl"}  # project -> spec.versions field
+# A serving engine Dynamo pins in an extra named after it -> its project on the index (its name, normalized).
+ENGINE_PROJECTS = {"vllm": VLLM, "sglang": SGLANG}
+
+
+def tracked(engine: str) -> dict[str, str]:
+    """Project -> spec.versions field of what a stack running `engine` follows Dynamo's pins for."""
+    return {_project(engine): engine, FLASHINFER: "flashinfer", NIXL: "nixl"}
+
+
+def _project(engine: str) -> str:
+    if engine not in ENGINE_PROJECTS:
+        raise StackpinError(f"Dynamo pins no engine {engine!r}: {' or '.join(ENGINE_PROJECTS)}")
+    return ENGINE_PROJECTS[engine]
+
+
+def dynamo_pins(requires: tuple[str, ...], engine: str = "vllm") -> tuple[str | None, str | None]:
+    """The engine release and the NIXL that a Dynamo release's extra named after `engine` pins exactly
+    (`vllm`: vllm[flashinfer]==X, nixl[cu13]==Y; `sglang`: sglang[diffusion]==X, nixl[cu13]==Y), from its
+    Requires-Dist; None for one it pins no exact version of (Dynamo 1.3.1's sglang extra: a nixl range)."""
+    return exact(requires, _project(engine), engine), exact(requires, NIXL, engine)
 
 
 class Pins(_Model):
@@ -40,6 +61,15 @@ class Pins(_Model):
     vllm: str | None
     flashinfer: str | None
     nixl: str | None
+    sglang: str | None = None  # a stack running SGLang: the SGLang Dynamo's sglang extra pins (vllm is None)
+
+    @model_serializer(mode="wrap")
+    def _without_sglang(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
+        """A vLLM stack's pins read as before the sglang field (no `sglang: null`)."""
+        data: dict[str, object] = handler(self)
+        if self.sglang is None:
+            data.pop("sglang", None)
+        return data
 
 
 class Found(_Model):
@@ -104,32 +134,40 @@ class _Pinned:
             self._requires[key] = self.index.requires(project, version, self.cache_dir)
         return self._requires[key]
 
-    def dynamo(self, version: str, known: dict[str, tuple[str, str]]) -> tuple[str | None, str | None]:
-        """The vLLM and NIXL a Dynamo release's `vllm` extra pins."""
+    def dynamo(self, version: str, known: dict[str, tuple[str, str]],
+               engine: str = "vllm") -> tuple[str | None, str | None]:
+        """The engine release and NIXL a Dynamo release's extra named after `engine` pins (vllm, sglang)."""
         if version in known:
             return known[version]
-        requires = self.requires(DYNAMO, version)
-        return exact(requires, VLLM, "vllm"), exact(requires, NIXL, "vllm")
+        return dynamo_pins(self.requires(DYNAMO, version), engine)
 
-    def flashinfer(self, vllm: str | None, known: dict[str, str]) -> str | None:
-        """The FlashInfer a vLLM release pins; None when neither the catalog nor the index has that vLLM."""
-        if vllm is None:
+    def flashinfer(self, release: str | None, known: dict[str, str], engine: str = "vllm") -> str | None:
+        """The FlashInfer an engine release pins; None when neither the catalog nor the index has it."""
+        if release is None:
             return None
-        if vllm in known:
-            return known[vllm]
-        if _version(vllm) not in self.index.releases(VLLM, pre=True):
+        if release in known:
+            return known[release]
+        project = _project(engine)
+        if _version(release) not in self.index.releases(project, pre=True):
             return None
-        return exact(self.requires(VLLM, vllm), FLASHINFER)
+        return exact(self.requires(project, release), FLASHINFER)
 
 
-def _catalog_pins(loaded: LoadedProfile) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
-    """The profile's catalog pins: Dynamo -> (vLLM, NIXL) and vLLM -> FlashInfer, by normalized version."""
+def _catalog_pins(loaded: LoadedProfile, engine: str = "vllm") -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+    """The profile's catalog pins: Dynamo -> (engine release, NIXL) and engine release -> FlashInfer, by
+    normalized version; a Dynamo entry without the engine's pins (a site file written before stackpin
+    recorded the sglang extra) is left to the index."""
     where = str(loaded.locate(("spec", "catalogPath")))
     with profile_catalogs(loaded.profile.spec.catalog_path, where):
         versions = load_catalog().versions
-    dynamo = {str(v): (pin.vllm, pin.nixl) for key, pin in versions.dynamo.items() if (v := _version(key))}
-    vllm = {str(v): pin.flashinfer for key, pin in versions.vllm.items() if (v := _version(key))}
-    return dynamo, vllm
+    dynamo: dict[str, tuple[str, str]] = {}
+    for key, pin in versions.dynamo.items():
+        runs, nixl = pin.engine(engine)
+        if (v := _version(key)) and runs and nixl:
+            dynamo[str(v)] = (runs, nixl)
+    kernels = versions.sglang if engine == "sglang" else versions.vllm
+    flashinfer = {str(v): pin.flashinfer for key, pin in kernels.items() if (v := _version(key))}
+    return dynamo, flashinfer
 
 
 _InFeed = tuple[str, bool, str | None]  # the feed, flagged a pre-release there, the release's URL there
@@ -149,11 +187,17 @@ def _found(listings: Sequence[FeedListing], pre: bool, newer_than: Version) -> d
 
 def check_profile(loaded: LoadedProfile, index: PackageIndex, *, pre: bool = False,
                   cache_dir: Path | None = None, pinned: _Pinned | None = None,
-                  feeds: Sequence[FeedListing] = ()) -> ProfileCheck:
+                  feeds: Sequence[FeedListing] = (), engine: str | None = None) -> ProfileCheck:
+    """The newer Dynamo releases for one profile, following the pins of Dynamo's extra named after `engine`
+    (vllm or sglang; default the profile's spec.engine)."""
+    engine = engine or loaded.profile.spec.engine.value
+    project = _project(engine)
     pinned = pinned or _Pinned(index, cache_dir)
     versions = loaded.profile.spec.versions
-    current = Pins(dynamo=versions.dynamo, vllm=versions.vllm, flashinfer=versions.flashinfer, nixl=versions.nixl)
-    known_dynamo, known_vllm = _catalog_pins(loaded)
+    mine = getattr(versions, engine, None)  # spec.versions.<engine>
+    current = Pins(dynamo=versions.dynamo, vllm=mine if engine == "vllm" else None, flashinfer=versions.flashinfer,
+                   nixl=versions.nixl, sglang=mine if engine == "sglang" else None)
+    known_dynamo, known_kernel = _catalog_pins(loaded, engine)
     if not index.files(DYNAMO):
         raise StackpinError(f"{index.shown}: has no {DYNAMO} releases", "is it the index your site mirrors PyPI to?")
     newer = [v for v in index.releases(DYNAMO, pre) if v > Version(versions.dynamo)]
@@ -167,20 +211,23 @@ def check_profile(loaded: LoadedProfile, index: PackageIndex, *, pre: bool = Fal
         if release not in newer:
             candidates.append(Candidate(dynamo=str(release), prerelease=flagged, found=found, pins=None, missing=[]))
             continue
-        vllm, nixl = pinned.dynamo(str(release), known_dynamo)
-        pins = Pins(dynamo=str(release), vllm=vllm, nixl=nixl, flashinfer=pinned.flashinfer(vllm, known_vllm))
+        runs, nixl = pinned.dynamo(str(release), known_dynamo, engine)
+        flashinfer = pinned.flashinfer(runs, known_kernel, engine)
+        pins = Pins(dynamo=str(release), vllm=runs if engine == "vllm" else None, nixl=nixl, flashinfer=flashinfer,
+                    sglang=runs if engine == "sglang" else None)
         releases.append(pins)
-        missing = missing_pins(index, [(VLLM, vllm, f"{DYNAMO} {release}"),
-                                       (FLASHINFER, pins.flashinfer, f"{VLLM} {vllm}")])
+        missing = missing_pins(index, [(project, runs, f"{DYNAMO} {release}"),
+                                       (FLASHINFER, flashinfer, f"{project} {runs}")])
         candidates.append(Candidate(dynamo=str(release), prerelease=flagged, pins=pins, missing=missing,
                                     found=[Found(feed="index", url=index.shown), *found]))
     unshipped: dict[str, list[str]] = {}
-    for project, field in ENGINES.items():
-        mine = Version(getattr(versions, field))
+    for name, field in tracked(engine).items():
+        if (held := getattr(versions, field, None)) is None:
+            continue
         shipped = {str(v) for p in releases if (text := getattr(p, field)) and (v := _version(text))}
-        later = [str(v) for v in index.releases(project, pre) if v > mine and str(v) not in shipped]
+        later = [str(v) for v in index.releases(name, pre) if v > Version(held) and str(v) not in shipped]
         if later:
-            unshipped[project] = later
+            unshipped[name] = later
     installable = [c.pins for c in candidates if c.installable]
     return ProfileCheck(profile=str(loaded.path), stack=loaded.profile.metadata.name, current=current,
                         available=installable[-1] if installable else None, newer_dynamo=[str(v) for v in newer],
