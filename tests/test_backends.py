@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -127,3 +128,43 @@ def test_what_sglang_cannot_be_given_is_said_not_dropped() -> None:
     assert any(p.startswith("spec.kernels.linear:") for p in problems)
     assert any(p.startswith("spec.cudaGraphs.captureSizes:") for p in problems)
     assert engine_of(StackProfile.from_data(sglang_doc())).problems(StackProfile.from_data(sglang_doc())) == []
+
+
+def test_an_sglang_stack_validates_locks_renders_and_diffs_against_vllm(tmp_path: Path) -> None:
+    """docs/examples' SGLang stacks through the whole path, on the demo mirror's stand-ins."""
+    import shutil
+
+    import yaml
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import main
+    from stackpin.demo.mirror import build_demo_mirror
+    from stackpin.profile.loader import load_profile
+
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    for name in ("gb300-sglang.yaml", "gb300-sglang-disagg.yaml"):
+        shutil.copy(ROOT / "docs" / "examples" / name, profiles / name)
+    shutil.copy(ROOT / "profiles" / "deepseek-v4.1-flash" / "gb300-tuned.yaml", profiles / "gb300-tuned.yaml")
+    build_demo_mirror(tmp_path / "mirror", [load_profile(p).profile for p in sorted(profiles.glob("*.yaml"))])
+    run = CliRunner().invoke
+    assert run(main, ["validate", str(profiles)]).exit_code == 0
+    locked = run(main, ["lock", str(profiles), "--oci-layout", str(tmp_path / "mirror" / "oci"),
+                        "--hf-cache", str(tmp_path / "mirror" / "hf"), "--lockdir", str(tmp_path / "locks")])
+    assert locked.exit_code == 0, locked.output
+    out = tmp_path / "manifests"
+    rendered = run(main, ["render", "--lockdir", str(tmp_path / "locks"), "--output-dir", str(out)])
+    assert rendered.exit_code == 0, rendered.output
+    [dgd] = [yaml.safe_load(p.read_text()) for p in (out / "gb300-sglang-disagg").glob("dynamographdeployment-*")]
+    assert dgd["spec"]["backendFramework"] == "sglang"
+    commands = {c["name"]: c["podTemplate"]["spec"]["containers"][0] for c in dgd["spec"]["components"]}
+    assert commands["decode"]["command"][-1] == "dynamo.sglang"
+    assert "--enable-dp-attention" in commands["decode"]["args"]
+    # Each worker attests the engine it runs: SGLang's distribution at the locked release.
+    config = yaml.safe_load(next((out / "gb300-sglang").glob("configmap-*")).read_text())
+    expected = json.loads(config["data"]["expected.json"])
+    assert expected["packages"]["sglang"] == "0.5.21" and "vllm" not in expected["packages"]
+    diff = run(main, ["diff", str(tmp_path / "locks" / "gb300-tuned.lock.yaml"),
+                      str(tmp_path / "locks" / "gb300-sglang.lock.yaml")])
+    assert "engine serving engine  recreate" in diff.output
+    assert "backendFramework vllm -> sglang" in diff.output

@@ -89,3 +89,35 @@ def passed_flags(args: Mapping[str, EngineArgValue]) -> list[Flag]:
     canonical JSON, anything else its text (validation refuses `false` and other misfits first)."""
     return [(option, json_arg(value) if isinstance(value, dict) else scalar_text(value))
             for option, value in sorted(args.items())]
+
+
+# --- flag checks (catalogs: stackpin.catalog.flags) ---------------------------------------------
+
+def check_flags(flags: list[Flag], catalogs: list[FlagCatalog]) -> list[str]:
+    """Problems that make the pinned engine refuse to start: an unknown option, or a value outside
+    the choices argparse enforces. `catalogs` together form the entry point (Dynamo's worker accepts
+    its own options and every option of the engine it runs)."""
+    problems = []
+    names = " + ".join(c.name for c in catalogs)
+    for option, value in flags:
+        owners = [c for c in catalogs if c.accepts(option)]
+        if not owners:
+            problems.append(f"{option} is not an option of {names}")
+            continue
+        for owner in owners:
+            choices = owner.enforced.get(option)
+            if value is not None and choices is not None and value not in choices:
+                problems.append(f"{option} {value} is not one of {owner.name}'s choices: {', '.join(choices)}")
+    return problems
+
+
+def unknown_values(flags: list[Flag], catalogs: list[FlagCatalog]) -> list[str]:
+    """Values argparse lets through but the pinned engine does not know (e.g. an attention backend
+    it does not have): the engine fails at start-up, later than with an unknown option."""
+    out = []
+    for option, value in flags:
+        for catalog in catalogs:
+            known = catalog.known.get(option)
+            if value is not None and known and value not in known:
+                out.append(f"{option} {value} is not known to {catalog.name}")
+    return out

@@ -11,9 +11,11 @@ from __future__ import annotations
 # The worker's flags are its engine's (stackpin.backends); the helpers are re-exported for render's callers.
 from stackpin.backends import engine_of
 from stackpin.backends.base import Flag as Flag
+from stackpin.backends.base import check_flags as check_flags
 from stackpin.backends.base import flatten as flatten
 from stackpin.backends.base import json_arg as json_arg
 from stackpin.backends.base import kv_events_enabled, passed_flags
+from stackpin.backends.base import unknown_values as unknown_values
 from stackpin.catalog.flags import FlagCatalog
 from stackpin.catalog.flags import dynamo_catalog as dynamo_catalog
 from stackpin.profile.engine_args import MODELLED_FRONTEND as MODELLED_FRONTEND
@@ -24,38 +26,6 @@ from stackpin.profile.topology import Role
 # worker is its backend's.
 FRONTEND_COMMAND = ("python3", "-m", "dynamo.frontend")
 FRONTEND_HTTP_PORT = 8000  # dynamo.frontend's default --http-port, stated so probes can point at it
-
-
-# --- flag checks (catalogs: stackpin.catalog.flags) ---------------------------------------------
-
-def check_flags(flags: list[Flag], catalogs: list[FlagCatalog]) -> list[str]:
-    """Problems that make the pinned engine refuse to start: an unknown option, or a value outside
-    the choices argparse enforces. `catalogs` together form the entry point (Dynamo's worker accepts
-    its own options and every option of the engine it runs)."""
-    problems = []
-    names = " + ".join(c.name for c in catalogs)
-    for option, value in flags:
-        owners = [c for c in catalogs if c.accepts(option)]
-        if not owners:
-            problems.append(f"{option} is not an option of {names}")
-            continue
-        for owner in owners:
-            choices = owner.enforced.get(option)
-            if value is not None and choices is not None and value not in choices:
-                problems.append(f"{option} {value} is not one of {owner.name}'s choices: {', '.join(choices)}")
-    return problems
-
-
-def unknown_values(flags: list[Flag], catalogs: list[FlagCatalog]) -> list[str]:
-    """Values argparse lets through but the pinned engine does not know (e.g. an attention backend
-    it does not have): the engine fails at start-up, later than with an unknown option."""
-    out = []
-    for option, value in flags:
-        for catalog in catalogs:
-            known = catalog.known.get(option)
-            if value is not None and known and value not in known:
-                out.append(f"{option} {value} is not known to {catalog.name}")
-    return out
 
 
 # --- command lines -------------------------------------------------------------------------------

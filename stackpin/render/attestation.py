@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from stackpin.backends import engine_of
 from stackpin.catalog import Catalog
 from stackpin.lock.lockfile import StackLock
 from stackpin.render.plan import Attestation, ComponentPlan
@@ -53,8 +54,9 @@ def expectation(lock: StackLock, catalog: Catalog) -> dict[str, Any]:
         files = {path.removeprefix(f"{tree}/"): digest for path, digest in files.items()}
     return {
         "deployment": profile.metadata.deployment,
-        "packages": {names["vllm"]: engines.vllm, names["flashinfer"]: engines.flashinfer,
-                     names["dynamo"]: engines.dynamo, names["nixl"]: engines.nixl},
+        "packages": {engine_of(profile).distribution: profile.spec.engine_version,
+                     names["flashinfer"]: engines.flashinfer, names["dynamo"]: engines.dynamo,
+                     names["nixl"]: engines.nixl},
         "autotuneCache": None if cache is None else {"dir": CACHE_DIR, "image": cache.pinned,
                                                      "files": files},
         **gpu_expectation(lock, catalog),

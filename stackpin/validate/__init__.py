@@ -83,7 +83,7 @@ def run_rules(loaded: LoadedProfile, catalog: Catalog | None = None, *,
             if after:
                 ctx = msgspec.structs.replace(ctx, findings=tuple(finding for _, finding in keyed))
             for r in RULES.values():
-                if r.reads_findings != after:
+                if r.reads_findings != after or not r.applies(ctx):
                     continue
                 for hit in r.check(ctx):
                     loc = loaded.locate(hit.path)

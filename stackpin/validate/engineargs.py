@@ -18,6 +18,7 @@ import msgspec
 
 import stackpin.jsonio as jsonio
 from stackpin.backends import engine_of
+from stackpin.backends.base import check_flags
 from stackpin.catalog import WorkerRouter, load_catalog
 from stackpin.catalog.flags import FlagCatalog, OptionUse, dynamo_catalog
 from stackpin.profile.engine_args import POOL, scalar_text
@@ -401,3 +402,28 @@ def flag_problems(profile: StackProfile, role: Role, pool: Pool, engine: FlagCat
             out.append(f"{where}: {text} is not one of its choices")
         out += [f"{where}: {message}" for message, _ in json_key_problems(p, catalog, use)]
     return out
+
+
+# --- what the stack's engine is given for its modelled fields ---------------------------------------
+
+@rule("SP272", Severity.error, "modelled value the pinned engine's parser refuses")
+def modelled_values(ctx: Context) -> Iterator[Hit]:
+    """For an engine without stackpin's per-knob rule families (those read vLLM's catalog), the argv render
+    writes from the modelled fields is held to the engine's own parser: an unknown option or a value outside
+    the choices argparse enforces fails the worker at start, and render would refuse it. Also what the
+    engine cannot be given (its `problems`)."""
+    if ctx.vllm is not None:
+        return  # vLLM's own rules (kernels, graphs, speculative, precision) say it field by field
+    engine = engine_of(ctx.profile)
+    for problem in engine.problems(ctx.profile):
+        field, _, why = problem.partition(": ")
+        yield Hit(tuple(field.split(".")), why or problem)
+    if ctx.engine_catalog is None:
+        return
+    for role, _, pool in pools(ctx):
+        flags = engine.worker_flags(ctx.profile, role, pool.spec, model_revision="-", catalog=ctx.engine_catalog)
+        own = set(engine.modelled)
+        for text in check_flags([f for f in flags if f[0] in own], [ctx.engine_catalog]):
+            option = text.split(" ", 1)[0]
+            where = field_path(engine.modelled.get(option, "spec"), role)
+            yield Hit(tuple(where.split(".")), f"{engine.label} {ctx.engine_catalog.version}: {text}", None)

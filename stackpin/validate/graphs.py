@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from stackpin.profile.model import CudaGraphMode, StackProfile
 from stackpin.profile.topology import Role
 from stackpin.validate.kernels import startup_model
-from stackpin.validate.rules import Context, Hit, Severity, pools, rule
+from stackpin.validate.rules import Context, Hit, Severity, pools, vllm_rule
 
 _G = ("spec", "cudaGraphs")
 
@@ -62,7 +62,7 @@ def _full_decode(ctx: Context) -> bool:
     return ctx.profile.spec.cuda_graphs.mode in ctx.catalog.engine.full_decode_modes
 
 
-@rule("SP101", Severity.warning, "capture sizes not sorted and unique")
+@vllm_rule("SP101", Severity.warning, "capture sizes not sorted and unique")
 def unsorted(ctx: Context) -> Iterator[Hit]:
     sizes = ctx.profile.spec.cuda_graphs.capture_sizes
     if sizes is not None and sizes != sorted(set(sizes)):
@@ -70,7 +70,7 @@ def unsorted(ctx: Context) -> Iterator[Hit]:
                   "sorts them silently", f"write them as vLLM will use them: {sorted(set(sizes))}")
 
 
-@rule("SP102", Severity.warning, "capture size above max-num-batched-tokens")
+@vllm_rule("SP102", Severity.warning, "capture size above max-num-batched-tokens")
 def above_batched(ctx: Context) -> Iterator[Hit]:
     sizes = ctx.profile.spec.cuda_graphs.capture_sizes or []
     for role, path, pool in pools(ctx):
@@ -81,7 +81,7 @@ def above_batched(ctx: Context) -> Iterator[Hit]:
                       "drops them silently", f"remove them or raise {'.'.join(path[1:])}.maxNumBatchedTokens")
 
 
-@rule("SP103", Severity.error, "max capture size disagrees with the largest capture size")
+@vllm_rule("SP103", Severity.error, "max capture size disagrees with the largest capture size")
 def max_disagrees(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
     if graphs.capture_sizes and graphs.max_capture_size is not None:
@@ -92,7 +92,7 @@ def max_disagrees(ctx: Context) -> Iterator[Hit]:
                       f"set maxCaptureSize: {largest} or drop it")
 
 
-@rule("SP104", Severity.warning, "capture sizes not multiples of 1+k under speculative decoding")
+@vllm_rule("SP104", Severity.warning, "capture sizes not multiples of 1+k under speculative decoding")
 def not_multiple(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
     if not graphs.capture_sizes or not _full_decode(ctx):
@@ -126,7 +126,7 @@ def not_multiple(ctx: Context) -> Iterator[Hit]:
                   f"{graphs.mode} graphs vLLM rounds them up (or drops them above the max)", hint)
 
 
-@rule("SP105", Severity.error, "no capture size left")
+@vllm_rule("SP105", Severity.error, "no capture size left")
 def none_left(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
     if (empty := empty_capture_hit(ctx.profile)) is not None:
@@ -143,7 +143,7 @@ def none_left(ctx: Context) -> Iterator[Hit]:
                       f"maxNumBatchedTokens, multiples of 1+k={1 + k}); vLLM fails at startup")
 
 
-@rule("SP106", Severity.warning, "capture sizes set while CUDA graphs are off")
+@vllm_rule("SP106", Severity.warning, "capture sizes set while CUDA graphs are off")
 def sizes_unused(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
     if graphs.mode == CudaGraphMode.NONE and (graphs.capture_sizes is not None or graphs.max_capture_size):
@@ -151,7 +151,7 @@ def sizes_unused(ctx: Context) -> Iterator[Hit]:
                   "drop captureSizes/maxCaptureSize or choose a graph mode")
 
 
-@rule("SP107", Severity.warning, "capture sizes left to vLLM's defaults")
+@vllm_rule("SP107", Severity.warning, "capture sizes left to vLLM's defaults")
 def sizes_unpinned(ctx: Context) -> Iterator[Hit]:
     graphs = ctx.profile.spec.cuda_graphs
     if graphs.mode != CudaGraphMode.NONE and graphs.capture_sizes is None:
@@ -160,7 +160,7 @@ def sizes_unpinned(ctx: Context) -> Iterator[Hit]:
                   "pin captureSizes (and maxCaptureSize) explicitly")
 
 
-@rule("SP108", Severity.warning, "vLLM forces breakable CUDA graphs for DeepSeek V3.2/V4/V4.1")
+@vllm_rule("SP108", Severity.warning, "vLLM forces breakable CUDA graphs for DeepSeek V3.2/V4/V4.1")
 def breakable(ctx: Context) -> Iterator[Hit]:
     if ctx.model is None or not ctx.model.model_type.startswith("deepseek_v4"):
         return
@@ -195,7 +195,7 @@ def graph_fallback(ctx: Context) -> tuple[str, str] | None:
     return graphs.without_piecewise[mode], why
 
 
-@rule("SP100", Severity.warning, "capture sizes that get no decode graph")
+@vllm_rule("SP100", Severity.warning, "capture sizes that get no decode graph")
 def no_decode_graph(ctx: Context) -> Iterator[Hit]:
     """The model runner captures a decode graph only for token counts up to max-num-seqs x (1+k): larger
     capture sizes are silently left without one (catalog/startup.py `decode_graph_limit_source`)."""
@@ -219,7 +219,7 @@ def no_decode_graph(ctx: Context) -> Iterator[Hit]:
                       f"drop them, or raise {'.'.join(path[-1:])}.maxNumSeqs")
 
 
-@rule("SP110", Severity.error, "CUDA graph mode vLLM silently downgrades")
+@vllm_rule("SP110", Severity.error, "CUDA graph mode vLLM silently downgrades")
 def graph_downgrade(ctx: Context) -> Iterator[Hit]:
     if (fallback := graph_fallback(ctx)) is not None:
         runs, why = fallback
@@ -229,7 +229,7 @@ def graph_downgrade(ctx: Context) -> Iterator[Hit]:
                   f"this model when it is unset), or declare cudaGraphs.mode: {runs}")
 
 
-@rule("SP230", Severity.error, "--compilation-config key the pinned vLLM lacks")
+@vllm_rule("SP230", Severity.error, "--compilation-config key the pinned vLLM lacks")
 def compilation_keys(ctx: Context) -> Iterator[Hit]:
     """spec.cudaGraphs.compilation is written into vLLM's --compilation-config beside the modelled keys: vLLM
     refuses a key its CompilationConfig does not have, and every worker fails at start."""

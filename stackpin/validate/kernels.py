@@ -7,12 +7,12 @@ from collections.abc import Iterator
 from stackpin.backends import engine_of
 from stackpin.catalog.model_configs import attention_heads
 from stackpin.catalog.startup import AttentionBackend, ModelStartup, StartupFacts, startup_facts, startup_file_name
-from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pools, rule
+from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pools, vllm_rule
 
 _K = ("spec", "kernels")
 
 
-@rule("SP211", Severity.error, "attention backend the model rejects")
+@vllm_rule("SP211", Severity.error, "attention backend the model rejects")
 def attention_rejected(ctx: Context) -> Iterator[Hit]:
     backend = ctx.profile.spec.kernels.attention
     if ctx.model is not None and backend in ctx.model.rejected_attention_backends:
@@ -20,7 +20,7 @@ def attention_rejected(ctx: Context) -> Iterator[Hit]:
                   f"one of: {', '.join(ctx.model.attention_backends)}")
 
 
-@rule("SP212", Severity.warning, "attention backend not known for the model")
+@vllm_rule("SP212", Severity.warning, "attention backend not known for the model")
 def attention_unknown(ctx: Context) -> Iterator[Hit]:
     backend = ctx.profile.spec.kernels.attention
     if (ctx.model is not None and backend is not None and backend not in ctx.model.attention_backends
@@ -32,7 +32,7 @@ def attention_unknown(ctx: Context) -> Iterator[Hit]:
                   f"{ctx.model_key}{ignored}", f"one of: {', '.join(ctx.model.attention_backends)}")
 
 
-@rule("SP213", Severity.error, "kernel backend the pinned vLLM does not have")
+@vllm_rule("SP213", Severity.error, "kernel backend the pinned vLLM does not have")
 def backend_unknown(ctx: Context) -> Iterator[Hit]:
     if ctx.vllm is None:
         return
@@ -44,7 +44,7 @@ def backend_unknown(ctx: Context) -> Iterator[Hit]:
                       choices_hint(value, choices, f"catalog/engines/vllm-{ctx.vllm.version}.json"))
 
 
-@rule("SP214", Severity.warning, "fallback kernels on a GPU with native support")
+@vllm_rule("SP214", Severity.warning, "fallback kernels on a GPU with native support")
 def fallback_on_native(ctx: Context) -> Iterator[Hit]:
     if not (ctx.gpu.native_fp8 and ctx.gpu.native_fp4):
         return
@@ -79,7 +79,7 @@ def _kv_dtype(ctx: Context) -> tuple[str, str, AttentionBackend, str] | None:
     return None if found is None else (found[0].version, found[2], found[3], ctx.profile.spec.kv_cache.dtype)
 
 
-@rule("SP215", Severity.error, "KV-cache dtype the attention kernel raises on")
+@vllm_rule("SP215", Severity.error, "KV-cache dtype the attention kernel raises on")
 def kv_dtype_for_backend(ctx: Context) -> Iterator[Hit]:
     if (found := _kv_dtype(ctx)) is None:
         return
@@ -90,7 +90,7 @@ def kv_dtype_for_backend(ctx: Context) -> Iterator[Hit]:
                   f"one of: {', '.join(kernel.kv_cache_dtypes)}")
 
 
-@rule("SP216", Severity.error, "KV block size no attention kernel can use")
+@vllm_rule("SP216", Severity.error, "KV block size no attention kernel can use")
 def block_size_for_backend(ctx: Context) -> Iterator[Hit]:
     if (found := _attention(ctx)) is None or ctx.profile.spec.kv_cache.block_size is None:
         return
@@ -102,7 +102,7 @@ def block_size_for_backend(ctx: Context) -> Iterator[Hit]:
                   "kernel takes) or set a multiple of the kernels' block size")
 
 
-@rule("SP217", Severity.error, "no attention kernel of the pinned vLLM runs the model on this GPU")
+@vllm_rule("SP217", Severity.error, "no attention kernel of the pinned vLLM runs the model on this GPU")
 def attention_for_gpu(ctx: Context) -> Iterator[Hit]:
     found = startup_model(ctx)
     if found is None:
@@ -122,7 +122,7 @@ def attention_for_gpu(ctx: Context) -> Iterator[Hit]:
                   f"one of: {', '.join(runs)}")
 
 
-@rule("SP220", Severity.error, "attention kernel that cannot split the model's heads at this tensor parallelism")
+@vllm_rule("SP220", Severity.error, "attention kernel that cannot split the model's heads at this tensor parallelism")
 def heads_per_rank(ctx: Context) -> Iterator[Hit]:
     if (found := _attention(ctx)) is None or ctx.model_key is None:
         return
@@ -140,7 +140,7 @@ def heads_per_rank(ctx: Context) -> Iterator[Hit]:
                       f"use tensorParallel {'/'.join(map(str, fits))}, or another attention backend")
 
 
-@rule("SP218", Severity.warning, "KV-cache dtype the attention kernel silently replaces")
+@vllm_rule("SP218", Severity.warning, "KV-cache dtype the attention kernel silently replaces")
 def kv_dtype_rewritten(ctx: Context) -> Iterator[Hit]:
     if (found := _kv_dtype(ctx)) is None:
         return
@@ -152,7 +152,7 @@ def kv_dtype_rewritten(ctx: Context) -> Iterator[Hit]:
                   f"set kvCache.dtype: {stored}")
 
 
-@rule("SP219", Severity.warning, "no start-up facts for the pinned vLLM")
+@vllm_rule("SP219", Severity.warning, "no start-up facts for the pinned vLLM")
 def no_startup_facts(ctx: Context) -> Iterator[Hit]:
     version = ctx.profile.spec.versions.vllm
     if version is not None and ctx.vllm is not None and startup_facts(version) is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.validate.rules import Context, Hit, Severity, pools, rule
+from stackpin.validate.rules import Context, Hit, Severity, pools, rule, vllm_rule
 
 
 @rule("SP121", Severity.error, "tensor-parallel group spans nodes",
@@ -69,7 +69,7 @@ def idle_gpus(ctx: Context) -> Iterator[Hit]:
         yield Hit(("spec", "placement", "pools"), f"the pools use {used} of {have} GPUs; {have - used} stay idle")
 
 
-@rule("SP127", Severity.warning, "wide expert parallelism on the default all2all backend")
+@vllm_rule("SP127", Severity.warning, "wide expert parallelism on the default all2all backend")
 def wide_ep_all2all(ctx: Context) -> Iterator[Hit]:
     backend = ctx.profile.spec.kernels.all2all
     for role, _path, pool in pools(ctx):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.profile.model import Precision
-from stackpin.validate.rules import Context, Hit, Severity, rule
+from stackpin.validate.rules import Context, Hit, Severity, vllm_rule
 
 _WEIGHTS = ("spec", "model", "weights")
 _FALLBACKS = ("spec", "fallbacks")
@@ -41,19 +41,19 @@ def _precision_rule(fmt: str, ctx: Context) -> Iterator[Hit]:
                   "marlin/triton kernels, or use a GPU with native support")
 
 
-@rule("SP141", Severity.error, "FP8 on a GPU without native FP8",
+@vllm_rule("SP141", Severity.error, "FP8 on a GPU without native FP8",
       warning_when="fallbacks.precisionEmulation declares it", acknowledge=True)
 def fp8(ctx: Context) -> Iterator[Hit]:
     yield from _precision_rule("fp8", ctx)
 
 
-@rule("SP142", Severity.error, "FP4 on a GPU without native FP4",
+@vllm_rule("SP142", Severity.error, "FP4 on a GPU without native FP4",
       warning_when="fallbacks.precisionEmulation declares it", acknowledge=True)
 def fp4(ctx: Context) -> Iterator[Hit]:
     yield from _precision_rule("fp4", ctx)
 
 
-@rule("SP143", Severity.warning, "emulation declared where the GPU is native")
+@vllm_rule("SP143", Severity.warning, "emulation declared where the GPU is native")
 def needless_emulation(ctx: Context) -> Iterator[Hit]:
     for fmt in ctx.profile.spec.fallbacks.precision_emulation:
         if _native(ctx, fmt):
@@ -61,7 +61,7 @@ def needless_emulation(ctx: Context) -> Iterator[Hit]:
                       "emulating it only costs speed", f"remove {fmt} from precisionEmulation")
 
 
-@rule("SP144", Severity.error, "emulation without fallback kernels")
+@vllm_rule("SP144", Severity.error, "emulation without fallback kernels")
 def emulation_kernels(ctx: Context) -> Iterator[Hit]:
     if not ctx.profile.spec.fallbacks.precision_emulation:
         return
@@ -73,7 +73,7 @@ def emulation_kernels(ctx: Context) -> Iterator[Hit]:
                       f"{field}, got {getattr(kernels, field)!r}", f"one of: {', '.join(sorted(fallback))}")
 
 
-@rule("SP145", Severity.warning, "weights offloaded to CPU memory")
+@vllm_rule("SP145", Severity.warning, "weights offloaded to CPU memory")
 def cpu_offload(ctx: Context) -> Iterator[Hit]:
     gib = ctx.profile.spec.fallbacks.cpu_offload_gib
     if gib:
@@ -81,7 +81,7 @@ def cpu_offload(ctx: Context) -> Iterator[Hit]:
                   "PCIe on every forward pass", "expect a large drop in output tok/s")
 
 
-@rule("SP146", Severity.error, "KV-cache dtype the model or the pinned vLLM does not support")
+@vllm_rule("SP146", Severity.error, "KV-cache dtype the model or the pinned vLLM does not support")
 def kv_dtype(ctx: Context) -> Iterator[Hit]:
     dtype = ctx.profile.spec.kv_cache.dtype
     if ctx.model is not None and dtype not in ctx.model.kv_cache_dtypes:

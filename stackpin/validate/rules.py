@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 
@@ -99,6 +99,10 @@ class Rule(msgspec.Struct, frozen=True):
     reads_findings: bool = False  # runs after every other rule, with ctx.findings set
     # Why spec.acknowledge may not accept its findings; None where it may (its warnings and infos).
     refuse_ack: str | None = None
+    engine: str | None = None  # None: every stack's rule; else only stacks running that engine
+
+    def applies(self, ctx: Context) -> bool:
+        return self.engine is None or self.engine == ctx.profile.spec.engine.value
 
     @property
     def acknowledgeable(self) -> bool:
@@ -110,8 +114,11 @@ ERROR_NOT_ACKNOWLEDGED = "it is an error, a stack that fails to start or does no
 
 
 def rule(code: str, severity: Severity, title: str, *, warning_when: str | None = None,
-         reads_findings: bool = False, acknowledge: Literal[True] | str | None = None) -> Callable[[Check], Check]:
+         reads_findings: bool = False, acknowledge: Literal[True] | str | None = None,
+         engine: str | None = None) -> Callable[[Check], Check]:
     """Register a rule. `acknowledge`: True where spec.acknowledge may accept its findings, or why not.
+    `engine`: the serving engine whose own knobs the rule reads (its catalog's backends, methods, defaults);
+    it runs only for stacks on that engine.
     By default an error rule's may not (ERROR_NOT_ACKNOWLEDGED) and a warning or info rule's may; an
     error rule allows it only for the warnings `warning_when` describes, where the stack still starts."""
     def register(fn: Check) -> Check:
@@ -123,10 +130,15 @@ def rule(code: str, severity: Severity, title: str, *, warning_when: str | None 
             refuse = None if acknowledge is True else acknowledge
         if refuse is None and severity == Severity.error and warning_when is None:
             raise RuntimeError(f"{code}: an error rule is acknowledgeable only for the warnings it says it gives")
-        RULES[code] = Rule(code, severity, title, fn, warning_when, reads_findings, refuse)
+        RULES[code] = Rule(code, severity, title, fn, warning_when, reads_findings, refuse, engine)
         return fn
 
     return register
+
+
+def vllm_rule(code: str, severity: Severity, title: str, **kw: Any) -> Callable[[Check], Check]:
+    """A rule about vLLM's own knobs, read from its catalog and start-up facts: silent for other engines."""
+    return rule(code, severity, title, engine="vllm", **kw)
 
 
 def dotted(path: FieldPath) -> str:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import msgspec
 
 from stackpin.profile.model import Speculative
-from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pools, rule
+from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pools, vllm_rule
 from stackpin.yamlio import FieldPath
 
 
@@ -24,7 +24,7 @@ def _aliases(ctx: Context) -> tuple[str, ...]:
     return ctx.vllm.choices.get("speculative_mtp_aliases", ()) if ctx.vllm else ()
 
 
-@rule("SP111", Severity.error, "speculative method unknown to the pinned vLLM")
+@vllm_rule("SP111", Severity.error, "speculative method unknown to the pinned vLLM")
 def unknown_method(ctx: Context) -> Iterator[Hit]:
     if ctx.vllm is None:
         return
@@ -35,7 +35,7 @@ def unknown_method(ctx: Context) -> Iterator[Hit]:
                       choices_hint(spec.method, methods, f"catalog/engines/vllm-{ctx.vllm.version}.json"))
 
 
-@rule("SP112", Severity.error, "speculative method the model rejects")
+@vllm_rule("SP112", Severity.error, "speculative method the model rejects")
 def rejected_by_model(ctx: Context) -> Iterator[Hit]:
     if ctx.model is None:
         return
@@ -47,7 +47,7 @@ def rejected_by_model(ctx: Context) -> Iterator[Hit]:
                       f"use one of: {', '.join(ctx.model.speculative_methods)}")
 
 
-@rule("SP113", Severity.warning, "legacy speculative method name")
+@vllm_rule("SP113", Severity.warning, "legacy speculative method name")
 def legacy_name(ctx: Context) -> Iterator[Hit]:
     for path, spec in _settings(ctx):
         if spec.method in _aliases(ctx):
@@ -55,7 +55,7 @@ def legacy_name(ctx: Context) -> Iterator[Hit]:
                       "warning", "write the method vLLM will run")
 
 
-@rule("SP114", Severity.error, "speculative method without a token count")
+@vllm_rule("SP114", Severity.error, "speculative method without a token count")
 def no_token_count(ctx: Context) -> Iterator[Hit]:
     for path, spec in _settings(ctx):
         if spec.method is not None and spec.num_speculative_tokens is None:
@@ -63,7 +63,7 @@ def no_token_count(ctx: Context) -> Iterator[Hit]:
                       "retune it for this model, workload and GPU; it changes capture sizes too")
 
 
-@rule("SP115", Severity.error, "draft-model speculation without a draft model")
+@vllm_rule("SP115", Severity.error, "draft-model speculation without a draft model")
 def no_draft_model(ctx: Context) -> Iterator[Hit]:
     for path, spec in _settings(ctx):
         if spec.method in ("draft_model", "eagle", "eagle3") and not spec.draft_model:
@@ -73,7 +73,7 @@ def no_draft_model(ctx: Context) -> Iterator[Hit]:
 COMMIT = re.compile(r"[0-9a-f]{40}")
 
 
-@rule("SP118", Severity.error, "draft model not pinned to a commit")
+@vllm_rule("SP118", Severity.error, "draft model not pinned to a commit")
 def draft_unpinned(ctx: Context) -> Iterator[Hit]:
     # vLLM builds the draft's ModelConfig with the speculative config's own revision, never the target's
     # --revision (config/speculative.py:1297 in 0.31.0); None is the Hub's default branch.
@@ -84,7 +84,7 @@ def draft_unpinned(ctx: Context) -> Iterator[Hit]:
                       "set draftRevision to the draft's 40-hex commit")
 
 
-@rule("SP116", Severity.error, "draft tensor parallel size neither 1 nor the target's")
+@vllm_rule("SP116", Severity.error, "draft tensor parallel size neither 1 nor the target's")
 def draft_tp(ctx: Context) -> Iterator[Hit]:
     spec_path = ("spec", "speculative")
     for role, pool_path, pool in pools(ctx):
@@ -96,7 +96,7 @@ def draft_tp(ctx: Context) -> Iterator[Hit]:
                       f"{role} pool's tensorParallel={pool.tensor_parallel}")
 
 
-@rule("SP117", Severity.warning, "speculative options without a method")
+@vllm_rule("SP117", Severity.warning, "speculative options without a method")
 def options_without_method(ctx: Context) -> Iterator[Hit]:
     for path, spec in _settings(ctx):
         options = {name: value for name, value in msgspec.structs.asdict(spec).items()
