@@ -833,3 +833,255 @@ def upgrade_series(directory: Path) -> Path:
     dynamo_wheel(directory, "9.1.0", vllm="9.1.0", nixl="1.5.0", serve=True)
     dynamo_wheel(directory, "9.2.0", vllm="9.2.0", nixl="1.5.0", serve=True)
     return directory
+
+
+def _sglang_sources() -> dict[str, str]:
+    """sglang/... sources in 0.5.21's shapes: namespace structs whose fields are `A[T, "help"]` or
+    `A[T, Arg(...)]` (arg_groups/fields/), collected by server_args.py's `_INPUT_NAMESPACES`; add_cli_args'
+    own registrations (choices built when it runs, a deprecated store-true action); the `Envs` registry."""
+    return {
+        "sglang/__init__.py": "",
+        "sglang/srt/__init__.py": "",
+        "sglang/srt/arg_groups/__init__.py": "",
+        "sglang/srt/arg_groups/arg_utils.py": _code("""\
+            from typing import Annotated, Any
+
+            import msgspec
+
+            A = Annotated
+
+
+            class Arg(msgspec.Struct, frozen=True):
+                help: str = ""
+                choices: list | None = None
+                aliases: list[str] | None = None
+                cli_name: str | None = None
+                type_parser: Any = None
+                nargs: str | None = None
+                action: Any = None
+                no_cli: bool = False
+
+
+            def add_cli_args_from_dataclass(parser, cls):
+                raise NotImplementedError("read, never run")
+            """),
+        "sglang/srt/arg_groups/argparse_actions.py": _code("""\
+            import argparse
+
+
+            class DeprecatedStoreTrueAction(argparse.Action):
+                def __init__(self, option_strings, dest, new_flag=None, nargs=0, const=True, default=False, **kw):
+                    self.new_flag = new_flag
+                    super().__init__(option_strings, dest, nargs=nargs, const=const, default=default, **kw)
+
+                def __call__(self, parser, namespace, values, option_string=None):
+                    setattr(namespace, self.dest, True)
+            """),
+        "sglang/srt/arg_groups/choices.py": _code("""\
+            ATTENTION_BACKEND_CHOICES = ["triton", "flashinfer", "trtllm_mla", "nsa"]
+            DISAGG_TRANSFER_BACKEND_CHOICES = ["mooncake", "nixl", "fake"]
+            SAMPLING_BACKEND_CHOICES = {"flashinfer", "pytorch"}
+            MOE_RUNNER_BACKEND_CHOICES = ["auto", "triton", "flashinfer_trtllm"]
+
+            add_attention_backend_choices = ATTENTION_BACKEND_CHOICES.extend
+            """),
+        "sglang/srt/arg_groups/fields/__init__.py": "",
+        "sglang/srt/arg_groups/fields/model.py": _code("""\
+            from __future__ import annotations
+
+            import argparse
+            import json
+            from typing import List, Literal, Optional
+
+            import msgspec
+
+            from sglang.srt.arg_groups.arg_utils import A, Arg
+            from sglang.srt.arg_groups.choices import ATTENTION_BACKEND_CHOICES, DISAGG_TRANSFER_BACKEND_CHOICES
+            from sglang.srt.utils.common import human_readable_int, json_list_type
+
+
+            class Model(msgspec.Struct):
+                _NS_PATH = "model"
+                model_path: A[str, Arg(help="Path to the weights.", aliases=["--model"])]
+                tp_size: A[int, Arg(help="Tensor parallel size.", aliases=["--tensor-parallel-size"])] = 1
+                trust_remote_code: A[bool, "Allow custom code."] = False
+                enable_lean: A[Optional[bool], "Lean decode; None picks by itself."] = None
+                kv_cache_dtype: A[str, Arg(help="KV dtype.", choices=["auto", "fp8_e4m3", "bf16"])] = "auto"
+                attention_backend: A[Optional[str], Arg(help="Kernels.", choices=ATTENTION_BACKEND_CHOICES)] = None
+                transfer_backend: A[str, Arg(help="Transfer.", choices=DISAGG_TRANSFER_BACKEND_CHOICES,
+                                             cli_name="--disaggregation-transfer-backend")] = "mooncake"
+                disaggregation_mode: A[Literal["null", "prefill", "decode"], "PD role."] = "null"
+                encoder_transfer: A[Literal[None, "mooncake", "nixl"], "Encoder transfer."] = None
+                moe_dense_tp: A[Optional[Literal[1, 2]], "Dense TP."] = None
+                cuda_graph_bs: A[Optional[List[int]], "Batch sizes."] = None
+                context_length: A[Optional[int], Arg(help="Context.", type_parser=human_readable_int)] = None
+                json_model_override_args: A[str, Arg(help="JSON.", type_parser=json.loads)] = "{}"
+                prefill_ports: A[Optional[List[int]], Arg(help="Ports.", type_parser=json_list_type)] = None
+                lora_strict: A[bool, Arg(help="Strict.", action=argparse.BooleanOptionalAction)] = True
+                grpc_mode: A[bool, "(Deprecated, use --smg-grpc-mode) Legacy selector."] = False
+                internal_only: A[bool, Arg(help="Derived.", no_cli=True)] = False
+                ratio: A[float, "A ratio."] = 1024 * 0.5
+                reasoning_parser: Optional[str] = None
+                skip_ops: A[List[str], "Ops."] = msgspec.field(default_factory=list)
+            """),
+        "sglang/srt/arg_groups/fields/exec_.py": _code("""\
+            from __future__ import annotations
+
+            from typing import Optional
+
+            import msgspec
+
+            from sglang.srt.arg_groups.arg_utils import A, Arg
+            from sglang.srt.model_executor.cuda_graph_config import Backend
+
+
+            class ExecGraph(msgspec.Struct):
+                _NS_PATH = "exec.graph"
+                cuda_graph_backend_decode: A[Optional[str], Arg(help="Decode graph.", choices=Backend.ALL)] = None
+                disable_cuda_graph: A[bool, Arg(no_cli=True)] = False
+                sampling_backend: A[Optional[str], Arg(help="Sampling.", no_cli=True)] = None
+            """),
+        "sglang/srt/model_executor/__init__.py": "",
+        "sglang/srt/model_executor/cuda_graph_config.py": _code("""\
+            class Backend:
+                FULL = "full"
+                DISABLED = "disabled"
+                ALL = (FULL, DISABLED)
+            """),
+        "sglang/srt/utils/__init__.py": "",
+        "sglang/srt/utils/common.py": _code("""\
+            import orjson
+
+
+            def human_readable_int(value: str) -> int:
+                return int(value.rstrip("k")) * (1000 if value.endswith("k") else 1)
+
+
+            def json_list_type(value):
+                return orjson.loads(value)
+            """),
+        "sglang/srt/parser/__init__.py": "",
+        "sglang/srt/parser/reasoning_parser_names.py": 'REASONING_PARSER_NAMES = ["deepseek-r1", "qwen3"]\n',
+        "sglang/srt/server_args.py": _code("""\
+            from __future__ import annotations
+
+            import argparse
+            import sys
+
+            from sglang.srt.arg_groups.arg_utils import add_cli_args_from_dataclass
+            from sglang.srt.arg_groups.argparse_actions import DeprecatedStoreTrueAction
+            from sglang.srt.arg_groups.choices import SAMPLING_BACKEND_CHOICES
+            from sglang.srt.arg_groups.fields.exec_ import ExecGraph
+            from sglang.srt.arg_groups.fields.model import Model
+            from sglang.srt.environ import envs
+
+
+            def _reasoning_parser_choices():
+                module = sys.modules.get("sglang.srt.parser.reasoning_parser")
+                if module is not None:
+                    return list(module.ReasoningParser.DetectorMap)
+                from sglang.srt.parser.reasoning_parser_names import REASONING_PARSER_NAMES
+
+                return list(REASONING_PARSER_NAMES)
+
+
+            class ServerArgs:
+                @staticmethod
+                def add_cli_args(parser: argparse.ArgumentParser):
+                    add_cli_args_from_dataclass(parser, ServerArgs)
+                    sampling_backend_choices = set(SAMPLING_BACKEND_CHOICES)
+                    if envs.SGLANG_TOKEN_ORACLE.get():
+                        sampling_backend_choices.add("token_oracle")
+                    parser.add_argument("--sampling-backend", type=str, choices=sampling_backend_choices,
+                                        default=_declared_default("sampling_backend"), help="Sampling kernels.")
+                    reasoning_parser_choices = _reasoning_parser_choices()
+                    parser.add_argument("--reasoning-parser", type=str, choices=["auto"] + reasoning_parser_choices,
+                                        default=_declared_default("reasoning_parser"), help="Reasoning parser.")
+                    parser.add_argument("--config", type=str, help="A YAML file of options.")
+                    parser.add_argument("--disable-cuda-graph", action=DeprecatedStoreTrueAction,
+                                        new_flag="--cuda-graph-backend-decode=disabled",
+                                        help="Deprecated. Use --cuda-graph-backend-decode=disabled instead.")
+
+
+            def _declared_default(name):
+                return None
+
+
+            _INPUT_NAMESPACES = [Model, ExecGraph]
+            """),
+        "sglang/srt/environ.py": _code("""\
+            class EnvField:
+                def __init__(self, default, secret=False):
+                    self.default = default
+
+
+            class EnvBool(EnvField):
+                pass
+
+
+            class EnvInt(EnvField):
+                pass
+
+
+            class EnvStr(EnvField):
+                pass
+
+
+            class _DeprecatedEnvFallback:
+                def __init__(self, default, deprecated_name, secret=False):
+                    self.deprecated_name = deprecated_name
+
+
+            class EnvIntWithAlias(_DeprecatedEnvFallback, EnvInt):
+                pass
+
+
+            class Envs:
+                SGLANG_TOKEN_ORACLE = EnvBool(False)
+                SGLANG_FLASHINFER_AUTOTUNE_CACHE = EnvBool(True)
+                SGLANG_CHUNK = EnvIntWithAlias(4, deprecated_name="SGLANG_OLD_CHUNK")
+                SGLANG_CACHE_DIR = EnvStr(lambda: "~/.cache/sglang")
+
+
+            class _DeprecatedEnv:
+                def __init__(self, replacement=None, note=None):
+                    self.replacement = replacement
+
+
+            _DEPRECATED_ENVS = {
+                "SGLANG_RETIRED": _DeprecatedEnv(note="Please use '--retired-flag' instead."),
+            }
+
+            envs = Envs()
+            """),
+        "sglang/srt/layers/__init__.py": "",
+        "sglang/srt/layers/direct.py": _code("""\
+            import os
+
+            from sglang.srt.utils import get_bool_env_var
+
+            FAST = get_bool_env_var("SGLANG_DIRECT_READ", "true")
+            PATH = os.getenv("SGLANG_DIRECT_PATH")
+            """),
+        "sglang/srt/speculative/__init__.py": "",
+        "sglang/srt/speculative/spec_registry.py": '_RESERVED_ALIASES = frozenset({"NEXTN"})\n',
+        "sglang/srt/speculative/spec_info.py": _code("""\
+            from enum import Enum, auto
+
+
+            class SpeculativeAlgorithm(Enum):
+                EAGLE = auto()
+                EAGLE3 = auto()
+                NGRAM = auto()
+                NONE = auto()
+            """),
+    }
+
+
+def sglang_wheel(directory: Path, version: str = "9.0.0") -> Path:
+    """An sglang-<version> wheel with the sources `engines add` reads, pinning FlashInfer and torch."""
+    files = _sglang_sources()
+    files[f"sglang-{version}.dist-info/METADATA"] = _metadata("sglang", version, [
+        "aiohttp", "flashinfer_python[cu13]==0.6.18", "torch==2.13.0"])
+    files[f"sglang-{version}.dist-info/WHEEL"] = "Wheel-Version: 1.0\nRoot-Is-Purelib: false\n"
+    return _zip(directory / f"sglang-{version}-cp311-cp311-manylinux_2_34_x86_64.whl", files)

@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from stackpin.catalog.engine_data import DynamoRelease, FlashinferRelease, VllmRelease
+from stackpin.catalog.engine_data import DynamoRelease, FlashinferRelease, SglangRelease, VllmRelease
 from stackpin.catalog.flags import dynamo_catalog, vllm_catalog
 from stackpin.engines.store import catalog_json
 
@@ -59,9 +59,9 @@ def dynamo(version: str) -> dict[str, Any]:
     return load(f"dynamo-{version}.json")
 
 
-MODELS = {"vllm": VllmRelease, "dynamo": DynamoRelease, "flashinfer": FlashinferRelease}
+MODELS = {"vllm": VllmRelease, "dynamo": DynamoRelease, "flashinfer": FlashinferRelease, "sglang": SglangRelease}
 SHIPPED = ([f"vllm-{v}.json" for v in VLLM_VERSIONS] + [f"dynamo-{v}.json" for v in DYNAMO_VERSIONS]
-           + [f"flashinfer-{v}.json" for v in FLASHINFER_VERSIONS])
+           + [f"flashinfer-{v}.json" for v in FLASHINFER_VERSIONS] + ["sglang-0.5.21.json"])
 
 
 def test_the_shipped_catalogs_are_these() -> None:

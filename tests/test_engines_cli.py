@@ -103,7 +103,7 @@ def test_add_refuses_what_it_cannot_add_in_one_line(tmp_path: Path, built: dict[
         (("engines", "add", "vllm==9.9.9", "--from", str(built["vllm"]), "--catalog", str(tmp_path)),
          "error: vllm-9.0.0.tar.gz is vllm 9.0.0, not vllm 9.9.9"),
         (("engines", "add", "torch==2.14.0", "--catalog", str(tmp_path)),
-         "error: 'torch==2.14.0': stackpin catalogs vllm==X, ai-dynamo==X, flashinfer-python==X"),
+         "error: 'torch==2.14.0': stackpin catalogs vllm==X, ai-dynamo==X, flashinfer-python==X, sglang==X"),
         (("engines", "add", "vllm>=0.33", "--catalog", str(tmp_path)),
          "error: 'vllm>=0.33': expected NAME==VERSION, e.g. vllm==0.33.0"),
         (("engines", "add", "--from", str(built["vllm"])),
@@ -111,7 +111,7 @@ def test_add_refuses_what_it_cannot_add_in_one_line(tmp_path: Path, built: dict[
         (("engines", "add", "--from", str(tmp_path / "missing.whl"), "--catalog", str(tmp_path)),
          f"error: {tmp_path / 'missing.whl'}: no such file"),
         (("engines", "add", "--catalog", str(tmp_path)),
-         "error: name a release (vllm==X, ai-dynamo==X, flashinfer-python==X) or give --from FILE"),
+         "error: name a release (vllm==X, ai-dynamo==X, flashinfer-python==X, sglang==X) or give --from FILE"),
     ]
     for args, line in cases:
         result = invoke(*args)
@@ -298,4 +298,4 @@ def test_a_broken_site_catalog_is_one_line_naming_the_file(tmp_path: Path) -> No
     result = invoke("validate", profile, site=site)
     assert (result.exit_code, result.stderr) == (
         2, f"error: {site / 'engines' / 'vllm-0.31.0.json'}:{row}:{col}: options.--x.type: must be one of 'bool', "
-           "'int', 'float', 'str', 'json', 'list', 'bool_or_str', 'json_or_str', got 'integer'\n")
+           "'int', 'float', 'str', 'json', 'list', 'bool_or_str', 'json_or_str', 'json_list', got 'integer'\n")
