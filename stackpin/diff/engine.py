@@ -43,6 +43,13 @@ def pins_of(lock: StackLock) -> dict[str, Any]:
     return {k: _without(v, _DERIVED) for k, v in data.items() if k != "engines"}
 
 
+def _compared(profile: StackProfile) -> dict[str, Any]:
+    """The profile as locked, with the engine named even where it is the default (a lock leaves it out)."""
+    data = effective_profile(profile)
+    data["spec"] = {"engine": profile.spec.engine.value, **data["spec"]}
+    return data
+
+
 def _acknowledged(profile: StackProfile) -> dict[str, Any]:
     """spec.acknowledge, which the effective profile leaves out (it changes nothing that runs)."""
     return {"acknowledge": [{key: value for key, value in ack.to_data().items() if value is not None}
@@ -77,7 +84,7 @@ def diff_stacks(a: Stack, b: Stack, *, manifests: ManifestDiff | None = None,
     catalog = catalog or load_catalog()
     side_a = Side(a.profile, a.lock, topology_of(a.profile, catalog))
     side_b = Side(b.profile, b.lock, topology_of(b.profile, catalog))
-    raw = list(walk(effective_profile(a.profile), effective_profile(b.profile)))
+    raw = list(walk(*(_compared(side.profile) for side in (a, b))))
     if a.lock is None and b.lock is None:  # a lock does not carry spec.acknowledge: compared between profiles
         raw += list(walk(_acknowledged(a.profile), _acknowledged(b.profile), ("spec",)))
     pins_compared = a.lock is not None and b.lock is not None
