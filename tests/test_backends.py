@@ -104,11 +104,21 @@ def test_an_sglang_worker_runs_dynamo_sglang_with_sglangs_own_spellings() -> Non
     spec = argv[argv.index("--speculative-algorithm"):]
     assert spec[:8] == ["--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
                         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+    # DSpark (the one method SGLang serves V4.1 with): a block of gamma drafts, gamma + 1 verified.
+    dspark = sglang_doc()
+    mutate(dspark, "spec.speculative", {"method": "DSPARK", "numSpeculativeTokens": 5})
+    profile = StackProfile.from_data(dspark)
+    argv = args.worker_args(profile, pool.role, pool.spec, model_revision="c" * 40)
+    spec = argv[argv.index("--speculative-algorithm"):]
+    assert spec[:6] == ["--speculative-algorithm", "DSPARK", "--speculative-dspark-block-size", "5",
+                        "--speculative-num-draft-tokens", "6"]
     assert "--disable-flashinfer-autotune" in argv and "--compilation-config" not in argv
 
 
 def test_wide_ep_on_sglang_keeps_the_gpu_count_with_dp_attention() -> None:
-    profile = StackProfile.from_data(sglang_doc("gb300-disagg-wide-ep"))
+    doc = sglang_doc("gb300-disagg-wide-ep")
+    mutate(doc, "spec.speculative", {"method": "DSPARK", "numSpeculativeTokens": 5})
+    profile = StackProfile.from_data(doc)
     for pool in topology_of(profile).pools:
         argv = args.worker_args(profile, pool.role, pool.spec, model_revision="r")
         tp, dp = pool.spec.tensor_parallel, pool.spec.data_parallel
@@ -117,7 +127,7 @@ def test_wide_ep_on_sglang_keeps_the_gpu_count_with_dp_attention() -> None:
         if pool.spec.expert_parallel and dp > 1:
             # SGLang's DP attention runs inside one TP group: tp_size is the pool's GPUs per replica.
             assert argv[argv.index("--tp-size") + 1] == str(tp * dp) == argv[argv.index("--ep-size") + 1]
-            assert "--enable-dp-attention" in argv
+            assert "--enable-dp-attention" in argv and "--enable-dp-lm-head" in argv  # DSpark with DP attention
 
 
 def test_what_sglang_cannot_be_given_is_said_not_dropped() -> None:

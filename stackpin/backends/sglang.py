@@ -47,6 +47,8 @@ MODELLED: dict[str, str] = {
     "--speculative-algorithm": "spec.speculative",
     "--speculative-num-steps": "spec.speculative.numSpeculativeTokens",
     "--speculative-eagle-topk": "spec.speculative",
+    "--speculative-dspark-block-size": "spec.speculative.numSpeculativeTokens",
+    "--enable-dp-lm-head": "spec.speculative",
     "--speculative-num-draft-tokens": "spec.speculative.numSpeculativeTokens",
     "--speculative-draft-model-path": "spec.speculative.draftModel",
     "--speculative-draft-model-revision": "spec.speculative.draftRevision",
@@ -185,11 +187,20 @@ class Sglang:
             flags.append(("--cuda-graph-max-bs-decode", str(graphs.max_capture_size)))
         speculative = profile.speculative_for(pool)
         if speculative.enabled and speculative.method is not None:
-            # Chain drafting (top-k 1): SGLang sets num_draft_tokens to num_steps + 1 itself
-            # (arg_groups/speculative_hook.py:1143-1154); stating it keeps the argv what runs.
             steps = speculative.num_speculative_tokens or 1
-            flags += [("--speculative-algorithm", speculative.method), ("--speculative-num-steps", str(steps)),
-                      ("--speculative-eagle-topk", "1"), ("--speculative-num-draft-tokens", str(steps + 1))]
+            flags.append(("--speculative-algorithm", speculative.method))
+            if speculative.method.upper() == "DSPARK":
+                # DSpark drafts a block of gamma tokens and verifies gamma + 1 (speculative_hook.py:700-742);
+                # with DP attention it needs the DP LM head (speculative_hook.py:589-593).
+                flags += [("--speculative-dspark-block-size", str(steps)),
+                          ("--speculative-num-draft-tokens", str(steps + 1))]
+                if ("--enable-dp-attention", None) in flags:
+                    flags.append(("--enable-dp-lm-head", None))
+            else:
+                # Chain drafting (top-k 1): SGLang sets num_draft_tokens to num_steps + 1 itself
+                # (arg_groups/speculative_hook.py:1143-1154); stating it keeps the argv what runs.
+                flags += [("--speculative-num-steps", str(steps)), ("--speculative-eagle-topk", "1"),
+                          ("--speculative-num-draft-tokens", str(steps + 1))]
             if speculative.draft_model:
                 flags.append(("--speculative-draft-model-path", speculative.draft_model))
                 if speculative.draft_revision:
