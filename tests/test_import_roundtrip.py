@@ -221,9 +221,9 @@ def test_every_difference_is_in_the_report_and_on_stderr(path: Path, tmp_path: P
     assert data["unexplained"] == 0 and len(data["items"]) == len(trip.items)
 
 
-def test_all_21_upstream_dgds_are_here() -> None:
+def test_all_23_upstream_dgds_are_here() -> None:
     wheel = [p for p in DGDS if p.stem.startswith("ai-dynamo-1.6.1_")]
-    assert len(DGDS) == 21 and len(wheel) == 10
+    assert len(DGDS) == 23 and len(wheel) == 12
 
 
 def test_a_v1beta1_recipe_pinned_to_1_3_1_renders_v1alpha1_and_says_so(tmp_path: Path) -> None:

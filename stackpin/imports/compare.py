@@ -20,7 +20,7 @@ from stackpin.imports.dgd import Component, Dgd
 from stackpin.jsonio import canonical_json
 
 SWITCH = "(switch)"
-WORKER_MODULES = ("dynamo.vllm",)
+WORKER_MODULES = ("dynamo.vllm", "dynamo.sglang")  # the serving engines' workers (stackpin.backends)
 FRONTEND_MODULE = "dynamo.frontend"
 
 

@@ -96,6 +96,7 @@ class Dgd:
     source: str  # the file it came from, as given
     components: tuple[Component, ...]
     compute_domains: tuple[str, ...] = ()  # ComputeDomains in the same input (their channel templates)
+    backend_framework: str | None = None  # spec.backendFramework as written (vllm, sglang, trtllm), if any
 
 
 # --- field access: every wrong shape is one line naming where ------------------------------------
@@ -414,8 +415,10 @@ def dgd_from_object(obj: Mapping[str, Any], source: str, others: Sequence[Mappin
     else:
         raise DgdError(f"{name}: apiVersion {clip(api, 60)!r} is not a DynamoGraphDeployment version stackpin reads "
                        "(nvidia.com/v1alpha1, nvidia.com/v1beta1)")
+    framework = spec.get("backendFramework")
     return Dgd(name=name, api_version=api, source=source, components=tuple(components),
-               compute_domains=tuple(domains))
+               compute_domains=tuple(domains),
+               backend_framework=_text(framework, f"{name}: spec.backendFramework") if framework is not None else None)
 
 
 def dgds_in(objects: Sequence[tuple[Mapping[str, Any], str]]) -> tuple[Dgd, ...]:

@@ -321,8 +321,12 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
                           "stackpin runs one pool per role: not carried over"))
     workers = {r: c for r, c in by_role.items() if r != "frontend"}
     if not workers:
-        raise ImportError_(f"{dgd.name}: no vLLM worker (python3 -m dynamo.vllm) found")
+        raise ImportError_(f"{dgd.name}: no engine worker (python3 -m dynamo.vllm or dynamo.sglang) found")
     main = workers.get("decode") or workers.get("worker") or next(iter(workers.values()))
+    engine = _engine_name(dgd, main)
+    if engine == "sglang":
+        return _import_sglang(dgd, by_role, workers, main, platform=platform, dynamo=dynamo, catalog=catalog,
+                              notes=notes)
     main_opts = options(main.entry.argv) if main.entry else {}
     if "--model" not in main_opts:
         raise ImportError_(f"{dgd.name}: {main.name} names no --model")
@@ -367,19 +371,7 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
                               ("" if has else "; this worker published none and will publish them")))
     disaggregated = "prefill" in workers
     transfer = _transfer(workers, main, disaggregated, notes)
-    frontend = by_role.get("frontend")
-    fe_opts = options(frontend.entry.argv) if frontend and frontend.entry else {}
-    fe_env = frontend.env_values() if frontend else {}
-    router = fe_opts.get("--router-mode") or fe_env.get("DYN_ROUTER_MODE") or "round-robin"
-    placement: dict[str, Any] = {"mode": "disaggregated" if disaggregated else "colocated", "router": router}
-    # The DGD's request migration as it runs: its flag, DYN_MIGRATION_LIMIT, or Dynamo's default 0 (off).
-    migration = str(fe_opts.get("--migration-limit") or fe_env.get("DYN_MIGRATION_LIMIT") or "0")
-    if migration.isdigit():
-        placement["migrationLimit"] = int(migration)
-    else:
-        notes.append(Note(frontend.name if frontend else "frontend", "--migration-limit",
-                          f"{migration!r} is not a count; Dynamo's default 0 (no migration) carried over"))
-        placement["migrationLimit"] = 0
+    frontend, fe_opts, placement = _frontend_placement(by_role, disaggregated, notes)
     if transfer.get("kv_connector"):
         placement["kvConnector"] = transfer["kv_connector"]
     pools = {}
@@ -393,6 +385,34 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
                                       f"{main_opts.get(option)!r}; stackpin sets it once per stack: {main.name}'s"))
     placement["pools"] = pools
     spec["placement"] = placement
+    return _finish(dgd, spec, workers, main, frontend, fe_opts, catalog, notes)
+
+
+def _frontend_placement(by_role: dict[str, Component], disaggregated: bool,
+                        notes: list[Note]) -> tuple[Component | None, dict[str, str], dict[str, Any]]:
+    """The frontend, its options, and spec.placement's router and migration as the DGD runs them."""
+    frontend = by_role.get("frontend")
+    fe_opts = options(frontend.entry.argv) if frontend and frontend.entry else {}
+    fe_env = frontend.env_values() if frontend else {}
+    router = fe_opts.get("--router-mode") or fe_env.get("DYN_ROUTER_MODE") or "round-robin"
+    placement: dict[str, Any] = {"mode": "disaggregated" if disaggregated else "colocated", "router": router}
+    # The DGD's request migration as it runs: its flag, DYN_MIGRATION_LIMIT, or Dynamo's default 0 (off).
+    migration = str(fe_opts.get("--migration-limit") or fe_env.get("DYN_MIGRATION_LIMIT") or "0")
+    if migration.isdigit():
+        placement["migrationLimit"] = int(migration)
+    else:
+        notes.append(Note(frontend.name if frontend else "frontend", "--migration-limit",
+                          f"{migration!r} is not a count; Dynamo's default 0 (no migration) carried over"))
+        placement["migrationLimit"] = 0
+    return frontend, fe_opts, placement
+
+
+def _finish(dgd: Dgd, spec: dict[str, Any], workers: dict[str, Component], main: Component,
+            frontend: Component | None, fe_opts: dict[str, str], catalog: Catalog, notes: list[Note]) -> Imported:
+    """What every engine's import shares after the pools: frontend args, env, model store, pod overrides."""
+    placement = spec["placement"]
+    versions = spec["versions"]
+    disaggregated = "prefill" in workers
     for comp in [*(c for _, c in sorted(workers.items())), *([frontend] if frontend else [])]:
         _launch_script(comp, notes)
     per_unit = catalog.platforms[spec["target"]["platform"]]
@@ -452,3 +472,135 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
     profile = {"apiVersion": "stackpin.dev/v1", "kind": "StackProfile",
                "metadata": {"name": name, "deployment": name}, "spec": spec}
     return Imported(profile, tuple(notes))
+
+
+def _engine_name(dgd: Dgd, main: Component) -> str:
+    """The stack's serving engine: the module its main worker runs (`dynamo.sglang` -> sglang), else the DGD's
+    spec.backendFramework, else vLLM (stackpin's default)."""
+    from stackpin.backends import names
+
+    module = main.entry.module if main.entry else ""
+    for name in names():
+        if module == f"dynamo.{name}":
+            return name
+    framework = (dgd.backend_framework or "").lower()
+    return framework if framework in names() else "vllm"
+
+
+def _sglang_versions(image: str | None, given: str | None, catalog: Catalog, notes: list[Note]) -> dict[str, Any]:
+    base = _versions(image, given, catalog, notes)
+    pin = catalog.versions.dynamo[base["dynamo"]]
+    if pin.sglang is None or pin.sglang not in catalog.versions.sglang:
+        raise ImportError_(f"Dynamo {base['dynamo']}'s sglang extra pins no SGLang release stackpin knows; "
+                           "pass --dynamo with one that does")
+    return {"dynamo": base["dynamo"], "sglang": pin.sglang,
+            "flashinfer": catalog.versions.sglang[pin.sglang].flashinfer,
+            "nixl": pin.sglang_nixl or pin.nixl,
+            "runtimeImage": image or f"nvcr.io/nvidia/ai-dynamo/sglang-runtime:{base['dynamo']}"}
+
+
+def _import_sglang(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, Component], main: Component, *,
+                   platform: str | None, dynamo: str | None, catalog: Catalog, notes: list[Note]) -> Imported:
+    """An SGLang stack: each worker's flags mapped back through SGLang's own modelled table (the one render
+    writes through); what the table does not model goes to the pool's engineArgs / dynamoArgs."""
+    from stackpin.backends import engine
+    from stackpin.backends.sglang import TRANSFER_BACKENDS
+    from stackpin.imports.modelled import map_flags, put, resolve
+
+    sglang = engine("sglang")
+    versions = _sglang_versions(main.image, dynamo, catalog, notes)
+    flags, dyn = sglang.flag_catalog(versions["sglang"]), dynamo_catalog(versions["dynamo"], "worker_sglang")
+
+    def opts_of(comp: Component) -> dict[str, str]:
+        raw = options(comp.entry.argv) if comp.entry else {}
+        return {resolve(option, (dyn, flags)): value for option, value in raw.items()}
+
+    for comp in workers.values():
+        for written in sorted(options(comp.entry.argv) if comp.entry else {}):
+            canonical = resolve(written, (dyn, flags))
+            if canonical != written:
+                notes.append(Note(comp.name, written, f"written as {canonical}, the option it reaches in the "
+                                  "worker's parser"))
+                notes.append(Note(comp.name, canonical, f"the DGD's {written}, in its own spelling"))
+
+    main_opts = opts_of(main)
+    if "--model-path" not in main_opts:
+        raise ImportError_(f"{dgd.name}: {main.name} names no --model-path")
+    mapped = {role: map_flags(opts_of(comp), sglang.modelled) for role, comp in workers.items()}
+    stack = mapped[next(r for r, c in workers.items() if c is main)].stack
+    spec: dict[str, Any] = {"engine": "sglang"}
+    model_id = str(stack.pop("spec.model.id"))
+    found = catalog.model_for(model_id)
+    model: dict[str, Any] = {"id": model_id}
+    if "spec.model.revision" in stack:
+        model["revision"] = str(stack.pop("spec.model.revision"))
+    if found:
+        facts = found[1]
+        model["weights"] = "fp8-fp4" if (facts.precision.dense, facts.precision.routed_experts) == ("fp8", "fp4") \
+            else facts.precision.dense
+    else:
+        model["weights"] = "bf16"
+        notes.append(Note("stack", "model.weights", f"{model_id} is not in stackpin's model catalog: weights "
+                          "assumed bf16 and validate checks none of its facts"))
+    if "spec.model.maxModelLen" not in stack:
+        stack["spec.model.maxModelLen"] = found[1].max_context if found else 32768
+        notes.append(Note(main.name, "--context-length", "not set (SGLang takes the model's own); the profile "
+                          f"states {stack['spec.model.maxModelLen']}"
+                          f"{' (the catalog maximum)' if found else ' (a placeholder: set it)'}"))
+    spec["model"] = model
+    spec["target"] = {"platform": _platform(main, platform, catalog)}
+    spec["versions"] = versions
+    events = any("--kv-events-config" in opts_of(c) for c in workers.values())
+    spec["kvCache"] = {"events": events}
+    spec["kernels"] = {}
+    spec["autotune"] = {"mode": "tune"}
+    for path, value in sorted(stack.items()):
+        put(spec, path, value)
+    disaggregated = "prefill" in workers
+    frontend, fe_opts, placement = _frontend_placement(by_role, disaggregated, notes)
+    backends = {str(b) for c in workers.values() if (b := opts_of(c).get("--disaggregation-transfer-backend"))}
+    if disaggregated and backends:
+        backend = sorted(backends)[0]
+        inverse = {v: k for k, v in TRANSFER_BACKENDS.items()}
+        placement["kvConnector"] = inverse.get(backend, backend)
+        if len(backends) > 1:
+            notes.append(Note("stack", "--disaggregation-transfer-backend", f"workers differ ({sorted(backends)}); "
+                              f"stackpin runs one per stack: {backend}"))
+    pools: dict[str, Any] = {}
+    for role, comp in sorted(workers.items()):
+        m = mapped[role]
+        pool: dict[str, Any] = {"replicas": comp.replicas, **m.pool}
+        if pool.get("expertParallel") and "--enable-dp-attention" in opts_of(comp):
+            # render writes --tp-size tp*dp under DP attention (stackpin.backends.sglang): read it back
+            pool["tensorParallel"] = int(pool.get("tensorParallel", 1)) // max(int(pool.get("dataParallel", 1)), 1)
+        if comp.node_count > 1:
+            pool["nodesPerReplica"] = comp.node_count
+        engine_args: dict[str, Any] = {}
+        dynamo_args: dict[str, Any] = {}
+        for option, value in m.rest.items():
+            dynamo_only = dyn is not None and dyn.accepts(option) and not (flags and flags.accepts(option))
+            (dynamo_args if dynamo_only else engine_args)[option] = _engine_value(value)
+        if engine_args:
+            pool["engineArgs"] = engine_args
+        if dynamo_args:
+            pool["dynamoArgs"] = dynamo_args
+        for option, value in m.unmapped.items():
+            notes.append(Note(comp.name, option, f"{value!r}: stackpin renders it from its profile fields and "
+                              "cannot read this value back; not carried over"))
+        if comp is not main:
+            for path in sorted(set(m.stack) | set(stack)):
+                if path in ("spec.model.id", "spec.model.maxModelLen") and path not in m.stack:
+                    continue
+                if m.stack.get(path) != stack.get(path) and not (path == "spec.model.id"
+                                                                   and m.stack.get(path) == model_id):
+                    notes.append(Note(comp.name, path, f"{m.stack.get(path)!r} differs from {main.name}'s "
+                                      f"{stack.get(path)!r}; stackpin sets it once per stack: {main.name}'s"))
+        tp, dp, pp = (int(pool.get(k, 1)) for k in ("tensorParallel", "dataParallel", "pipelineParallel"))
+        expected = tp * dp * pp // comp.node_count
+        if comp.gpus and comp.gpus != expected:
+            notes.append(Note(role, "resources", f"{comp.gpus} GPUs per pod, but TP x DP x PP / nodes = {expected}; "
+                              "stackpin requests what the parallel sizes need"))
+        pools[role] = pool
+    placement["pools"] = pools
+    spec["placement"] = placement
+    return _finish(dgd, spec, workers, main, frontend, fe_opts, catalog, notes)

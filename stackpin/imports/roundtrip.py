@@ -48,6 +48,11 @@ STATED = {
     "flag --kv-transfer-config.kv_connector": "the stack's connector, stated on every pool of a disaggregated stack",
     "flag --kv-transfer-config.kv_role": "kv_both, stated on every pool of a disaggregated stack",
     "flag --compilation-config.max_cudagraph_capture_size": "the same setting as --max-cudagraph-capture-size",
+    "flag --dp-size": "SGLang's default 1, stated",
+    "flag --pp-size": "SGLang's default 1, stated",
+    "flag --tp-size": "SGLang's default 1, stated",
+    "flag --mem-fraction-static": "stackpin's pool gpuMemoryUtilization default 0.9, stated (SGLang sizes its "
+                                  "static memory itself when the flag is unset)",
 }
 # What render writes in another form than the DGD did (any difference of these items).
 REWRITTEN = {
