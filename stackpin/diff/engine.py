@@ -84,7 +84,7 @@ def diff_stacks(a: Stack, b: Stack, *, manifests: ManifestDiff | None = None,
     catalog = catalog or load_catalog()
     side_a = Side(a.profile, a.lock, topology_of(a.profile, catalog))
     side_b = Side(b.profile, b.lock, topology_of(b.profile, catalog))
-    raw = list(walk(*(_compared(side.profile) for side in (a, b))))
+    raw = list(walk(_compared(a.profile), _compared(b.profile)))
     if a.lock is None and b.lock is None:  # a lock does not carry spec.acknowledge: compared between profiles
         raw += list(walk(_acknowledged(a.profile), _acknowledged(b.profile), ("spec",)))
     pins_compared = a.lock is not None and b.lock is not None
