@@ -67,7 +67,8 @@ def anchored(pattern: str) -> str:
 
 class Invalid(ValueError):
     """Raised by a record's `__post_init__`: `field` (its Python name) holds a value the type allows but
-    the rule does not. The error is reported at that field."""
+    the rule does not. The error is reported at that field. A pydantic record (stackpin/models.py) raises
+    it from a model validator, and may name a field below its own, dotted (`waves.canary`)."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
@@ -140,6 +141,18 @@ def _kind(name: str) -> str:
     return " or ".join(_TYPES.get(part, part) for part in name.split(" | "))
 
 
+_NAMES = {int: "int", float: "float", str: "str", type(None): "null", dict: "object", list: "array"}
+
+
+def kind_of(value: Any) -> str:
+    """What a value is, in an error's words (`got a string`); true and false as the file spells them. For
+    the pydantic records' errors (stackpin/models.py), which name the value, not its type."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    name = _NAMES.get(type(value))
+    return _TYPES[name] if name else type(value).__name__
+
+
 def _message(root: Any, document: Any, path: FieldPath, message: str) -> str:
     """msgspec's wording in the user's terms (`Expected `int`, got `str`` -> `must be an integer, got a
     string`); an enum's error lists the values it takes."""
@@ -174,7 +187,7 @@ def _value_at(document: Any, path: FieldPath) -> Any:
     return node
 
 
-def _unknown_field(name: str, known: Iterable[str]) -> str:
+def unknown_field(name: str, known: Iterable[str]) -> str:
     """The message for a key no field of its record has, naming the closest one."""
     import difflib  # the error path only
 
@@ -197,7 +210,7 @@ def _one(exc: msgspec.ValidationError, root: Any, document: Any) -> tuple[FieldP
         name = unknown.group("name")
         owner = _type_at(root, path)
         known = fields(owner) if isinstance(owner, type) and issubclass(owner, msgspec.Struct) else {}
-        return (*path, name), _unknown_field(name, known)
+        return (*path, name), unknown_field(name, known)
     if missing := _MISSING.match(message):
         return (*path, missing.group("name")), "required field is missing"
     return path, _message(root, document, path, message)
@@ -218,7 +231,7 @@ def _errors(data: Any, declared: Any, dec_hook: DecHook | None,
         for key, value in data.items():
             if key not in names:
                 found = True
-                yield (*path, key), _unknown_field(str(key), names)
+                yield (*path, key), unknown_field(str(key), names)
                 continue
             for problem in _errors(value, hints[names[key]], dec_hook, (*path, key)):
                 found = True
