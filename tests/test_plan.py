@@ -259,13 +259,16 @@ def test_the_chart_is_a_deterministic_png(tmp_path: Path) -> None:
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
     broken = tmp_path / "broken.json"
     broken.write_text('{"kind": "BenchResult", "version": 1}\n')
-    for args, expected in [
-        (["--agents", "10", "--slo", "tps=80,ttft=10s", str(broken)], f"error: {broken}: stack: Field required"),
-        (["--agents", "0", "--slo", "tps=80,ttft=10s", write(tmp_path, "a", benchdata.launch())], "must be positive"),
-        (["--agents", "10", "--slo", "tps=80", str(broken)], "both tps= and ttft= are needed"),
+    for args, expected, lines in [
+        # Every missing field of the result, one line each at file:line:col (as a profile's errors).
+        (["--agents", "10", "--slo", "tps=80,ttft=10s", str(broken)],
+         f"error: {broken}:1:1: stack: required field is missing", 8),
+        (["--agents", "0", "--slo", "tps=80,ttft=10s", write(tmp_path, "a", benchdata.launch())],
+         "must be positive", 1),
+        (["--agents", "10", "--slo", "tps=80", str(broken)], "both tps= and ttft= are needed", 1),
     ]:
         result = invoke("plan", *args)
-        assert result.exit_code == 2 and len(result.stderr.splitlines()) == 1, result.output
+        assert result.exit_code == 2 and len(result.stderr.splitlines()) == lines, result.output
         assert expected in result.stderr
 
 

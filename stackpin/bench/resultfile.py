@@ -3,44 +3,35 @@ against the request log it summarises (stackpin.bench.stats), so an edited numbe
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pydantic import ValidationError
-
-import stackpin.jsonio as jsonio
 from stackpin.bench.result import BenchResult
 from stackpin.bench.stats import inconsistency
-from stackpin.errors import InputError, Location, Problem, StackpinError
+from stackpin.errors import InputError, Problem, StackpinError
+from stackpin.models import load_model, parse_json
 from stackpin.yamlio import read_regular
 
 MAX_RESULT_BYTES = 256 * 1024 * 1024  # a run's request log; far above any real one
 
 
 def read_result(path: Path) -> BenchResult:
-    """Read a result file; a malformed one is one located problem (exit 2) naming the file and field."""
+    """Read a result file; a malformed one is every problem of it, each at its line and column (exit 2)."""
     def no_constant(name: str) -> None:
         raise ValueError(f"{name} is not a number a result can hold")
 
     try:
-        data = jsonio.loads(read_regular(path, MAX_RESULT_BYTES).decode("utf-8"), parse_constant=no_constant)
+        text = read_regular(path, MAX_RESULT_BYTES).decode("utf-8")
     except OSError as exc:
         raise StackpinError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise StackpinError(f"{path}: cannot read: {exc}") from None
-    except json.JSONDecodeError as exc:
-        raise InputError([Problem(Location(str(path), exc.lineno, exc.colno), "", f"not JSON: {exc.msg}")]) from None
-    except ValueError as exc:  # NestingError, or a constant or an integer json does not convert
-        raise InputError([Problem(Location(str(path)), "", str(exc))]) from None
-    try:
-        result = BenchResult.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise InputError([Problem(Location(str(path)), where, first["msg"])]) from None
+    data, locate = parse_json(text, str(path), parse_constant=no_constant)
+    result = load_model(data, BenchResult, locate)
     found = inconsistency(result)
     if found is not None:
-        raise InputError([Problem(Location(str(path)), *found)])
+        where, message = found
+        steps = tuple(int(s) if s.isdigit() else s for s in where.split("."))
+        raise InputError([Problem(locate(steps), where, message)])
     return result
 
 

@@ -14,16 +14,16 @@ between the previous turn's answer and this turn.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt
+from pydantic import Field, NonNegativeInt, PositiveInt
+
+from stackpin.models import Model
 
 BLOCK_TOKENS = 512
 """Tokens per `hash_ids` block (AIPerf's and Mooncake's default block size)."""
 
 
-class TraceTurn(BaseModel):
+class TraceTurn(Model):
     """One request of an agent session."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
     session_id: str = Field(min_length=1)
     input_length: NonNegativeInt = Field(description="New prompt tokens this turn (the context grows by it).")
