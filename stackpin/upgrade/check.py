@@ -25,10 +25,10 @@ from stackpin.catalog.search import profile_catalogs
 from stackpin.engines.index import PackageIndex
 from stackpin.engines.pins import exact
 from stackpin.errors import StackpinError
+from stackpin.models import CamelModel  # the records' shape: frozen, camelCase keys
 from stackpin.profile.loader import LoadedProfile, load_profiles
 from stackpin.upgrade.feeds import FeedListing
 from stackpin.upgrade.installable import MissingPin, missing_pins
-from stackpin.upgrade.model import _Model  # the records' shape: frozen, camelCase keys
 
 DYNAMO, VLLM, SGLANG, FLASHINFER, NIXL = "ai-dynamo", "vllm", "sglang", "flashinfer-python", "nixl"
 ENGINES = {VLLM: "vllm", FLASHINFER: "flashinfer", NIXL: "nixl"}  # project -> spec.versions field
@@ -54,7 +54,7 @@ def dynamo_pins(requires: tuple[str, ...], engine: str = "vllm") -> tuple[str | 
     return exact(requires, _project(engine), engine), exact(requires, NIXL, engine)
 
 
-class Pins(_Model):
+class Pins(CamelModel):
     """A Dynamo release and what it brings; None where the release's metadata pins nothing."""
 
     dynamo: str
@@ -72,14 +72,14 @@ class Pins(_Model):
         return data
 
 
-class Found(_Model):
+class Found(CamelModel):
     """Where a release was found: `index` (its URL), or a feed (its release page or image reference)."""
 
     feed: str  # "index", github:OWNER/REPO, registry:HOST/REPOSITORY
     url: str | None
 
 
-class Candidate(_Model):
+class Candidate(CamelModel):
     """A newer Dynamo release, wherever it was found, and whether the index can install it."""
 
     dynamo: str
@@ -99,7 +99,7 @@ class Candidate(_Model):
         return self.pins is not None and not self.missing
 
 
-class ProfileCheck(_Model):
+class ProfileCheck(CamelModel):
     profile: str  # the file, as given
     stack: str  # metadata.name
     current: Pins

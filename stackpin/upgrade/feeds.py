@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from packaging.version import InvalidVersion, Version
 
 from stackpin.errors import ResolveError, StackpinError, clip
-from stackpin.upgrade.model import _Model  # the records' shape: frozen, camelCase keys
+from stackpin.models import CamelModel  # the records' shape: frozen, camelCase keys
 
 KINDS = ("github", "registry")
 FEED_SECONDS = 120.0  # every feed together, all pages
@@ -58,14 +58,14 @@ def parse_feed(text: str) -> Feed:
                         "give github:OWNER/REPO (GitHub releases) or registry:HOST/REPOSITORY (container tags)")
 
 
-class FeedRelease(_Model):
+class FeedRelease(CamelModel):
     version: str  # PEP 440, normalized
     tag: str
     prerelease: bool
     url: str | None  # the release's page, or the image reference
 
 
-class FeedListing(_Model):
+class FeedListing(CamelModel):
     feed: str  # as given: github:OWNER/REPO, registry:HOST/REPOSITORY
     source: str  # what was read: the API URL of the releases, or the registry repository
     releases: list[FeedRelease]  # oldest first

@@ -16,10 +16,10 @@ from packaging.version import InvalidVersion, Version
 
 from stackpin.engines.index import PackageIndex
 from stackpin.engines.simple import release_of
-from stackpin.upgrade.model import _Model
+from stackpin.models import CamelModel  # the records' shape: frozen, camelCase keys
 
 
-class MissingPin(_Model):
+class MissingPin(CamelModel):
     requirement: str  # as pinned: flashinfer-python==0.7.3
     pinned_by: str  # the release that pins it: vllm 0.34.0
 

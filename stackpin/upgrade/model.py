@@ -13,8 +13,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict, JsonValue
-from pydantic.alias_generators import to_camel
+from pydantic import JsonValue
+
+from stackpin.models import CamelModel
 
 PROPOSAL_FILE = "proposal.json"
 PROPOSAL_MARKDOWN = "proposal.md"
@@ -22,11 +23,7 @@ TRIAL_FILE = "trial.json"
 PROPOSAL_API: Final = "stackpin.dev/v1alpha1"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
-
-
-class Versions(_Model):
+class Versions(CamelModel):
     """The engine pins of one stack (spec.versions)."""
 
     dynamo: str
@@ -36,7 +33,7 @@ class Versions(_Model):
     runtime_image: str
 
 
-class Rewrite(_Model):
+class Rewrite(CamelModel):
     """A flag the release renamed, rewritten in the candidate (engineArgs key or env var)."""
 
     path: str  # the candidate's field, dotted: spec.placement.pools.worker.engineArgs
@@ -45,7 +42,7 @@ class Rewrite(_Model):
     source: str  # how stackpin knows: the release's deprecation message, from its catalog
 
 
-class PinnedDefault(_Model):
+class PinnedDefault(CamelModel):
     """A default the release changes that the stack relied on, written out in the candidate."""
 
     path: str
@@ -55,7 +52,7 @@ class PinnedDefault(_Model):
     new_default: JsonValue
 
 
-class Blocker(_Model):
+class Blocker(CamelModel):
     """Something the proposal cannot translate: a person has to decide."""
 
     path: str
@@ -63,7 +60,7 @@ class Blocker(_Model):
     code: str | None = None  # the validation rule, when one found it
 
 
-class Finding(_Model):
+class Finding(CamelModel):
     """A `validate --upgrade-to` finding of the candidate that the current stack does not have."""
 
     code: str
@@ -73,7 +70,7 @@ class Finding(_Model):
     hint: str | None = None
 
 
-class Proposal(_Model):
+class Proposal(CamelModel):
     api_version: Literal["stackpin.dev/v1alpha1"] = PROPOSAL_API
     kind: Literal["UpgradeProposal"] = "UpgradeProposal"
     deployment: str  # the history key, NAMESPACE/NAME@PLATFORM
@@ -102,7 +99,7 @@ class Verdict(StrEnum):
     inconclusive = "inconclusive"  # the runs disagree too much to say
 
 
-class MetricVerdict(_Model):
+class MetricVerdict(CamelModel):
     name: str
     unit: str
     current: float | None
@@ -114,7 +111,7 @@ class MetricVerdict(_Model):
     why: str = ""  # what decided it, or what evidence it lacks (bench compare's words)
 
 
-class Trial(_Model):
+class Trial(CamelModel):
     api_version: Literal["stackpin.dev/v1alpha1"] = PROPOSAL_API
     kind: Literal["UpgradeTrial"] = "UpgradeTrial"
     proposal_sha256: str  # of proposal.json's bytes when the trial ran (hex, as sha256sum prints it)

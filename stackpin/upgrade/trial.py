@@ -16,16 +16,16 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-
-from pydantic import ValidationError
+from typing import TypeVar
 
 from stackpin.bench.compare import Comparison, compare, main_metric
 from stackpin.bench.compare import Verdict as Decision
 from stackpin.bench.controlled import BenchControls, bench_once
 from stackpin.bench.result import BenchResult, result_json
 from stackpin.deploy.source import StackSource
-from stackpin.errors import InputError, Location, Problem, StackpinError
+from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
+from stackpin.models import CamelModel, read_json_model
 from stackpin.upgrade.model import PROPOSAL_FILE, TRIAL_FILE, MetricVerdict, Proposal, Trial, Verdict
 from stackpin.upgrade.trialbed import Bed, SimBed, endpoints
 from stackpin.yamlio import MAX_INPUT_BYTES, read_regular, write_atomic
@@ -35,6 +35,7 @@ RESULTS_DIR = "results"
 # bench compare's verdicts, as a trial names them
 VERDICTS = {Decision.regression: Verdict.regression, Decision.improvement: Verdict.gain,
             Decision.no_change: Verdict.no_change, Decision.inconclusive: Verdict.inconclusive}
+M = TypeVar("M", bound=CamelModel)
 
 class TrialRefused(StackpinError):
     """The proposal cannot be trialled or promoted as it stands (blocked, edited, overtaken): exit 1."""
@@ -74,11 +75,7 @@ def read_proposal(directory: Path) -> tuple[Proposal, bytes]:
     except OSError as exc:
         raise StackpinError(f"{path}: cannot read: {exc.strerror or exc}", "give a proposal directory "
                             "(stackpin upgrade propose writes one) or its proposal.json") from None
-    try:
-        return Proposal.model_validate_json(raw), raw
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError([Problem(Location(str(path)), ".".join(str(p) for p in first["loc"]), first["msg"])]) from None
+    return _read_json(raw, Proposal, path), raw
 
 
 def sha256_hex(raw: bytes) -> str:
@@ -220,11 +217,16 @@ def read_trial(directory: Path) -> Trial:
         raise TrialRefused(f"{path}: no such file", "run stackpin upgrade trial first") from None
     except OSError as exc:  # a FIFO, a directory, too large: bad input (exit 2)
         raise StackpinError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return _read_json(raw, Trial, path)
+
+
+def _read_json(raw: bytes, model: type[M], path: Path) -> M:
+    """A proposal's or a trial's bytes as its record: every problem at its line and column (exit 2)."""
     try:
-        return Trial.model_validate_json(raw)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise InputError([Problem(Location(str(path)), ".".join(str(p) for p in first["loc"]), first["msg"])]) from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise StackpinError(f"{path}: cannot read: {exc}") from None
+    return read_json_model(text, model, str(path))
 
 
 def _headline(result: BenchResult) -> str:
