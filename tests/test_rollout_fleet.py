@@ -49,18 +49,21 @@ def test_the_waves_are_the_canary_then_batches_in_file_order(tmp_path: Path) -> 
 
 
 @pytest.mark.parametrize(("edit", "line", "field", "message"), [
-    (("batchSize: 2", "batchSize: 0"), 13, "spec.waves.batchSize", "Input should be greater than or equal to 1"),
-    (("canary: rack-a", "canary: rack-z"), 5, "spec",
+    (("batchSize: 2", "batchSize: 0"), 13, "spec.waves.batchSize", "must be an integer >= 1"),
+    (("canary: rack-a", "canary: rack-z"), 12, "spec.waves.canary",
      "waves.canary 'rack-z' is not one of the racks (rack-a, rack-b, rack-c, rack-d)"),
-    (("name: rack-b,", "name: rack-a,"), 5, "spec", "rack 'rack-a' is named twice: rack names are unique in a fleet"),
+    (("name: rack-b,", "name: rack-a,"), 8, "spec.racks.1.name",
+     "rack 'rack-a' is named twice: rack names are unique in a fleet"),
     (("soakSeconds: 60", "soakSecs: 60"), 15, "spec.gates.soakSecs", "unknown field (did you mean 'soakSeconds'?)"),
     (("threshold: 5%", "threshold: lots"), 16, "spec.gates.bench.threshold",
      "threshold 'lots': give a fraction (0.05) or a percentage (5%)"),
-    ((', endpoint: "http://rack-a:8000"', ""), 5, "spec",
+    ((', endpoint: "http://rack-a:8000"', ""), 7, "spec.racks.0.endpoint",
      "the bench gate measures the canary: rack 'rack-a' needs an endpoint"),
     (('endpoint: "http://rack-a:8000"', "endpoint: rack-a"), 7, "spec.racks.0.endpoint",
      "endpoint 'rack-a': give an http(s) URL"),
-    (("name: rack-b,", "name: Rack_B,"), 8, "spec.racks.1.name", "String should match pattern"),
+    (("name: rack-b,", "name: Rack_B,"), 8, "spec.racks.1.name", "must match the pattern ^[a-z0-9]"),
+    (("runs: 3", "runs: three"), 16, "spec.gates.bench.runs", "must be an integer, got a string"),
+    (("kind: Fleet", "kind: Fleat"), 2, "kind", "must be one of 'Fleet', got 'Fleat'"),
 ])
 def test_bad_input_names_the_line_and_field(tmp_path: Path, edit: tuple[str, str], line: int, field: str,
                                             message: str) -> None:
@@ -68,9 +71,32 @@ def test_bad_input_names_the_line_and_field(tmp_path: Path, edit: tuple[str, str
     path = write(tmp_path, FLEET.replace(*edit))
     with pytest.raises(InputError) as caught:
         load_fleet(path)
-    problem = caught.value.problems[0]
+    [problem] = caught.value.problems
     assert (problem.location.file, problem.location.line, problem.field) == (str(path), line, field)
     assert problem.message.startswith(message)
+
+
+# Every problem of the file, each at its line and column, in file order and a profile's words.
+BROKEN = (FLEET.replace("canary: rack-a", "canary: rack-z").replace("name: rack-c,", "name: rack-b,")
+          .replace("batchSize: 2", "batchSize: two").replace("soakSeconds: 60", "soakSecs: 60")
+          .replace("platform: gb300-nvl72}", "platfrom: gb300-nvl72}", 1))
+BROKEN_LINES = ["{path}:8:7: spec.racks.1.platform: required field is missing",
+                "{path}:8:22: spec.racks.1.platfrom: unknown field (did you mean 'platform'?)",
+                "{path}:13:5: spec.waves.batchSize: must be an integer, got a string",
+                "{path}:15:5: spec.gates.soakSecs: unknown field (did you mean 'soakSeconds'?)"]
+# The fleet's own rules (unique names, the canary one of the racks) once its fields are right.
+CROSSED = FLEET.replace("canary: rack-a", "canary: rack-z").replace("name: rack-c,", "name: rack-b,")
+CROSSED_LINES = ["{path}:9:8: spec.racks.2.name: rack 'rack-b' is named twice: rack names are unique in a fleet",
+                 "{path}:12:5: spec.waves.canary: waves.canary 'rack-z' is not one of the racks (rack-a, rack-b, "
+                 "rack-b, rack-d)"]
+
+
+@pytest.mark.parametrize(("text", "lines"), [(BROKEN, BROKEN_LINES), (CROSSED, CROSSED_LINES)])
+def test_every_error_of_a_fleet_at_its_line_and_column(tmp_path: Path, text: str, lines: list[str]) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(InputError) as caught:
+        load_fleet(path)
+    assert caught.value.lines() == [line.format(path=path) for line in lines]
 
 
 def test_a_fleet_error_is_one_line_and_exit_2_through_the_cli(tmp_path: Path) -> None:
@@ -86,4 +112,12 @@ def test_a_fleet_error_is_one_line_and_exit_2_through_the_cli(tmp_path: Path) ->
     assert result.exit_code == 2
     assert result.stderr.startswith(f"error: {path}:13:")
     assert "spec.waves.batchSize" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert not (tmp_path / "out").exists()
+    # All of them, one line each, no traceback.
+    path = write(tmp_path, BROKEN)
+    result = CliRunner().invoke(main, ["rollout", "gitops", str(path), "dynamo/dsv41-flash@gb300-nvl72@2",
+                                       "--output-dir", str(tmp_path / "out"), "--format", "flux", "--source", "s",
+                                       "--repo-path", "out"])
+    assert (result.exit_code, result.stdout) == (2, "")
+    assert result.stderr.splitlines() == [f"error: {line.format(path=path)}" for line in BROKEN_LINES]
     assert not (tmp_path / "out").exists()

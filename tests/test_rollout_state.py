@@ -99,7 +99,8 @@ def test_a_record_id_or_fleet_name_that_is_a_path_never_becomes_one(started: tup
             result = cli("rollout", command, "west", *dirs(root))
             assert result.exit_code == 2, result.output
             [line] = result.stderr.splitlines()
-            assert line.startswith(f"error: {store.path(rollout_id)}: not a rollout record (id: "), line
+            assert line.startswith(f"error: {store.path(rollout_id)}:"), line
+            assert line.endswith(": id: must match the pattern ^[0-9]{6}$"), line
     assert not list(root.rglob("x.yaml")) and not Path("/var/tmp/stackpin-evil-x.yaml").exists()
     with pytest.raises(StackpinError, match="not a rollout id"):
         store.path("../x")

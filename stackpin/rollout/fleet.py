@@ -34,18 +34,17 @@ error names the file, line and field.
 
 from __future__ import annotations
 
-import difflib
 import re
-from collections.abc import Callable
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic import Field, field_validator, model_validator
 
-from stackpin.errors import InputError, Location, Problem, StackpinError, clip
-from stackpin.yamlio import FieldPath, load_yaml
+from stackpin.errors import InputError, Problem, StackpinError
+from stackpin.models import CamelModel, Invalids, load_model
+from stackpin.records import Invalid
+from stackpin.yamlio import load_yaml
 
 FLEET_API = "stackpin.dev/v1alpha1"
 FLEET_KIND = "Fleet"
@@ -53,11 +52,7 @@ FLEET_KIND = "Fleet"
 Name = Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
-
-
-class RackGitOps(_Model):
+class RackGitOps(CamelModel):
     """Where GitOps mode (`stackpin rollout gitops`) sends the rack's directory. The kubeconfig above is
     stackpin's own way in; Argo CD and Flux each keep their own, so each is named here."""
 
@@ -69,7 +64,7 @@ class RackGitOps(_Model):
     kube_config_secret: Name | None = None
 
 
-class Rack(_Model):
+class Rack(CamelModel):
     name: Name
     kubeconfig: str | None = None  # relative to the fleet file; None: $KUBECONFIG, then ~/.kube/config
     context: str | None = None
@@ -87,16 +82,16 @@ class Rack(_Model):
         return value
 
 
-class Waves(_Model):
+class Waves(CamelModel):
     canary: Name | None = None  # None: the first rack
     batch_size: Annotated[int, Field(ge=1, le=1000)] = 1
 
 
-class ReadyGate(_Model):
+class ReadyGate(CamelModel):
     timeout_seconds: Annotated[float, Field(gt=0, le=86400)] = 1800.0
 
 
-class BenchGate(_Model):
+class BenchGate(CamelModel):
     trace: str  # relative to the fleet file
     runs: Annotated[int, Field(ge=1, le=20)] = 2
     threshold: str = "5%"
@@ -118,7 +113,7 @@ class BenchGate(_Model):
         return value
 
 
-class Gates(_Model):
+class Gates(CamelModel):
     ready: ReadyGate = ReadyGate()
     soak_seconds: Annotated[float, Field(ge=0, le=86400)] = 0.0
     bench: BenchGate | None = None  # None: no measurement, the canary passes on ready and soak alone
@@ -129,7 +124,7 @@ class OnFailure(StrEnum):
     pause = "pause"  # leave it as it is and wait for `rollout resume` or `rollout abort`
 
 
-class FleetSpec(_Model):
+class FleetSpec(CamelModel):
     racks: Annotated[list[Rack], Field(min_length=1, max_length=1000)]
     waves: Waves = Waves()
     gates: Gates = Gates()
@@ -137,15 +132,17 @@ class FleetSpec(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> FleetSpec:
-        names = [r.name for r in self.racks]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise ValueError(f"rack {twice[0]!r} is named twice: rack names are unique in a fleet")
+        names, problems = [r.name for r in self.racks], []
+        problems += [Invalid(f"racks.{i}.name", f"rack {n!r} is named twice: rack names are unique in a fleet")
+                     for i, n in enumerate(names) if n in names[:i]]
         if self.waves.canary is not None and self.waves.canary not in names:
-            raise ValueError(f"waves.canary {self.waves.canary!r} is not one of the racks ({', '.join(names)})")
-        canary = self.canary
-        if self.gates.bench is not None and canary.endpoint is None:
-            raise ValueError(f"the bench gate measures the canary: rack {canary.name!r} needs an endpoint")
+            problems.append(Invalid("waves.canary", f"waves.canary {self.waves.canary!r} is not one of the racks "
+                                    f"({', '.join(names)})"))
+        elif self.gates.bench is not None and self.canary.endpoint is None:
+            problems.append(Invalid(f"racks.{names.index(self.canary.name)}.endpoint", f"the bench gate measures "
+                                    f"the canary: rack {self.canary.name!r} needs an endpoint"))
+        if problems:
+            raise Invalids(problems)
         return self
 
     @property
@@ -160,11 +157,11 @@ class FleetSpec(_Model):
         return [[canary], *[rest[i:i + size] for i in range(0, len(rest), size)]]
 
 
-class FleetMetadata(_Model):
+class FleetMetadata(CamelModel):
     name: Name
 
 
-class Fleet(_Model):
+class Fleet(CamelModel):
     api_version: Literal["stackpin.dev/v1alpha1"]
     kind: Literal["Fleet"]
     metadata: FleetMetadata
@@ -182,64 +179,11 @@ class LoadedFleet:
         return given if given.is_absolute() else self.path.parent / given
 
 
-def _field_path(loc: tuple[Any, ...]) -> str:
-    return ".".join(str(p) for p in loc)
-
-
-def _known_fields(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
-    """The YAML keys allowed at `loc` (for 'did you mean' hints on unknown keys)."""
-    current: Any = model
-    for part in loc[:-1]:
-        if not (isinstance(current, type) and issubclass(current, BaseModel)):
-            return []
-        field = next((f for n, f in current.model_fields.items() if (f.alias or n) == part), None)
-        if field is None:
-            return []
-        current = _inner_model(field.annotation)
-    if isinstance(current, type) and issubclass(current, BaseModel):
-        return [f.alias or n for n, f in current.model_fields.items()]
-    return []
-
-
-def _inner_model(annotation: Any) -> Any:
-    for arg in getattr(annotation, "__args__", ()) or ():
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return annotation
-
-
-def validation_problems(exc: ValidationError, locate: Callable[[FieldPath], Location],
-                        model: type[BaseModel]) -> list[Problem]:
-    """A pydantic error of a YAML document as one Problem per field, at its file:line:col, in file order
-    (fleet files)."""
-    problems = []
-    for err in exc.errors(include_url=False):
-        loc = tuple(err["loc"])
-        message = err["msg"]
-        if err["type"] == "extra_forbidden":
-            message = "unknown field"
-            close = difflib.get_close_matches(str(loc[-1]), _known_fields(model, loc), n=1)
-            if close:
-                message += f" (did you mean '{close[0]}'?)"
-        elif err["type"] == "value_error":
-            message = str(err.get("ctx", {}).get("error", message))
-        elif err["type"] == "missing":
-            message = "required field is missing"
-        elif err["type"] in ("enum", "literal_error"):
-            message = f"{message}, got {clip(repr(err.get('input')))}"
-        problems.append(Problem(locate(loc), _field_path(loc), message))
-    return sorted(problems, key=lambda p: (p.location.file, p.location.line, p.location.col))
-
-
 def load_fleet(path: str | Path) -> LoadedFleet:
-    """Read and validate a fleet file; bad input raises InputError naming the file, line and field."""
+    """Read and validate a fleet file; bad input raises InputError naming every problem at its file:line:col."""
     path = Path(path)
     data, positions = load_yaml(path)
     if not isinstance(data, dict):
         raise InputError([Problem(positions.locate(()), "", f"expected a mapping ({FLEET_KIND}), got YAML of "
                                   f"another shape")])
-    try:
-        fleet = Fleet.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(validation_problems(exc, positions.locate, Fleet)) from None
-    return LoadedFleet(fleet, path)
+    return LoadedFleet(load_model(data, Fleet, positions.locate), path)

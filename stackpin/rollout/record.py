@@ -30,10 +30,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from pydantic.alias_generators import to_camel
+from pydantic import Field
 
 from stackpin.errors import StackpinError, clip
+from stackpin.models import CamelModel, load_model
 from stackpin.yamlio import create_exclusive, dump_yaml, load_yaml, lock_directory, read_regular, write_atomic
 
 ACTIVE = "ACTIVE"
@@ -73,11 +73,7 @@ class Step(StrEnum):
         return list(Step).index(self)
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
-
-
-class GateRecord(_Model):
+class GateRecord(CamelModel):
     """The canary's bench gate: the result files before, after, and after a rollback."""
 
     verdict: Literal["pass", "fail", "inconclusive"] | None = None  # None: not judged yet
@@ -87,7 +83,7 @@ class GateRecord(_Model):
     after_rollback: tuple[str, ...] = ()
 
 
-class RackRecord(_Model):
+class RackRecord(CamelModel):
     name: str
     wave: int
     step: Step = Step.pending
@@ -100,7 +96,7 @@ class RackRecord(_Model):
     messages: tuple[str, ...] = ()
 
 
-class Rollout(_Model):
+class Rollout(CamelModel):
     api_version: Literal["stackpin.dev/v1alpha1"] = "stackpin.dev/v1alpha1"
     kind: Literal["Rollout"] = "Rollout"
     id: str = Field(pattern=ID_PATTERN)
@@ -202,13 +198,8 @@ class RolloutStore:
 
     def read(self, rollout_id: str) -> Rollout:
         path = self.path(rollout_id)
-        data, _ = load_yaml(path)
-        try:
-            record = Rollout.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise StackpinError(f"{path}: not a rollout record ({where}: {first['msg']})") from None
+        data, positions = load_yaml(path)
+        record = load_model(data, Rollout, positions.locate)  # every problem at its file:line:col
         if (record.id, record.fleet) != (rollout_id, self.fleet):  # its id and fleet name the file it is written to
             raise StackpinError(f"{path}: its id {record.id} and fleet {record.fleet} are not the file's "
                                 f"({rollout_id}, {self.fleet})")
