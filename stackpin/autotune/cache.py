@@ -66,9 +66,10 @@ from collections import defaultdict
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from stackpin.errors import InputError, Location, Problem
+from stackpin.models import Model
 from stackpin.profile.tuning import SHARED_FILE, ConfigDirectory, ranks_summary
 
 if TYPE_CHECKING:
@@ -112,8 +113,8 @@ MAX_UNPACKED_BYTES = 512 * 1024 * 1024
 MAX_MEMBERS = 100_000
 
 
-class FrozenModel(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+class FrozenModel(Model):
+    """autotune's records: the one pydantic base, `stackpin.models.Model` (frozen, unknown keys refused)."""
 
 
 class CacheFile(FrozenModel):
