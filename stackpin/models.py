@@ -6,7 +6,7 @@ stackpin/records.py's msgspec records: every problem, each at its file:line:col,
 These stay pydantic where the msgspec records do not: they are built field by field by the code that
 measures or decides (a replay client, a trial, a rollout step), and pydantic checks a value when it is
 built, not only when it is read back; and their files' bytes are pydantic's (a trial is
-`model_dump_json`). A command that reads only profiles and locks never imports this module.
+`model_dump_json`). It imports pydantic: a module that needs only msgspec records does not import it.
 """
 
 from __future__ import annotations
