@@ -43,6 +43,7 @@ class Recipe:
     requirements: str  # the shipped requirements file's name (package data)
     requirements_text: str
     smoke: tuple[str, ...]  # modules the finished environment must import
+    engine: str = "vllm"  # the engine whose release `vllm` names (an entry's "engine"; vLLM when absent)
 
     @property
     def stamp(self) -> str:
@@ -57,24 +58,32 @@ def _environments() -> dict[str, dict[str, object]]:
     return {k: v for k, v in data.items() if not k.startswith("_")}
 
 
-def recipe(vllm: str) -> Recipe:
-    """How the environment for vLLM `vllm` is built; EngineEnvError naming the shipped ones otherwise."""
-    environments = _environments()
-    if vllm not in environments:
-        raise EngineEnvError(f"no engine check environment for vLLM {vllm} in stackpin/enginecheck/environments.json "
-                             f"(shipped: {', '.join(sorted(environments))})")
-    entry = environments[vllm]
+def _key(engine: str, version: str) -> str:
+    """An environment's key in environments.json: vLLM's releases bare (as shipped first), others `engine-version`."""
+    return version if engine == "vllm" else f"{engine}-{version}"
+
+
+def recipe(vllm: str, engine: str = "vllm") -> Recipe:
+    """How the environment for release `vllm` of `engine` is built; EngineEnvError naming the shipped ones
+    otherwise."""
+    environments = {k: v for k, v in _environments().items() if v.get("engine", "vllm") == engine}
+    label = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine, engine)
+    if _key(engine, vllm) not in environments:
+        shipped = sorted(str(v.get("version", k)) for k, v in environments.items())
+        raise EngineEnvError(f"no engine check environment for {label} {vllm} in stackpin/enginecheck/environments.json "
+                             f"(shipped: {', '.join(shipped)})")
+    entry = environments[_key(engine, vllm)]
     name = str(entry["requirements"])
     text = resources.files(__package__).joinpath(name).read_text("utf-8")
     first, smoke = entry["first"], entry["smoke"]
     assert isinstance(first, list) and isinstance(smoke, list)
-    return Recipe(vllm, tuple(map(str, first)), name, text, tuple(map(str, smoke)))
+    return Recipe(vllm, tuple(map(str, first)), name, text, tuple(map(str, smoke)), engine)
 
 
-def default_venv(vllm: str, base: Path | None = None) -> Path:
-    """Where the setup builds, and the check looks for, the environment of vLLM `vllm`: absolute, under `base`
-    (the current directory)."""
-    return (base or Path.cwd()).absolute() / ENV_ROOT / f"vllm-{vllm}"
+def default_venv(vllm: str, base: Path | None = None, engine: str = "vllm") -> Path:
+    """Where the setup builds, and the check looks for, the environment of release `vllm` of `engine`
+    (.enginecheck/vllm-0.31.0, .enginecheck/sglang-0.5.21): absolute, under `base` (the current directory)."""
+    return (base or Path.cwd()).absolute() / ENV_ROOT / f"{engine}-{vllm}"
 
 
 def venv_python(venv: Path) -> Path:
@@ -134,7 +143,7 @@ def build(venv: Path, plan: Recipe, echo: Callable[[str], None], python: str = s
                  "pip's progress follows)")
             _run(pip + list(plan.first), f"pip install {' '.join(plan.first)}")
         count = sum(1 for line in plan.requirements_text.splitlines() if line.strip() and not line.startswith("#"))
-        echo(f"downloading the {count} packages the check imports, vllm=={plan.vllm} among them "
+        echo(f"downloading the {count} packages the check imports, {plan.engine}=={plan.vllm} among them "
              f"(stackpin/enginecheck/{plan.requirements}, --no-deps) into {venv}")
         reqs = venv / "requirements.txt"  # kept: what this environment was built from
         reqs.write_text(plan.requirements_text, "utf-8")
@@ -150,16 +159,19 @@ def build(venv: Path, plan: Recipe, echo: Callable[[str], None], python: str = s
 
 
 def main(argv: list[str]) -> int:
-    """`python3 -m stackpin.enginecheck.envbuild [DIR] [--vllm VERSION]`, for scripts/install-engine-check.sh."""
+    """`python3 -m stackpin.enginecheck.envbuild [DIR] [--vllm VERSION | --sglang VERSION]`, for
+    scripts/install-engine-check.sh."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="install-engine-check")
     parser.add_argument("venv", nargs="?", type=Path)
     parser.add_argument("--vllm", default="0.31.0")
+    parser.add_argument("--sglang", help="build the SGLang engine check's environment of this release instead")
     args = parser.parse_args(argv)
+    engine, version = ("sglang", args.sglang) if args.sglang else ("vllm", args.vllm)
     try:
-        build(args.venv or default_venv(args.vllm), recipe(args.vllm), lambda line: print(line, flush=True),
-              python=sys.executable)
+        build(args.venv or default_venv(version, engine=engine), recipe(version, engine),
+              lambda line: print(line, flush=True), python=sys.executable)
     except StackpinError as exc:
         for line in exc.lines():
             print(f"install-engine-check: {line}", file=sys.stderr)
