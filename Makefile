@@ -93,8 +93,11 @@ endef
 # its published wheel with CPU torch, in .enginecheck/ (a few minutes and ~2 GB the first time, then a no-op).
 # CI requires it.
 ENGINE_ENV := .enginecheck/vllm-0.31.0
+# SGLang's (tests/test_enginecheck_sglang.py): SGLang 0.5.21 from its wheel with CPU torch (~1.6 GB).
+SGLANG_ENGINE_ENV := .enginecheck/sglang-0.5.21
 engine-env:
 	$(call own-env,scripts/install-engine-check.sh,$(ENGINE_ENV),.enginecheck,engine check)
+	$(call own-env,scripts/install-engine-check.sh,$(SGLANG_ENGINE_ENV) --sglang 0.5.21,.enginecheck/sglang,SGLang engine check)
 
 # The Dynamo bed's environment (`stackpin sim serve --backend dynamo`, tests/test_dynamo_bed.py): NVIDIA Dynamo
 # 1.6.1's frontend and mocker in .dynamobed/ (about a minute and 700 MB the first time, then a no-op). CI

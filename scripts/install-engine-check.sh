@@ -3,6 +3,7 @@
 # check that calls vLLM 0.31.0's own config and model-build code on CPU.
 #
 #   bash scripts/install-engine-check.sh [VENV_DIR]     (default .enginecheck/vllm-0.31.0)
+#   bash scripts/install-engine-check.sh VENV_DIR --sglang 0.5.21   (SGLang's: stackpin/enginecheck/sglang-0.5.21.txt)
 #
 # The same build as `stackpin engines setup-check` (stackpin/enginecheck/envbuild.py, standard library
 # only, so the system python3 runs it before stackpin's own environment exists): a venv; torch==2.13.0
@@ -19,4 +20,4 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(dirname "$here")"
 venv="${1:-$root/.enginecheck/vllm-0.31.0}"
 command -v python3 >/dev/null || { echo "install-engine-check: python3 not found" >&2; exit 1; }
-PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m stackpin.enginecheck.envbuild "$(realpath -m "$venv")" --vllm 0.31.0
+PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}" exec python3 -m stackpin.enginecheck.envbuild "$(realpath -m "$venv")" --vllm 0.31.0 "${@:2}"

@@ -70,8 +70,8 @@ def recipe(vllm: str, engine: str = "vllm") -> Recipe:
     label = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine, engine)
     if _key(engine, vllm) not in environments:
         shipped = sorted(str(v.get("version", k)) for k, v in environments.items())
-        raise EngineEnvError(f"no engine check environment for {label} {vllm} in stackpin/enginecheck/environments.json "
-                             f"(shipped: {', '.join(shipped)})")
+        raise EngineEnvError(f"no engine check environment for {label} {vllm} in "
+                             f"stackpin/enginecheck/environments.json (shipped: {', '.join(shipped)})")
     entry = environments[_key(engine, vllm)]
     name = str(entry["requirements"])
     text = resources.files(__package__).joinpath(name).read_text("utf-8")

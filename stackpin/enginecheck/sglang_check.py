@@ -1,0 +1,183 @@
+"""The SGLang engine check: one `dynamo.sglang` worker's flags through the pinned SGLang's own ServerArgs, on CPU.
+
+`check_sglang_argv` takes the flags after `python3 -m dynamo.sglang` and the worker's environment, leaves out
+what Dynamo's own parser takes (the Dynamo catalog's `worker_sglang` options) and rewrites --disaggregation-mode
+as the worker does (the catalog's `disaggregation_modes`), and runs `check_runtime_sglang.py` (beside this
+module) with the SGLang engine environment's Python (.enginecheck/sglang-<version>, `python3 -m
+stackpin.enginecheck.envbuild --sglang VERSION`): SGLang's parser, `ServerArgs.from_cli_args`, `resolve_once()`
+and `check_server_args()`, as the engine runs them before it starts. The answer is a typed verdict: accepted
+with the values SGLang resolved, or the step and the error SGLang raised. The model's config.json is handed
+over in a scratch Hugging Face cache read offline: no Hub access. stackpin never imports SGLang.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import stackpin.jsonio as jsonio
+from stackpin.catalog.flags import FlagCatalog, dynamo_catalog, dynamo_sglang_worker
+from stackpin.children import end_groups, spawn
+from stackpin.enginecheck.check import EngineCheckError, _hub_snapshot, _option, _takes_value
+
+SCRIPT = "check_runtime_sglang.py"
+TIMEOUT_S = 300  # SGLang's imports and resolution take about 7 s on two cores
+MAX_OUTPUT = 4 * 1024 * 1024
+MAX_STDERR = 64 * 1024  # the tail kept to name why the script itself failed
+DYNAMO = "1.6.1"  # the Dynamo release whose catalog splits its options from SGLang's by default
+
+
+@dataclass(frozen=True)
+class SglangGpu:
+    """The GPU the worker runs on, as the check reports it to SGLang (torch.cuda, NVML, nvidia-smi)."""
+
+    name: str  # as nvidia-smi reports it
+    capability: tuple[int, int]  # (10, 3) for GB300
+    memory_gib: float  # what the runtime can allocate
+    count: int  # GPUs the worker's pod sees
+    cuda: str = "13.0"  # torch.version.cuda in the runtime image (SGLang 0.5.21's cu13 build)
+
+    def spec(self) -> dict[str, Any]:
+        return {"name": self.name, "capability": list(self.capability), "memory_gib": self.memory_gib,
+                "count": self.count, "cuda": self.cuda}
+
+
+@dataclass(frozen=True)
+class SglangVerdict:
+    """What the pinned SGLang made of one worker's flags."""
+
+    accepted: bool
+    sglang_version: str
+    sglang_argv: tuple[str, ...]  # what SGLang's parser got
+    dynamo_options: tuple[str, ...]  # what Dynamo's own parser took (left out)
+    stage: str | None = None  # where SGLang refused: import, parse, resolve, check
+    error: str | None = None  # SGLang's own words, `ExceptionType: message`
+    resolved: Mapping[str, Any] = field(default_factory=dict)  # ServerArgs.resolved_dict()'s fields that matter
+    stand_ins: tuple[str, ...] = ()
+    skipped: tuple[str, ...] = ()
+
+    @property
+    def message(self) -> str:
+        if self.accepted:
+            return f"SGLang {self.sglang_version} accepts the worker"
+        return f"SGLang {self.sglang_version} refuses the worker at {self.stage}: {self.error}"
+
+
+def split_dynamo_options(argv: Iterable[str], dynamo: FlagCatalog | None,
+                         modes: Mapping[str, str | None] | None = None) -> tuple[list[str], list[str]]:
+    """(SGLang's argv, Dynamo's options) from a dynamo.sglang worker's flags. Dynamo's parser takes its own
+    options first (parse_known_args, dynamo/sglang/args.py:604) and hands SGLang the rest; `--x=v` spellings
+    count. --disaggregation-mode values Dynamo rewrites (`modes`: agg and pd to null; encode taken out) are
+    rewritten so."""
+    argv = list(argv)
+    sglang: list[str] = []
+    taken: list[str] = []
+    i = 0
+    while i < len(argv):
+        written = argv[i]
+        option, eq, _ = written.partition("=")
+        if written.startswith("--") and dynamo is not None and dynamo.accepts(option):
+            step = 1 if eq or not _takes_value(dynamo, option) or i + 1 >= len(argv) else 2
+            taken += argv[i:i + step]
+            i += step
+            continue
+        sglang.append(written)
+        i += 1
+    if modes:
+        out, i = [], 0
+        while i < len(sglang):
+            option, eq, value = sglang[i].partition("=")
+            if option == "--disaggregation-mode" and (eq or i + 1 < len(sglang)):
+                value = value if eq else sglang[i + 1]
+                if value in modes:
+                    if modes[value] is not None:
+                        out += ["--disaggregation-mode", str(modes[value])]
+                    i += 1 if eq else 2
+                    continue
+            out.append(sglang[i])
+            i += 1
+        sglang = out
+    return sglang, taken
+
+
+def _engine_env(extra: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment less what would change SGLang's answer (its own and Hugging Face's settings,
+    CUDA_VISIBLE_DEVICES); the worker's environment on top."""
+    import os
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SGLANG_", "SGL_", "HF_", "HUGGINGFACE_", "TRANSFORMERS_", "CUDA_", "TRITON_"))}
+    return {**env, **extra, "PYTHONNOUSERSITE": "1"}
+
+
+def run_spec(python: Path, spec: dict[str, Any], workdir: Path, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+    """Run check_runtime_sglang.py with the engine environment's Python on one spec; its JSON answer."""
+    spec_file = workdir / "spec.json"
+    spec_file.write_text(json.dumps(spec))
+    with resources.as_file(resources.files(__package__).joinpath(SCRIPT)) as path:
+        try:
+            # A group of its own that dies with stackpin (kill -9 too) and is ended on a timeout or Ctrl-C.
+            process = spawn([str(python), str(path), str(spec_file)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=workdir, env=_engine_env(spec.get("env", {})))
+        except FileNotFoundError:
+            raise EngineCheckError(f"{python}: no such Python; build the SGLang engine environment with "
+                                   "`python3 -m stackpin.enginecheck.envbuild --sglang VERSION`") from None
+        try:
+            stdout, stderr = process.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            raise EngineCheckError(f"the SGLang engine check ran past {timeout_s:g} s") from None
+        finally:
+            end_groups([process])
+    if process.returncode != 0 or len(stdout) > MAX_OUTPUT:
+        tail = stderr[-MAX_STDERR:].decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        raise EngineCheckError(f"the SGLang engine check exited {process.returncode}: {tail[0][:400]}")
+    try:
+        result: dict[str, Any] = jsonio.loads(stdout)
+    except jsonio.NestingError as exc:
+        raise EngineCheckError(f"the SGLang engine check's answer: {exc}") from None
+    except ValueError:
+        raise EngineCheckError("the SGLang engine check printed no JSON answer") from None
+    return result
+
+
+def check_sglang_argv(argv: Iterable[str], env: Mapping[str, str], gpu: SglangGpu, python: Path, *,
+                      model_config: Mapping[str, Any] | None = None, dynamo_version: str = DYNAMO,
+                      dynamo: FlagCatalog | None = None, timeout_s: float = TIMEOUT_S) -> SglangVerdict:
+    """One dynamo.sglang worker's flags (`argv`, after `python3 -m dynamo.sglang`) and environment through the
+    pinned SGLang at `python`. `model_config`: the config.json SGLang reads for --model-path, put where the
+    pod has it (a Hub id in a scratch Hugging Face cache at --revision, read offline; a path as a scratch
+    directory). `dynamo`: the catalog of Dynamo's own worker options (default: Dynamo `dynamo_version`'s
+    worker_sglang). EngineCheckError when the check cannot run at all; a refusal is a verdict."""
+    dynamo = dynamo if dynamo is not None else dynamo_catalog(dynamo_version, "worker_sglang")
+    worker = dynamo_sglang_worker(dynamo_version)
+    sglang_argv, taken = split_dynamo_options(argv, dynamo, worker.disaggregation_modes if worker else None)
+    with tempfile.TemporaryDirectory(prefix="stackpin-sglang-check-") as tmp:
+        scratch = Path(tmp)
+        hf_home = scratch / "hf_home"
+        hf_home.mkdir()
+        run_argv = list(sglang_argv)
+        model = _option(run_argv, "--model-path")
+        if model_config is not None and model is not None:
+            config = dict(model_config)
+            if model.startswith("/"):
+                local = scratch / "model"
+                local.mkdir()
+                (local / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+                run_argv[run_argv.index("--model-path") + 1] = str(local)
+            else:
+                _hub_snapshot(hf_home, model, _option(run_argv, "--revision"), config)
+        spec = {"sglang_argv": run_argv, "env": {**env, "HF_HOME": str(hf_home), "HF_HUB_OFFLINE": "1"},
+                "gpu": gpu.spec(), "cache_root": str(scratch / "cache"), "hf_home": str(hf_home)}
+        result = run_spec(python, spec, scratch, timeout_s)
+    failed = result.get("failed") or {}
+    return SglangVerdict(
+        accepted=bool(result.get("accepted")), sglang_version=str(result.get("sglang_version", "")),
+        sglang_argv=tuple(sglang_argv), dynamo_options=tuple(taken),
+        stage=failed.get("stage"), error=failed.get("error"), resolved=result.get("resolved") or {},
+        stand_ins=tuple(result.get("stand_ins", ())), skipped=tuple(result.get("skipped", ())))
