@@ -102,3 +102,40 @@ def test_no_engine_python_is_one_error_naming_how_to_build_it(tmp_path: Path) ->
     with pytest.raises(EngineCheckError, match=r"no such Python; build the SGLang engine environment with "
                                                r"`python3 -m stackpin.enginecheck.envbuild --sglang VERSION`"):
         check_sglang_argv(MODEL, {}, GB300, tmp_path / "missing" / "python")
+
+
+def test_engines_check_runs_each_pool_of_an_sglang_lock_through_sglang(engine: Path, tmp_path: Path) -> None:
+    """`stackpin engines check` on SGLang locks: the shipped example stacks pass; the disaggregated one with
+    DSpark on is refused in SGLang's own words (DSpark PD needs Mooncake and DP 1), naming each pool."""
+    import shutil
+
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import main
+    from stackpin.demo.mirror import build_demo_mirror
+    from stackpin.profile.loader import load_profile
+
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    for name in ("gb300-sglang.yaml", "gb300-sglang-disagg.yaml"):
+        shutil.copy(ROOT / "docs" / "examples" / name, profiles / name)
+    dspark = (profiles / "gb300-sglang-disagg.yaml").read_text().replace(
+        "  speculative:\n    method: null\n    numSpeculativeTokens: null\n", "")
+    (profiles / "gb300-dspark-disagg.yaml").write_text(dspark.replace("name: gb300-sglang-disagg",
+                                                                      "name: gb300-dspark-disagg"))
+    build_demo_mirror(tmp_path / "m", [load_profile(p).profile for p in sorted(profiles.glob("*.yaml"))])
+    run = CliRunner().invoke
+    locks = tmp_path / "locks"
+    locked = run(main, ["lock", str(profiles), "--oci-layout", str(tmp_path / "m" / "oci"),
+                        "--hf-cache", str(tmp_path / "m" / "hf"), "--lockdir", str(locks)])
+    assert locked.exit_code == 0, locked.output
+    good = run(main, ["engines", "check", str(locks / "gb300-sglang.lock.yaml"),
+                      str(locks / "gb300-sglang-disagg.lock.yaml"), "--python", str(engine)])
+    assert good.exit_code == 0, good.output
+    assert "ok gb300-sglang worker: SGLang 0.5.21 resolves attention_backend dsv4" in good.output
+    assert "ok gb300-sglang-disagg decode:" in good.output
+    bad = run(main, ["engines", "check", str(locks / "gb300-dspark-disagg.lock.yaml"), "--python", str(engine)])
+    assert bad.exit_code == 1
+    for role in ("prefill", "decode"):
+        assert f"problem gb300-dspark-disagg {role}: SGLang 0.5.21 refuses the worker at resolve" in bad.output
+    assert "DSpark PD requires static verify, Mooncake, DP=1" in bad.output

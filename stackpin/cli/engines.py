@@ -262,7 +262,7 @@ def check(inputs: tuple[str, ...], lockdir: str, python: Path | None, timeout_s:
     import os
 
     from stackpin.enginecheck.check import check_lock
-    from stackpin.enginecheck.envbuild import engine_python
+    from stackpin.enginecheck.sglang_check import check_sglang_lock
     from stackpin.render.output import load_inputs
 
     locks, _ = load_inputs(list(inputs), Path(lockdir))
@@ -270,20 +270,35 @@ def check(inputs: tuple[str, ...], lockdir: str, python: Path | None, timeout_s:
     env_python = os.environ.get("STACKPIN_ENGINE_PYTHON")
     given = python or (Path(env_python) if env_python else None)
     # Resolved here, against the directory the command runs in: the check itself runs from a scratch directory.
-    interpreters = {v: engine_python(v, given) for v in sorted({lock.stack_profile.spec.engine_version
-                                                                for lock in locks})}
+    stacks = sorted({(lock.stack_profile.spec.engine.value, lock.stack_profile.spec.engine_version) for lock in locks})
+    interpreters = {key: _check_python(*key, given) for key in stacks}
     for lock in locks:
-        interpreter = interpreters[lock.stack_profile.spec.engine_version]
-        for pool in check_lock(lock, interpreter, timeout_s=timeout_s):
+        key = (lock.stack_profile.spec.engine.value, lock.stack_profile.spec.engine_version)
+        check = check_sglang_lock if key[0] == "sglang" else check_lock
+        for pool in check(lock, interpreters[key], timeout_s=timeout_s):
             failed |= not pool.ok
             results.append({"stack": pool.stack, "pool": pool.role, "ok": pool.ok, "problems": list(pool.problems),
-                            "vllm": pool.result})
+                            key[0]: pool.result})
             if output == "text":
                 click.echo(_check_line(pool.stack, pool.role, pool.problems, pool.result))
     if output != "text":
         emit({"ok": not failed, "pools": results}, output)
     if failed:
         raise SystemExit(1)
+
+
+def _check_python(engine: str, version: str, given: Path | None) -> Path:
+    """The engine check environment's Python for this engine release: `given`, else where setup builds it."""
+    from stackpin.enginecheck.envbuild import EngineEnvError, default_venv, engine_python, venv_python
+
+    if engine == "vllm" or given is not None:
+        return engine_python(version, given)
+    python = venv_python(default_venv(version, engine=engine)).absolute()
+    if not python.is_file():
+        raise EngineEnvError(f"{python}: no engine check environment for {engine} {version}; build it with "
+                             f"`python3 -m stackpin.enginecheck.envbuild --{engine} {version}`, or name its "
+                             "Python with --python")
+    return python
 
 
 @engines.command("setup-check")
@@ -307,6 +322,12 @@ def setup_check(venv: Path | None, vllm: str) -> None:
 def _check_line(stack: str, role: str, problems: tuple[str, ...], result: dict[str, Any]) -> str:
     if problems:
         return "\n".join(f"problem {stack} {role}: {p}" for p in problems)
+    if result.get("engine") == "sglang":
+        r = result["resolved"]
+        keys = ("attention_backend", "kv_cache_dtype", "page_size", "speculative_algorithm", "mem_fraction_static",
+                "cuda_graph_max_bs_decode", "max_running_requests")
+        shown = ", ".join(f"{k} {r[k]}" for k in keys if r.get(k) is not None)
+        return f"ok {stack} {role}: SGLang {result['sglang_version']} resolves {shown}"
     model, config, spec = result.get("model") or {}, result["config"], result.get("speculative")
     mode = model.get("cudagraph_mode_runtime", config["cudagraph_mode"])
     parts = [f"vLLM {result['vllm_version']}", f"cudagraph {mode}"]

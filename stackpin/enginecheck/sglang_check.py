@@ -13,18 +13,31 @@ over in a scratch Hugging Face cache read offline: no Hub access. stackpin never
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import stackpin.jsonio as jsonio
 from stackpin.catalog.flags import FlagCatalog, dynamo_catalog, dynamo_sglang_worker
 from stackpin.children import end_groups, spawn
-from stackpin.enginecheck.check import EngineCheckError, _hub_snapshot, _option, _takes_value
+from stackpin.enginecheck.check import (
+    EngineCheckError,
+    PoolCheck,
+    _hub_snapshot,
+    _option,
+    _takes_value,
+    _workers,
+    model_config,
+)
+
+if TYPE_CHECKING:
+    from stackpin.catalog import Catalog
+    from stackpin.lock.lockfile import StackLock
 
 SCRIPT = "check_runtime_sglang.py"
 TIMEOUT_S = 300  # SGLang's imports and resolution take about 7 s on two cores
@@ -181,3 +194,39 @@ def check_sglang_argv(argv: Iterable[str], env: Mapping[str, str], gpu: SglangGp
         sglang_argv=tuple(sglang_argv), dynamo_options=tuple(taken),
         stage=failed.get("stage"), error=failed.get("error"), resolved=result.get("resolved") or {},
         stand_ins=tuple(result.get("stand_ins", ())), skipped=tuple(result.get("skipped", ())))
+
+
+def check_sglang_lock(lock: StackLock, python: Path, catalog: Catalog | None = None,
+                      timeout_s: float = TIMEOUT_S) -> list[PoolCheck]:
+    """Every worker pool of an SGLang stack through the pinned SGLang at `python`: each container's argv and
+    env as render writes them (the kubelet's `$$` reduced), the rack's GPU as the pod sees it, the model's
+    config.json from the catalog. A refusal is a pool problem in SGLang's own words."""
+    from stackpin.catalog import load_catalog
+    from stackpin.profile.topology import topology_of
+    from stackpin.render.build import build_objects
+    from stackpin.render.pod import kubelet_value
+
+    catalog = catalog or load_catalog()
+    spec = lock.stack_profile.spec
+    found = catalog.model_for(spec.model.id)
+    if found is None:
+        raise EngineCheckError(f"model {spec.model.id} is not in the catalog: no config.json to hand SGLang")
+    config = model_config(found[0])
+    hw = catalog.gpu_of(spec.target.platform)
+    major, minor = divmod(int(re.sub(r"\D", "", hw.sm_arch) or 0), 10)
+    pods = {str(pool.role): pool.gpus_per_pod for pool in topology_of(lock.stack_profile, catalog).pools}
+    out = []
+    for role, container in _workers(build_objects(lock, catalog)):
+        argv = [kubelet_value(a) for a in container["args"]]
+        env = {e["name"]: kubelet_value(e["value"]) for e in container.get("env", []) if "value" in e}
+        gpu = SglangGpu(name=hw.device_name, capability=(major, minor), memory_gib=hw.hbm_gib, count=pods[role])
+        verdict = check_sglang_argv(argv, env, gpu, python, model_config=config,
+                                    dynamo_version=spec.versions.dynamo, timeout_s=timeout_s)
+        if verdict.sglang_version not in (None, "", spec.engine_version):
+            raise EngineCheckError(f"{python} runs SGLang {verdict.sglang_version}, the lock pins "
+                                   f"{spec.engine_version}")
+        result = {"engine": "sglang", "sglang_version": verdict.sglang_version, "accepted": verdict.accepted,
+                  "stage": verdict.stage, "error": verdict.error, "resolved": dict(verdict.resolved),
+                  "stand_ins": list(verdict.stand_ins), "skipped": list(verdict.skipped)}
+        out.append(PoolCheck(lock.metadata.name, role, result, () if verdict.accepted else (verdict.message,)))
+    return out
