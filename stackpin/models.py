@@ -12,7 +12,6 @@ built, not only when it is read back; and their files' bytes are pydantic's (a t
 from __future__ import annotations
 
 import json
-import types
 import typing
 from collections.abc import Callable
 from enum import Enum
@@ -24,6 +23,7 @@ from pydantic.alias_generators import to_camel
 import stackpin.jsonio as jsonio
 from stackpin.errors import InputError, Location, Problem, clip
 from stackpin.records import Invalid, kind_of, unknown_field
+from stackpin.records import strip_annotation as _strip
 from stackpin.yamlio import FieldPath, Positions
 
 M = TypeVar("M", bound=BaseModel)
@@ -115,21 +115,6 @@ def _data_path(data: Any, loc: tuple[Any, ...], missing: bool) -> FieldPath:
             path.append(step)
             node = None
     return tuple(path)
-
-
-def _strip(annotation: Any) -> Any:
-    """The type under Annotated[...] and `| None`."""
-    while True:
-        origin = typing.get_origin(annotation)
-        if origin is typing.Annotated:
-            annotation = typing.get_args(annotation)[0]
-        elif origin in (typing.Union, types.UnionType):
-            rest = [a for a in typing.get_args(annotation) if a is not type(None)]
-            if len(rest) != 1:
-                return annotation
-            annotation = rest[0]
-        else:
-            return annotation
 
 
 def _field(model: type[BaseModel], key: str | int) -> tuple[str, Any] | None:

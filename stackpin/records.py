@@ -98,7 +98,7 @@ def _args(annotation: Any) -> tuple[Any, ...]:
     return typing.get_args(annotation)
 
 
-def _strip(annotation: Any) -> Any:
+def strip_annotation(annotation: Any) -> Any:
     """The type under Annotated[...] and `| None`."""
     while True:
         origin = typing.get_origin(annotation)
@@ -115,17 +115,17 @@ def _strip(annotation: Any) -> Any:
 
 def _type_at(root: Any, path: FieldPath) -> Any:
     """The declared type at a path into a document of type `root` (None when the path leaves the types)."""
-    current = _strip(root)
+    current = strip_annotation(root)
     for step in path:
         if isinstance(current, type) and issubclass(current, msgspec.Struct):
             hints = typing.get_type_hints(current, include_extras=True)
             name = fields(current).get(str(step))
             if name is None:
                 return None
-            current = _strip(hints[name])
+            current = strip_annotation(hints[name])
         elif typing.get_origin(current) in (list, tuple, dict):
             args = _args(current)
-            current = _strip(args[-1]) if args else None
+            current = strip_annotation(args[-1]) if args else None
         else:
             return None
     return current
@@ -225,7 +225,7 @@ def _errors(data: Any, declared: Any, dec_hook: DecHook | None,
         return
     except msgspec.ValidationError as exc:
         first = exc
-    inner, found = _strip(declared), False
+    inner, found = strip_annotation(declared), False
     if isinstance(inner, type) and issubclass(inner, msgspec.Struct) and isinstance(data, dict):
         names, hints = fields(inner), typing.get_type_hints(inner, include_extras=True)
         for key, value in data.items():

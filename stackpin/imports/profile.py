@@ -25,6 +25,7 @@ from stackpin.catalog.version import parse_version
 from stackpin.errors import StackpinError
 from stackpin.imports.compare import SWITCH, options, other_components, roles
 from stackpin.imports.dgd import Component, Dgd
+from stackpin.imports.modelled import number
 from stackpin.imports.overrides import Rendered, pass_through
 from stackpin.profile.engine_args import MODELLED_FRONTEND
 from stackpin.profile.k8s_names import DNS_LABEL_PATTERN
@@ -88,15 +89,6 @@ def _json(value: str) -> Any:
         return None
 
 
-def _number(value: str) -> int | float | str:
-    for kind in (int, float):
-        try:
-            return kind(value)
-        except ValueError:
-            pass
-    return value
-
-
 def _versions(image: str | None, given: str | None, catalog: Catalog, notes: list[Note]) -> dict[str, Any]:
     pins = catalog.versions.dynamo
     found = _VERSION.search(image or "")
@@ -137,7 +129,7 @@ def _engine_value(value: str) -> Any:
         return True
     parsed = _json(value) if value.lstrip().startswith("{") else None
     # YAML types: validation checks a flag's value type against the pinned engine's (an int flag needs an int).
-    return parsed if isinstance(parsed, dict) else _number(value)
+    return parsed if isinstance(parsed, dict) else number(value)
 
 
 def _pool(comp: Component, opts: dict[str, str], vllm: Any, dynamo: Any, notes: list[Note],
@@ -151,7 +143,7 @@ def _pool(comp: Component, opts: dict[str, str], vllm: Any, dynamo: Any, notes: 
     if "--enable-expert-parallel" in opts:
         pool["expertParallel"] = True
     if "--gpu-memory-utilization" in opts:
-        pool["gpuMemoryUtilization"] = _number(opts["--gpu-memory-utilization"])
+        pool["gpuMemoryUtilization"] = number(opts["--gpu-memory-utilization"])
     if comp.node_count > 1:
         pool["nodesPerReplica"] = comp.node_count
     engine: dict[str, Any] = {}
