@@ -41,6 +41,12 @@ class Case(NamedTuple):
     upgrade: str | None = None  # `validate --upgrade-to vllm==X`: the findings of the upgrade, for both variants
 
 
+# gb300-tuned moved to SGLang 0.5.21 (Dynamo 1.6.1's sglang extra), dropping what SGLang cannot be given.
+SGLANG = {"spec.engine": "sglang", "spec.versions.vllm": None, "spec.versions.sglang": "0.5.21",
+          "spec.versions.nixl": "1.5.0", "spec.versions.flashinfer": "0.6.18", "spec.kernels": {},
+          "spec.autotune": {"mode": "off"}, "spec.cudaGraphs.captureSizes": None,
+          "spec.speculative": {"method": "DSPARK", "numSpeculativeTokens": 5}}
+
 CASES = [
     # CUDA graphs
     Case("SP101", "warning", "spec.cudaGraphs.captureSizes",
@@ -371,6 +377,8 @@ CASES = [
          {"spec.placement.podOverrides": {"worker": {"spec": {"containers": [
              {"name": "main", "resources": {"limits": {"rdma/ib": "1"}}}]}}}},
          {"spec.placement.sharedMemory": {"worker": "100Gi"}}),
+    # Another engine's modelled values against its own parser (issue 38): vLLM's fp8_ds_mla is no SGLang dtype.
+    Case("SP272", "error", "spec.kvCache.dtype", SGLANG, {**SGLANG, "spec.kvCache.dtype": "fp8_e4m3"}),
 ]
 
 

@@ -35,8 +35,8 @@ def only_error(obj: dict[str, Any]) -> ManifestError:
 
 
 def test_upstream_examples_are_all_here() -> None:
-    # 12 from Dynamo's examples and recipes, 10 vLLM DGDs of the ai-dynamo 1.6.1 wheel (NOTICE names each).
-    assert len(UPSTREAM_FILES) == 22
+    # 12 from Dynamo's examples and recipes, 10 vLLM and 2 SGLang DGDs of the ai-dynamo 1.6.1 wheel (NOTICE names each).
+    assert len(UPSTREAM_FILES) == 24
 
 
 # Upstream's own files that Dynamo's webhook, as read (docs/facts.md#admission-and-rollouts), refuses:

@@ -30,7 +30,7 @@ def read_result(path: Path) -> BenchResult:
     found = inconsistency(result)
     if found is not None:
         where, message = found
-        steps = tuple(int(s) if s.isdigit() else s for s in where.split("."))
+        steps = tuple(s if not s.isdigit() else int(s) for s in where.split("."))  # list indices as ints
         raise InputError([Problem(locate(steps), where, message)])
     return result
 
