@@ -226,6 +226,8 @@ DIRECT_DECODES = {
     "stackpin/enginecheck/envbuild.py": "the bundled environments.json",
     "stackpin/enginecheck/check_runtime.py": "the spec stackpin writes for the check; it runs in the engine's "
                                              "own Python, where stackpin is not installed",
+    "stackpin/enginecheck/check_runtime_sglang.py": "the spec stackpin writes for SGLang's check, and a round "
+                                                    "trip of SGLang's own values; it runs in SGLang's Python",
     "stackpin/render/attest_runtime.py": "runs in the runtime image without stackpin; reads the expectation "
                                          "stackpin rendered and the cache files the pod mounts",
     "stackpin/sim/dynamo_helper.py": "runs in Dynamo's Python; reads the table the bed just wrote",
