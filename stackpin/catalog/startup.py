@@ -88,14 +88,15 @@ class StartupFacts(Record, frozen=True, kw_only=True):
     file: str = ""  # where it was read from, for messages
 
 
-def startup_file_name(version: str) -> str:
-    return f"vllm-{version}.startup.yaml"
+def startup_file_name(version: str, engine: str = "vllm") -> str:
+    return f"{engine}-{version}.startup.yaml"
 
 
 @cache
-def _startup(version: str, path: SearchPath) -> StartupFacts | None:
+def _startup(engine: str, version: str, path: SearchPath, model: type[Any]) -> Any:
+    """The first `engines/<engine>-<version>.startup.yaml` on the search path as `model`, or None."""
     for directory in path:
-        candidate = directory.joinpath("engines", startup_file_name(version))
+        candidate = directory.joinpath("engines", startup_file_name(version, engine))
         if candidate.is_file():
             shown = f"stackpin/catalog/engines/{candidate.name}" if directory == bundled() else str(candidate)
             text = read_catalog_file(candidate)
@@ -103,14 +104,14 @@ def _startup(version: str, path: SearchPath) -> StartupFacts | None:
                 data = {**load_data(text), "file": shown}
             except (yaml.YAMLError, TypeError) as exc:
                 raise StackpinError(f"{shown}: not a start-up facts file ({exc})") from None
-            facts: StartupFacts = load_first(data, StartupFacts, lazy_locate(text, shown))
-            return facts
+            return load_first(data, model, lazy_locate(text, shown))
     return None
 
 
 def startup_facts(version: str) -> StartupFacts | None:
     """The start-up facts of a vLLM release (first on the catalog search path), or None."""
-    return _startup(version, search_path())
+    facts: StartupFacts | None = _startup("vllm", version, search_path(), StartupFacts)
+    return facts
 
 
 class SourcedFact(Record, frozen=True, kw_only=True):
@@ -130,26 +131,7 @@ class SglangStartupFacts(Record, frozen=True, kw_only=True):
     file: str = ""
 
 
-def sglang_startup_file_name(version: str) -> str:
-    return f"sglang-{version}.startup.yaml"
-
-
-@cache
-def _sglang_startup(version: str, path: SearchPath) -> SglangStartupFacts | None:
-    for directory in path:
-        candidate = directory.joinpath("engines", sglang_startup_file_name(version))
-        if candidate.is_file():
-            shown = f"stackpin/catalog/engines/{candidate.name}" if directory == bundled() else str(candidate)
-            text = read_catalog_file(candidate)
-            try:
-                data = {**load_data(text), "file": shown}
-            except (yaml.YAMLError, TypeError) as exc:
-                raise StackpinError(f"{shown}: not a start-up facts file ({exc})") from None
-            facts: SglangStartupFacts = load_first(data, SglangStartupFacts, lazy_locate(text, shown))
-            return facts
-    return None
-
-
 def sglang_startup_facts(version: str) -> SglangStartupFacts | None:
     """The start-up facts of an SGLang release (first on the catalog search path), or None."""
-    return _sglang_startup(version, search_path())
+    facts: SglangStartupFacts | None = _startup("sglang", version, search_path(), SglangStartupFacts)
+    return facts
