@@ -40,6 +40,7 @@ from stackpin.render.pod import kubelet_value
 SCRIPT = "check_runtime.py"
 TIMEOUT_S = 600  # one pool: vLLM's imports and config construction take some seconds on two cores
 MAX_OUTPUT = 4 * 1024 * 1024
+MAX_STDERR = 64 * 1024  # the tail kept to name why the script itself failed
 # Directories the rendered pod names that the check maps into its own scratch tree.
 _MAPPED_ENV = ("HF_HOME", "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", "VLLM_CACHE_ROOT")
 
@@ -184,37 +185,42 @@ def _engine_env() -> dict[str, str]:
     return {**env, "PYTHONNOUSERSITE": "1"}
 
 
-def run_pool(python: Path, spec: dict[str, Any], workdir: Path, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
-    """Run check_runtime.py with the engine environment's Python on one pool's spec; its JSON answer."""
+def run_script(script: str, python: Path, spec: dict[str, Any], workdir: Path, env: dict[str, str], *,
+               timeout_s: float, what: str, build: str) -> dict[str, Any]:
+    """Run one engine check's runtime `script` (package data) with the engine environment's Python on a spec;
+    its JSON answer. `what` names the check in errors, `build` says how to make the environment."""
     spec_file = workdir / "spec.json"
     spec_file.write_text(json.dumps(spec))
-    script = resources.files(__package__).joinpath(SCRIPT)
-    with resources.as_file(script) as path:
+    with resources.as_file(resources.files(__package__).joinpath(script)) as path:
         try:
             # In a group of its own that dies with stackpin (kill -9 too) and is ended on a timeout or Ctrl-C:
-            # vLLM may start processes of its own.
+            # the engine may start processes of its own.
             process = spawn([str(python), str(path), str(spec_file)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=workdir, env=_engine_env())
+                            stderr=subprocess.PIPE, cwd=workdir, env=env)
         except FileNotFoundError:
-            raise EngineCheckError(f"{python}: no such Python; build the engine environment with "
-                                   "`stackpin engines setup-check`") from None
+            raise EngineCheckError(f"{python}: no such Python; build the {build}") from None
         try:
             stdout, stderr = process.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            raise EngineCheckError(f"the engine check ran past {timeout_s:g} s") from None
+            raise EngineCheckError(f"the {what} ran past {timeout_s:g} s") from None
         finally:
             end_groups([process])
-        run = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
-    if run.returncode != 0 or len(run.stdout) > MAX_OUTPUT:
-        tail = run.stderr.decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-        raise EngineCheckError(f"the engine check exited {run.returncode}: {tail[0][:400]}")
+    if process.returncode != 0 or len(stdout) > MAX_OUTPUT:
+        tail = stderr[-MAX_STDERR:].decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
+        raise EngineCheckError(f"the {what} exited {process.returncode}: {tail[0][:400]}")
     try:
-        result: dict[str, Any] = jsonio.loads(run.stdout)
+        result: dict[str, Any] = jsonio.loads(stdout)
     except jsonio.NestingError as exc:
-        raise EngineCheckError(f"the engine check's answer: {exc}") from None
+        raise EngineCheckError(f"the {what}'s answer: {exc}") from None
     except ValueError:
-        raise EngineCheckError("the engine check printed no JSON answer") from None
+        raise EngineCheckError(f"the {what} printed no JSON answer") from None
     return result
+
+
+def run_pool(python: Path, spec: dict[str, Any], workdir: Path, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
+    """Run check_runtime.py with the engine environment's Python on one pool's spec; its JSON answer."""
+    return run_script(SCRIPT, python, spec, workdir, _engine_env(), timeout_s=timeout_s, what="engine check",
+                      build="engine environment with `stackpin engines setup-check`")
 
 
 def _declared_kv(dtype: str, stored: str) -> bool:

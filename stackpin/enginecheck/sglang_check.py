@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import stackpin.jsonio as jsonio
 from stackpin.catalog.flags import FlagCatalog, dynamo_catalog, dynamo_sglang_worker
-from stackpin.children import end_groups, spawn
 from stackpin.enginecheck.check import (
     EngineCheckError,
     PoolCheck,
@@ -33,6 +29,7 @@ from stackpin.enginecheck.check import (
     _takes_value,
     _workers,
     model_config,
+    run_script,
 )
 
 if TYPE_CHECKING:
@@ -41,8 +38,6 @@ if TYPE_CHECKING:
 
 SCRIPT = "check_runtime_sglang.py"
 TIMEOUT_S = 300  # SGLang's imports and resolution take about 7 s on two cores
-MAX_OUTPUT = 4 * 1024 * 1024
-MAX_STDERR = 64 * 1024  # the tail kept to name why the script itself failed
 DYNAMO = "1.6.1"  # the Dynamo release whose catalog splits its options from SGLang's by default
 
 
@@ -131,32 +126,9 @@ def _engine_env(extra: Mapping[str, str]) -> dict[str, str]:
 
 def run_spec(python: Path, spec: dict[str, Any], workdir: Path, timeout_s: float = TIMEOUT_S) -> dict[str, Any]:
     """Run check_runtime_sglang.py with the engine environment's Python on one spec; its JSON answer."""
-    spec_file = workdir / "spec.json"
-    spec_file.write_text(json.dumps(spec))
-    with resources.as_file(resources.files(__package__).joinpath(SCRIPT)) as path:
-        try:
-            # A group of its own that dies with stackpin (kill -9 too) and is ended on a timeout or Ctrl-C.
-            process = spawn([str(python), str(path), str(spec_file)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=workdir, env=_engine_env(spec.get("env", {})))
-        except FileNotFoundError:
-            raise EngineCheckError(f"{python}: no such Python; build the SGLang engine environment with "
-                                   "`python3 -m stackpin.enginecheck.envbuild --sglang VERSION`") from None
-        try:
-            stdout, stderr = process.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            raise EngineCheckError(f"the SGLang engine check ran past {timeout_s:g} s") from None
-        finally:
-            end_groups([process])
-    if process.returncode != 0 or len(stdout) > MAX_OUTPUT:
-        tail = stderr[-MAX_STDERR:].decode("utf-8", "replace").strip().splitlines()[-1:] or ["no output"]
-        raise EngineCheckError(f"the SGLang engine check exited {process.returncode}: {tail[0][:400]}")
-    try:
-        result: dict[str, Any] = jsonio.loads(stdout)
-    except jsonio.NestingError as exc:
-        raise EngineCheckError(f"the SGLang engine check's answer: {exc}") from None
-    except ValueError:
-        raise EngineCheckError("the SGLang engine check printed no JSON answer") from None
-    return result
+    return run_script(SCRIPT, python, spec, workdir, _engine_env(spec.get("env", {})), timeout_s=timeout_s,
+                      what="SGLang engine check", build="SGLang engine environment with "
+                      "`python3 -m stackpin.enginecheck.envbuild --sglang VERSION`")
 
 
 def check_sglang_argv(argv: Iterable[str], env: Mapping[str, str], gpu: SglangGpu, python: Path, *,
