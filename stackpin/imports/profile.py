@@ -124,6 +124,22 @@ def _platform(worker: Component, given: str | None, catalog: Catalog) -> str:
     return sorted(matches, key=lambda n: catalog.platforms[n].kind != "rack" if worker.node_count > 1 else 0)[0]
 
 
+def _model(model_id: str, revision: str | None, found: Any, notes: list[Note]) -> dict[str, Any]:
+    """spec.model's id, revision and weights (the catalog's precision, bf16 for a model it does not know)."""
+    model: dict[str, Any] = {"id": model_id}
+    if revision is not None:
+        model["revision"] = revision
+    if found:
+        facts = found[1]
+        model["weights"] = "fp8-fp4" if (facts.precision.dense, facts.precision.routed_experts) == ("fp8", "fp4") \
+            else facts.precision.dense
+    else:
+        model["weights"] = "bf16"
+        notes.append(Note("stack", "model.weights", f"{model_id} is not in stackpin's model catalog: weights "
+                          "assumed bf16 and validate checks none of its facts"))
+    return model
+
+
 def _engine_value(value: str) -> Any:
     if value == SWITCH:
         return True
@@ -326,17 +342,7 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
     vllm, dyn = vllm_catalog(versions["vllm"]), dynamo_catalog(versions["dynamo"], "worker_vllm")
     model_id = main_opts["--model"]
     found = catalog.model_for(model_id)
-    model: dict[str, Any] = {"id": model_id}
-    if "--revision" in main_opts:
-        model["revision"] = main_opts["--revision"]
-    if found:
-        facts = found[1]
-        model["weights"] = "fp8-fp4" if (facts.precision.dense, facts.precision.routed_experts) == ("fp8", "fp4") \
-            else facts.precision.dense
-    else:
-        model["weights"] = "bf16"
-        notes.append(Note("stack", "model.weights", f"{model_id} is not in stackpin's model catalog: weights "
-                          "assumed bf16 and validate checks none of its facts"))
+    model = _model(model_id, main_opts.get("--revision"), found, notes)
     if "--max-model-len" in main_opts:
         model["maxModelLen"] = int(main_opts["--max-model-len"])
     else:
@@ -523,17 +529,8 @@ def _import_sglang(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, C
     spec: dict[str, Any] = {"engine": "sglang"}
     model_id = str(stack.pop("spec.model.id"))
     found = catalog.model_for(model_id)
-    model: dict[str, Any] = {"id": model_id}
-    if "spec.model.revision" in stack:
-        model["revision"] = str(stack.pop("spec.model.revision"))
-    if found:
-        facts = found[1]
-        model["weights"] = "fp8-fp4" if (facts.precision.dense, facts.precision.routed_experts) == ("fp8", "fp4") \
-            else facts.precision.dense
-    else:
-        model["weights"] = "bf16"
-        notes.append(Note("stack", "model.weights", f"{model_id} is not in stackpin's model catalog: weights "
-                          "assumed bf16 and validate checks none of its facts"))
+    revision = stack.pop("spec.model.revision", None)
+    model = _model(model_id, None if revision is None else str(revision), found, notes)
     if "spec.model.maxModelLen" not in stack:
         stack["spec.model.maxModelLen"] = found[1].max_context if found else 32768
         notes.append(Note(main.name, "--context-length", "not set (SGLang takes the model's own); the profile "
