@@ -291,13 +291,13 @@ def _check_python(engine: str, version: str, given: Path | None) -> Path:
     """The engine check environment's Python for this engine release: `given`, else where setup builds it."""
     from stackpin.enginecheck.envbuild import EngineEnvError, default_venv, engine_python, venv_python
 
-    if engine == "vllm" or given is not None:
+    if engine == "vllm":
         return engine_python(version, given)
-    python = venv_python(default_venv(version, engine=engine)).absolute()
+    python = (given if given is not None else venv_python(default_venv(version, engine=engine))).absolute()
     if not python.is_file():
-        raise EngineEnvError(f"{python}: no engine check environment for {engine} {version}; build it with "
-                             f"`python3 -m stackpin.enginecheck.envbuild --{engine} {version}`, or name its "
-                             "Python with --python")
+        raise EngineEnvError(f"{python}: no engine check environment for {engine} {version} (no such Python); "
+                             f"build it with `python3 -m stackpin.enginecheck.envbuild --{engine} {version}`, or "
+                             "name its Python with --python")
     return python
 
 

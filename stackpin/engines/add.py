@@ -102,7 +102,8 @@ def add_release(spec: str | None, *, from_file: Path | None = None, catalog_dir:
     target = catalog_dir or default_catalog_dir()
     if from_file is not None:
         if not from_file.is_file():
-            raise StackpinError(f"{from_file}: no such file")
+            raise StackpinError(f"{from_file}: " + ("not a regular file (a wheel or sdist)" if from_file.exists()
+                                                    else "no such file"))
         package = read_package(from_file)
     else:
         assert wanted is not None
