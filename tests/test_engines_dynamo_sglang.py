@@ -15,7 +15,7 @@ from stackpin.catalog.engine_data import DynamoRelease
 from stackpin.cli.main import main
 from stackpin.engines.add import extract
 from stackpin.engines.package import read_package, requires_of
-from stackpin.engines.pins import pin_of, sglang_pin
+from stackpin.engines.pins import engine_pin, pin_of
 from stackpin.errors import StackpinError
 
 ENGINES = Path(__file__).resolve().parent.parent / "stackpin" / "catalog" / "engines"
@@ -78,10 +78,10 @@ def test_dynamo_pins_both_extras(tmp_path: Path) -> None:
 def test_sglang_pins_from_its_metadata(tmp_path: Path) -> None:
     wheel = pkgs.sglang_pins_wheel(tmp_path, "9.5.0", flashinfer="0.7.3", torch="2.14.0", kernel="0.5.0")
     # flashinfer_python[cu13]==X as SGLang writes it: the name normalized, the extra ignored.
-    assert sglang_pin("9.5.0", requires_of(wheel)) == (
+    assert engine_pin("sglang", "9.5.0", requires_of(wheel)) == (
         "sglang", {"flashinfer": "0.7.3", "torch": "2.14.0", "sglang_kernel": "0.5.0"})
     with pytest.raises(StackpinError, match=r"^sglang 9.5.0: no flashinfer pin in its metadata"):
-        sglang_pin("9.5.0", ("torch==2.14.0", "flashinfer-python>=0.7"))
+        engine_pin("sglang", "9.5.0", ("torch==2.14.0", "flashinfer-python>=0.7"))
 
 
 def test_engines_add_writes_the_worker_and_the_pins(tmp_path: Path) -> None:

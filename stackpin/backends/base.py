@@ -44,6 +44,17 @@ class ServingEngine(Protocol):
     # Environment the worker's command reads that render derives from the stack (never the profile's).
     ready_timeout_env: str | None  # how long the engine waits for its workers to come up (start-up budget)
     autotune_dir_env: str | None  # where the engine reads and writes FlashInfer autotune results
+    # Version pins (stackpin follows Dynamo's): the ai-dynamo extra that pins this engine's release and its
+    # NIXL (versions.yaml keeps them in the Dynamo entry's field of that name, and the release's own pins,
+    # FlashInfer first, in the section of that name: stackpin.backends.pins reads both).
+    dynamo_extra: str
+    # The engine's own environment, as validation reads a profile's spec.kernels.env against it.
+    cache_root_env: str | None  # the directory the engine keeps its caches below
+    managed_env: Mapping[str, str]  # env vars render sets itself -> the profile field they come from
+    # (prefix, where the catalog's list is read): every env var with the prefix that the release reads is in its
+    # catalog's env_vars, so one it lacks is ignored; None where the catalog's list is not known complete.
+    env_registry: tuple[str, str] | None
+    removed_env: str | None  # the versions.yaml section of env vars its releases stopped reading
 
     def flag_catalog(self, version: str) -> FlagCatalog | None:
         """The options the pinned release's parser accepts, or None when no catalog has it."""

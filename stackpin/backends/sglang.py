@@ -9,6 +9,7 @@ arg_utils.py:393-395), with the aliases the fields declare.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from stackpin.backends.base import Flag, json_arg, kv_events_enabled, passed_flags
@@ -94,6 +95,14 @@ class Sglang:
     # (model_executor/runner/flashinfer_autotune.py:137-175), not the directory vLLM reads: a pinned cache
     # cannot be replayed into it yet (problems() says so).
     autotune_dir_env: str | None = None
+    dynamo_extra: str = "sglang"  # ai-dynamo[sglang]: sglang[diffusion]==X, nixl[cu13]==Y
+    cache_root_env: str | None = "SGLANG_CACHE_DIR"  # Envs.SGLANG_CACHE_DIR, srt/environ.py:1208
+    managed_env: Mapping[str, str] = MappingProxyType({})  # render seeds no SGLang cache (problems())
+    # SGLang reads most SGLANG_ variables through its Envs registry (srt/environ.py), but some through helpers of
+    # its own (observability/metrics_collector.py, mem_cache/storage/umbp/) that the catalog's scan does not
+    # follow: a name missing from the catalog may still be read, so none is called ignored.
+    env_registry: tuple[str, str] | None = None
+    removed_env: str | None = None  # stackpin records no SGLang env var removals
 
     def flag_catalog(self, version: str) -> FlagCatalog | None:
         from stackpin.catalog import flags

@@ -7,6 +7,7 @@ vLLM it runs with); the catalogs hold both, read from the published wheels (`sta
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from stackpin.backends.base import Flag, json_arg, kv_events_enabled, passed_flags
@@ -122,6 +123,15 @@ class Vllm:
     # killed before the probes would be.
     ready_timeout_env: str | None = "VLLM_ENGINE_READY_TIMEOUT_S"
     autotune_dir_env: str | None = "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"
+    dynamo_extra: str = "vllm"  # ai-dynamo[vllm]: vllm[flashinfer]==X, nixl[cu13]==Y
+    # vLLM keeps its caches (flashinfer_autotune_cache/ among them) below VLLM_CACHE_ROOT (vllm/envs.py).
+    cache_root_env: str | None = "VLLM_CACHE_ROOT"
+    # Both point vLLM at the pinned autotune cache the worker unpacks (render, docs/facts.md#autotune-cache-path).
+    managed_env: Mapping[str, str] = MappingProxyType({"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "autotune.cache",
+                                                       "VLLM_CACHE_ROOT": "autotune.cache"})
+    # vLLM reads its VLLM_ variables through one registry, vllm/envs.py, which its catalog's env_vars is read from.
+    env_registry: tuple[str, str] | None = ("VLLM_", "vllm/envs.py")
+    removed_env: str | None = "removed_env"  # versions.yaml removed_env: what vLLM stopped reading, since when
 
     def flag_catalog(self, version: str) -> FlagCatalog | None:
         from stackpin.catalog.flags import vllm_catalog

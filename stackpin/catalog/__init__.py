@@ -187,35 +187,72 @@ class DynamoParsers(_Fact, frozen=True, kw_only=True):
     reasoning: tuple[str, ...]
 
 
+# versions.yaml's pin fields say what they hold in their metadata (the engines' release readers and the seam
+# read it, so neither spells the fields): PINS is the project whose exact version a field holds (`project==X`
+# in the release's Requires-Dist; default: the field's name, `_` read as `-`); NIXL_FIELD, on a Dynamo
+# release's engine field, where the NIXL of the same extra is kept.
+PINS, NIXL_FIELD = "pins", "nixl_field"
+NIXL = "nixl"  # the project NIXL is published as: every engine's extra pins one
+
+
 class DynamoPin(_Fact, frozen=True, kw_only=True):
-    vllm: str
+    """What a Dynamo release's extras pin: each engine Dynamo runs has an extra named after it (its field
+    here, the engine's release) that pins the engine and NIXL (the field NIXL_FIELD names)."""
+
+    vllm: Annotated[str, msgspec.Meta(extra={NIXL_FIELD: NIXL})]
     nixl: str  # the `vllm` extra's
     crd: str
     # The `sglang` extra's pins: sglang[diffusion]==X and nixl[cu13]==Y; None where the metadata pins no exact
     # version (1.3.1's nixl is a range) or the entry predates them (a site file).
-    sglang: str | None = None
+    sglang: Annotated[str | None, msgspec.Meta(extra={NIXL_FIELD: "sglang_nixl"})] = None
     sglang_nixl: str | None = None
 
-    def engine(self, name: str) -> tuple[str | None, str | None]:
-        """The engine release and NIXL that the extra named after engine `name` (vllm, sglang) pins."""
-        if name == "vllm":
-            return self.vllm, self.nixl
-        if name == "sglang":
-            return self.sglang, self.sglang_nixl
-        raise ValueError(f"Dynamo pins no engine {name!r}: vllm or sglang")
+    @staticmethod
+    def extras() -> dict[str, str]:
+        """Dynamo's engine extras stackpin records: the extra (its engine release's field) -> its NIXL's field."""
+        return {name: meta[NIXL_FIELD] for name, meta in field_metadata(DynamoPin).items() if NIXL_FIELD in meta}
+
+    def engine(self, extra: str) -> tuple[str | None, str | None]:
+        """The engine release and NIXL that the extra named `extra` pins."""
+        nixl = self.extras().get(extra)
+        if nixl is None:
+            raise ValueError(f"Dynamo pins no engine {extra!r}: {' or '.join(self.extras())}")
+        return getattr(self, extra), getattr(self, nixl)
 
 
 class VllmPin(_Fact, frozen=True, kw_only=True):
-    flashinfer: str
+    flashinfer: Annotated[str, msgspec.Meta(extra={PINS: "flashinfer-python"})]
     torch: str
 
 
 class SglangPin(_Fact, frozen=True, kw_only=True):
     """What an SGLang release's metadata pins exactly (flashinfer_python[cu13]==X, torch==Y, sglang-kernel==Z)."""
 
-    flashinfer: str
+    flashinfer: Annotated[str, msgspec.Meta(extra={PINS: "flashinfer-python"})]
     torch: str
     sglang_kernel: str | None = None
+
+
+@cache
+def field_metadata(record: type[msgspec.Struct]) -> dict[str, dict[str, Any]]:
+    """A record's fields (in order) -> the `msgspec.Meta(extra=...)` each is annotated with ({} for none)."""
+    import typing
+
+    hints = typing.get_type_hints(record, include_extras=True)
+    out: dict[str, dict[str, Any]] = {}
+    for name in record.__struct_fields__:
+        extra: dict[str, Any] = {}
+        for meta in getattr(hints[name], "__metadata__", ()):
+            extra |= getattr(meta, "extra", None) or {}
+        out[name] = extra
+    return out
+
+
+def pinned_projects(record: type[msgspec.Struct]) -> dict[str, tuple[str, bool]]:
+    """A pin record's fields -> (the project whose exact version each holds, whether the field is required)."""
+    required = {f.name for f in msgspec.structs.fields(record) if f.required}
+    return {name: (meta.get(PINS, name.replace("_", "-")), name in required)
+            for name, meta in field_metadata(record).items()}
 
 
 class RemovedEnv(_Fact, frozen=True, kw_only=True):
@@ -244,6 +281,28 @@ class Versions(_Fact, frozen=True, kw_only=True):
     dgd_storage: DgdStorage
     source: str
 
+    def releases(self, engine: str) -> dict[str, Any]:
+        """What each release of the engine Dynamo's extra `engine` runs pins itself (its section, named after
+        the extra: FlashInfer, torch, ...), by version; {} for an engine with no section."""
+        found: dict[str, Any] = getattr(self, engine) if engine in release_sections() else {}
+        return found
+
+
+def _section_record(section: str) -> type[msgspec.Struct] | None:
+    """The record a versions.yaml section maps versions (or names) to; None for a section of plain values."""
+    import typing
+
+    args = typing.get_args(typing.get_type_hints(Versions)[section])
+    record = args[1] if len(args) == 2 else None
+    return record if isinstance(record, type) and issubclass(record, msgspec.Struct) else None
+
+
+@cache
+def release_sections() -> dict[str, type[msgspec.Struct]]:
+    """The sections of the engines' own releases (named after Dynamo's extra that pins them) -> their record."""
+    return {extra: record for extra in DynamoPin.extras()
+            if extra in Versions.__struct_fields__ and (record := _section_record(extra)) is not None}
+
 
 class AutotuneFiles(_Fact, frozen=True, kw_only=True):
     """Which FlashInfer autotune files a vLLM release reads (engine.yaml `autotune_files`)."""
@@ -251,13 +310,13 @@ class AutotuneFiles(_Fact, frozen=True, kw_only=True):
     per_rank_since: PackageVersion  # first release with one autotune_configs_dp{d}_rank{r}.json per rank
     v2_store_since: PackageVersion  # first release that sends a one-rank engine to FlashInfer's v2 store
 
-    def per_rank(self, vllm: str) -> bool:
+    def per_rank(self, release: str) -> bool:
         """Whether this vLLM reads one file per rank (else one shared autotune_configs.json)."""
-        return parse_version(vllm) >= self.per_rank_since
+        return parse_version(release) >= self.per_rank_since
 
-    def v2_store(self, vllm: str) -> bool:
+    def v2_store(self, release: str) -> bool:
         """Whether this vLLM keeps a one-rank, one-node engine's tuning in FlashInfer's v2 store."""
-        return parse_version(vllm) >= self.v2_store_since
+        return parse_version(release) >= self.v2_store_since
 
 
 class MaxCaptureSize(_Fact, frozen=True, kw_only=True):
@@ -584,7 +643,8 @@ def load_first(data: Any, root: type[Any], locate: Callable[[FieldPath], Locatio
         raise InputError(exc.problems[:1]) from None
 
 
-PIN_SECTIONS = ("dynamo", "vllm", "sglang", "removed_env")
+# The sections of version pins (a site's versions.yaml lays its own over each): every mapping of records.
+PIN_SECTIONS = tuple(name for name in Versions.__struct_fields__ if _section_record(name) is not None)
 
 
 def versions_skeleton() -> dict[str, Any]:

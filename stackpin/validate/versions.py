@@ -1,10 +1,14 @@
-"""Version pins that must agree, and env vars the pinned vLLM ignores (docs/facts.md#version-pins, #engine-env-vars)."""
+"""Version pins that must agree, and env vars the pinned engine ignores (docs/facts.md#version-pins, #engine-env-vars).
+
+Every engine's pins and environment are reached through its backend (stackpin.backends): the Dynamo extra
+it follows, the section of its releases' own pins, its env registry, removals and the variables render sets."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from stackpin.backends import engine_of
+from stackpin.backends.pins import dynamo_pins, release_pins
 from stackpin.catalog.version import parse_version
 from stackpin.validate.rules import Context, Hit, Severity, rule
 
@@ -15,7 +19,8 @@ _V = ("spec", "versions")
 def unknown_dynamo(ctx: Context) -> Iterator[Hit]:
     dynamo = ctx.profile.spec.versions.dynamo
     if dynamo not in ctx.catalog.versions.dynamo:
-        yield Hit(_V + ("dynamo",), f"Dynamo {dynamo} is not in the catalog; its vLLM/NIXL pins cannot be checked",
+        label = engine_of(ctx.profile).label
+        yield Hit(_V + ("dynamo",), f"Dynamo {dynamo} is not in the catalog; its {label}/NIXL pins cannot be checked",
                   f"known: {', '.join(ctx.catalog.versions.dynamo)}")
 
 
@@ -28,8 +33,7 @@ def _pin_rule(ctx: Context, field: str, want: str | None, by: str) -> Iterator[H
 
 def _dynamo_pins(ctx: Context) -> tuple[str | None, str | None]:
     """The engine release and NIXL that the pinned Dynamo's extra for the stack's engine pins."""
-    pin = ctx.catalog.versions.dynamo.get(ctx.profile.spec.versions.dynamo)
-    return pin.engine(ctx.profile.spec.engine.value) if pin else (None, None)
+    return dynamo_pins(engine_of(ctx.profile), ctx.catalog.versions.dynamo.get(ctx.profile.spec.versions.dynamo))
 
 
 @rule("SP162", Severity.error, "the engine is not the version Dynamo pins")
@@ -46,8 +50,7 @@ def nixl_pin(ctx: Context) -> Iterator[Hit]:
 @rule("SP164", Severity.error, "FlashInfer is not the version the engine pins")
 def flashinfer_pin(ctx: Context) -> Iterator[Hit]:
     engine = engine_of(ctx.profile)
-    pins = getattr(ctx.catalog.versions, engine.name, {})
-    pin = pins.get(ctx.profile.spec.engine_version)
+    pin = release_pins(engine, ctx.catalog.versions).get(ctx.profile.spec.engine_version)
     yield from _pin_rule(ctx, "flashinfer", pin.flashinfer if pin else None,
                          f"{engine.label} {ctx.profile.spec.engine_version}")
 
@@ -72,28 +75,32 @@ def image_tag_version(ctx: Context) -> Iterator[Hit]:
                   "engine may not be the pinned one", f"use the {dynamo} runtime image")
 
 
-@rule("SP171", Severity.error, "engine env var the pinned vLLM does not read")
+@rule("SP171", Severity.error, "engine env var the pinned engine does not read")
 def removed_env(ctx: Context) -> Iterator[Hit]:
-    vllm = ctx.profile.spec.versions.vllm
-    if vllm is None:
-        return  # these are vLLM's variables
+    engine, version = engine_of(ctx.profile), ctx.profile.spec.engine_version
+    removed = getattr(ctx.catalog.versions, engine.removed_env) if engine.removed_env else {}
+    prefix, listed_in = engine.env_registry or (None, None)
+    catalog = ctx.engine_catalog
     for name in ctx.profile.spec.kernels.env:
-        gone = ctx.catalog.versions.removed_env.get(name)
-        if gone is not None and parse_version(vllm) >= gone.removed_in:
-            yield Hit(("spec", "kernels", "env", name), f"vLLM {vllm} no longer reads {name} (gone by "
+        gone = removed.get(name)
+        if gone is not None and parse_version(version) >= gone.removed_in:
+            yield Hit(("spec", "kernels", "env", name), f"{engine.label} {version} no longer reads {name} (gone by "
                       f"{gone.removed_in}); it is silently ignored", f"use {gone.use}")
-        elif gone is None and ctx.vllm is not None and name.startswith("VLLM_") and name not in ctx.vllm.env_vars:
-            yield Hit(("spec", "kernels", "env", name), f"vLLM {vllm} does not read {name} (not in vllm/envs.py); "
-                      "it is silently ignored", "check the name against the pinned release")
+        elif (gone is None and catalog is not None and prefix is not None and name.startswith(prefix)
+              and name not in catalog.env_vars):
+            yield Hit(("spec", "kernels", "env", name), f"{engine.label} {version} does not read {name} (not in "
+                      f"{listed_in}); it is silently ignored", "check the name against the pinned release")
 
 
-@rule("SP166", Severity.error, "pinned vLLM cannot run the model")
+@rule("SP166", Severity.error, "the pinned engine cannot run the model")
 def model_architecture(ctx: Context) -> Iterator[Hit]:
-    if ctx.model is None or ctx.vllm is None:
-        return
-    if ctx.model.architecture not in ctx.vllm.model_architectures.get("supported", ()):
-        yield Hit(_V + ("vllm",), f"vLLM {ctx.vllm.version} has no {ctx.model.architecture}: it cannot load "
-                  f"{ctx.profile.spec.model.id}", "pin a vLLM release that supports the model")
+    catalog = ctx.engine_catalog
+    if ctx.model is None or catalog is None or not catalog.model_architectures:
+        return  # no catalog, or one that does not list the release's model registry (SGLang's)
+    if ctx.model.architecture not in catalog.model_architectures.get("supported", ()):
+        engine = engine_of(ctx.profile)
+        yield Hit(_V + (engine.name,), f"{engine.label} {catalog.version} has no {ctx.model.architecture}: it "
+                  f"cannot load {ctx.profile.spec.model.id}", f"pin a {engine.label} release that supports the model")
 
 
 @rule("SP167", Severity.warning, "no flag catalog for the pinned engine")
@@ -108,7 +115,7 @@ def no_flag_catalog(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP172", Severity.warning, "env var that stackpin sets itself")
 def managed_env(ctx: Context) -> Iterator[Hit]:
-    managed = {"VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR": "autotune.cache", "VLLM_CACHE_ROOT": "autotune.cache"}
+    managed = engine_of(ctx.profile).managed_env
     for name in ctx.profile.spec.kernels.env:
         if name in managed:
             yield Hit(("spec", "kernels", "env", name), f"{name} is set by stackpin from {managed[name]}; a manual "
