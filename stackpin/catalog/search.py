@@ -26,8 +26,12 @@ _PROFILE_DIRS: ContextVar[tuple[Path, ...]] = ContextVar("stackpin_profile_catal
 def bundled() -> Path:
     """The catalog shipped in the package: its own directory. What importlib.resources.files would give
     for an installed package, without importing importlib.resources (tempfile, shutil, random: a few ms
-    of every cold command; the validate path deliberately never imports tempfile)."""
-    return Path(__file__).parent
+    of every cold command; the validate path deliberately never imports tempfile). Made once: every rule's
+    catalog lookup asks (`stackpin search` validates thousands of candidates)."""
+    return _BUNDLED
+
+
+_BUNDLED = Path(__file__).parent
 
 
 def site_dirs() -> tuple[Path, ...]:
