@@ -130,6 +130,61 @@ def test_wide_ep_on_sglang_keeps_the_gpu_count_with_dp_attention() -> None:
             assert "--enable-dp-attention" in argv and "--enable-dp-lm-head" in argv  # DSpark with DP attention
 
 
+def test_sglang_dp_attention_gets_the_replicas_totals_of_the_per_rank_limits() -> None:
+    """maxNumSeqs and maxNumBatchedTokens are per DP rank; under DP attention SGLang divides --max-running-requests
+    and --chunked-prefill-size by dp_size (kv_cache_configurator.py:2299-2302, parallel_hook.py:255-266)."""
+    from stackpin.profile.loader import load_profile
+
+    profile = load_profile(ROOT / "docs" / "examples" / "gb300-sglang-disagg.yaml").profile
+    seen = {}
+    for pool in topology_of(profile).pools:
+        argv = args.worker_args(profile, pool.role, pool.spec, model_revision="r")
+        seen[pool.role] = tuple(argv[argv.index(option) + 1]
+                                for option in ("--max-running-requests", "--chunked-prefill-size"))
+    assert seen["decode"] == ("512", "131072")  # DP 8 with DP attention: 64 and 16384 a rank
+    assert seen["prefill"] == ("16", "16384")  # DP 1: SGLang keeps the values
+
+
+def test_the_step_models_read_sglangs_speculative_spelling_as_stackpins() -> None:
+    """SGLang spells DSpark DSPARK; the simulator's acceptance table keys it dspark (it fell to the default)."""
+    from stackpin.sim.roofline import acceptance_rate, load_params
+    from stackpin.sim.stack import profile_stack
+
+    doc = sglang_doc()
+    mutate(doc, "spec.speculative", {"method": "DSPARK", "numSpeculativeTokens": 5})
+    stack = profile_stack(StackProfile.from_data(doc), "s")
+    assert stack.decode.spec_method == "dspark" and stack.engine == "SGLang"
+    fitted = load_params()["fitted"]
+    assert acceptance_rate(stack.decode, fitted) == pytest.approx(float(fitted["acceptance"]["dspark"]))
+    assert engine("sglang").speculative_kind("STANDALONE") == "draft_model"
+    assert engine("vllm").speculative_kind("dspark") == "dspark"
+
+
+def test_autotune_capture_and_verify_refuse_an_sglang_stack_in_one_line(tmp_path: Path) -> None:
+    """SGLang reads no pinned cache (autotune_dir_env None): capture-job and verify exit 2 saying so; capture-job
+    used to fail with 'engine arguments carry no --model' (exit 1), verify to check vLLM's cache layout."""
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import main
+    from stackpin.errors import StackpinError
+    from stackpin.lock.lockfile import read_lock
+    from stackpin.render.capture import capture_objects
+
+    said = "SGLang 0.5.21 keeps FlashInfer autotune results in its own cache directory"
+    tuned = read_lock(ROOT / "lockfiles" / "gb300-tuned.lock.yaml")
+    sglang_lock = tuned.replace(profile=effective_profile(StackProfile.from_data(sglang_doc())))
+    with pytest.raises(StackpinError, match=said) as refused:
+        capture_objects(sglang_lock)
+    assert refused.value.exit_code == 2
+    assert capture_objects(tuned)  # vLLM's stacks still get their Jobs
+    profile = tmp_path / "s.yaml"
+    profile.write_text(msgspec.json.encode(sglang_doc()).decode())
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    result = CliRunner().invoke(main, ["autotune", "verify", str(cache), str(profile)])
+    assert result.exit_code == 2 and said in result.output and "Traceback" not in result.output, result.output
+
+
 def test_what_sglang_cannot_be_given_is_said_not_dropped() -> None:
     doc = sglang_doc()
     mutate(doc, "spec.kernels.linear", "auto")
@@ -174,6 +229,14 @@ def test_an_sglang_stack_validates_locks_renders_and_diffs_against_vllm(tmp_path
     config = yaml.safe_load(next((out / "gb300-sglang").glob("configmap-*")).read_text())
     expected = json.loads(config["data"]["expected.json"])
     assert expected["packages"]["sglang"] == "0.5.21" and "vllm" not in expected["packages"]
+    # import reads the rendered DGD back to the example's per-rank limits, with no note about pools differing
+    # (the decode pool's --revision was compared with a revision already taken out of the stack-wide fields).
+    imported = run(main, ["import", str(out / "gb300-sglang-disagg" / "dynamographdeployment-dsv41-flash.yaml"),
+                          "--out", str(tmp_path / "imported.yaml")])
+    assert imported.exit_code == 0 and "differs from" not in imported.output, imported.output
+    pools = yaml.safe_load((tmp_path / "imported.yaml").read_text())["spec"]["placement"]["pools"]
+    assert (pools["decode"]["maxNumSeqs"], pools["decode"]["maxNumBatchedTokens"]) == (64, 16384)
+    assert pools["decode"]["tensorParallel"] == 2
     diff = run(main, ["diff", str(tmp_path / "locks" / "gb300-tuned.lock.yaml"),
                       str(tmp_path / "locks" / "gb300-sglang.lock.yaml")])
     assert "engine serving engine  recreate" in diff.output

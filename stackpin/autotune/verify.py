@@ -80,12 +80,28 @@ def tuning_groups(pool: Pool) -> list[list[int]]:
             for dp in range(pool.data_parallel) for s in range(pp)]
 
 
+def require_replayable(profile: StackProfile) -> None:
+    """Refuse (exit 2) a stack whose engine reads no pinned cache: there is nothing to capture, verify or replay.
+    The engine says so by naming no autotune directory stackpin can seed (ServingEngine.autotune_dir_env)."""
+    from stackpin.backends import engine_of
+
+    engine = engine_of(profile)
+    if engine.autotune_dir_env is None:
+        raise StackpinError(
+            f"{profile.name}: {engine.label} {profile.spec.engine_version} keeps FlashInfer autotune results in "
+            "its own cache directory, which stackpin cannot seed from a pinned cache: there is no autotune cache "
+            "to capture, verify or replay for this stack",
+            "leave spec.autotune.cache unset; mode tune (the engine tunes at start) or off")
+
+
 def verify_cache(info: CacheInfo, profile: StackProfile, catalog: Catalog,
                  runtime: Mapping[str, str] | None = None) -> list[Mismatch]:
     """Everything that would stop the pinned engines from using this cache on the profile's GPUs.
     An empty list means: right FlashInfer, right device and arch, metadata FlashInfer accepts against the
     runtime (`runtime`: the pinned image's `_collect_metadata()`, as the capture Job records it), and a
-    complete set of files for every pool the placement runs."""
+    complete set of files for every pool the placement runs. A stack whose engine reads no pinned cache is
+    refused (require_replayable)."""
+    require_replayable(profile)
     out: list[Mismatch] = []
     if profile.spec.autotune.mode == AutotuneMode.off:
         out.append(Mismatch(field="mode", message=(

@@ -64,6 +64,11 @@ class ServingEngine(Protocol):
         """What the pinned release decides at start-up (attention backend, CUDA graph sizes), or None."""
         ...
 
+    def speculative_kind(self, method: str) -> str:
+        """stackpin's name for this engine's spelling of a speculative method (the names the step models and the
+        model catalog use, vLLM's: `dspark`, `mtp`, `draft_model`, ...)."""
+        ...
+
     def autotune_flags(self, profile: StackProfile, catalog: FlagCatalog | None) -> list[Flag]:
         """How this engine's pinned release is told to leave FlashInfer autotuning off ([] when it is on)."""
         ...

@@ -78,6 +78,19 @@ GRAPH_BACKENDS: dict[str, tuple[str | None, str | None]] = {
 }
 
 
+def attention_dp_size(pool: Pool) -> int:
+    """The DP-attention ranks one replica's options are shared among: dp_size with --enable-dp-attention (which
+    render writes for a wide-EP pool, worker_flags), else 1 (SGLang's attn_dp_size, arg_groups/moe_hook.py:584)."""
+    return pool.data_parallel if pool.expert_parallel and pool.data_parallel > 1 else 1
+
+
+# stackpin's name for an SGLang --speculative-algorithm (SpeculativeAlgorithm, speculative/spec_info.py:32-47;
+# from_string upper-cases, :55): the step models name methods as vLLM does. NEXTN (the checkpoint's own MTP
+# layers, run as EAGLE: speculative/spec_registry.py:181-183) is vLLM's mtp; an algorithm not listed keeps its
+# name, lower-cased.
+SPECULATIVE_KINDS = {"STANDALONE": "draft_model", "NEXTN": "mtp"}
+
+
 class Sglang:
     name: str = "sglang"
     label: str = "SGLang"
@@ -113,6 +126,9 @@ class Sglang:
 
     def startup(self, version: str) -> StartupFacts | None:  # noqa: ARG002 (the protocol's signature)
         return None  # SGLang's start-up facts are read by its own engine check (enginecheck), not a catalog file
+
+    def speculative_kind(self, method: str) -> str:
+        return SPECULATIVE_KINDS.get(method.upper(), method.lower())
 
     def autotune_flags(self, profile: StackProfile, catalog: FlagCatalog | None) -> list[Flag]:  # noqa: ARG002
         off = profile.spec.autotune.mode == AutotuneMode.off
@@ -157,7 +173,7 @@ class Sglang:
         if spec.model.tokenizer_mode != "auto":
             flags.append(("--tokenizer-mode", spec.model.tokenizer_mode))
         tp, dp = pool.tensor_parallel, pool.data_parallel
-        if pool.expert_parallel and dp > 1:
+        if attention_dp_size(pool) > 1:
             # Wide EP: SGLang's data-parallel attention runs inside one TP group of tp*dp ranks (the GPU count
             # vLLM's TP x DP gives), with the experts sharded over all of them: ep_size * moe_dp_size must equal
             # tp_size (arg_groups/parallel_hook.py:129-131).
@@ -169,10 +185,14 @@ class Sglang:
             if pool.expert_parallel:
                 flags.append(("--ep-size", str(tp)))
         flags.append(("--context-length", str(spec.model.max_model_len)))
+        # maxNumSeqs and maxNumBatchedTokens are per scheduler (per DP rank, as vLLM reads them); under DP
+        # attention SGLang divides both options among its dp_size ranks (kv_cache_configurator.py:2299-2302,
+        # moe_hook.py:584-585; parallel_hook.py:255-266), so the options carry the replica's total.
+        per_rank = attention_dp_size(pool)
         if pool.max_num_seqs is not None:
-            flags.append(("--max-running-requests", str(pool.max_num_seqs)))
+            flags.append(("--max-running-requests", str(pool.max_num_seqs * per_rank)))
         if pool.max_num_batched_tokens is not None:
-            flags.append(("--chunked-prefill-size", str(pool.max_num_batched_tokens)))
+            flags.append(("--chunked-prefill-size", str(pool.max_num_batched_tokens * per_rank)))
         flags.append(("--mem-fraction-static", repr(pool.gpu_memory_utilization)))
         if spec.fallbacks.cpu_offload_gib:
             flags.append(("--cpu-offload-gb", f"{spec.fallbacks.cpu_offload_gib:g}"))

@@ -143,6 +143,9 @@ class Vllm:
 
         return startup_facts(version)
 
+    def speculative_kind(self, method: str) -> str:
+        return method  # stackpin names speculative methods as vLLM does
+
     def autotune_flags(self, profile: StackProfile, catalog: FlagCatalog | None) -> list[Flag]:
         return autotune_flags(profile, catalog)
 

@@ -124,12 +124,13 @@ def verify(source: str, profile: str, runtime_file: str | None, layout: str | No
     for a REF, that it is an image workers can mount). Exit 0 when it fits, 1 listing each mismatch, 2 on
     unreadable input. What it could not check (runtime fields without --runtime-metadata) is listed too."""
     from stackpin.autotune.fetch import LEGACY_FORM
-    from stackpin.autotune.verify import Mismatch, read_runtime_metadata, verify_cache
+    from stackpin.autotune.verify import Mismatch, read_runtime_metadata, require_replayable, verify_cache
     from stackpin.catalog import load_catalog
     from stackpin.profile.loader import load_profile
     from stackpin.profile.topology import topology_of
 
     loaded = load_profile(profile)
+    require_replayable(loaded.profile)  # before reading the cache: for an engine that reads none, say only that
     runtime = read_runtime_metadata(Path(runtime_file)) if runtime_file else None
     with ExitStack() as stack:
         info, digest, mountable = _load(source, layout, stack)

@@ -244,20 +244,21 @@ def list_(output: str) -> None:
               help="Where profiles' locks are looked up, and what is checked when no input is named.")
 @click.option("--python", "python", type=click.Path(dir_okay=False, path_type=Path), metavar="PATH",
               help="The engine environment's Python [default: $STACKPIN_ENGINE_PYTHON, else "
-                   ".enginecheck/vllm-<pinned>/bin/python in the current directory, where `stackpin engines "
-                   "setup-check` builds it].")
+                   ".enginecheck/<engine>-<pinned>/bin/python in the current directory (vllm-0.31.0, "
+                   "sglang-0.5.21), where `stackpin engines setup-check` builds vLLM's].")
 @click.option("--timeout", "timeout_s", type=finite(min=1, max=3600), default=600, show_default=True,
               help="Seconds one pool's check may take.")
 @OUTPUT
 @user_errors
 def check(inputs: tuple[str, ...], lockdir: str, python: Path | None, timeout_s: float, output: str) -> None:
-    """Run every worker pool of each stack through the pinned vLLM's own code, on CPU.
+    """Run every worker pool of each stack through its pinned engine's own code (vLLM or SGLang), on CPU.
 
     vLLM's own parser and engine-config construction take the argv and environment render writes, then
     the pure-Python steps of model build (attention class, the KV-cache dtype it stores, the kernel block
-    size, the CUDA graph mode the model runner resolves, the draft's revision, the autotune file). Exit 0
-    when each pool starts as declared, 1 listing what vLLM would refuse or change, 2 when the engine
-    environment cannot run (build it with `stackpin engines setup-check`).
+    size, the CUDA graph mode the model runner resolves, the draft's revision, the autotune file); for an
+    SGLang stack, SGLang's ServerArgs resolve the same argv and environment. Exit 0 when each pool starts
+    as declared, 1 listing what the engine would refuse or change, 2 when the engine environment cannot
+    run (build it with `stackpin engines setup-check`).
     """
     import os
 

@@ -525,7 +525,8 @@ def _import_sglang(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, C
     if "--model-path" not in main_opts:
         raise ImportError_(f"{dgd.name}: {main.name} names no --model-path")
     mapped = {role: map_flags(opts_of(comp), sglang.modelled) for role, comp in workers.items()}
-    stack = mapped[next(r for r, c in workers.items() if c is main)].stack
+    main_stack = mapped[next(r for r, c in workers.items() if c is main)].stack
+    stack = dict(main_stack)  # what the profile takes from it is popped; the other workers compare with main_stack
     spec: dict[str, Any] = {"engine": "sglang"}
     model_id = str(stack.pop("spec.model.id"))
     found = catalog.model_for(model_id)
@@ -560,8 +561,12 @@ def _import_sglang(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, C
         m = mapped[role]
         pool: dict[str, Any] = {"replicas": comp.replicas, **m.pool}
         if pool.get("expertParallel") and "--enable-dp-attention" in opts_of(comp):
-            # render writes --tp-size tp*dp under DP attention (stackpin.backends.sglang): read it back
-            pool["tensorParallel"] = int(pool.get("tensorParallel", 1)) // max(int(pool.get("dataParallel", 1)), 1)
+            # Under DP attention render writes --tp-size tp*dp and the replica's totals of the per-rank
+            # maxNumSeqs / maxNumBatchedTokens, which SGLang divides among the dp ranks (stackpin.backends.sglang)
+            dp = max(int(pool.get("dataParallel", 1)), 1)
+            for key in ("tensorParallel", "maxNumSeqs", "maxNumBatchedTokens"):
+                if key in pool:
+                    pool[key] = max(int(pool[key]) // dp, 1)
         if comp.node_count > 1:
             pool["nodesPerReplica"] = comp.node_count
         engine_args: dict[str, Any] = {}
@@ -577,13 +582,10 @@ def _import_sglang(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, C
             notes.append(Note(comp.name, option, f"{value!r}: stackpin renders it from its profile fields and "
                               "cannot read this value back; not carried over"))
         if comp is not main:
-            for path in sorted(set(m.stack) | set(stack)):
-                if path in ("spec.model.id", "spec.model.maxModelLen") and path not in m.stack:
-                    continue
-                if m.stack.get(path) != stack.get(path) and not (path == "spec.model.id"
-                                                                   and m.stack.get(path) == model_id):
+            for path in sorted(set(m.stack) | set(main_stack)):
+                if m.stack.get(path) != main_stack.get(path):
                     notes.append(Note(comp.name, path, f"{m.stack.get(path)!r} differs from {main.name}'s "
-                                      f"{stack.get(path)!r}; stackpin sets it once per stack: {main.name}'s"))
+                                      f"{main_stack.get(path)!r}; stackpin sets it once per stack: {main.name}'s"))
         tp, dp, pp = (int(pool.get(k, 1)) for k in ("tensorParallel", "dataParallel", "pipelineParallel"))
         expected = tp * dp * pp // comp.node_count
         if comp.gpus and comp.gpus != expected:

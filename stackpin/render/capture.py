@@ -141,6 +141,9 @@ def _job(plan: StackPlan, comp: ComponentPlan, pvc: str, dynamo_only: frozenset[
 def capture_objects(lock: StackLock, catalog: Catalog | None = None, storage: str = "20Gi") -> list[dict[str, Any]]:
     """PVC, Jobs (one per worker pool), and what multi-node pools need (headless Service,
     ComputeDomain), all from the stack's own render plan."""
+    from stackpin.autotune.verify import require_replayable
+
+    require_replayable(lock.stack_profile)  # the Jobs run `vllm serve`; a cache for another engine is never read
     with profile_catalogs(lock.stack_profile.spec.catalog_path):
         catalog = catalog or load_catalog()
     plan = plan_stack(_tune_lock(lock), catalog)

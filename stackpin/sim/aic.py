@@ -137,7 +137,7 @@ def substitutions(stack: SimStack) -> list[str]:
     quant = _quant(model["use"], backend["name"], tuple(_parallel(pool).items()))
     out = [f"model: {model['use']}{_size(model['use'])} stands for {stack.model_id}{_size(stack.model_id)}: "
            f"{model['why']}",
-           f"engine: {backend['why']}",
+           f"engine: {backend['why'].format(engine=stack.engine)}",
            f"system: aiconfigurator {m['version']} system {system} for {stack.platform}",
            (f"precision: dense GEMMs {quant['gemm']}, routed experts {quant['moe']}, KV cache {quant['kvcache']} "
             f"as aiconfigurator infers from the {model['use']} checkpoint; the lock serves {stack.precision}"),

@@ -54,6 +54,7 @@ class SimStack:
     moe: str
     autotune: str
     gpus: int  # every GPU the stack occupies
+    engine: str  # the serving engine as people write it (ServingEngine.label): "vLLM", "SGLang"
     unmodelled: tuple[str, ...] = ()  # what the profile does that no step model here times: stated, never hidden
 
     def pool(self, role: Role) -> SimPool:
@@ -68,9 +69,13 @@ class SimStack:
 
 
 def _pool(profile: StackProfile, topo: PoolTopology, model: ModelFacts, gpu: Gpu) -> SimPool:
+    from stackpin.backends import engine_of
+
     catalog = load_catalog()
     defaults = catalog.engine.memory_dependent_defaults
     spec = profile.speculative_for(topo.spec)
+    # The step models' tables key methods by stackpin's name, not the engine's spelling (SGLang's DSPARK).
+    method = engine_of(profile).speculative_kind(spec.method) if spec.method else None
     memory = pool_memory(profile, topo, model, catalog)
     return SimPool(
         role=topo.role, replicas=topo.replicas, engines=topo.replicas * topo.data_parallel,
@@ -79,7 +84,7 @@ def _pool(profile: StackProfile, topo: PoolTopology, model: ModelFacts, gpu: Gpu
         max_num_seqs=topo.spec.max_num_seqs or defaults.max_num_seqs_for(gpu.hbm_gib) or 256,
         max_batched_tokens=topo.spec.max_num_batched_tokens or defaults.max_num_batched_tokens_for(gpu.hbm_gib) or 8192,
         kv_tokens=memory.kv_tokens,
-        spec_method=spec.method, spec_k=spec.k, rejection=spec.rejection_sample_method or "standard",
+        spec_method=method, spec_k=spec.k, rejection=spec.rejection_sample_method or "standard",
         draft_sample=spec.draft_sample_method or "greedy", adaptive=bool(spec.adaptive_verification),
     )
 
@@ -91,6 +96,7 @@ def sim_stack(lock: StackLock) -> SimStack:
 
 def profile_stack(profile: StackProfile, name: str, digest: str = "") -> SimStack:
     """The simulator's view of a profile (a what-if not locked yet: `stackpin plan`)."""
+    from stackpin.backends import engine_of
     from stackpin.profile.sizing import max_capture_size
 
     catalog = load_catalog()
@@ -123,7 +129,8 @@ def profile_stack(profile: StackProfile, name: str, digest: str = "") -> SimStac
         full_decode_graphs=mode in catalog.engine.full_decode_modes,
         piecewise_graphs=mode in catalog.engine.piecewise_modes,
         attention=spec.kernels.attention or "auto", moe=spec.kernels.moe or "auto",
-        autotune=str(spec.autotune.mode.value), gpus=topo.gpus, unmodelled=_unmodelled(profile, gpu),
+        autotune=str(spec.autotune.mode.value), gpus=topo.gpus, engine=engine_of(profile).label,
+        unmodelled=_unmodelled(profile, gpu),
     )
 
 

@@ -30,17 +30,25 @@ def cache_unused(ctx: Context) -> Iterator[Hit]:
 
 @rule("SP203", Severity.warning, "autotune at every start")
 def tune_at_start(ctx: Context) -> Iterator[Hit]:
+    from stackpin.backends import engine_of
+
     if ctx.profile.spec.autotune.mode == AutotuneMode.tune:
+        engine = engine_of(ctx.profile)
+        # An engine stackpin cannot seed a pinned cache for (no autotune_dir_env) has no replay to offer.
+        hint = ("capture a cache once, pack it and replay it (mode: replay)" if engine.autotune_dir_env else
+                f"stackpin cannot replay a pinned cache into {engine.label} yet; mode: off skips tuning")
         yield Hit(_A + ("mode",), "tuning at start costs ~43 s per shape profile on every restart and two fresh "
-                  "tunes can differ by ~9% in serving speed (flashinfer#3920)",
-                  "capture a cache once, pack it and replay it (mode: replay)")
+                  "tunes can differ by ~9% in serving speed (flashinfer#3920)", hint)
 
 
 @rule("SP204", Severity.warning, "autotune with CUDA graphs off")
 def autotune_without_graphs(ctx: Context) -> Iterator[Hit]:
+    from stackpin.backends import engine_of
+
+    # SGLang too tunes right before capture (model_executor/runner/base_runner.py:266-271 in 0.5.21).
     if ctx.profile.spec.autotune.mode != AutotuneMode.off and ctx.profile.spec.cuda_graphs.mode == CudaGraphMode.NONE:
-        yield Hit(_A + ("mode",), "vLLM tunes kernels right before CUDA graph capture; with graphs off the tuned "
-                  "shapes do not match what runs", "enable CUDA graphs or turn autotune off")
+        yield Hit(_A + ("mode",), f"{engine_of(ctx.profile).label} tunes kernels right before CUDA graph capture; "
+                  "with graphs off the tuned shapes do not match what runs", "enable CUDA graphs or turn autotune off")
 
 
 def cache_shape_problems(profile: StackProfile, topology: Topology, directories: Sequence[ConfigDirectory],
