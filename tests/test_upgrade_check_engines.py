@@ -66,9 +66,9 @@ def test_a_vllm_stack_follows_the_vllm_extra(profile: Path, packages: Path) -> N
     found = _check(profile, packages, "vllm")
     assert found.available is not None
     assert (found.available.dynamo, found.available.vllm, found.available.nixl, found.available.flashinfer,
-            found.available.sglang) == ("9.2.0", "9.2.0", "1.4.1", "0.7.3", None)
+            found.available.engine) == ("9.2.0", "9.2.0", "1.4.1", "0.7.3", "vllm")
     assert [c.installable for c in found.releases] == [True, True]
-    # Its record reads as before the sglang field existed.
+    # Its record reads as before SGLang existed: the engine's release under its name.
     assert found.available.model_dump(mode="json", by_alias=True) == {
         "dynamo": "9.2.0", "vllm": "9.2.0", "flashinfer": "0.7.3", "nixl": "1.4.1"}
     assert "sglang" not in found.unshipped
@@ -80,8 +80,9 @@ def test_an_sglang_stack_follows_the_sglang_extra(profile: Path, packages: Path)
     # 9.1.0: SGLang 9.1.5 and the sglang extra's NIXL 1.5.0 (not the vllm extra's 1.4.1), and the FlashInfer
     # SGLang 9.1.5 pins (0.7.4), not the one vLLM 9.1.0 pins (0.7.3).
     assert first.pins is not None and first.installable
-    assert (first.pins.sglang, first.pins.nixl, first.pins.flashinfer, first.pins.vllm) == ("9.1.5", "1.5.0", "0.7.4",
-                                                                                            None)
+    assert (first.pins.sglang, first.pins.nixl, first.pins.flashinfer, first.pins.engine) == ("9.1.5", "1.5.0",
+                                                                                              "0.7.4", "sglang")
+    assert "vllm" not in first.pins.model_dump(mode="json", by_alias=True)
     # 9.2.0's SGLang is not on the index: listed with that pin, not offered (its vLLM is there).
     assert second.pins is not None and not second.installable
     assert [(m.requirement, m.pinned_by) for m in second.missing] == [("sglang==9.2.5", "ai-dynamo 9.2.0")]
@@ -135,7 +136,7 @@ def test_a_profile_running_sglang_is_checked_by_its_spec_engine(profile: Path, p
     with PackageIndex(None, find_links=packages) as index:
         [found] = check_profiles([sglang], index)  # no engine given: the profile's
     assert found.current.model_dump(mode="json", by_alias=True) == {
-        "dynamo": "9.0.0", "vllm": None, "flashinfer": "0.7.2.post1", "nixl": "1.4.1", "sglang": "9.0.5"}
+        "dynamo": "9.0.0", "flashinfer": "0.7.2.post1", "nixl": "1.4.1", "sglang": "9.0.5"}
     assert found.available is not None and (found.available.dynamo, found.available.sglang) == ("9.1.0", "9.1.5")
     # Newer SGLang and FlashInfer releases no newer Dynamo release pins: listed, not proposed.
     assert found.unshipped == {"sglang": ["9.3.0"], "flashinfer-python": ["0.7.3"]}

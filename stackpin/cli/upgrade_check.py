@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 def check(paths: tuple[str, ...], index_url: str | None, find_links: Path | None, feeds: tuple[str, ...],
           github_api: str, pre: bool, cache_dir: Path | None, output: str) -> None:
     """Check a package index, and any release feeds, for Dynamo releases newer than each profile's, with
-    the vLLM, NIXL and FlashInfer each one pins: stackpin follows Dynamo's pins. The upgrade offered is the
+    the engine release, NIXL and FlashInfer each one pins: stackpin follows Dynamo's pins. The upgrade offered is the
     newest one the index can install; one only a feed has, or whose pins the index lacks, is listed with
     where it is or the pin it lacks. Newer engine releases no Dynamo release ships are listed as information.
 
@@ -74,15 +74,14 @@ def check(paths: tuple[str, ...], index_url: str | None, find_links: Path | None
 
 
 def _change(name: str, old: str | None, new: str | None) -> str:
-    if new is None:  # the release pins none, or its vLLM is on neither the catalog nor the index
+    if new is None:  # the release pins none, or its engine release is on neither the catalog nor the index
         return f"{name} {old} -> ?"
     return f"{name} {new}" if old == new else f"{name} {old} -> {new}"
 
 
 def _pins(current: Pins, available: Pins) -> str:
-    engine = "sglang" if current.sglang or available.sglang else "vllm"  # the one the stack runs
-    return ", ".join(_change(name, getattr(current, name), getattr(available, name))
-                     for name in (engine, "flashinfer", "nixl"))
+    shared = [_change(name, getattr(current, name), getattr(available, name)) for name in ("flashinfer", "nixl")]
+    return ", ".join([_change(current.engine, current.release, available.release), *shared])
 
 
 def _count(n: int, one: str, many: str) -> str:

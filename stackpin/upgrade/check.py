@@ -1,15 +1,16 @@
 """`stackpin upgrade check`: the newer Dynamo releases on a package index and in the site's release feeds,
-for each profile, with the vLLM, FlashInfer and NIXL each one pins.
+for each profile, with the engine release, FlashInfer and NIXL each one pins.
 
-stackpin follows Dynamo's pins: a Dynamo release brings the vLLM and NIXL its `vllm` extra pins
-(ai-dynamo's Requires-Dist), and the FlashInfer that vLLM release pins (vllm's Requires-Dist); a stack
-running SGLang follows the `sglang` extra's sglang and nixl, and the FlashInfer that SGLang pins. Pins come
+stackpin follows Dynamo's pins: a Dynamo release brings the engine release and NIXL its extra for the stack's
+engine pins (ai-dynamo's Requires-Dist; `vllm`: vllm and nixl, `sglang`: sglang and nixl), and the FlashInfer
+that engine release pins (its own Requires-Dist). The engine's extra, project and pins are its backend's
+(stackpin.backends.pins), so every engine is checked by the same code. Pins come
 from the profile's catalog (versions.yaml) when it knows the release (the same metadata, read when the
 release was added), else from the index. The upgrade offered is the newest Dynamo release newer than the
 profile's (final releases only unless `pre`) that is on the index and whose pins the index has too: a
 release only a feed has (GitHub releases, container tags: stackpin.upgrade.feeds) is listed with where it
 is, not offered (`upgrade propose` reads its pins and packages from the index), and one whose pin the
-index lacks is listed with that pin (stackpin.upgrade.installable). Newer vLLM, FlashInfer and NIXL
+index lacks is listed with that pin (stackpin.upgrade.installable). Newer engine, FlashInfer and NIXL
 releases that no newer Dynamo release pins are listed too, as information: stackpin does not propose them.
 """
 from __future__ import annotations
@@ -18,9 +19,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
-from pydantic import SerializerFunctionWrapHandler, computed_field, model_serializer
+from pydantic import ConfigDict, computed_field
 
-from stackpin.catalog import load_catalog
+from stackpin.backends import DEFAULT, engine, names
+from stackpin.backends.base import ServingEngine
+from stackpin.backends.pins import dynamo_pins as catalog_dynamo_pins
+from stackpin.backends.pins import project, release_pins, required_dynamo_pins
+from stackpin.catalog import NIXL, load_catalog
 from stackpin.catalog.search import profile_catalogs
 from stackpin.engines.index import PackageIndex
 from stackpin.engines.pins import exact
@@ -30,46 +35,52 @@ from stackpin.profile.loader import LoadedProfile, load_profiles
 from stackpin.upgrade.feeds import FeedListing
 from stackpin.upgrade.installable import MissingPin, missing_pins
 
-DYNAMO, VLLM, SGLANG, FLASHINFER, NIXL = "ai-dynamo", "vllm", "sglang", "flashinfer-python", "nixl"
-ENGINES = {VLLM: "vllm", FLASHINFER: "flashinfer", NIXL: "nixl"}  # project -> spec.versions field
-# A serving engine Dynamo pins in an extra named after it -> its project on the index (its name, normalized).
-ENGINE_PROJECTS = {"vllm": VLLM, "sglang": SGLANG}
+DYNAMO, FLASHINFER = "ai-dynamo", "flashinfer-python"
 
 
-def tracked(engine: str) -> dict[str, str]:
-    """Project -> spec.versions field of what a stack running `engine` follows Dynamo's pins for."""
-    return {_project(engine): engine, FLASHINFER: "flashinfer", NIXL: "nixl"}
+def _engine(name: str) -> ServingEngine:
+    try:
+        return engine(name)
+    except KeyError:
+        raise StackpinError(f"Dynamo pins no engine {name!r}: {' or '.join(names())}") from None
 
 
-def _project(engine: str) -> str:
-    if engine not in ENGINE_PROJECTS:
-        raise StackpinError(f"Dynamo pins no engine {engine!r}: {' or '.join(ENGINE_PROJECTS)}")
-    return ENGINE_PROJECTS[engine]
+def tracked(name: str) -> dict[str, str]:
+    """Project -> spec.versions field of what a stack running engine `name` follows Dynamo's pins for."""
+    return {project(_engine(name)): name, FLASHINFER: "flashinfer", NIXL: "nixl"}
 
 
-def dynamo_pins(requires: tuple[str, ...], engine: str = "vllm") -> tuple[str | None, str | None]:
-    """The engine release and the NIXL that a Dynamo release's extra named after `engine` pins exactly
-    (`vllm`: vllm[flashinfer]==X, nixl[cu13]==Y; `sglang`: sglang[diffusion]==X, nixl[cu13]==Y), from its
+def dynamo_pins(requires: tuple[str, ...], name: str = DEFAULT) -> tuple[str | None, str | None]:
+    """The engine release and the NIXL that a Dynamo release's extra for engine `name` pins exactly, from its
     Requires-Dist; None for one it pins no exact version of (Dynamo 1.3.1's sglang extra: a nixl range)."""
-    return exact(requires, _project(engine), engine), exact(requires, NIXL, engine)
+    return required_dynamo_pins(_engine(name), requires)
 
 
 class Pins(CamelModel):
-    """A Dynamo release and what it brings; None where the release's metadata pins nothing."""
+    """A Dynamo release and what it brings; None where the release's metadata pins nothing. The release of the
+    stack's engine is kept under the engine's name, as in spec.versions (`vllm: 0.31.0`, `sglang: 0.5.21`)."""
+
+    model_config = ConfigDict(extra="allow")  # the one extra key: the engine's release
 
     dynamo: str
-    vllm: str | None
     flashinfer: str | None
     nixl: str | None
-    sglang: str | None = None  # a stack running SGLang: the SGLang Dynamo's sglang extra pins (vllm is None)
 
-    @model_serializer(mode="wrap")
-    def _without_sglang(self, handler: SerializerFunctionWrapHandler) -> dict[str, object]:
-        """A vLLM stack's pins read as before the sglang field (no `sglang: null`)."""
-        data: dict[str, object] = handler(self)
-        if self.sglang is None:
-            data.pop("sglang", None)
-        return data
+    @classmethod
+    def of(cls, name: str, release: str | None, *, dynamo: str, flashinfer: str | None, nixl: str | None) -> Pins:
+        """The pins of a stack running engine `name`, whose release is `release`."""
+        return cls.model_validate({"dynamo": dynamo, "flashinfer": flashinfer, "nixl": nixl, name: release})
+
+    @property
+    def engine(self) -> str:
+        """The engine whose release these pins carry."""
+        return next(iter(self.model_extra or {}), DEFAULT)
+
+    @property
+    def release(self) -> str | None:
+        """The engine's release."""
+        found: str | None = (self.model_extra or {}).get(self.engine)
+        return found
 
 
 class Found(CamelModel):
@@ -135,25 +146,25 @@ class _Pinned:
         return self._requires[key]
 
     def dynamo(self, version: str, known: dict[str, tuple[str, str]],
-               engine: str = "vllm") -> tuple[str | None, str | None]:
-        """The engine release and NIXL a Dynamo release's extra named after `engine` pins (vllm, sglang)."""
+               runs: ServingEngine) -> tuple[str | None, str | None]:
+        """The engine release and NIXL a Dynamo release's extra for the engine `runs` pins."""
         if version in known:
             return known[version]
-        return dynamo_pins(self.requires(DYNAMO, version), engine)
+        return required_dynamo_pins(runs, self.requires(DYNAMO, version))
 
-    def flashinfer(self, release: str | None, known: dict[str, str], engine: str = "vllm") -> str | None:
-        """The FlashInfer an engine release pins; None when neither the catalog nor the index has it."""
+    def flashinfer(self, release: str | None, known: dict[str, str], runs: ServingEngine) -> str | None:
+        """The FlashInfer a release of the engine `runs` pins; None when neither the catalog nor the index has it."""
         if release is None:
             return None
         if release in known:
             return known[release]
-        project = _project(engine)
-        if _version(release) not in self.index.releases(project, pre=True):
+        name = project(runs)
+        if _version(release) not in self.index.releases(name, pre=True):
             return None
-        return exact(self.requires(project, release), FLASHINFER)
+        return exact(self.requires(name, release), FLASHINFER)
 
 
-def _catalog_pins(loaded: LoadedProfile, engine: str = "vllm") -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
+def _catalog_pins(loaded: LoadedProfile, runs: ServingEngine) -> tuple[dict[str, tuple[str, str]], dict[str, str]]:
     """The profile's catalog pins: Dynamo -> (engine release, NIXL) and engine release -> FlashInfer, by
     normalized version; a Dynamo entry without the engine's pins (a site file written before stackpin
     recorded the sglang extra) is left to the index."""
@@ -162,11 +173,10 @@ def _catalog_pins(loaded: LoadedProfile, engine: str = "vllm") -> tuple[dict[str
         versions = load_catalog().versions
     dynamo: dict[str, tuple[str, str]] = {}
     for key, pin in versions.dynamo.items():
-        runs, nixl = pin.engine(engine)
-        if (v := _version(key)) and runs and nixl:
-            dynamo[str(v)] = (runs, nixl)
-    kernels = versions.sglang if engine == "sglang" else versions.vllm
-    flashinfer = {str(v): pin.flashinfer for key, pin in kernels.items() if (v := _version(key))}
+        release, nixl = catalog_dynamo_pins(runs, pin)
+        if (v := _version(key)) and release and nixl:
+            dynamo[str(v)] = (release, nixl)
+    flashinfer = {str(v): pin.flashinfer for key, pin in release_pins(runs, versions).items() if (v := _version(key))}
     return dynamo, flashinfer
 
 
@@ -188,16 +198,15 @@ def _found(listings: Sequence[FeedListing], pre: bool, newer_than: Version) -> d
 def check_profile(loaded: LoadedProfile, index: PackageIndex, *, pre: bool = False,
                   cache_dir: Path | None = None, pinned: _Pinned | None = None,
                   feeds: Sequence[FeedListing] = (), engine: str | None = None) -> ProfileCheck:
-    """The newer Dynamo releases for one profile, following the pins of Dynamo's extra named after `engine`
-    (vllm or sglang; default the profile's spec.engine)."""
-    engine = engine or loaded.profile.spec.engine.value
-    project = _project(engine)
+    """The newer Dynamo releases for one profile, following the pins of Dynamo's extra for engine `engine`
+    (a stackpin.backends name; default the profile's spec.engine)."""
+    runs = _engine(engine or loaded.profile.spec.engine.value)
+    name = project(runs)
     pinned = pinned or _Pinned(index, cache_dir)
     versions = loaded.profile.spec.versions
-    mine = getattr(versions, engine, None)  # spec.versions.<engine>
-    current = Pins(dynamo=versions.dynamo, vllm=mine if engine == "vllm" else None, flashinfer=versions.flashinfer,
-                   nixl=versions.nixl, sglang=mine if engine == "sglang" else None)
-    known_dynamo, known_kernel = _catalog_pins(loaded, engine)
+    current = Pins.of(runs.name, getattr(versions, runs.name, None), dynamo=versions.dynamo,  # spec.versions.<engine>
+                      flashinfer=versions.flashinfer, nixl=versions.nixl)
+    known_dynamo, known_kernel = _catalog_pins(loaded, runs)
     if not index.files(DYNAMO):
         raise StackpinError(f"{index.shown}: has no {DYNAMO} releases", "is it the index your site mirrors PyPI to?")
     newer = [v for v in index.releases(DYNAMO, pre) if v > Version(versions.dynamo)]
@@ -211,23 +220,22 @@ def check_profile(loaded: LoadedProfile, index: PackageIndex, *, pre: bool = Fal
         if release not in newer:
             candidates.append(Candidate(dynamo=str(release), prerelease=flagged, found=found, pins=None, missing=[]))
             continue
-        runs, nixl = pinned.dynamo(str(release), known_dynamo, engine)
-        flashinfer = pinned.flashinfer(runs, known_kernel, engine)
-        pins = Pins(dynamo=str(release), vllm=runs if engine == "vllm" else None, nixl=nixl, flashinfer=flashinfer,
-                    sglang=runs if engine == "sglang" else None)
+        ships, nixl = pinned.dynamo(str(release), known_dynamo, runs)
+        flashinfer = pinned.flashinfer(ships, known_kernel, runs)
+        pins = Pins.of(runs.name, ships, dynamo=str(release), flashinfer=flashinfer, nixl=nixl)
         releases.append(pins)
-        missing = missing_pins(index, [(project, runs, f"{DYNAMO} {release}"),
-                                       (FLASHINFER, flashinfer, f"{project} {runs}")])
+        missing = missing_pins(index, [(name, ships, f"{DYNAMO} {release}"),
+                                       (FLASHINFER, flashinfer, f"{name} {ships}")])
         candidates.append(Candidate(dynamo=str(release), prerelease=flagged, pins=pins, missing=missing,
                                     found=[Found(feed="index", url=index.shown), *found]))
     unshipped: dict[str, list[str]] = {}
-    for name, field in tracked(engine).items():
+    for tracked_project, field in tracked(runs.name).items():
         if (held := getattr(versions, field, None)) is None:
             continue
         shipped = {str(v) for p in releases if (text := getattr(p, field)) and (v := _version(text))}
-        later = [str(v) for v in index.releases(name, pre) if v > Version(held) and str(v) not in shipped]
+        later = [str(v) for v in index.releases(tracked_project, pre) if v > Version(held) and str(v) not in shipped]
         if later:
-            unshipped[name] = later
+            unshipped[tracked_project] = later
     installable = [c.pins for c in candidates if c.installable]
     return ProfileCheck(profile=str(loaded.path), stack=loaded.profile.metadata.name, current=current,
                         available=installable[-1] if installable else None, newer_dynamo=[str(v) for v in newer],
