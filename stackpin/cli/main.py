@@ -30,7 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "report": ("stackpin.cli.reportpage", "report"), "import": ("stackpin.cli.importcmd", "import_"),
     "init": ("stackpin.cli.init", "init"), "upgrade": ("stackpin.cli.upgrade", "upgrade"),
     "rollout": ("stackpin.cli.rollout", "rollout"), "mirror": ("stackpin.cli.mirror", "mirror"),
-    "site": ("stackpin.cli.site", "site"),
+    "site": ("stackpin.cli.site", "site"), "search": ("stackpin.cli.search", "search"),
 }
 SUBCOMMANDS: dict[str, tuple[tuple[str, str], ...]] = {
     "rollout": (

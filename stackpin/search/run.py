@@ -47,7 +47,7 @@ class Scored:
 class Pick:
     """One of the top picks: what part 3 verifies."""
 
-    rank: int  # 1-based among the candidates that meet the SLO, the base left out
+    rank: int  # 1-based: the front's members (base left out) by tok/s per GPU, then the next best
     scored: Scored
     path: Path | None  # the written profile (None until written)
 
@@ -143,13 +143,17 @@ def search(base_path: Path, slo: Slo, workload: Workload, *, racks: int = 1, top
                                  slo, workload, model, params, profile_stack)
     predicted = time.perf_counter()
     ranked = sorted(survivors, key=_rank_key)
-    picks = tuple(Pick(n, s, None) for n, s in enumerate((s for s in ranked if s.meets and s.index != 0), 1)
-                  if n <= top)
+    front = pareto(ranked)
+    # The front first (each trades tok/s per GPU for per-agent speed differently), then the next best: picks
+    # that differ only in the fourth digit would verify the same thing three times.
+    order = [ranked[i] for i in front] + [s for i, s in enumerate(ranked) if i not in front]
+    chosen = [s for s in order if s.meets and s.index != 0][:top]
+    picks = tuple(Pick(n, s, None) for n, s in enumerate(sorted(chosen, key=_rank_key), 1))
     return SearchResult(
         base=base_path, base_name=base.profile.name, slo=slo, model=model, racks=racks, workload=workload,
         enumerated=len(checked), pruned=sum(1 for c in checked if c.pruned_by and c.candidate.index != 0),
         reasons=reasons([c for c in checked if c.candidate.index != 0]), merged=merged, survivors=tuple(ranked),
-        front=pareto(ranked), picks=picks, validate_s=validated - started, predict_s=predicted - validated)
+        front=front, picks=picks, validate_s=validated - started, predict_s=predicted - validated)
 
 
 def _predict(base: LoadedProfile, items: list[Checked], slo: Slo, workload: Workload, model: str,

@@ -184,7 +184,7 @@ def _pool(template: dict[str, Any], shape: Shape, replicas: int, gpus_per_node: 
 def _with(doc: dict[str, Any], path: FieldPath, value: Any) -> dict[str, Any]:
     """`doc` with `path` set, copying only the mappings on the way (the base stays as it was)."""
     out = dict(doc)
-    node = out
+    node: dict[Any, Any] = out
     for key in path[:-1]:
         child = node.get(key)
         node[key] = dict(child) if isinstance(child, dict) else {}
@@ -220,8 +220,8 @@ def leaf_edits(base: Any, new: Any, path: FieldPath = ()) -> list[tuple[FieldPat
 
 def _templates(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The base's pool fields to start from: (prefill's, the worker's or decode pool's)."""
-    pools = _get(doc, _POOLS) or {}
-    main = pools.get("worker") or pools.get("decode") or {}
+    pools: dict[str, Any] = _get(doc, _POOLS) or {}
+    main: dict[str, Any] = pools.get("worker") or pools.get("decode") or {}
     return pools.get("prefill") or main, main
 
 
@@ -298,7 +298,7 @@ def candidates(loaded: LoadedProfile, racks: int, space: Space | None = None,
                             "search a profile on an NVL72 rack platform")
     base = loaded.document
     yield Candidate(0, None, base, ())
-    placements = [(p, None) for p in space.placements if p == COLOCATED]
+    placements: list[tuple[str, Shape | None]] = [(p, None) for p in space.placements if p == COLOCATED]
     placements += [(p, s) for p in space.placements if p != COLOCATED for s in space.prefill_shapes]
     axes = itertools.product(placements, space.shapes, space.max_num_seqs, space.max_num_batched_tokens,
                              speculative_choices(loaded, space, catalog), space.graph_modes, space.captures,

@@ -1,0 +1,117 @@
+"""A search result in words: the JSON record (`search -o json`, search.json) and the proposal markdown
+(search.md). Every figure is labelled as the named model's prediction; none is a measurement."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from stackpin.diff.model import ChangeKind, StackDiff
+from stackpin.search.predict import Prediction
+from stackpin.search.run import Scored, SearchResult
+
+
+def predicted_label(model: str) -> str:
+    return f"predicted ({model} step model, not measured)"
+
+
+def _number(x: float) -> float | None:
+    return None if math.isinf(x) or math.isnan(x) else round(x, 3)
+
+
+def prediction_data(p: Prediction | None) -> dict[str, Any] | None:
+    if p is None:
+        return None
+    return {"model": p.model, "meetsSlo": p.meets, "tokSPerGpu": _number(p.tps_per_gpu),
+            "tokSPerAgent": _number(p.agent_tps), "ttftS": _number(p.ttft_s), "agents": _number(p.agents),
+            "gpus": p.gpus, "limitedBy": p.limited_by, "singleAgentTokS": _number(p.single_agent_tps)}
+
+
+def _edit_text(path: tuple[Any, ...], value: Any) -> str:
+    return f"{'.'.join(map(str, path))}: {json.dumps(value, sort_keys=True)}"
+
+
+def scored_data(s: Scored) -> dict[str, Any]:
+    return {"candidate": s.index, "label": s.label, "edits": [_edit_text(p, v) for p, v in s.edits],
+            "predicted": prediction_data(s.prediction), "unpredicted": s.unpredicted or None,
+            "warnings": [f"{f.code} {f.path}: {f.message}" for f in s.warnings], "alike": s.merged}
+
+
+def result_data(r: SearchResult) -> dict[str, Any]:
+    """Stable keys; `picks` is what part 3 (verify on the bed or a cluster) reads."""
+    base = r.base_scored
+    return {
+        "base": str(r.base), "slo": {"tps": r.slo.tps, "ttftS": r.slo.ttft_s}, "model": r.model,
+        "figures": predicted_label(r.model), "racks": r.racks,
+        "workload": {"context": round(r.workload.context, 1), "prefill": round(r.workload.prefill, 1),
+                     "output": round(r.workload.output, 1)},
+        "candidates": {"enumerated": r.enumerated, "pruned": r.pruned, "alike": r.merged,
+                       "predicted": len(r.survivors) - 1,
+                       "meetSlo": sum(1 for s in r.survivors if s.meets and s.index)},
+        "prunedBy": [{"rule": x.code, "candidates": x.candidates, "example": x.example} for x in r.reasons],
+        "baseStack": None if base is None else scored_data(base),
+        "front": [scored_data(r.survivors[i]) for i in r.front],
+        "picks": [{"rank": p.rank, "path": None if p.path is None else str(p.path), **scored_data(p.scored)}
+                  for p in r.picks],
+    }
+
+
+def proposal_json(r: SearchResult) -> str:
+    return json.dumps(result_data(r), indent=2, sort_keys=True) + "\n"
+
+
+def _fig(p: Prediction | None) -> str:
+    if p is None:
+        return "not predicted"
+    if not p.meets:
+        return f"misses the SLO ({p.limited_by})"
+    return (f"{p.tps_per_gpu:,.0f} tok/s per GPU at {p.agent_tps:.0f} tok/s per agent, TTFT {p.ttft_s:.2f} s, "
+            f"{p.agents:,.0f} agents on {p.gpus} GPUs (limited by {p.limited_by})")
+
+
+def _cell(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
+
+
+def _diff(diff: StackDiff, base: str, path: str) -> list[str]:
+    out = [f"`stackpin diff {base} {path}`: {diff.one_line()}", "",
+           "| group | field | base | pick | rollout |", "| --- | --- | --- | --- | --- |"]
+    for group in diff.groups:
+        for change in group.changes:
+            old = "(unset)" if change.kind == ChangeKind.added else _cell(change.old)
+            new = "(unset)" if change.kind == ChangeKind.removed else _cell(change.new)
+            out.append(f"| {group.id.value} | {_cell(change.path)} | {old} | {new} | {change.impact.value} |")
+    return out
+
+
+def proposal_markdown(r: SearchResult, diffs: dict[int, StackDiff]) -> str:
+    base = r.base_scored
+    meets = sum(1 for s in r.survivors if s.meets and s.index)
+    lines = [f"# Search around {r.base} for tps={r.slo.tps:g},ttft={r.slo.ttft_s:g}s on {r.racks} rack(s)", "",
+             f"Every figure here is {predicted_label(r.model)}: verify a pick by measuring it before serving it.", "",
+             f"{r.enumerated:,} candidates; {r.pruned:,} pruned by validate; {r.merged:,} alike to another "
+             f"(validate and the model cannot tell them apart); {len(r.survivors) - 1:,} predicted, {meets:,} "
+             "meet the SLO.", "",
+             f"Base `{r.base_name}`: {_fig(base.prediction if base else None)}.", ""]
+    if r.reasons:
+        lines += ["Pruned by (rule: candidates):", ""]
+        lines += [f"- {x.code}: {x.candidates:,} ({x.example})" for x in r.reasons[:5]]
+        lines.append("")
+    for pick in r.picks:
+        s = pick.scored
+        lines += [f"## Pick {pick.rank}: `{pick.path}`", "", f"{s.label}.", "",
+                  f"Why: rank {pick.rank} by tok/s per GPU at the SLO: {_fig(s.prediction)}."]
+        if base is not None and base.prediction is not None and base.prediction.meets and s.prediction is not None:
+            gain = s.prediction.tps_per_gpu / base.prediction.tps_per_gpu if base.prediction.tps_per_gpu else 0
+            lines.append(f"That is {gain:.2f}x the base's predicted tok/s per GPU.")
+        lines += ["", "What it changes in the base file:", ""]
+        lines += [f"- {_cell(_edit_text(p, v))}" for p, v in s.edits]
+        if s.warnings:
+            lines += ["", "Warnings it keeps (the base has them too):", ""]
+            lines += [f"- {f.code} {_cell(f.path)}: {f.message}" for f in s.warnings]
+        if pick.rank in diffs:
+            lines += ["", *_diff(diffs[pick.rank], str(r.base), str(pick.path))]
+        lines.append("")
+    return "\n".join(lines)
