@@ -18,7 +18,7 @@ from stackpin.profile.loader import LoadedProfile, load_profile
 from stackpin.profile.model import StackProfile
 from stackpin.search.predict import Prediction, predict_stack, stack_key
 from stackpin.search.prune import Checked, Reason, base_warnings, check, reasons
-from stackpin.search.space import Candidate, candidates
+from stackpin.search.space import Candidate, Space, candidates
 from stackpin.sim.curve import Workload
 from stackpin.validate import Finding, Severity
 from stackpin.yamlio import FieldPath
@@ -115,9 +115,10 @@ def _figures(p: Prediction | None, why: str) -> tuple[Any, ...]:
 
 
 def search(base_path: Path, slo: Slo, workload: Workload, *, racks: int = 1, top: int = 3, model: str = "roofline",
-           params: dict[str, Any] | None = None, limit: int | None = None) -> SearchResult:
+           params: dict[str, Any] | None = None, limit: int | None = None, space: Space | None = None) -> SearchResult:
     """Search the stack space around the profile at `base_path` for `slo` on `workload`. `limit`: enumerate
-    at most that many candidates (the bench's sample); None: all of them."""
+    at most that many candidates (the bench's sample); None: all of them. `space`: another space than
+    space.yaml's (tests)."""
     from stackpin.sim.models import check_model
     from stackpin.sim.stack import profile_stack
     from stackpin.validate import run_rules
@@ -131,7 +132,7 @@ def search(base_path: Path, slo: Slo, workload: Workload, *, racks: int = 1, top
     allowed = base_warnings(run_rules(base))
     started = time.perf_counter()
     checked = []
-    for n, candidate in enumerate(candidates(base, racks)):
+    for n, candidate in enumerate(candidates(base, racks, space)):
         if limit is not None and n >= limit:
             break
         checked.append(check(base, candidate, allowed))
