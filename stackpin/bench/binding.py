@@ -23,6 +23,18 @@ def stack_ref(source: StackSource) -> StackRef:
                     gpus=topology_of(profile).gpus)
 
 
+def speculative_method(lock: StackLock) -> str | None:
+    """The speculative method the stack's decoding pool drafts with, as stackpin names it (the simulator's and
+    the model catalog's names); None when it drafts nothing. A measured acceptance is of this method."""
+    from stackpin.profile.topology import topology_of
+
+    profile = lock.stack_profile
+    topology = topology_of(profile)
+    pool = topology.by_role.get(topology.decode_role)
+    spec = profile.speculative_for(pool.spec) if pool is not None else profile.spec.speculative
+    return engine_of(profile).speculative_kind(spec.method) if spec.method and spec.k else None
+
+
 def controls(lock: StackLock, trace_digest: str, agents: tuple[int, ...], slo: Slo | None) -> Controls:
     resolved = lock.resolved
     engine = engine_of(lock.stack_profile)

@@ -18,6 +18,10 @@ What a headline is compared on:
   bounds are inconclusive. No percentage or interval is given for a censored headline.
 - A headline needs MIN_REQUESTS valid requests in the steady window on each side (a percentile one
   MIN_TAIL_REQUESTS), or it is inconclusive.
+- Draft acceptance: where both sides measured it (bench run reads the endpoint's spec-decode counters), their
+  mean acceptance lengths may differ by at most acceptance.yaml's threshold, or the comparison is refused
+  (`allow_acceptance_change` compares them anyway, saying so): the same trace drafting differently is not the
+  same workload (stackpin/bench/acceptance.py `check_acceptance`). One side without it is stated, not refused.
 - A headline timed from timestamps (single-agent speed, TTFT) is known only to within how late the host
   let them be (`late_bound`: the client's loop lag p99 plus the simulator's lateness per step): a verdict
   stands only where it holds for every value that leaves possible on both sides.
@@ -37,6 +41,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from stackpin.bench.acceptance import AcceptanceCheck, check_acceptance
 from stackpin.bench.result import BenchResult, Point, Request
 from stackpin.bench.stats import percentile, slo_edge
 from stackpin.bench.window import steady_requests
@@ -120,6 +125,7 @@ class Comparison:
     metrics: tuple[Metric, ...]
     gpus: tuple[int, int] = (0, 0)  # GPUs each side ran on; when they differ agent counts compare per GPU
     left_out: tuple[str, ...] = ()  # invalid points, one line each: "B run 1, 32 agents: <why>"
+    acceptance: AcceptanceCheck = AcceptanceCheck(None, None)  # each side's measured draft acceptance, and notes
 
     @property
     def verdict(self) -> Verdict:
@@ -542,9 +548,11 @@ def _left_out(results: Sequence[BenchResult], side: str) -> list[str]:
 
 
 def compare(a: Sequence[BenchResult], b: Sequence[BenchResult], threshold: float = 0.05, seed: int = 0,
-            resamples: int = 2000, agents: int | None = None, force: bool = False) -> Comparison:
+            resamples: int = 2000, agents: int | None = None, force: bool = False,
+            allow_acceptance_change: bool = False, acceptance_threshold: float | None = None) -> Comparison:
     """Compare the runs of stack A with those of stack B (one or more each), every headline recomputed from
-    the request logs; results without them are refused."""
+    the request logs; results without them are refused, and so are sides whose measured draft acceptance
+    differs past `acceptance_threshold` (acceptance.yaml's default) unless `allow_acceptance_change`."""
     if not a or not b:
         raise StackpinError("compare needs at least one result on each side")
     for side, runs in (("A", a), ("B", b)):
@@ -560,6 +568,7 @@ def compare(a: Sequence[BenchResult], b: Sequence[BenchResult], threshold: float
     differences = control_differences(a[0], b[0])
     if differences and not force:
         raise ControlsDiffer(*differences[0])
+    accepted = check_acceptance(a, b, allow_acceptance_change, acceptance_threshold)
     per_gpu = len({r.stack.gpus for r in [*a, *b]}) > 1
     agents = None if per_gpu else agents if agents is not None else common_agents(a, b)
     rng = random.Random(seed)
@@ -567,5 +576,5 @@ def compare(a: Sequence[BenchResult], b: Sequence[BenchResult], threshold: float
                for spec in _specs(agents, per_gpu) if spec.asked([*a, *b])]
     return Comparison(tuple(r.stack.name for r in a), tuple(r.stack.name for r in b), (len(a), len(b)), agents,
                       threshold, tuple(f for f, _, _ in differences), tuple(metrics),
-                      (a[0].stack.gpus, b[0].stack.gpus), tuple(_left_out(a, "A") + _left_out(b, "B")))
+                      (a[0].stack.gpus, b[0].stack.gpus), tuple(_left_out(a, "A") + _left_out(b, "B")), accepted)
 

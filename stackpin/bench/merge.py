@@ -47,11 +47,17 @@ def merge(parts: Sequence[BenchResult], names: Sequence[str]) -> BenchResult:
         busy = [pt.client_busy for pt in shares if pt.client_busy is not None]
         lags = [pt.loop_lag_p99_s for pt in shares if pt.loop_lag_p99_s is not None]
         late = [pt.server_late_s for pt in shares if pt.server_late_s is not None]
-        points.append(build_point(agents, max(pt.duration_s for pt in shares), requests, first.stack.gpus, slo,
-                                  searched=all(pt.searched for pt in shares), busy=max(busy, default=None),
-                                  lag_s=max(lags, default=None), lag_limit_s=first.client.lag_limit_s,
-                                  busy_limit=first.client.busy_limit, server_late_s=max(late, default=None),
-                                  host_share_limit=first.client.host_share_limit))
+        point = build_point(agents, max(pt.duration_s for pt in shares), requests, first.stack.gpus, slo,
+                            searched=all(pt.searched for pt in shares), busy=max(busy, default=None),
+                            lag_s=max(lags, default=None), lag_limit_s=first.client.lag_limit_s,
+                            busy_limit=first.client.busy_limit, server_late_s=max(late, default=None),
+                            host_share_limit=first.client.host_share_limit)
+        # Every pod read the one endpoint's counters around its own share of the point: each difference holds
+        # all pods' drafts over that pod's time, so they overlap and do not add; the longest span is kept.
+        counted = [pt.acceptance for pt in shares if pt.acceptance is not None]
+        if counted:
+            point = point.model_copy(update={"acceptance": max(counted, key=lambda a: a.drafts)})
+        points.append(point)
     client = ClientInfo(
         workers=sum(p.client.workers for p in parts), cpu_seconds=round(sum(p.client.cpu_seconds for p in parts), 3),
         saturated=any(p.client.saturated for p in parts),

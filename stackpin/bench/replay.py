@@ -27,11 +27,14 @@ from multiprocessing.connection import Connection as Pipe
 from typing import Any
 
 import stackpin.jsonio as jsonio
+from stackpin.bench.acceptance import Acceptance
 from stackpin.bench.binding import controls as make_controls
-from stackpin.bench.binding import stack_ref
+from stackpin.bench.binding import speculative_method, stack_ref
 from stackpin.bench.gaps import rescaled
 from stackpin.bench.result import BenchResult, ClientInfo, Point, Request, Shard, Simulation, Slo, controls_fingerprint
 from stackpin.bench.sessions import Context, Trace, agent_sessions, default_sessions_per_agent
+from stackpin.bench.specmetrics import Reading, difference
+from stackpin.bench.specmetrics import read as read_metrics
 from stackpin.bench.stats import HOST_SHARE_LIMIT, build_point, measured, next_search, score
 from stackpin.bench.stream import Connection, Endpoint
 from stackpin.bench.words import Vocabulary
@@ -62,6 +65,8 @@ class RunOptions:
     search_resolution: float = 0.0  # the SLO search stops when its bracket is this fraction of the count met
     retries: int = 1  # an invalid point is measured again up to this many times; the last one is kept
     host_share_limit: float = HOST_SHARE_LIMIT  # simulator lateness per step / median TTFT making a point invalid
+    metrics: tuple[str, ...] = ()  # Prometheus pages whose spec-decode counters are summed (default: the serving
+    # endpoint's /metrics; Dynamo's workers serve theirs on their system ports, not the frontend)
 
 
 # One finished request as a worker sends it back: agent, session, turn, start, first token, last
@@ -213,6 +218,32 @@ class _Run:
     points_run: int = 0
     server_late: float = 0.0  # the largest of the kept points' simulator lateness (stack time)
     simulator: bool = False  # stackpin's own simulator, which says how late its host let it run
+    method: str | None = None  # the lock's speculative method: what a measured acceptance is of
+    acceptance_from: str | None = None  # where acceptance was read, or why not (BenchResult.acceptance_from)
+
+    @property
+    def metrics_urls(self) -> tuple[str, ...]:
+        return self.options.metrics or ((self.options.target or _base(self.options.endpoint)) + "/metrics",)
+
+    def read_acceptance(self) -> Reading | None:
+        """The endpoint's spec-decode counters now; None (and why, kept for the result) where not exposed."""
+        got = read_metrics(self.metrics_urls)
+        if isinstance(got, str):
+            if self.acceptance_from is None or self.acceptance_from.startswith("not"):
+                self.acceptance_from = got
+            return None
+        if got.engine:
+            self.acceptance_from = f"{got.engine}'s spec-decode counters at {', '.join(self.metrics_urls)}"
+        elif self.acceptance_from is None or self.acceptance_from.startswith("not"):
+            self.acceptance_from = f"not exposed: {', '.join(self.metrics_urls)} has no speculative-decoding " \
+                                   "counter (a stack without drafts, or a frontend whose engines serve theirs on " \
+                                   "their own ports: bench run --metrics URL)"
+        return got
+
+    def accepted_between(self, before: Reading | None, after: Reading | None) -> Acceptance | None:
+        if before is None or after is None:
+            return None
+        return difference(before, after, self.method)
 
     def on_sigint(self, *_: object) -> None:
         self.interrupted = True
@@ -246,6 +277,7 @@ class _Run:
         context = multiprocessing.get_context("fork")
         counters = context.Array("d", 3 * len(shares), lock=False)
         before = server_lateness(options.endpoint) if self.simulator else None
+        counted = self.read_acceptance()
         start_at = time.monotonic() + 0.05 + 0.01 * len(shares)
         processes, pipes = [], []
         for slot, share in enumerate(shares):
@@ -276,10 +308,12 @@ class _Run:
             raise StackpinError(f"a client worker failed: {failed[0]}")
         done = [r for r in results if isinstance(r, ShareResult)]
         after = server_lateness(options.endpoint) if before is not None else None
+        accepted = self.accepted_between(counted, self.read_acceptance())
         # A server that went backwards (restarted) says nothing about this point.
         late = (after[0] - before[0]) / (after[1] - before[1]) \
             if before and after and after[1] > before[1] and after[0] >= before[0] else None
-        return self._point(agents, searched, start_at, done, late)
+        point = self._point(agents, searched, start_at, done, late)
+        return point.model_copy(update={"acceptance": accepted}) if accepted is not None else point
 
     def _point(self, agents: int, searched: bool, start_at: float, shares: list[ShareResult],
                server_late: float | None) -> Point:
@@ -426,7 +460,8 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
     controls = make_controls(source.lock, options.trace.digest, options.agents, options.slo)
     run = _Run(options, options.model or served or locked_model,
                simulation.speed if simulation else 1.0, stack.gpus,
-               simulator=simulation is not None and simulation.backend == "stackpin")
+               simulator=simulation is not None and simulation.backend == "stackpin",
+               method=speculative_method(source.lock))
     started = datetime.now(UTC)
     points: list[Point] = []
     signal.signal(signal.SIGINT, run.on_sigint)
@@ -480,4 +515,5 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
         simulation=simulation, points=tuple(points),
         # No valid point, no score: a score of nothing measured would read as a measured zero.
         score=score(points, options.slo) if options.slo and options.pods == 1 and measured(points) else None,
-        shard=Shard(index=options.pod_index, count=options.pods) if options.pods > 1 else None)
+        shard=Shard(index=options.pod_index, count=options.pods) if options.pods > 1 else None,
+        acceptance_from=run.acceptance_from)

@@ -125,6 +125,71 @@ class Request(Model):
         "far): what prompt_tokens, the server's count, should be.")
 
 
+class Acceptance(Model):
+    """Draft acceptance an endpoint counted over a span of time (one bench point, or a run's sum)."""
+
+    method: str | None = Field(None, description="The speculative method the stack drafts with (the lock's, as "
+                               "stackpin names it: mtp, dspark, eagle3, ...).")
+    drafts: NonNegativeInt = Field(description="Verifications: one per request per step that checked drafts.")
+    draft_tokens: NonNegativeInt | None = Field(description="Draft tokens proposed (none: the engine does not "
+                                                "count them).")
+    accepted_per_position: tuple[NonNegativeInt, ...] = Field(
+        description="Per draft position i: drafts whose positions 0..i were all accepted (vLLM's "
+        "spec_decode_num_accepted_tokens_per_pos); empty where the engine counts only the total (SGLang).")
+    accepted_tokens: NonNegativeInt | None = Field(None, description="Draft tokens accepted, where counted apart "
+                                                   "from the positions (none: their sum).")
+    reached_per_position: tuple[NonNegativeInt, ...] = Field(
+        (), description="Per position i: drafts that drafted i with 0..i-1 accepted (stackpin's simulator, whose "
+        "adaptive k drafts fewer positions at large batches); empty: every draft drafted every position, so the "
+        "drafts for i = 0 and the accepted count of i - 1 after.")
+
+    @property
+    def accepted(self) -> int:
+        return self.accepted_tokens if self.accepted_tokens is not None else sum(self.accepted_per_position)
+
+    @property
+    def rates(self) -> tuple[float, ...]:
+        """Conditional acceptance per position: accepted[i] / drafts that reached i (accepted[i - 1], the
+        first over drafts). Ends at the first position no draft reached."""
+        out: list[float] = []
+        for i, accepted in enumerate(self.accepted_per_position):
+            if i < len(self.reached_per_position):
+                reached = self.reached_per_position[i]
+            else:
+                reached = self.drafts if i == 0 else self.accepted_per_position[i - 1]
+            if reached <= 0:
+                break
+            out.append(min(accepted / reached, 1.0))
+        return tuple(out)
+
+    @property
+    def mean_length(self) -> float:
+        """Tokens a verifying step gives a request: 1 + accepted / drafts (vLLM's mean acceptance length)."""
+        return 1.0 + self.accepted / self.drafts if self.drafts else 1.0
+
+    def plus(self, other: Acceptance) -> Acceptance:
+        """The two spans together (same endpoint kind; positions padded with zeros)."""
+        def add(x: tuple[int, ...], y: tuple[int, ...]) -> tuple[int, ...]:
+            n = max(len(x), len(y))
+            return tuple((x[i] if i < len(x) else 0) + (y[i] if i < len(y) else 0) for i in range(n))
+
+        both_tokens = self.draft_tokens is not None and other.draft_tokens is not None
+        explicit = self.accepted_tokens is not None or other.accepted_tokens is not None
+        reached = add(self.reached_per_position, other.reached_per_position) \
+            if self.reached_per_position and other.reached_per_position else ()
+        return Acceptance(
+            method=self.method if self.method == other.method else None, drafts=self.drafts + other.drafts,
+            draft_tokens=(self.draft_tokens or 0) + (other.draft_tokens or 0) if both_tokens else None,
+            accepted_per_position=add(self.accepted_per_position, other.accepted_per_position),
+            accepted_tokens=self.accepted + other.accepted if explicit else None, reached_per_position=reached)
+
+    def text(self) -> str:
+        """`2.41 (mtp; per position 0.82 0.61 0.45; 1200 drafts)`."""
+        rates = " ".join(f"{r:.2f}" for r in self.rates)
+        parts = [p for p in (self.method, f"per position {rates}" if rates else None, f"{self.drafts} drafts") if p]
+        return f"{self.mean_length:.2f} ({'; '.join(parts)})"
+
+
 class Point(Model):
     """One concurrency level: `agents` agents replaying sessions at once."""
 
@@ -155,6 +220,9 @@ class Point(Model):
     searched: bool = Field(False, description="Added by the SLO search, not one of the asked agent counts.")
     attempts: PositiveInt = Field(1, description="Times this point was measured: an invalid measurement is "
                                   "measured again (bench run --retries) and only the last one kept.")
+    acceptance: Acceptance | None = Field(None, description="Draft acceptance the endpoint counted while this point "
+                                          "ran (its Prometheus spec-decode counters, after less before); none where "
+                                          "it exposed none (BenchResult.acceptance_from says why).")
     request_log: tuple[Request, ...] = ()
 
     @model_validator(mode="after")
@@ -202,6 +270,9 @@ class BenchResult(Model):
     score: Score | None = None
     shard: Shard | None = Field(None, description="Set when one pod of `stackpin bench job` wrote it; "
                                 "`stackpin bench merge` combines the shards.")
+    acceptance_from: str | None = Field(None, description="Where the points' draft acceptance was read (the "
+                                        "endpoint's /metrics), or why there is none (`not exposed: ...`); none: a "
+                                        "result from before bench run read it.")
 
     @model_validator(mode="after")
     def _fingerprinted(self) -> BenchResult:

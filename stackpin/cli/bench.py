@@ -183,6 +183,10 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
 @click.option("--retries", type=click.IntRange(min=0), default=1, show_default=True,
               help="Measure an invalid point again up to this many times (a passing load on the host often makes "
                    "one); the last measurement is kept, with how many it took.")
+@click.option("--metrics", "metrics_urls", multiple=True, metavar="URL",
+              help="A Prometheus page whose speculative-decoding counters (vLLM's, SGLang's) give each point's draft "
+                   "acceptance, summed over every --metrics (default: the endpoint's /metrics; behind Dynamo's "
+                   "frontend, each worker's system port: http://WORKER:PORT/metrics).")
 @click.option("--pod-index", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option("--pods", type=click.IntRange(min=1), default=1, hidden=True)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), callback=file_only,
@@ -194,8 +198,8 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
 def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_text: str | None,
         model: str | None, tokenizer_file: str | None, workers: int, duration_text: str | None,
         sessions: int | None, delay_scale: float, timeout_text: str, cache_salt: str | None, lag_limit_text: str,
-        busy_limit: float, search_resolution: float, retries: int, pod_index: int, pods: int, out: str,
-        lockdir: str, history_dir: str, output: str) -> None:
+        busy_limit: float, search_resolution: float, retries: int, metrics_urls: tuple[str, ...], pod_index: int,
+        pods: int, out: str, lockdir: str, history_dir: str, output: str) -> None:
     """Replay TRACE against ENDPOINT at each agent count and write one result bound to the stack.
 
     Each agent replays sessions one after another, sending the grown context each turn and waiting the
@@ -208,9 +212,12 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
     from stackpin.bench.binding import parse_agents, parse_seconds, slo_option
     from stackpin.bench.replay import RunOptions, run_bench
     from stackpin.bench.sessions import read_trace
+    from stackpin.bench.specmetrics import check_url
     from stackpin.deploy.source import resolve_source
     from stackpin.errors import StackpinError
 
+    for url in metrics_urls:
+        check_url(url, "--metrics")
     if pod_index >= pods:
         raise StackpinError(f"--pod-index {pod_index} is not below --pods {pods}")
     source = resolve_source(lock_input, Path(lockdir), Path(history_dir))
@@ -235,7 +242,7 @@ def run(endpoint: str, trace_file: str, lock_input: str, agents_text: str, slo_t
         headers={"Authorization": f"Bearer {key}"} if key else {}, pod_index=pod_index, pods=pods,
         cache_salt="".join(c for c in cache_salt if not c.isspace()) if cache_salt is not None
         else secrets.token_hex(3), vocabulary=vocabulary, lag_limit_s=parse_seconds(lag_limit_text, "--lag-limit"),
-        busy_limit=busy_limit, search_resolution=search_resolution, retries=retries)
+        busy_limit=busy_limit, search_resolution=search_resolution, retries=retries, metrics=metrics_urls)
     # run_bench returns with Ctrl-C ignored, so that what was measured is written and reported whole. After
     # an interrupted run it stays ignored: the user has asked to stop and the command is ending (a terminal
     # repeats Ctrl-C, users press it twice), and one arriving as the process exits would turn a kept
@@ -270,15 +277,23 @@ def _read(paths: tuple[str, ...]) -> list[BenchResult]:
 @click.option("--resamples", type=click.IntRange(min=100, max=100_000), default=2000, show_default=True,
               help="Bootstrap resamples (at most 100,000: each costs a pass over every sample).")
 @click.option("--force", is_flag=True, help="Compare even when trace, model build, precision or SLO differ.")
+@click.option("--allow-acceptance-change", is_flag=True, help="Compare even when the sides' measured draft "
+              "acceptance (mean acceptance length) differs past --acceptance-threshold: the same trace drafting "
+              "differently is not the same workload.")
+@click.option("--acceptance-threshold", "acceptance_text", metavar="FRACTION", help="Largest relative difference of "
+              "mean acceptance length compared without --allow-acceptance-change (default: 10%, "
+              "stackpin/bench/acceptance.yaml says why).")
 @click.option("--exit-code", is_flag=True, help="Exit 1 on a regression, 3 when the evidence is inconclusive (0: no "
               "significant change or an improvement).")
 @OUTPUT
 @user_errors
 def compare(results: tuple[str, ...], more_a: tuple[str, ...], more_b: tuple[str, ...], threshold_text: str,
-            agents: int | None, seed: int, resamples: int, force: bool, exit_code: bool, output: str) -> None:
+            agents: int | None, seed: int, resamples: int, force: bool, allow_acceptance_change: bool,
+            acceptance_text: str | None, exit_code: bool, output: str) -> None:
     """Compare stack A's result(s) with stack B's: each headline (single-agent tok/s, max agents under
     the SLO, tok/s per GPU at the SLO, TTFT p90 at a common agent count) with a 95% bootstrap interval
-    of the change and a verdict. Refused (exit 2) when the controls differ, unless --force.
+    of the change and a verdict. Refused (exit 2) when the controls differ, unless --force, and when both
+    sides measured draft acceptance and it differs past the threshold, unless --allow-acceptance-change.
     """
     from stackpin.bench.compare import compare as compare_results
     from stackpin.cli.comparison import print_comparison, threshold
@@ -289,8 +304,13 @@ def compare(results: tuple[str, ...], more_a: tuple[str, ...], more_b: tuple[str
     paths_b = (results[1],) + more_b if results else more_b
     if not paths_a or not paths_b:
         raise click.UsageError("give A.json B.json, or --a FILE ... --b FILE ...")
+    from stackpin.bench.binding import parse_threshold
+
     comparison = compare_results(_read(paths_a), _read(paths_b), threshold=threshold(threshold_text), seed=seed,
-                                 resamples=resamples, agents=agents, force=force)
+                                 resamples=resamples, agents=agents, force=force,
+                                 allow_acceptance_change=allow_acceptance_change,
+                                 acceptance_threshold=parse_threshold(acceptance_text, "--acceptance-threshold")
+                                 if acceptance_text is not None else None)
     print_comparison(comparison, output)
     if exit_code:
         from stackpin.bench.compare import EXIT_INCONCLUSIVE, Verdict

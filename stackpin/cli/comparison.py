@@ -10,6 +10,7 @@ import click
 from stackpin.cli.common import emit
 
 if TYPE_CHECKING:
+    from stackpin.bench.acceptance import Acceptance
     from stackpin.bench.compare import Comparison, Estimate
 
 
@@ -45,12 +46,21 @@ def comparison_data(comparison: Comparison) -> dict[str, Any]:
             "gpus": list(comparison.gpus), "verdict": comparison.verdict.value, "regressed": comparison.regressed,
             "missing": comparison.missing() if comparison.verdict.value == "inconclusive" else [],
             "leftOut": list(comparison.left_out),
+            "acceptance": {"meanLengthA": _mean_length(comparison.acceptance.a),
+                           "meanLengthB": _mean_length(comparison.acceptance.b),
+                           "ratesA": list(comparison.acceptance.a.rates) if comparison.acceptance.a else None,
+                           "ratesB": list(comparison.acceptance.b.rates) if comparison.acceptance.b else None,
+                           "notes": list(comparison.acceptance.notes)},
             "metrics": [{"name": m.name, "unit": m.unit, "higherIsBetter": m.higher_is_better,
                          "a": m.a.value if m.a else None, "b": m.b.value if m.b else None,
                          "estimateA": _estimate_data(m.a), "estimateB": _estimate_data(m.b),
                          "change": m.change, "low": m.low, "high": m.high, "basis": m.basis,
                          "verdict": m.verdict.value, "why": m.why, "evidence": list(m.evidence)}
                         for m in comparison.metrics]}
+
+
+def _mean_length(acceptance: Acceptance | None) -> float | None:
+    return None if acceptance is None else acceptance.mean_length
 
 
 def print_comparison(comparison: Comparison, output: str) -> None:
@@ -65,6 +75,8 @@ def print_comparison(comparison: Comparison, output: str) -> None:
                    "GPU, and TTFT at one agent count (a different load per GPU) is left out", err=True)
     if comparison.forced:
         click.echo(f"warning: compared with --force although {', '.join(comparison.forced)} differ(s)", err=True)
+    for note in comparison.acceptance.notes:
+        click.echo(f"note: {note}", err=True)
     header = ["METRIC", "A", "B", "CHANGE", "95% CI", "FROM", "VERDICT"]
     rows = [[m.name, _estimate(m.a, m.unit), _estimate(m.b, m.unit), _pct(m.change),
              "-" if m.low is None else f"[{_pct(m.low)}, {_pct(m.high)}]", m.basis, m.verdict.value]

@@ -1,15 +1,15 @@
 """Continuous batching in virtual time: engines, their prefix caches, the router and KV transfer.
 
 Each engine (one data-parallel rank of a replica) runs vLLM's scheduling shape: up to max-num-seqs
-running sequences; each step decodes every running sequence (1 + k speculative tokens verified,
-the expected accepted tokens given) and spends what is left of the batched-token budget on chunked
-prefill of admitted sequences. On a disaggregated stack prefill engines only prefill, then the KV
-travels to the decode engine the router chose (time from the fabric's bandwidth) and the sequence
-joins that engine's batch. The router is Dynamo's KV router: colocated, prefix hits against load;
-disaggregated, prefix hits on the prefill engines and load alone on the decode engines. Each engine
-keeps a virtual clock advanced by the step model and sleeps until wall time catches up with virtual
-time / speed, so timing holds on average even where the event loop cannot sleep for less than a
-millisecond.
+running sequences; each step decodes every running sequence (1 + k speculative tokens verified, the
+accepted ones drawn per sequence per step, counted as vLLM's spec-decode counters count them) and
+spends what is left of the batched-token budget on chunked prefill of admitted sequences. On a
+disaggregated stack prefill engines only prefill, then the KV travels to the decode engine the
+router chose (time from the fabric's bandwidth) and the sequence joins that engine's batch. The
+router is Dynamo's KV router: colocated, prefix hits against load; disaggregated, prefix hits on the
+prefill engines and load alone on the decode engines. Each engine keeps a virtual clock advanced by
+the step model and sleeps until wall time catches up with virtual time / speed, so timing holds on
+average even where the event loop cannot sleep for less than a millisecond.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class Seq:
     cached: int = 0
     to_prefill: int = 0
     generated: int = 0
-    credit: float = 0.0
+    phase: float = 0.0  # the sequence's draws of draft acceptance (accepted_length)
     cancelled: bool = False
     finished: bool = False
     decode_engine: Engine | None = field(default=None, repr=False)
@@ -102,6 +102,56 @@ class Clock:
     async def until(self, virtual: float) -> None:
         delay = self.start + virtual / self.speed - asyncio.get_running_loop().time()
         await asyncio.sleep(delay if delay > 0 else 0)
+
+
+# Draft acceptance is drawn per sequence per step from a low-discrepancy sequence: a sequence's phase
+# steps by the golden ratio's fraction, so the share of its steps accepting position i is the model's
+# probability to within a few steps, without a random generator's runs (which would make one request's
+# speed vary where the model has none). Each sequence starts at its own phase.
+_STEP = 0.6180339887498949  # (sqrt 5 - 1) / 2
+_START = 0.41421356237309515  # sqrt 2 - 1: sequence n starts at frac(n x this)
+
+
+def reach_probabilities(alpha: float | tuple[float, ...], k: int) -> tuple[float, ...]:
+    """P(drafts 1..i all accepted) for i = 1..k, from the step model's expected tokens: the i-th term of
+    accepted_tokens is that probability, so the draws and the model's expectation are one."""
+    return tuple(max(accepted_tokens(alpha, i) - accepted_tokens(alpha, i - 1), 0.0) for i in range(1, k + 1))
+
+
+def accepted_length(u: float, reach: Sequence[float], k: int) -> int:
+    """Leading drafts accepted when the draw is `u` in [0, 1): position i is accepted when u < P(1..i
+    accepted); the probabilities fall with i, so the accepted positions are always a prefix."""
+    n = 0
+    while n < k and n < len(reach) and u < reach[n]:
+        n += 1
+    return n
+
+
+@dataclass
+class SpecCounts:
+    """One engine's speculative decoding, counted as vLLM 0.31.0 counts it (vllm/v1/spec_decode/metrics.py
+    observe_draft: one draft per sequence per step, its draft tokens, the leading accepted positions), plus the
+    drafts that reached each position (the adaptive k drafts fewer at large batches). GET /metrics."""
+
+    positions: int  # the configured number of speculative tokens
+    drafts: int = 0
+    draft_tokens: int = 0
+    accepted_tokens: int = 0
+    accepted_per_position: list[int] = field(default_factory=list)
+    reached_per_position: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.accepted_per_position = [0] * self.positions
+        self.reached_per_position = [0] * self.positions
+
+    def observe(self, k: int, accepted: int) -> None:
+        self.drafts += 1
+        self.draft_tokens += k
+        self.accepted_tokens += accepted
+        for i in range(min(accepted + 1, k, self.positions)):
+            self.reached_per_position[i] += 1
+        for i in range(min(accepted, self.positions)):
+            self.accepted_per_position[i] += 1
 
 
 @dataclass
@@ -139,6 +189,8 @@ class Engine:
         self.slow = slow  # the injected slowdown (--fault slow=F): every step takes F times as long
         self.alpha = self.model.alpha
         self.pool = pool
+        self.reach = reach_probabilities(self.alpha, pool.spec_k if pool.spec_method else 0)
+        self.spec = SpecCounts(len(self.reach))
         self.role = role
         self.clock = clock
         self.cache = PrefixCache(pool.kv_tokens // BLOCK)
@@ -220,14 +272,19 @@ class Engine:
         st.max_waiting = max(st.max_waiting, len(self.waiting))
         await self.clock.until(self.vtime)
         st.late_s += max(self.clock.now() - self.vtime, 0.0)
-        a = accepted_tokens(self.alpha, k)
         done: list[Seq] = []
+        spec = self.spec
         for seq in decoders:
             if seq.cancelled:
                 continue
-            seq.credit += a
-            n = min(int(seq.credit), seq.max_tokens - seq.generated)
-            seq.credit -= n
+            accepted = 0
+            if k and self.reach:
+                seq.phase = (seq.phase + _STEP) % 1.0
+                accepted = accepted_length(seq.phase, self.reach, k)
+                # Counted before max_tokens cuts the answer, as vLLM counts (its scheduler does not trim
+                # drafts near max_tokens either).
+                spec.observe(k, accepted)
+            n = min(1 + accepted, seq.max_tokens - seq.generated)
             if n:
                 seq.generated += n
                 st.output_tokens += n
@@ -274,6 +331,7 @@ class Simulator:
                                for _ in range(pool.engines)]
         self.transfer_model: StepTimes = decode
         self.tasks: list[asyncio.Task[None]] = []
+        self.submitted = 0
 
     def start(self) -> None:
         self.tasks = [asyncio.ensure_future(e.run()) for e in [*self.decoders, *self.prefillers]]
@@ -304,7 +362,8 @@ class Simulator:
             cache = engine.cache
         cached = cache.match(usable) * BLOCK
         seq = Seq(prompt=prompt, keys=keys, max_tokens=max_tokens, emit=emit, cached=cached,
-                  to_prefill=prompt - cached, decode_engine=engine)
+                  to_prefill=prompt - cached, decode_engine=engine, phase=(self.submitted * _START) % 1.0)
+        self.submitted += 1
         engine.routed.append(seq)
         engine.stats.routed += 1
         if cache.blocks:

@@ -110,6 +110,8 @@ class SimServer:
             _respond(writer, 200, self.info(), keep)
         elif method == "GET" and path == "/stackpin/sim/stats" and self.sim is not None:
             _respond(writer, 200, self.sim.stats(), keep)
+        elif method == "GET" and path == "/metrics" and self.sim is not None:
+            _respond_text(writer, exposition(self.sim, self.stack.model_id), keep)
         elif method == "GET" and path == "/v1/models":
             _respond(writer, 200, {"object": "list", "data": [
                 {"id": self.stack.model_id, "object": "model", "owned_by": "stackpin-sim"}]}, keep)
@@ -210,6 +212,52 @@ def _respond(writer: asyncio.StreamWriter, status: int, payload: dict[str, Any],
               500: "Internal Server Error"}[status]
     writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
                  f"{'' if keep else 'Connection: close' + chr(13) + chr(10)}\r\n".encode() + body)
+
+
+def _respond_text(writer: asyncio.StreamWriter, text: str, keep: bool) -> None:
+    body = text.encode()
+    writer.write(f"HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"
+                 f"Content-Length: {len(body)}\r\n{'' if keep else 'Connection: close' + chr(13) + chr(10)}\r\n"
+                 .encode() + body)
+
+
+def exposition(sim: Simulator, model_name: str) -> str:
+    """GET /metrics: vLLM 0.31.0's speculative-decoding counters in Prometheus' text format, as vLLM's
+    prometheus_client writes them (one series per engine, labels model_name and engine; per position a
+    `position` label), counted from what the engines drew (engine.SpecCounts), plus stackpin's count of
+    the drafts that reached each position (stackpin/bench/acceptance.yaml). A stack without drafts has
+    none of them, as vLLM has none then."""
+    from stackpin.bench.acceptance import facts
+
+    engines = [e for e in sim.decoders if e.spec.positions]
+    if not engines:
+        return "# stackpin simulator: this stack drafts no speculative tokens\n"
+    names = facts()["vllm"]["counters"]
+    reached = facts()["stackpin_sim"]["reached_per_position"]
+    label = facts()["vllm"]["position_label"]
+    model = json.dumps(model_name)  # a label value: quoted, backslashes and quotes escaped
+    lines: list[str] = []
+
+    def family(name: str, help_text: str, rows: list[tuple[str, int]]) -> None:
+        lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} counter"])
+        lines.extend(f"{name}{{{labels}}} {float(value)!r}" for labels, value in rows)
+
+    def engine_labels(i: int) -> str:
+        return f'engine="{i}",model_name={model}'
+
+    family(names["drafts"], "Number of spec decoding drafts.",
+           [(engine_labels(i), e.spec.drafts) for i, e in enumerate(engines)])
+    family(names["draft_tokens"], "Number of draft tokens.",
+           [(engine_labels(i), e.spec.draft_tokens) for i, e in enumerate(engines)])
+    family(names["accepted_tokens"], "Number of accepted tokens.",
+           [(engine_labels(i), e.spec.accepted_tokens) for i, e in enumerate(engines)])
+    family(names["accepted_per_position"], "Accepted tokens per draft position.",
+           [(f'{engine_labels(i)},{label}="{p}"', n) for i, e in enumerate(engines)
+            for p, n in enumerate(e.spec.accepted_per_position)])
+    family(reached, "Drafts that drafted this position with every earlier one accepted (stackpin's simulator).",
+           [(f'{engine_labels(i)},{label}="{p}"', n) for i, e in enumerate(engines)
+            for p, n in enumerate(e.spec.reached_per_position)])
+    return "\n".join(lines) + "\n"
 
 
 def _chunk(payload: bytes) -> bytes:
