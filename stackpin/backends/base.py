@@ -41,6 +41,13 @@ class ServingEngine(Protocol):
     modelled_switches: frozenset[str]
     # Keys inside a JSON-config option that a modelled field sets.
     modelled_keys: Mapping[str, Mapping[str, str]]
+    # The keys of a modelled JSON option, each -> the field it comes from (vLLM's --speculative-config is built
+    # from spec.speculative's fields): render writes the option from them, import reads each key back.
+    modelled_json: Mapping[str, Mapping[str, str]]
+    # A modelled switch's "off" spelling where no flag catalog names one, and its field's value when it is off.
+    modelled_off: Mapping[str, tuple[str, Any]]
+    # Options that set one key of a modelled JSON option (option -> (JSON option, key)): import reads them so.
+    modelled_aliases: Mapping[str, tuple[str, str]]
     # Environment the worker's command reads that render derives from the stack (never the profile's).
     ready_timeout_env: str | None  # how long the engine waits for its workers to come up (start-up budget)
     autotune_dir_env: str | None  # where the engine reads and writes FlashInfer autotune results

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from stackpin.backends.base import Flag, json_arg, kv_events_enabled, passed_flags
 from stackpin.profile.engine_args import POOL
@@ -103,6 +103,11 @@ class Sglang:
     modelled_dynamo: Mapping[str, str] = MODELLED_DYNAMO
     modelled_switches: frozenset[str] = MODELLED_SWITCHES
     modelled_keys: Mapping[str, Mapping[str, str]] = MODELLED_KEYS
+    # No JSON option is built from a section's fields: SGLang takes each as an option of its own.
+    modelled_json: Mapping[str, Mapping[str, str]] = MappingProxyType({})
+    # SGLang's switches are store_true only; its "off" settings are options of their own (--disable-radix-cache).
+    modelled_off: Mapping[str, tuple[str, Any]] = MappingProxyType({})
+    modelled_aliases: Mapping[str, tuple[str, str]] = MappingProxyType({})
     ready_timeout_env: str | None = None  # SGLang has no engine-core handshake timeout to stretch
     # SGLang keeps tuned tactics below $SGLANG_CACHE_DIR/flashinfer/autotune/<fi>/<arch>/<key>/
     # (model_executor/runner/flashinfer_autotune.py:137-175), not the directory vLLM reads: a pinned cache

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from stackpin.backends.base import Flag, json_arg, kv_events_enabled, passed_flags
 from stackpin.profile.engine_args import POOL
 from stackpin.profile.model import AutotuneMode, Placement, Pool, Speculative, StackProfile
@@ -57,6 +59,30 @@ MODELLED_KEYS: dict[str, dict[str, str]] = {
     "--kernel-config": {"enable_flashinfer_autotune": "spec.autotune.mode", "moe_backend": "spec.kernels.moe",
                         "linear_backend": "spec.kernels.linear"},
 }
+# The keys of vLLM's JSON options that stackpin builds from a section's fields (render: compilation_config,
+# speculative_config below; import reads each key back to its field). The draft's `revision` is what the lock
+# pins (speculative_config), so import leaves draftRevision to the lock.
+MODELLED_JSON: dict[str, dict[str, str]] = {
+    "--compilation-config": {"cudagraph_mode": "spec.cudaGraphs.mode",
+                             "cudagraph_capture_sizes": "spec.cudaGraphs.captureSizes",
+                             "max_cudagraph_capture_size": "spec.cudaGraphs.maxCaptureSize"},
+    "--speculative-config": {"method": "spec.speculative.method",
+                             "num_speculative_tokens": "spec.speculative.numSpeculativeTokens",
+                             "model": "spec.speculative.draftModel", "revision": "spec.speculative.draftRevision",
+                             "draft_tensor_parallel_size": "spec.speculative.draftTensorParallelSize",
+                             "draft_sample_method": "spec.speculative.draftSampleMethod",
+                             "rejection_sample_method": "spec.speculative.rejectionSampleMethod",
+                             "enable_adaptive_verification": "spec.speculative.adaptiveVerification"},
+}
+# vLLM's BooleanOptionalAction "off" spellings render writes when the pinned release's catalog names none (the
+# upstream GB200 recipes' spelling), with the field's value they stand for.
+MODELLED_OFF: dict[str, tuple[str, Any]] = {
+    "--enable-prefix-caching": ("--no-enable-prefix-caching", False),
+    "--enable-flashinfer-autotune": ("--no-enable-flashinfer-autotune", AutotuneMode.off.value),
+}
+# vLLM's --max-cudagraph-capture-size sets CompilationConfig.max_cudagraph_capture_size (vllm/engine/arg_utils.py).
+MODELLED_ALIASES: dict[str, tuple[str, str]] = {
+    "--max-cudagraph-capture-size": ("--compilation-config", "max_cudagraph_capture_size")}
 # KV-event publisher the KV router subscribes to; the values of the upstream agg_router example.
 KV_EVENTS = {"enable_kv_cache_events": True, "endpoint": "tcp://*:20080", "publisher": "zmq", "topic": "kv-events"}
 DEFAULT_KV_CONNECTOR = "NixlConnector"
@@ -75,16 +101,10 @@ def speculative_config(spec: Speculative, target_revision: str, facts: StartupFa
         return None
     from_target = facts.speculative.draft_from_target if facts else DRAFT_FROM_TARGET
     revision = spec.draft_revision if spec.draft_model else (target_revision if spec.method in from_target else None)
-    fields: dict[str, Any] = {
-        "method": spec.method,
-        "num_speculative_tokens": spec.num_speculative_tokens,
-        "model": spec.draft_model,
-        "revision": revision,
-        "draft_tensor_parallel_size": spec.draft_tensor_parallel_size,
-        "draft_sample_method": spec.draft_sample_method,
-        "rejection_sample_method": spec.rejection_sample_method,
-        "enable_adaptive_verification": spec.adaptive_verification,
-    }
+    attribute = {f.encode_name: f.name for f in msgspec.structs.fields(Speculative)}
+    fields: dict[str, Any] = {key: getattr(spec, attribute[path.rsplit(".", 1)[1]])
+                              for key, path in MODELLED_JSON["--speculative-config"].items()}
+    fields["revision"] = revision
     return {k: v for k, v in fields.items() if v is not None}
 
 
@@ -99,7 +119,7 @@ def autotune_flags(profile: StackProfile, vllm: FlagCatalog | None) -> list[Flag
         return []
     if vllm is None:
         # Without a catalog, the switch the upstream GB200 recipes use.
-        return [("--no-enable-flashinfer-autotune", None)]
+        return [(MODELLED_OFF["--enable-flashinfer-autotune"][0], None)]
     if off := vllm.negative("--enable-flashinfer-autotune"):
         return [(off, None)]  # the spelling the pinned vLLM neither hides nor deprecates
     if vllm.accepts("--kernel-config"):
@@ -119,6 +139,9 @@ class Vllm:
     modelled_dynamo: Mapping[str, str] = MODELLED_DYNAMO
     modelled_switches: frozenset[str] = MODELLED_SWITCHES
     modelled_keys: Mapping[str, Mapping[str, str]] = MODELLED_KEYS
+    modelled_json: Mapping[str, Mapping[str, str]] = MODELLED_JSON
+    modelled_off: Mapping[str, tuple[str, Any]] = MODELLED_OFF
+    modelled_aliases: Mapping[str, tuple[str, str]] = MODELLED_ALIASES
     # vLLM's engine-core handshake timeout (vllm/envs.py): the start-up budget, so a slow first load is not
     # killed before the probes would be.
     ready_timeout_env: str | None = "VLLM_ENGINE_READY_TIMEOUT_S"
@@ -181,7 +204,7 @@ class Vllm:
         flags.append(("--kv-cache-dtype", spec.kv_cache.dtype))
         if spec.kv_cache.block_size is not None:
             flags.append(("--block-size", str(spec.kv_cache.block_size)))
-        off = (vllm.negative("--enable-prefix-caching") if vllm else None) or "--no-enable-prefix-caching"
+        off = (vllm.negative("--enable-prefix-caching") if vllm else None) or MODELLED_OFF["--enable-prefix-caching"][0]
         flags.append(("--enable-prefix-caching" if spec.kv_cache.prefix_caching else off, None))
         for option, value in (("--attention-backend", spec.kernels.attention), ("--moe-backend", spec.kernels.moe),
                               ("--linear-backend", spec.kernels.linear), ("--all2all-backend", spec.kernels.all2all)):

@@ -5,7 +5,7 @@ an option the table has becomes its field (`{pool}` standing for the pool's own)
 the pool's engineArgs. Options are first resolved to the spelling the table uses: the catalog's canonical
 flag (`--tensor-parallel-size` -> `--tp-size`), else argparse's unique-prefix abbreviation (Dynamo's SGLang
 parser is a plain argparse.ArgumentParser, allow_abbrev left on: dynamo/sglang/args.py:570 in ai-dynamo 1.6.1,
-so `--tp` reaches `--tp-size`). Used for SGLang; vLLM's import keeps its own tables (profile.py).
+so `--tp` reaches `--tp-size`). Used for SGLang; vLLM's import reads its tables through profile.py's `reading`.
 """
 
 from __future__ import annotations

@@ -19,44 +19,42 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import stackpin.jsonio as jsonio
+from stackpin.backends import engine as backend
+from stackpin.backends.base import ServingEngine
 from stackpin.catalog import Catalog, load_catalog
-from stackpin.catalog.flags import dynamo_catalog, vllm_catalog
+from stackpin.catalog.flags import dynamo_catalog
 from stackpin.catalog.version import parse_version
 from stackpin.errors import StackpinError
 from stackpin.imports.compare import SWITCH, options, other_components, roles
 from stackpin.imports.dgd import Component, Dgd
 from stackpin.imports.modelled import number
 from stackpin.imports.overrides import Rendered, pass_through
-from stackpin.profile.engine_args import MODELLED_FRONTEND
+from stackpin.profile.engine_args import MODELLED_FRONTEND, POOL
 from stackpin.profile.k8s_names import DNS_LABEL_PATTERN
 from stackpin.render.pod import ARCH_KEY
 
 if TYPE_CHECKING:
     from packaging.version import Version
 
-# Flags the profile models (consumed here; render writes them back from the profile).
-_MODELLED = {"--model", "--revision", "--tokenizer-mode", "--tensor-parallel-size", "--pipeline-parallel-size",
-             "--data-parallel-size", "--enable-expert-parallel", "--max-model-len", "--max-num-seqs",
-             "--max-num-batched-tokens", "--gpu-memory-utilization", "--kv-cache-dtype", "--block-size",
-             "--enable-prefix-caching", "--no-enable-prefix-caching", "--attention-backend", "--moe-backend",
-             "--linear-backend", "--all2all-backend", "--compilation-config", "--speculative-config",
-             "--no-enable-flashinfer-autotune", "--kv-transfer-config", "--kv-events-config",
-             "--disaggregation-mode", "--is-prefill-worker", "--is-decode-worker", "--dyn-tool-call-parser",
-             "--dyn-reasoning-parser", "--max-cudagraph-capture-size"}
-_STACK_WIDE = ("--model", "--revision", "--tokenizer-mode", "--max-model-len", "--kv-cache-dtype", "--block-size",
-               "--attention-backend", "--moe-backend", "--linear-backend", "--all2all-backend",
-               "--compilation-config", "--speculative-config", "--no-enable-flashinfer-autotune",
-               "--no-enable-prefix-caching", "--dyn-tool-call-parser", "--dyn-reasoning-parser")
-# Env render derives from the stack: carried as the profile setting it comes from, never as kernels.env.
-_DERIVED_ENV = {"VLLM_ENGINE_READY_TIMEOUT_S", "VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR", "HF_HOME", "HF_HUB_OFFLINE"}
+# Dynamo's own worker options the importer reads (the model's parsers, render's `serving` flags; the older role
+# switches compare.roles reads): consumed beside the engine's modelled table.
+_PARSERS = (("--dyn-tool-call-parser", "toolCallParser"), ("--dyn-reasoning-parser", "reasoningParser"))
+_DYNAMO_READ = frozenset({option for option, _ in _PARSERS} | {"--is-prefill-worker", "--is-decode-worker"})
+# Fields of the engine's table the importer reads elsewhere, per worker (the KV connector, KV events, the role).
+_ELSEWHERE = frozenset({"spec.placement.kvConnector", "spec.kvCache.events", "spec.placement.mode"})
+# Where a modelled JSON option's other keys go: spec.cudaGraphs.compilation rides beside the modelled keys (SP230
+# checks them); a section without one notes them as not carried.
+_OVERFLOW = {"spec.cudaGraphs": "compilation"}
+# A JSON key the lock pins (the draft's revision: stackpin.backends' speculative_config), left to the lock.
+_PINNED = frozenset({"spec.speculative.draftRevision"})
+# Pool fields in the order a person reads a pool.
+_POOL_ORDER = ("tensorParallel", "dataParallel", "pipelineParallel", "maxNumSeqs", "maxNumBatchedTokens",
+               "expertParallel", "gpuMemoryUtilization")
+# Env render derives from the stack besides the engine's own (ServingEngine.ready_timeout_env, autotune_dir_env):
+# carried as the profile setting it comes from, never as kernels.env.
+_DERIVED_ENV = frozenset({"HF_HOME", "HF_HUB_OFFLINE"})
 # What render sets on every worker that joins a ComputeDomain (a stack crossing trays of an MNNVL rack).
 _DOMAIN_ENV = {"NCCL_MNNVL_ENABLE", "NCCL_CUMEM_ENABLE", "UCX_CUDA_IPC_ENABLE_MNNVL"}
-_SPECULATIVE = {"method": "method", "num_speculative_tokens": "numSpeculativeTokens", "model": "draftModel",
-                "revision": "draftRevision", "draft_tensor_parallel_size": "draftTensorParallelSize",
-                "draft_sample_method": "draftSampleMethod", "rejection_sample_method": "rejectionSampleMethod",
-                "enable_adaptive_verification": "adaptiveVerification"}
-_GRAPHS = {"cudagraph_mode": "mode", "cudagraph_capture_sizes": "captureSizes",
-           "max_cudagraph_capture_size": "maxCaptureSize"}
 _VERSION = re.compile(r":(?:v)?([0-9]+\.[0-9]+\.[0-9]+)")
 # spec.service is the target a stack is tuned for; no DGD states one.
 SERVICE_PLACEHOLDER = {"perAgentTokS": 80, "ttftSeconds": 10, "agents": 1}
@@ -148,27 +146,60 @@ def _engine_value(value: str) -> Any:
     return parsed if isinstance(parsed, dict) else number(value)
 
 
-def _pool(comp: Component, opts: dict[str, str], vllm: Any, dynamo: Any, notes: list[Note],
+@dataclass(frozen=True)
+class Reading:
+    """How one engine's worker flags read back into profile fields, derived from the tables render writes
+    through (ServingEngine.modelled, modelled_dynamo, modelled_json, modelled_off, modelled_aliases): a flag
+    added to the engine's table is imported without an edit here."""
+
+    pool: dict[str, str]  # option -> the pool's own field
+    stack: dict[str, str]  # option -> field path, set once per stack (JSON options and switches included)
+    json: dict[str, dict[str, str]]  # JSON option -> key -> field path
+    off: dict[str, tuple[str, Any]]  # switch option -> (its off spelling, the field's value then)
+    aliases: dict[str, tuple[str, str]]  # option -> (JSON option, key) it sets
+    consumed: frozenset[str]  # every option the profile models: never passed through
+    stack_wide: tuple[str, ...]  # options compared between workers (stackpin sets them once per stack)
+    derived_env: frozenset[str]  # env render derives from the stack
+
+    def option(self, path: str) -> str:
+        """The option that renders `path` (a stack field)."""
+        return next(option for option, field in self.stack.items() if field == path)
+
+    def value(self, opts: dict[str, str], path: str) -> str | None:
+        return opts.get(self.option(path))
+
+
+def reading(engine: ServingEngine) -> Reading:
+    table = dict(engine.modelled)
+    pool = {o: f.removeprefix(POOL + ".") for o, f in table.items() if f.startswith(POOL + ".")}
+    stack = {o: f for o, f in table.items() if o not in pool and f not in _ELSEWHERE}
+    off = {o: engine.modelled_off[o] for o in stack if o in engine.modelled_off}
+    aliases = dict(engine.modelled_aliases)
+    # A switch compares by its off spelling: import reads its absence and its on spelling alike (the field's own).
+    compared = [off[o][0] if o in off else o for o in stack]
+    consumed = set(table) | set(engine.modelled_dynamo) | {s for s, _ in off.values()} | set(aliases) | _DYNAMO_READ
+    derived = {e for e in (engine.ready_timeout_env, engine.autotune_dir_env) if e} | _DERIVED_ENV
+    return Reading(pool=pool, stack=stack, json={o: dict(k) for o, k in engine.modelled_json.items()}, off=off,
+                   aliases=aliases, consumed=frozenset(consumed),
+                   stack_wide=(*compared, *aliases, *(o for o, _ in _PARSERS)), derived_env=frozenset(derived))
+
+
+def _pool(comp: Component, opts: dict[str, str], read: Reading, flags: Any, dynamo: Any, notes: list[Note],
           role: str) -> dict[str, Any]:
     pool: dict[str, Any] = {"replicas": comp.replicas}
-    for option, field in (("--tensor-parallel-size", "tensorParallel"), ("--data-parallel-size", "dataParallel"),
-                          ("--pipeline-parallel-size", "pipelineParallel"), ("--max-num-seqs", "maxNumSeqs"),
-                          ("--max-num-batched-tokens", "maxNumBatchedTokens")):
-        if option in opts:
-            pool[field] = int(opts[option]) if opts[option].isdigit() else opts[option]
-    if "--enable-expert-parallel" in opts:
-        pool["expertParallel"] = True
-    if "--gpu-memory-utilization" in opts:
-        pool["gpuMemoryUtilization"] = number(opts["--gpu-memory-utilization"])
+    found = {field: (True if opts[option] == SWITCH else number(opts[option]))
+             for option, field in read.pool.items() if option in opts}
+    pool.update(sorted(found.items(), key=lambda kv: (_POOL_ORDER.index(kv[0]) if kv[0] in _POOL_ORDER
+                                                      else len(_POOL_ORDER), kv[0])))
     if comp.node_count > 1:
         pool["nodesPerReplica"] = comp.node_count
     engine: dict[str, Any] = {}
     dyn: dict[str, Any] = {}
     for option, value in sorted(opts.items()):
-        if option in _MODELLED:
+        if option in read.consumed:
             continue
-        # dynamo.vllm takes Dynamo's options and vLLM's: an option only Dynamo has is a dynamoArg.
-        dynamo_only = (dynamo is not None and dynamo.accepts(option) and not (vllm and vllm.accepts(option))) or \
+        # The worker takes Dynamo's options and the engine's: an option only Dynamo has is a dynamoArg.
+        dynamo_only = (dynamo is not None and dynamo.accepts(option) and not (flags and flags.accepts(option))) or \
             (dynamo is None and option.startswith("--dyn-"))
         (dyn if dynamo_only else engine)[option] = _engine_value(value)
     transfer = _json(opts.get("--kv-transfer-config", "{}")) or {}
@@ -186,42 +217,72 @@ def _pool(comp: Component, opts: dict[str, str], vllm: Any, dynamo: Any, notes: 
     return pool
 
 
-def _stack_settings(opts: dict[str, str], spec: dict[str, Any], notes: list[Note], role: str,
-                    events: bool) -> None:
-    kv: dict[str, Any] = {}
-    if "--kv-cache-dtype" in opts:
-        kv["dtype"] = opts["--kv-cache-dtype"]
-    if "--block-size" in opts:
-        kv["blockSize"] = int(opts["--block-size"])
-    if "--no-enable-prefix-caching" in opts:
-        kv["prefixCaching"] = False
-    kv["events"] = events
-    spec["kvCache"] = kv
-    kernels = {field: opts[option] for option, field in (("--attention-backend", "attention"),
-               ("--moe-backend", "moe"), ("--linear-backend", "linear"), ("--all2all-backend", "all2all"))
-               if option in opts}
-    spec["kernels"] = kernels
-    graphs: dict[str, Any] = {}
-    compilation = _json(opts.get("--compilation-config", "{}")) or {}
-    for key, value in compilation.items():
-        if key in _GRAPHS:
-            graphs[_GRAPHS[key]] = value
-        else:  # the other CompilationConfig keys ride beside the modelled ones (SP230 checks them)
-            graphs.setdefault("compilation", {})[key] = value
-    if "--max-cudagraph-capture-size" in opts:
-        graphs["maxCaptureSize"] = int(opts["--max-cudagraph-capture-size"])
-    if graphs:
-        spec["cudaGraphs"] = graphs
-    speculative = _json(opts["--speculative-config"]) if "--speculative-config" in opts else None
-    if isinstance(speculative, dict):
-        spec["speculative"] = {_SPECULATIVE[k]: v for k, v in speculative.items() if k in _SPECULATIVE
-                               and k != "revision"}
-        for key in sorted(set(speculative) - set(_SPECULATIVE)):
-            notes.append(Note(role, f"--speculative-config.{key}", "not modelled; not carried over"))
-    elif "--speculative-config" in opts:
-        notes.append(Note(role, "--speculative-config", f"{opts['--speculative-config'][:60]!r} is not JSON stackpin "
-                          "can read (a variable set outside the input?); not carried over"))
-    spec["autotune"] = {"mode": "off" if "--no-enable-flashinfer-autotune" in opts else "tune"}
+def _read_json(option: str, raw: str, keys: dict[str, str], spec: dict[str, Any], notes: list[Note],
+               role: str) -> None:
+    """A modelled JSON option's keys into their fields; the rest beside them (_OVERFLOW) or noted."""
+    section = _common_parent(keys.values())
+    value = _json(raw)
+    if not isinstance(value, dict):
+        if section not in _OVERFLOW:
+            notes.append(Note(role, option, f"{raw[:60]!r} is not JSON stackpin can read (a variable set outside "
+                              "the input?); not carried over"))
+        return
+    out: dict[str, Any] = {}
+    for key, inner in value.items():
+        if key in keys:
+            if keys[key] not in _PINNED:
+                out[keys[key].rsplit(".", 1)[1]] = inner
+        elif section in _OVERFLOW:
+            out.setdefault(_OVERFLOW[section], {})[key] = inner
+    for key in sorted(set(value) - set(keys)) if section not in _OVERFLOW else ():
+        notes.append(Note(role, f"{option}.{key}", "not modelled; not carried over"))
+    if out or section not in _OVERFLOW:
+        _put(spec, section, {**_get(spec, section), **out})
+
+
+def _common_parent(paths: Any) -> str:
+    parents = {path.rsplit(".", 1)[0] for path in paths}
+    [parent] = parents  # a JSON option is one section's (stackpin.backends)
+    return str(parent)
+
+
+def _get(spec: dict[str, Any], path: str) -> dict[str, Any]:
+    doc: Any = spec
+    for part in path.removeprefix("spec.").split("."):
+        doc = doc.get(part, {}) if isinstance(doc, dict) else {}
+    return doc if isinstance(doc, dict) else {}
+
+
+def _put(spec: dict[str, Any], path: str, value: Any) -> None:
+    from stackpin.imports.modelled import put
+
+    put(spec, path, value)
+
+
+def _stack_settings(opts: dict[str, str], spec: dict[str, Any], notes: list[Note], role: str, events: bool,
+                    read: Reading) -> None:
+    """What the main worker sets once per stack, through the engine's table (the model's own fields are read
+    by import_dgd)."""
+    spec["kvCache"] = {}
+    spec["kernels"] = {}
+    for option, path in read.stack.items():
+        if path.startswith("spec.model."):
+            continue
+        if option in read.json:
+            if option in opts:
+                _read_json(option, opts[option], read.json[option], spec, notes, role)
+            for alias, (target, key) in read.aliases.items():
+                if target == option and alias in opts:
+                    _put(spec, read.json[target][key], number(opts[alias]))
+        elif option in read.off:
+            spelling, value = read.off[option]
+            if spelling in opts:
+                _put(spec, path, value)
+        elif option in opts and opts[option] != SWITCH:
+            _put(spec, path, number(opts[option]))
+    spec["kvCache"]["events"] = events
+    autotune = spec.setdefault("autotune", {})
+    autotune.setdefault("mode", "tune")  # a DGD that does not turn it off tunes (the engine's default)
 
 
 def _transfer(workers: dict[str, Component], main: Component, disaggregated: bool,
@@ -335,23 +396,34 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
     if engine == "sglang":
         return _import_sglang(dgd, by_role, workers, main, platform=platform, dynamo=dynamo, catalog=catalog,
                               notes=notes)
+    return _import_flags(dgd, by_role, workers, main, backend(engine), platform=platform, dynamo=dynamo,
+                         catalog=catalog, notes=notes)
+
+
+def _import_flags(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, Component], main: Component,
+                  eng: ServingEngine, *, platform: str | None, dynamo: str | None, catalog: Catalog,
+                  notes: list[Note]) -> Imported:
+    """A stack whose workers' flags read back through the engine's tables (`reading`): vLLM's."""
+    read = reading(eng)
     main_opts = options(main.entry.argv) if main.entry else {}
-    if "--model" not in main_opts:
-        raise ImportError_(f"{dgd.name}: {main.name} names no --model")
+    model_option = read.option("spec.model.id")
+    if model_option not in main_opts:
+        raise ImportError_(f"{dgd.name}: {main.name} names no {model_option}")
     versions = _versions(main.image, dynamo, catalog, notes)
-    vllm, dyn = vllm_catalog(versions["vllm"]), dynamo_catalog(versions["dynamo"], "worker_vllm")
-    model_id = main_opts["--model"]
+    flags, dyn = eng.flag_catalog(versions[eng.name]), dynamo_catalog(versions["dynamo"], eng.dynamo_worker)
+    model_id = main_opts[model_option]
     found = catalog.model_for(model_id)
-    model = _model(model_id, main_opts.get("--revision"), found, notes)
-    if "--max-model-len" in main_opts:
-        model["maxModelLen"] = int(main_opts["--max-model-len"])
+    model = _model(model_id, read.value(main_opts, "spec.model.revision"), found, notes)
+    max_len = read.option("spec.model.maxModelLen")
+    if max_len in main_opts:
+        model["maxModelLen"] = int(main_opts[max_len])
     else:
         model["maxModelLen"] = found[1].max_context if found else 32768
-        notes.append(Note(main.name, "--max-model-len", f"not set (vLLM takes the model's own); the profile states "
+        notes.append(Note(main.name, max_len, f"not set ({eng.label} takes the model's own); the profile states "
                           f"{model['maxModelLen']}{' (the catalog maximum)' if found else ' (a placeholder: set it)'}"))
-    if "--tokenizer-mode" in main_opts:
-        model["tokenizerMode"] = main_opts["--tokenizer-mode"]
-    for option, field in (("--dyn-tool-call-parser", "toolCallParser"), ("--dyn-reasoning-parser", "reasoningParser")):
+    if (mode := read.value(main_opts, "spec.model.tokenizerMode")) is not None:
+        model["tokenizerMode"] = mode
+    for option, field in _PARSERS:
         if option in main_opts:
             model[field] = main_opts[option]
         elif found and getattr(found[1], "serving", None) is not None:
@@ -359,12 +431,13 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
     spec: dict[str, Any] = {"model": model, "target": {"platform": _platform(main, platform, catalog)},
                             "versions": versions}
     # One switch per stack: any worker that publishes KV events turns them on (the router reads them all).
-    events = any("--kv-events-config" in options(c.entry.argv) for c in workers.values() if c.entry)
-    _stack_settings(main_opts, spec, notes, main.name, events)
+    events_option = next(o for o, f in eng.modelled.items() if f == "spec.kvCache.events")
+    events = any(events_option in options(c.entry.argv) for c in workers.values() if c.entry)
+    _stack_settings(main_opts, spec, notes, main.name, events, read)
     for comp in workers.values():
-        has = comp.entry is not None and "--kv-events-config" in options(comp.entry.argv)
+        has = comp.entry is not None and events_option in options(comp.entry.argv)
         if events:
-            notes.append(Note(comp.name, "--kv-events-config", "KV events are one switch per stack "
+            notes.append(Note(comp.name, events_option, "KV events are one switch per stack "
                               "(spec.kvCache.events), and render writes its own publisher settings" +
                               ("" if has else "; this worker published none and will publish them")))
     disaggregated = "prefill" in workers
@@ -375,15 +448,15 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
     pools = {}
     for role, comp in sorted(workers.items()):
         opts = options(comp.entry.argv) if comp.entry else {}
-        pools[role] = _pool(comp, opts, vllm, dyn, notes, role)
+        pools[role] = _pool(comp, opts, read, flags, dyn, notes, role)
         if comp is not main:
-            for option in _STACK_WIDE:
+            for option in read.stack_wide:
                 if opts.get(option) != main_opts.get(option):
                     notes.append(Note(comp.name, option, f"{opts.get(option)!r} differs from {main.name}'s "
                                       f"{main_opts.get(option)!r}; stackpin sets it once per stack: {main.name}'s"))
     placement["pools"] = pools
     spec["placement"] = placement
-    return _finish(dgd, spec, workers, main, frontend, fe_opts, catalog, notes)
+    return _finish(dgd, spec, workers, main, frontend, fe_opts, catalog, notes, read.derived_env)
 
 
 def _frontend_placement(by_role: dict[str, Component], disaggregated: bool,
@@ -406,7 +479,8 @@ def _frontend_placement(by_role: dict[str, Component], disaggregated: bool,
 
 
 def _finish(dgd: Dgd, spec: dict[str, Any], workers: dict[str, Component], main: Component,
-            frontend: Component | None, fe_opts: dict[str, str], catalog: Catalog, notes: list[Note]) -> Imported:
+            frontend: Component | None, fe_opts: dict[str, str], catalog: Catalog, notes: list[Note],
+            engine_env: frozenset[str]) -> Imported:
     """What every engine's import shares after the pools: frontend args, env, model store, pod overrides."""
     placement = spec["placement"]
     versions = spec["versions"]
@@ -437,7 +511,7 @@ def _finish(dgd: Dgd, spec: dict[str, Any], workers: dict[str, Component], main:
         placement["frontendArgs"] = frontend_args
     target = catalog.platforms[spec["target"]["platform"]]
     in_domain = target.multinode_nvlink and (disaggregated or any(c.node_count > 1 for c in workers.values()))
-    derived = _DERIVED_ENV | (_DOMAIN_ENV if in_domain else set())
+    derived = set(engine_env) | (_DOMAIN_ENV if in_domain else set())
     env: dict[str, str] = {}
     for var in main.env:  # a variable from a reference is carried in podOverrides, as the DGD writes it
         if var.value is not None and var.source is None and var.name not in derived:
@@ -594,4 +668,4 @@ def _import_sglang(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, C
         pools[role] = pool
     placement["pools"] = pools
     spec["placement"] = placement
-    return _finish(dgd, spec, workers, main, frontend, fe_opts, catalog, notes)
+    return _finish(dgd, spec, workers, main, frontend, fe_opts, catalog, notes, reading(sglang).derived_env)
