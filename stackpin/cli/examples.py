@@ -81,6 +81,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "rollout resume": ("stackpin rollout resume fleet.yaml",),
     "rollout abort": ("stackpin rollout abort gb300-west --rollback",),
     "plan": ("stackpin plan --agents 10000 launch.json rubin.json --mature tuned.json --chart plan.png",),
+    "search": ("stackpin search profiles/deepseek-v4.1-flash/gb300-tuned.yaml --slo tps=80,ttft=10s --trace "
+               "agents.jsonl --racks 2 --top 3 --chart front.png",
+               "stackpin search profiles/deepseek-v4.1-flash/vera-rubin-tuned.yaml --slo tps=80,ttft=10s --trace "
+               "agents.jsonl --dry-run --format json --model roofline --out proposals/vr --force"),
     "site probe": ("stackpin site probe profiles/deepseek-v4.1-flash/vera-rubin-tuned.yaml --apply",
                    "stackpin site probe --platform vera-rubin-nvl72 --image IMAGE --selector example.com/pool=rubin "
                    "--nodes 18 --out probe.yaml"),
