@@ -259,8 +259,8 @@ def test_diff_names_what_it_cannot_compare() -> None:
     missing = invoke("engines", "diff", "vllm", "0.31.0", "0.34.0")
     assert (missing.exit_code, missing.stderr) == (
         2, "error: no catalog of vLLM 0.34.0 in bundled (hint: stackpin engines add vllm==0.34.0)\n")
-    other = invoke("engines", "diff", "sglang", "0.5.0", "0.5.1")
-    assert (other.exit_code, other.stderr) == (2, "error: 'sglang': expected vllm, dynamo or flashinfer\n")
+    other = invoke("engines", "diff", "trtllm", "0.5.0", "0.5.1")
+    assert (other.exit_code, other.stderr) == (2, "error: 'trtllm': expected vllm, sglang, dynamo or flashinfer\n")
     bad = invoke("engines", "diff", "dynamo", "1.6", "one")
     assert (bad.exit_code, bad.stderr) == (2, "error: 'one' is not a PEP 440 version\n")
 

@@ -13,6 +13,7 @@ from stackpin.jsonio import canonical_json
 from stackpin.profile.engine_args import EngineArgValue, scalar_text
 
 if TYPE_CHECKING:
+    from stackpin.catalog.engine_data import Release
     from stackpin.catalog.flags import DynamoEntry, FlagCatalog
     from stackpin.catalog.startup import StartupFacts
     from stackpin.profile.model import Pool, StackProfile
@@ -65,6 +66,11 @@ class ServingEngine(Protocol):
 
     def flag_catalog(self, version: str) -> FlagCatalog | None:
         """The options the pinned release's parser accepts, or None when no catalog has it."""
+        ...
+
+    def release(self, version: str) -> Release | None:
+        """The release's catalog record as published (its options, choices, env vars, requirements: what
+        `stackpin engines diff` compares), or None when no catalog has it."""
         ...
 
     def startup(self, version: str) -> StartupFacts | None:

@@ -17,6 +17,7 @@ from stackpin.profile.engine_args import POOL
 from stackpin.profile.model import POOL_NAMES, AutotuneMode, Placement, Pool, StackProfile
 
 if TYPE_CHECKING:
+    from stackpin.catalog.engine_data import Release
     from stackpin.catalog.flags import DynamoEntry, FlagCatalog
     from stackpin.catalog.startup import StartupFacts
     from stackpin.profile.topology import Role
@@ -121,6 +122,11 @@ class Sglang:
     # follow: a name missing from the catalog may still be read, so none is called ignored.
     env_registry: tuple[str, str] | None = None
     removed_env: str | None = None  # stackpin records no SGLang env var removals
+
+    def release(self, version: str) -> Release | None:
+        from stackpin.catalog.flags import sglang_release
+
+        return sglang_release(version)
 
     def flag_catalog(self, version: str) -> FlagCatalog | None:
         from stackpin.catalog import flags

@@ -17,6 +17,7 @@ from stackpin.profile.engine_args import POOL
 from stackpin.profile.model import AutotuneMode, Placement, Pool, Speculative, StackProfile
 
 if TYPE_CHECKING:
+    from stackpin.catalog.engine_data import Release
     from stackpin.catalog.flags import DynamoEntry, FlagCatalog
     from stackpin.catalog.startup import StartupFacts
     from stackpin.profile.topology import Role
@@ -155,6 +156,11 @@ class Vllm:
     # vLLM reads its VLLM_ variables through one registry, vllm/envs.py, which its catalog's env_vars is read from.
     env_registry: tuple[str, str] | None = ("VLLM_", "vllm/envs.py")
     removed_env: str | None = "removed_env"  # versions.yaml removed_env: what vLLM stopped reading, since when
+
+    def release(self, version: str) -> Release | None:
+        from stackpin.catalog.flags import vllm_release
+
+        return vllm_release(version)
 
     def flag_catalog(self, version: str) -> FlagCatalog | None:
         from stackpin.catalog.flags import vllm_catalog

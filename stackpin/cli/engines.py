@@ -101,8 +101,9 @@ def _print_added(added: Added, output: str) -> None:
 @OUTPUT
 @user_errors
 def diff(engine: str, old: str, new: str, output: str) -> None:
-    """What upgrading ENGINE (vllm, dynamo, flashinfer) from OLD to NEW changes: flags, option strings,
-    deprecations, choices, defaults, speculative methods, env vars, config fields, requirements."""
+    """What upgrading ENGINE (a serving engine: vllm, sglang; dynamo, flashinfer) from OLD to NEW changes: flags,
+    option strings, deprecations, choices, defaults, speculative methods, env vars, config fields, requirements.
+    A Dynamo diff covers every engine's worker section and the frontend."""
     from stackpin.engines.diff import diff_engine
 
     result = diff_engine(engine, old, new)
@@ -183,6 +184,8 @@ def _entry(name: str, entry: EntryDiff, titled: bool) -> None:
 
 
 def _print_diff(result: EngineDiff) -> None:
+    from stackpin.backends import names
+
     click.echo(result.title)
     for name, entry in result.entries.items():
         _entry(name, entry, titled=len(result.entries) > 1)
@@ -190,7 +193,7 @@ def _print_diff(result: EngineDiff) -> None:
         click.echo("choices:")
         for kind, values in result.choices.items():
             click.echo(f"  {kind}: {_values(values)}")
-    if result.engine == "vllm":
+    if result.engine in names():  # a serving engine's release lists its speculative methods
         click.echo(f"speculative methods: {_values(result.speculative_methods) or 'unchanged'}")
     if result.env_vars or result.env_changed:
         click.echo(f"env vars: {len(result.env_vars.added)} added, {len(result.env_vars.removed)} removed, "

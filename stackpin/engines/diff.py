@@ -17,19 +17,29 @@ from stackpin.catalog.engine_data import (
     EngineOption,
     EntryPoint,
     EnvVar,
-    FlashinferRelease,
-    VllmRelease,
+    Release,
 )
-from stackpin.catalog.flags import EngineName, dynamo_release, flashinfer_release, vllm_release
+from stackpin.catalog.flags import EngineName, dynamo_release, flashinfer_release
 from stackpin.catalog.search import search_path, where
 from stackpin.catalog.version import parse_version
 from stackpin.engines.package import normalize
 from stackpin.errors import StackpinError
 
-Release = VllmRelease | DynamoRelease | FlashinferRelease
-ENGINES: dict[str, EngineName] = {"vllm": "vllm", "dynamo": "dynamo", "ai-dynamo": "dynamo",
-                                  "flashinfer": "flashinfer", "flashinfer-python": "flashinfer"}
-TITLES = {"vllm": "vLLM", "dynamo": "Dynamo", "flashinfer": "FlashInfer"}
+# The packages around the serving engines, by the names a person types; the engines come from stackpin.backends.
+_OTHERS: dict[str, EngineName] = {"dynamo": "dynamo", "ai-dynamo": "dynamo", "flashinfer": "flashinfer",
+                                  "flashinfer-python": "flashinfer"}
+_OTHER_TITLES = {"dynamo": "Dynamo", "flashinfer": "FlashInfer"}
+_OTHER_PROJECTS = {"dynamo": "ai-dynamo", "flashinfer": "flashinfer-python"}
+# The choices kind that lists a serving engine's speculative methods (its catalog's spelling of them).
+_SPECULATIVE_KINDS = ("speculative_methods", "speculative_algorithms")
+
+
+def title(engine: str) -> str:
+    """The package as people write it: a serving engine's label, Dynamo, FlashInfer."""
+    from stackpin.backends import engine as backend
+    from stackpin.backends import names
+
+    return backend(engine).label if engine in names() else _OTHER_TITLES[engine]
 
 
 @dataclass(frozen=True)
@@ -182,8 +192,8 @@ class EngineDiff:
     engine: EngineName
     old: str
     new: str
-    entries: dict[str, EntryDiff]  # vllm: {"vllm": ...}; dynamo: {"worker_vllm": ..., "frontend": ...}
-    choices: dict[str, SetDiff]  # vLLM's allowed values by kind
+    entries: dict[str, EntryDiff]  # an engine: {its name: ...}; dynamo: each engine's worker section, the frontend
+    choices: dict[str, SetDiff]  # a serving engine's allowed values by kind
     speculative_methods: SetDiff
     env_vars: SetDiff
     env_changed: dict[str, list[Change]]
@@ -193,7 +203,7 @@ class EngineDiff:
 
     @property
     def title(self) -> str:
-        return f"{TITLES[self.engine]} {self.old} -> {self.new}"
+        return f"{title(self.engine)} {self.old} -> {self.new}"
 
     def data(self) -> dict[str, Any]:
         return {"engine": self.engine, "old": self.old, "new": self.new,
@@ -208,21 +218,35 @@ class EngineDiff:
 
 
 def _release(engine: EngineName, version: str) -> Release:
-    finder = {"vllm": vllm_release, "dynamo": dynamo_release, "flashinfer": flashinfer_release}[engine]
-    release = finder(version)
+    from stackpin.backends import engine as backend
+    from stackpin.backends import names
+
+    release: Release | None
+    if engine in names():
+        release, project = backend(engine).release(version), backend(engine).distribution
+    else:
+        release = {"dynamo": dynamo_release, "flashinfer": flashinfer_release}[engine](version)
+        project = _OTHER_PROJECTS[engine]
     if release is None:
         searched = ", ".join(where(d) for d in search_path())
-        project = {"vllm": "vllm", "dynamo": "ai-dynamo", "flashinfer": "flashinfer-python"}[engine]
-        raise StackpinError(f"no catalog of {TITLES[engine]} {version} in {searched}",
+        raise StackpinError(f"no catalog of {title(engine)} {version} in {searched}",
                             f"stackpin engines add {project}=={version}")
     return release
 
 
 def engine_name(name: str) -> EngineName:
-    try:
-        return ENGINES[name.lower()]
-    except KeyError:
-        raise StackpinError(f"{name!r}: expected vllm, dynamo or flashinfer") from None
+    """The package `name` means: a serving engine (stackpin.backends, by name or distribution), Dynamo or
+    FlashInfer."""
+    from stackpin.backends import engine as backend
+    from stackpin.backends import names
+
+    by_name: dict[str, str] = {**{n: n for n in names()}, **{backend(n).distribution: n for n in names()},
+                               **_OTHERS}
+    found = by_name.get(name.lower())
+    if found is None:
+        expected = [*names(), *dict.fromkeys(_OTHERS.values())]
+        raise StackpinError(f"{name!r}: expected {', '.join(expected[:-1])} or {expected[-1]}")
+    return found  # type: ignore[return-value]  # a backend's name is a profile EngineName
 
 
 def diff_releases(old: Release, new: Release) -> EngineDiff:
@@ -232,13 +256,31 @@ def diff_releases(old: Release, new: Release) -> EngineDiff:
     choices: dict[str, SetDiff] = {}
     config: dict[str, SetDiff] = {}
     config_changed: dict[str, list[Change]] = {}
-    if isinstance(old, VllmRelease) and isinstance(new, VllmRelease):
-        entries["vllm"] = EntryDiff.of(old, new)
-        for kind in sorted(set(old.choices) | set(new.choices)):
-            if kind != "speculative_methods" and (d := SetDiff.of(old.choices.get(kind), new.choices.get(kind))):
+    methods = SetDiff()
+    if isinstance(old, DynamoRelease) and isinstance(new, DynamoRelease):
+        from stackpin.backends import engine as backend
+        from stackpin.backends import names
+
+        # Each serving engine's worker section (a catalog written before one has none: nothing to compare).
+        for section in (backend(n).dynamo_worker for n in names()):
+            before, after = getattr(old, section), getattr(new, section)
+            if before is not None and after is not None:
+                entries[section] = EntryDiff.of(before, after)
+        entries["frontend"] = EntryDiff.of(old.frontend, new.frontend)
+    elif isinstance(old, EntryPoint) and isinstance(new, EntryPoint):
+        entries[old.engine] = EntryDiff.of(old, new)
+        old_choices: dict[str, Any] = getattr(old, "choices", {})
+        new_choices: dict[str, Any] = getattr(new, "choices", {})
+        for kind in sorted(set(old_choices) | set(new_choices)):
+            d = SetDiff.of(old_choices.get(kind), new_choices.get(kind))
+            if kind in _SPECULATIVE_KINDS:
+                methods = d
+            elif d:
                 choices[kind] = d
-        for name in sorted(set(old.config_classes) & set(new.config_classes)):
-            before, after = old.config_classes[name].fields, new.config_classes[name].fields
+        old_classes: dict[str, Any] = getattr(old, "config_classes", {})
+        new_classes: dict[str, Any] = getattr(new, "config_classes", {})
+        for name in sorted(set(old_classes) & set(new_classes)):
+            before, after = old_classes[name].fields, new_classes[name].fields
             if d := SetDiff.of(before, after):
                 config[name] = d
             for field_name in sorted(set(before) & set(after)):
@@ -249,11 +291,6 @@ def diff_releases(old: Release, new: Release) -> EngineDiff:
                     changes.append(Change("choices", values=values))
                 if changes:
                     config_changed[f"{name}.{field_name}"] = changes
-    elif isinstance(old, DynamoRelease) and isinstance(new, DynamoRelease):
-        entries = {"worker_vllm": EntryDiff.of(old.worker_vllm, new.worker_vllm),
-                   "frontend": EntryDiff.of(old.frontend, new.frontend)}
-    methods = SetDiff.of(old.choices.get("speculative_methods") if isinstance(old, VllmRelease) else (),
-                         new.choices.get("speculative_methods") if isinstance(new, VllmRelease) else ())
     env, env_changed = env_diff(old.env_vars, new.env_vars)
     return EngineDiff(engine=old.engine, old=old.version, new=new.version, entries=entries, choices=choices,
                       speculative_methods=methods, env_vars=env, env_changed=env_changed, config_fields=config,
@@ -262,7 +299,7 @@ def diff_releases(old: Release, new: Release) -> EngineDiff:
 
 
 def diff_engine(engine: str, old: str, new: str) -> EngineDiff:
-    """The diff between two catalogued releases of `engine` (vllm, dynamo or flashinfer)."""
+    """The diff between two catalogued releases of `engine` (a serving engine, dynamo or flashinfer)."""
     name = engine_name(engine)
     for version in (old, new):
         try:
