@@ -33,6 +33,13 @@ def required_dynamo_pins(engine: ServingEngine, requires: tuple[str, ...]) -> tu
     return exact(requires, project(engine), engine.dynamo_extra), exact(requires, NIXL, engine.dynamo_extra)
 
 
+def dynamo_fields(engine: ServingEngine) -> tuple[str, str]:
+    """The fields of a versions.yaml Dynamo entry that hold the engine release and NIXL its extra for `engine` pins."""
+    from stackpin.catalog import DynamoPin
+
+    return engine.dynamo_extra, DynamoPin.extras()[engine.dynamo_extra]
+
+
 def release_pins(engine: ServingEngine, versions: Versions) -> dict[str, Any]:
     """What each release of `engine` pins itself (FlashInfer, torch, ...), by version: versions.yaml's section
     named after Dynamo's extra for it."""

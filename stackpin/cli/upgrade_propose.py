@@ -13,8 +13,8 @@ from stackpin.errors import escape_controls
 
 @click.command("propose")
 @click.argument("profile", type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--to", "to", metavar="dynamo==X", help="The Dynamo release to move to; vLLM, FlashInfer and NIXL "
-              "follow its pins.")
+@click.option("--to", "to", metavar="dynamo==X", help="The Dynamo release to move to; the stack's engine, "
+              "FlashInfer and NIXL follow its pins.")
 @click.option("--find-links", "from_dir", type=click.Path(file_okay=False, exists=True, path_type=Path), metavar="DIR",
               help="Read the packages from this directory of wheels and sdists (air-gapped sites; pip's --find-links).")
 @click.option("--index-url", metavar="URL", help="PEP 691 package index [default: $PIP_INDEX_URL or "

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
-from pydantic import ConfigDict, computed_field
+from pydantic import Field, computed_field
 
 from stackpin.backends import DEFAULT, engine, names
 from stackpin.backends.base import ServingEngine
@@ -34,6 +34,7 @@ from stackpin.models import CamelModel  # the records' shape: frozen, camelCase 
 from stackpin.profile.loader import LoadedProfile, load_profiles
 from stackpin.upgrade.feeds import FeedListing
 from stackpin.upgrade.installable import MissingPin, missing_pins
+from stackpin.upgrade.model import EngineRelease
 
 DYNAMO, FLASHINFER = "ai-dynamo", "flashinfer-python"
 
@@ -56,11 +57,11 @@ def dynamo_pins(requires: tuple[str, ...], name: str = DEFAULT) -> tuple[str | N
     return required_dynamo_pins(_engine(name), requires)
 
 
-class Pins(CamelModel):
+class Pins(EngineRelease):
     """A Dynamo release and what it brings; None where the release's metadata pins nothing. The release of the
     stack's engine is kept under the engine's name, as in spec.versions (`vllm: 0.31.0`, `sglang: 0.5.21`)."""
 
-    model_config = ConfigDict(extra="allow")  # the one extra key: the engine's release
+    __pydantic_extra__: dict[str, str | None] = Field(init=False)  # the engine's release; None: none pinned
 
     dynamo: str
     flashinfer: str | None
@@ -70,17 +71,6 @@ class Pins(CamelModel):
     def of(cls, name: str, release: str | None, *, dynamo: str, flashinfer: str | None, nixl: str | None) -> Pins:
         """The pins of a stack running engine `name`, whose release is `release`."""
         return cls.model_validate({"dynamo": dynamo, "flashinfer": flashinfer, "nixl": nixl, name: release})
-
-    @property
-    def engine(self) -> str:
-        """The engine whose release these pins carry."""
-        return next(iter(self.model_extra or {}), DEFAULT)
-
-    @property
-    def release(self) -> str | None:
-        """The engine's release."""
-        found: str | None = (self.model_extra or {}).get(self.engine)
-        return found
 
 
 class Found(CamelModel):

@@ -6,11 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from stackpin.backends import engine
 from stackpin.diff.model import ChangeKind, StackDiff
 from stackpin.upgrade.model import Proposal
-
-_ENGINES = (("Dynamo", "dynamo"), ("vLLM", "vllm"), ("FlashInfer", "flashinfer"), ("NIXL", "nixl"),
-            ("runtime image", "runtime_image"))
 
 
 def _code(value: Any) -> str:
@@ -23,13 +21,16 @@ def _cell(text: str) -> str:
 
 
 def title(p: Proposal) -> str:
-    return (f"Upgrade {p.current_profile} to Dynamo {p.candidate.dynamo} (vLLM {p.current.vllm} -> {p.candidate.vllm}, "
-            f"FlashInfer {p.current.flashinfer} -> {p.candidate.flashinfer})")
+    label = engine(p.current.engine).label
+    return (f"Upgrade {p.current_profile} to Dynamo {p.candidate.dynamo} ({label} {p.current.release} -> "
+            f"{p.candidate.release}, FlashInfer {p.current.flashinfer} -> {p.candidate.flashinfer})")
 
 
 def _versions(p: Proposal) -> list[str]:
     lines = ["| | current | candidate |", "| --- | --- | --- |"]
-    for label, field in _ENGINES:
+    rows = (("Dynamo", "dynamo"), (engine(p.current.engine).label, p.current.engine), ("FlashInfer", "flashinfer"),
+            ("NIXL", "nixl"), ("runtime image", "runtime_image"))
+    for label, field in rows:
         old, new = getattr(p.current, field), getattr(p.candidate, field)
         lines.append(f"| {label} | {_code(old)} | {_code(new)}{'' if old == new else ' (changed)'} |")
     added = ", ".join(_code(a) for a in p.added) or "none (the catalogs had every release)"

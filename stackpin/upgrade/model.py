@@ -13,7 +13,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Final, Literal
 
-from pydantic import JsonValue
+from pydantic import ConfigDict, Field, JsonValue, model_validator
 
 from stackpin.models import CamelModel
 
@@ -23,11 +23,41 @@ TRIAL_FILE = "trial.json"
 PROPOSAL_API: Final = "stackpin.dev/v1alpha1"
 
 
-class Versions(CamelModel):
-    """The engine pins of one stack (spec.versions)."""
+class EngineRelease(CamelModel):
+    """A record that keeps the release of the stack's serving engine under the engine's name, as spec.versions
+    does (`vllm: 0.31.0`, `sglang: 0.5.21`): one key beside the record's own fields, whichever the engine."""
+
+    model_config = ConfigDict(extra="allow")
+
+    @model_validator(mode="after")
+    def _one_engine(self) -> EngineRelease:
+        from stackpin.backends import names
+
+        keys = list(self.model_extra or {})
+        if len(keys) != 1 or keys[0] not in names():
+            own = ", ".join(f.alias or n for n, f in type(self).model_fields.items())
+            raise ValueError(f"expected the release of one serving engine ({' or '.join(names())}) besides {own}; "
+                             f"got {', '.join(keys) or 'none'}")
+        return self
+
+    @property
+    def engine(self) -> str:
+        """The engine whose release the record carries (a stackpin.backends name)."""
+        return next(iter(self.model_extra or {}))
+
+    @property
+    def release(self) -> str | None:
+        """The engine's release."""
+        found: str | None = (self.model_extra or {})[self.engine]
+        return found
+
+
+class Versions(EngineRelease):
+    """The engine pins of one stack (spec.versions): the engine's release under its name, and these."""
+
+    __pydantic_extra__: dict[str, str] = Field(init=False)  # the engine's release: a version
 
     dynamo: str
-    vllm: str
     flashinfer: str
     nixl: str
     runtime_image: str

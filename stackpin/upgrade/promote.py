@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from stackpin.backends import engine
 from stackpin.bench.compare import Comparison, main_metric
 from stackpin.bench.result import BenchResult
 from stackpin.history.record import Recorded
@@ -44,7 +45,7 @@ def default_message(proposal: Proposal, trial: Trial, comparison: Comparison) ->
     """`Upgrade Dynamo 1.6.1 -> 1.7.0 (vLLM ...): trial gain, <main headline> +12.0% [+9.1%, +14.8%]`, the
     verdict and headline recomputed from the trial's results (never the words trial.json holds)."""
     pairs = [("Dynamo", proposal.current.dynamo, proposal.candidate.dynamo),
-             ("vLLM", proposal.current.vllm, proposal.candidate.vllm),
+             (engine(proposal.current.engine).label, proposal.current.release, proposal.candidate.release),
              ("FlashInfer", proposal.current.flashinfer, proposal.candidate.flashinfer),
              ("NIXL", proposal.current.nixl, proposal.candidate.nixl)]
     changed = [f"{name} {old} -> {new}" for name, old, new in pairs if old != new]

@@ -1,6 +1,7 @@
 """`stackpin upgrade propose`: the candidate stack on Dynamo X beside the current one, and the proposal.
 
-1. Dynamo X, the vLLM it pins and the FlashInfer that vLLM pins go into a catalog directory (releases.py).
+1. Dynamo X, the release of the stack's engine it pins (vLLM, SGLang: through the engine's backend) and the
+   FlashInfer that release pins go into a catalog directory (releases.py).
 2. The candidate is the current profile's text with only the needed lines edited (textedit.py): the name,
    the pins (written into the file when it inherits them through `extends:`), the runtime image's tag,
    what the release renamed (translate.py), the old defaults the stack relied on, and an autotune mode
@@ -23,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stackpin.backends import engine, engine_of
 from stackpin.catalog import load_catalog
-from stackpin.catalog.flags import dynamo_catalog, vllm_catalog
+from stackpin.catalog.flags import dynamo_catalog
 from stackpin.catalog.search import ENV, profile_catalogs, site_dirs
 from stackpin.catalog.version import parse_version
 from stackpin.diff.inputs import Stack
@@ -93,9 +95,8 @@ def _runtime_image(image: str, dynamo: str) -> str:
 
 def _versions(profile: StackProfile) -> Versions:
     v = profile.spec.versions
-    # Proposals move vLLM stacks (upgrade/releases.py follows Dynamo's vLLM pins).
-    return Versions(dynamo=v.dynamo, vllm=profile.spec.engine_version, flashinfer=v.flashinfer, nixl=v.nixl,
-                    runtime_image=v.runtime_image)
+    return Versions.model_validate({"dynamo": v.dynamo, engine_of(profile).name: profile.spec.engine_version,
+                                    "flashinfer": v.flashinfer, "nixl": v.nixl, "runtimeImage": v.runtime_image})
 
 
 def _moved(profile: StackProfile, versions: Versions) -> StackProfile:
@@ -109,14 +110,18 @@ def _finding(f: Any) -> Finding:
 
 
 def _engines(current: Versions, target: Versions) -> tuple[Engine, Engine | None]:
-    old, new = vllm_catalog(current.vllm), vllm_catalog(target.vllm)
+    """The stack's engine and Dynamo's worker for it, each at its current and target release."""
+    runs = engine(current.engine)
+    was, now = current.release or "", target.release or ""
+    old, new = runs.flag_catalog(was), runs.flag_catalog(now)
     if old is None or new is None:
-        missing = current.vllm if old is None else target.vllm
-        raise StackpinError(f"no catalog of vLLM {missing} on the search path",
-                            f"stackpin engines add vllm=={missing} --catalog DIR")
-    dynamo_old, dynamo_new = dynamo_catalog(current.dynamo, "worker_vllm"), dynamo_catalog(target.dynamo, "worker_vllm")
+        missing = was if old is None else now
+        raise StackpinError(f"no catalog of {runs.label} {missing} on the search path",
+                            f"stackpin engines add {runs.distribution}=={missing} --catalog DIR")
+    dynamo_old = dynamo_catalog(current.dynamo, runs.dynamo_worker)
+    dynamo_new = dynamo_catalog(target.dynamo, runs.dynamo_worker)
     dynamo = Engine("Dynamo", "dynamoArgs", dynamo_old, dynamo_new) if dynamo_old and dynamo_new else None
-    return Engine("vLLM", "engineArgs", old, new), dynamo
+    return Engine(runs.label, "engineArgs", old, new), dynamo
 
 
 @dataclass(frozen=True)
@@ -245,14 +250,15 @@ def propose(profile: Path, *, to: str | None, source: Source, catalog: Path | No
     _check_free([candidate_path, directory / PROPOSAL_FILE, directory / PROPOSAL_MARKDOWN], force)
     where = catalog_dir(current, catalog)
     with profile_catalogs(current.profile.spec.catalog_path, str(current.locate(("spec", "catalogPath")))):
-        found: Target = add_target(dynamo, where, source)
-        target = Versions(dynamo=found.dynamo, vllm=found.vllm, flashinfer=found.flashinfer, nixl=found.nixl,
-                          runtime_image=_runtime_image(written.runtime_image, dynamo))
+        found: Target = add_target(dynamo, where, source, written.engine)
+        target = Versions.model_validate({
+            "dynamo": found.dynamo, found.engine: found.release, "flashinfer": found.flashinfer, "nixl": found.nixl,
+            "runtimeImage": _runtime_image(written.runtime_image, dynamo)})
         moved = _moved(current.profile, target)
         active = [(p.role, p.spec) for p in topology_of(moved, load_catalog()).pools]
-        vllm, dynamo_engine = _engines(written, target)
-        plan = _inherited(current, translate(moved, active, vllm, dynamo_engine))
-        upgrade = upgrade_findings(current, target.vllm) if target.vllm != written.vllm else []
+        runs, dynamo_engine = _engines(written, target)
+        plan = _inherited(current, translate(moved, active, runs, dynamo_engine))
+        upgrade = upgrade_findings(current, found.release) if found.release != written.release else []
         stale = (current.profile.spec.autotune.mode == AutotuneMode.replay and bool(current.profile.spec.autotune.cache)
                  and (target.flashinfer != written.flashinfer or any(f.code == "SP243" for f in upgrade)))
     files: dict[Path, str] = {}

@@ -1,5 +1,6 @@
-"""The target of an upgrade and its releases: Dynamo X, the vLLM its `vllm` extra pins, the FlashInfer that
-vLLM pins, added to a catalog directory with `engines add`'s library (stackpin follows Dynamo's pins)."""
+"""The target of an upgrade and its releases: Dynamo X, the engine release its extra for the stack's engine
+pins, the FlashInfer that release pins, added to a catalog directory with `engines add`'s library (stackpin
+follows Dynamo's pins; the engine's extra, project and pins are its backend's, stackpin.backends)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from stackpin.backends import DEFAULT, engine
+from stackpin.backends.pins import dynamo_fields, release_pins
 from stackpin.catalog import load_catalog
 from stackpin.catalog.search import find_engine_file
 from stackpin.catalog.version import parse_version
@@ -16,7 +19,7 @@ from stackpin.errors import StackpinError
 from stackpin.profile.loader import LoadedProfile
 
 _TARGET = re.compile(r"(?:ai-)?dynamo==(\S+)")
-_ENGINES = {"ai-dynamo": "dynamo", "vllm": "vllm", "flashinfer-python": "flashinfer"}
+DYNAMO, FLASHINFER = "ai-dynamo", "flashinfer-python"
 
 
 def parse_target(text: str) -> str:
@@ -80,7 +83,8 @@ class Source:
 @dataclass(frozen=True)
 class Target:
     dynamo: str
-    vllm: str
+    engine: str  # the stack's engine (a stackpin.backends name), whose release Dynamo's extra pins
+    release: str
     flashinfer: str
     nixl: str
     added: tuple[str, ...]  # NAME==VERSION added to the catalog directory by this run
@@ -91,19 +95,24 @@ def _forget_read_catalogs() -> None:
     (releases, flag catalogs, version pins, all cached by search path) is stale."""
     from stackpin.catalog import _load, flags
 
-    for cached in (_load, flags._read, flags._release, flags._vllm_catalog, flags._dynamo_catalog):
-        cached.cache_clear()
+    _load.cache_clear()
+    for cached in vars(flags).values():  # every cache of catalog files, whichever engine's
+        if callable(getattr(cached, "cache_clear", None)):
+            cached.cache_clear()
 
 
-def add_target(dynamo: str, catalog_dir: Path, source: Source) -> Target:
-    """Add Dynamo `dynamo`, then the vLLM it pins, then the FlashInfer that vLLM pins, each unless the
-    catalog search path (profile_catalogs in force) already has it, and return the versions. A release is
-    added whole or not at all; one added before a later one fails stays, correct and harmless."""
+def add_target(dynamo: str, catalog_dir: Path, source: Source, engine_name: str = DEFAULT) -> Target:
+    """Add Dynamo `dynamo`, then the release of engine `engine_name` its extra pins, then the FlashInfer that
+    release pins, each unless the catalog search path (profile_catalogs in force) already has it, and return
+    the versions. A release is added whole or not at all; one added before a later one fails stays, correct
+    and harmless."""
+    runs = engine(engine_name)
+    catalog_names = {DYNAMO: "dynamo", runs.distribution: runs.name, FLASHINFER: "flashinfer"}  # engines/<name>-<v>
     added: list[str] = []
 
     def ensure(project: str, version: str) -> dict[str, str] | None:
         """The release's pins as versions.yaml records them (None: look them up), adding it if missing."""
-        if find_engine_file(_ENGINES[project], version) is not None:
+        if find_engine_file(catalog_names[project], version) is not None:
             return None
         done = add_release(f"{project}=={version}", from_file=source.file_for(project, version),
                            catalog_dir=catalog_dir, index_url=source.index_url)
@@ -111,20 +120,23 @@ def add_target(dynamo: str, catalog_dir: Path, source: Source) -> Target:
         _forget_read_catalogs()
         return done.pin
 
-    pin = ensure("ai-dynamo", dynamo) or _pins("dynamo", dynamo)
-    vllm, nixl = pin.get("vllm"), pin.get("nixl")
-    if not vllm or not nixl:
-        raise StackpinError(f"Dynamo {dynamo}: no vllm and nixl pins in the catalogs' versions.yaml",
+    pin = ensure(DYNAMO, dynamo) or _pins(None, dynamo)
+    fields = dynamo_fields(runs)
+    release, nixl = (pin.get(field) for field in fields)
+    if not release or not nixl:
+        raise StackpinError(f"Dynamo {dynamo}: no {' and '.join(fields)} pins in the catalogs' versions.yaml",
                             f"add it again: stackpin engines add ai-dynamo=={dynamo} --catalog {catalog_dir}")
-    flashinfer = (ensure("vllm", vllm) or _pins("vllm", vllm)).get("flashinfer")
+    flashinfer = (ensure(runs.distribution, release) or _pins(engine_name, release)).get("flashinfer")
     if not flashinfer:
-        raise StackpinError(f"vLLM {vllm}: no flashinfer pin in the catalogs' versions.yaml",
-                            f"add it again: stackpin engines add vllm=={vllm} --catalog {catalog_dir}")
-    ensure("flashinfer-python", flashinfer)
-    return Target(dynamo, vllm, flashinfer, nixl, tuple(added))
+        raise StackpinError(f"{runs.label} {release}: no flashinfer pin in the catalogs' versions.yaml",
+                            f"add it again: stackpin engines add {runs.distribution}=={release} "
+                            f"--catalog {catalog_dir}")
+    ensure(FLASHINFER, flashinfer)
+    return Target(dynamo, runs.name, release, flashinfer, nixl, tuple(added))
 
 
-def _pins(section: str, version: str) -> dict[str, str]:
+def _pins(engine_name: str | None, version: str) -> dict[str, str]:
+    """A release's entry in the catalogs' versions.yaml: Dynamo's (None), else engine `engine_name`'s own."""
     versions = load_catalog().versions
-    found = (versions.dynamo if section == "dynamo" else versions.vllm).get(version)
+    found = (versions.dynamo if engine_name is None else release_pins(engine(engine_name), versions)).get(version)
     return {k: str(v) for k, v in found.to_data().items() if v is not None} if found is not None else {}

@@ -1,5 +1,5 @@
 """What the target releases renamed, removed or changed, translated for one stack: the flags its pools pass
-(engineArgs against vLLM, dynamoArgs against Dynamo's worker) and the env vars it sets, against the two
+(engineArgs against its engine, dynamoArgs against Dynamo's worker for it) and the env vars it sets, against the two
 releases' catalogs, and the defaults it relies on (rule SP242's comparison, `relied_defaults`).
 
 Pure: the catalogs in, `Rewrite`s, `PinnedDefault`s and `Blocker`s out; propose.py applies them to the text.
@@ -24,7 +24,7 @@ from stackpin.validate.upgrade import keep_entry, relied_defaults
 class Engine:
     """One engine's two releases, as a pool's flags meet them."""
 
-    title: str  # "vLLM", "Dynamo"
+    title: str  # the engine's label ("vLLM", "SGLang"), "Dynamo"
     field: str  # the pool's field that passes its flags: engineArgs, dynamoArgs
     old: FlagCatalog
     new: FlagCatalog
@@ -70,19 +70,23 @@ def _flags(role: Role, args: Mapping[str, object], engine: Engine) -> tuple[list
     return rewrites, blockers
 
 
-def _env(profile: StackProfile, old: FlagCatalog, new: FlagCatalog) -> list[Blocker]:
-    """Env vars the stack sets that the old vLLM read and the new one does not (vLLM names no successor)."""
+def _env(profile: StackProfile, engine: Engine) -> list[Blocker]:
+    """Env vars the stack sets that the engine's old release read and the new one does not (it names no
+    successor); only for an engine whose catalogs list every variable it reads (its env_registry)."""
+    if engine_of(profile).env_registry is None:
+        return []  # a name missing from the new catalog may still be read
+    old, new = engine.old, engine.new
     return [Blocker(path=_dotted("spec", "kernels", "env", name), message=(
-        f"vLLM {new.version} no longer reads {name} (vLLM {old.version} did): the setting would be silently "
-        "ignored; drop it, or find what replaces it in the release notes"), code="SP171")
+        f"{engine.title} {new.version} no longer reads {name} ({engine.title} {old.version} did): the setting "
+        "would be silently ignored; drop it, or find what replaces it in the release notes"), code="SP171")
         for name in profile.spec.kernels.env if name in old.env_vars and name not in new.env_vars]
 
 
-def _pins(moved: StackProfile, active: Sequence[tuple[Role, Pool]], vllm: Engine) -> list[PinnedDefault]:
-    """The old default of every flag the new vLLM changes and a pool leaves to it, made explicit: the
-    modelled field when stackpin renders the flag (kvCache.blockSize for --block-size), else engineArgs."""
+def _pins(moved: StackProfile, active: Sequence[tuple[Role, Pool]], engine: Engine) -> list[PinnedDefault]:
+    """The old default of every flag the engine's new release changes and a pool leaves to it, made explicit:
+    the modelled field when stackpin renders the flag (kvCache.blockSize for --block-size), else engineArgs."""
     pinned: dict[str, PinnedDefault] = {}  # by path: a stack-wide field is pinned once for all its pools
-    for relied in relied_defaults(moved, active, vllm.old, vllm.new):
+    for relied in relied_defaults(moved, active, engine.old, engine.new):
         old, new = relied.was.default, relied.now.default
         if relied.modelled is not None:
             if old is None or isinstance(old, dict | list):
@@ -92,7 +96,7 @@ def _pins(moved: StackProfile, active: Sequence[tuple[Role, Pool]], vllm: Engine
                 pinned[path] = PinnedDefault(path=path, flag=relied.flag, value=old, old_default=old,
                                              new_default=new)
             continue
-        entry = keep_entry(relied.flag, relied.was, vllm.new)
+        entry = keep_entry(relied.flag, relied.was, engine.new)
         if entry is None:
             continue
         key, value = entry
@@ -103,16 +107,17 @@ def _pins(moved: StackProfile, active: Sequence[tuple[Role, Pool]], vllm: Engine
     return list(pinned.values())
 
 
-def translate(moved: StackProfile, active: Sequence[tuple[Role, Pool]], vllm: Engine,
+def translate(moved: StackProfile, active: Sequence[tuple[Role, Pool]], engine: Engine,
               dynamo: Engine | None) -> Translation:
-    """`moved`: the stack with only its versions moved to the target; `active`: the pools it runs."""
+    """`moved`: the stack with only its versions moved to the target; `active`: the pools it runs; `engine`:
+    the stack's engine at both releases, `dynamo`: Dynamo's worker for it."""
     rewrites: list[Rewrite] = []
     blockers: list[Blocker] = []
     for role, pool in active:
-        for engine, args in ((vllm, pool.engine_args), (dynamo, pool.dynamo_args)):
-            if engine is not None and args:
-                found = _flags(role, args, engine)
+        for releases, args in ((engine, pool.engine_args), (dynamo, pool.dynamo_args)):
+            if releases is not None and args:
+                found = _flags(role, args, releases)
                 rewrites += found[0]
                 blockers += found[1]
-    blockers += _env(moved, vllm.old, vllm.new)
-    return Translation(tuple(rewrites), tuple(_pins(moved, active, vllm)), tuple(blockers))
+    blockers += _env(moved, engine)
+    return Translation(tuple(rewrites), tuple(_pins(moved, active, engine)), tuple(blockers))

@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from stackpin.backends import engine_of
+from stackpin.backends import DEFAULT, engine, engine_of
+from stackpin.backends.pins import dynamo_pins, release_pins
 from stackpin.catalog import Catalog, DynamoPin
 from stackpin.catalog.engine_data import EngineOption
 from stackpin.catalog.flags import FlagCatalog, vllm_catalog
@@ -46,19 +47,27 @@ def parse_target(text: str) -> str:
     return found.group(1)
 
 
-def dynamo_for(vllm: str, catalog: Catalog) -> tuple[str, DynamoPin] | None:
-    """The newest Dynamo release the catalog knows that ships this vLLM."""
-    found = [(parse_version(v), v, pin) for v, pin in catalog.versions.dynamo.items() if pin.vllm == vllm]
+def dynamo_for(vllm: str, catalog: Catalog, profile: StackProfile | None = None) -> tuple[str, DynamoPin] | None:
+    """The newest Dynamo release the catalog knows that ships this release of the engine `profile` runs
+    (vLLM without a profile)."""
+    runs = engine_of(profile) if profile is not None else engine(DEFAULT)
+    found = [(parse_version(v), v, pin) for v, pin in catalog.versions.dynamo.items()
+             if dynamo_pins(runs, pin)[0] == vllm]
     return (max(found)[1], max(found)[2]) if found else None
 
 
 def moved(profile: StackProfile, vllm: str, catalog: Catalog) -> StackProfile:
+    """`profile` moved to release `vllm` of its engine, the FlashInfer that release pins, and the newest Dynamo
+    release shipping it with that extra's NIXL (the engine's pins: stackpin.backends.pins)."""
+    runs = engine_of(profile)
     versions = profile.spec.versions
-    change: dict[str, Any] = {"vllm": vllm}
-    if (pin := catalog.versions.vllm.get(vllm)) is not None:
+    change: dict[str, Any] = {runs.name: vllm}
+    if (pin := release_pins(runs, catalog.versions).get(vllm)) is not None:
         change["flashinfer"] = pin.flashinfer
-    if (dynamo := dynamo_for(vllm, catalog)) is not None:
-        change.update(dynamo=dynamo[0], nixl=dynamo[1].nixl)
+    if (dynamo := dynamo_for(vllm, catalog, profile)) is not None:
+        change["dynamo"] = dynamo[0]
+        if (nixl := dynamo_pins(runs, dynamo[1])[1]) is not None:
+            change["nixl"] = nixl
     return profile.replace(spec=profile.spec.replace(versions=versions.replace(**change)))
 
 
@@ -76,7 +85,7 @@ def dynamo_release(ctx: Context) -> Iterator[Hit]:
     if (up := _upgrade(ctx)) is None:
         return
     written, _, vllm = up
-    found = dynamo_for(vllm, ctx.catalog)
+    found = dynamo_for(vllm, ctx.catalog, ctx.profile)
     old = written.spec.versions.dynamo
     if found is None:
         ships = ", ".join(f"Dynamo {d}: vLLM {p.vllm}" for d, p in ctx.catalog.versions.dynamo.items())
