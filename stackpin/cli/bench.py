@@ -66,8 +66,11 @@ def _summary(result: BenchResult) -> dict[str, Any]:
                         "tokenGapP50S": p.token_gap_s.p50 if p.token_gap_s else None,
                         "tokenGapP99S": p.token_gap_s.p99 if p.token_gap_s else None, "agentTpsMean": p.agent_tps.mean,
                         "outputTps": p.output_tps, "outputTpsPerGpu": p.output_tps_per_gpu,
-                        "cacheHitRate": p.cache_hit_rate, "sloMet": p.slo_met, "invalid": p.invalid}
+                        "cacheHitRate": p.cache_hit_rate, "sloMet": p.slo_met, "invalid": p.invalid,
+                        "acceptance": {"meanLength": p.acceptance.mean_length, "rates": list(p.acceptance.rates),
+                                       "drafts": p.acceptance.drafts} if p.acceptance else None}
                        for p in result.points],
+            "acceptanceFrom": result.acceptance_from,
             "score": result.score.model_dump(mode="json") if result.score else None}
 
 
