@@ -239,3 +239,24 @@ def test_a_result_written_before_acceptance_was_recorded_still_loads(tmp_path: P
     old = read_result(tmp_path / "old.json")
     assert old.acceptance_from is None and acceptance_of(old) is None
     assert old.points == make_result(TUNED, 100, 0.5, seed=1).points
+
+
+def test_behind_the_dynamo_beds_frontend_no_acceptance_is_counted(tmp_path: Path) -> None:
+    # The bed's handshake (GET /stackpin/sim names Dynamo and its frontend); the frontend has no spec counters.
+    from stackpin.lock.lockfile import read_lock
+
+    trace = write_trace(tmp_path / "t.jsonl", sessions=1, turns=1)
+    server = Server()
+    with serve_plain(server) as running:
+        running.sim_info = {"simulated": True, "model": "roofline", "substitutions": [], "speed": 1,
+                            "stack_digest": read_lock(TUNED).stack_digest, "backend": "dynamo 1.6.1",
+                            "serving": running.url}
+        result = CliRunner().invoke(main, ["bench", "run", "--endpoint", running.url, "--trace", str(trace),
+                                           "--lock", str(TUNED), "--agents", "1", "--slo", "none",
+                                           "--out", str(tmp_path / "r.json")])
+    assert result.exit_code == 0, result.stderr
+    run = read_result(tmp_path / "r.json")
+    assert run.simulation is not None and run.simulation.backend == "dynamo 1.6.1"
+    assert run.acceptance_from == ("not exposed: dynamo 1.6.1's mocker counts no draft acceptance (the bed charges "
+                                   "decode steps per accepted token); not exposed: GET "
+                                   f"{running.url}/metrics answered 404")

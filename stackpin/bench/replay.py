@@ -431,6 +431,15 @@ def probe(endpoint: str, timeout_s: float = 10.0) -> Probed:
     return Probed(simulation, digest, model, serving, tokenizer)
 
 
+def _bed_said(acceptance_from: str | None, simulation: Simulation | None) -> str | None:
+    """Behind the Dynamo bed's frontend no acceptance is counted anywhere: its mocker draws none (the bed charges
+    a speculative stack's decode steps per accepted token; stackpin/bench/acceptance.yaml, dynamo.mocker)."""
+    if simulation is None or simulation.backend == "stackpin" or not (acceptance_from or "").startswith("not"):
+        return acceptance_from
+    return f"not exposed: {simulation.backend}'s mocker counts no draft acceptance (the bed charges decode steps " \
+           f"per accepted token); {acceptance_from}"
+
+
 def run_bench(options: RunOptions, source: StackSource, progress: Progress | None = None) -> BenchResult:
     """Measure every asked agent count, then bisect for the SLO's largest count (a lone pod of a job
     does not search: the pods could not agree; `bench merge` scores the swept points).
@@ -516,4 +525,4 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
         # No valid point, no score: a score of nothing measured would read as a measured zero.
         score=score(points, options.slo) if options.slo and options.pods == 1 and measured(points) else None,
         shard=Shard(index=options.pod_index, count=options.pods) if options.pods > 1 else None,
-        acceptance_from=run.acceptance_from)
+        acceptance_from=_bed_said(run.acceptance_from, simulation))
