@@ -31,7 +31,8 @@ def rich_report(result: CheckResult) -> str:
         for finding in rep.findings:
             console.print(f"  [{_STYLE[finding.severity]}]{finding}[/]", soft_wrap=True)
     if result.reports:
-        table = Table(box=None, pad_edge=False, header_style="bold", caption_justify="left", caption=report.CAPTION)
+        table = Table(box=None, pad_edge=False, header_style="bold", caption_justify="left",
+                      caption=report.caption(result))
         for column in report.COLUMNS:
             table.add_column(column, justify="right" if column in report.NUMERIC else "left", no_wrap=True)
         for cells, color in report.table_rows(result):
@@ -68,7 +69,7 @@ def result_of(name: str, pools: list[PoolSummary], findings: list[Finding], plat
     summary = StackSummary(name=name, platform=platform, gpu="B200", gpus_available=8,
                            gpus_used=sum(p.gpus for p in pools), placement="colocated", pools=tuple(pools))
     return CheckResult(reports=(ProfileReport(file=f"profiles/{name}.yaml", name=name, summary=summary,
-                                              findings=tuple(findings)),), input_errors=())
+                                              findings=tuple(findings), engine_label="vLLM"),), input_errors=())
 
 
 NAMES = ["a", "short", "a-medium-sized-stack", "x" * 40]

@@ -21,7 +21,7 @@ _COLOR = {Severity.error: "red", Severity.warning: "yellow", Severity.info: "blu
 COLUMNS = ("stack", "target", "GPUs", "placement", "pools", "weights", "KV", "headroom", "result")
 NUMERIC = frozenset({"GPUs", "weights", "KV", "headroom"})
 CAPTION = ("weights, KV, headroom: GiB per GPU (estimates from the catalog); "
-           "headroom = HBM outside vLLM's pool")
+           "headroom = HBM outside {engine}'s pool")
 _GAP = "  "  # between columns; no padding at the table's edges
 
 
@@ -52,9 +52,17 @@ def table_rows(result: CheckResult) -> list[tuple[list[str], str | None]]:
     return rows
 
 
-def table_lines(rows: list[tuple[list[str], str | None]], style: Callable[..., str] = click.style) -> list[str]:
+def caption(result: CheckResult) -> str:
+    """The table's caption, naming the stacks' engine (each stack's, when they run more than one)."""
+    labels = sorted({r.engine_label for r in result.reports if r.engine_label})
+    named = labels[0] if len(labels) == 1 else "each stack's engine" if labels else "the engine"
+    return CAPTION.format(engine=named)
+
+
+def table_lines(rows: list[tuple[list[str], str | None]], style: Callable[..., str] = click.style,
+                text: str = CAPTION.format(engine="the engine")) -> list[str]:
     """The table: a bold header, columns two spaces apart, numbers right-aligned, every line padded
-    to the table's width; the caption below, wrapped to that width."""
+    to the table's width; the caption (`text`) below, wrapped to that width."""
     widths = [max(len(cells[i]) for cells in [list(COLUMNS), *(r for r, _ in rows)]) for i in range(len(COLUMNS))]
 
     def line(cells: list[str], color: str | None = None, bold: bool = False) -> str:
@@ -69,8 +77,8 @@ def table_lines(rows: list[tuple[list[str], str | None]], style: Callable[..., s
         return _GAP.join(parts)
 
     total = sum(widths) + len(_GAP) * (len(widths) - 1)
-    caption = [text.ljust(total) for text in textwrap.wrap(CAPTION, width=total, break_on_hyphens=False)]
-    return [line(list(COLUMNS), bold=True), *(line(cells, color) for cells, color in rows), *caption]
+    wrapped = [part.ljust(total) for part in textwrap.wrap(text, width=total, break_on_hyphens=False)]
+    return [line(list(COLUMNS), bold=True), *(line(cells, color) for cells, color in rows), *wrapped]
 
 
 def print_reports(result: CheckResult) -> None:
@@ -86,5 +94,5 @@ def print_reports(result: CheckResult) -> None:
             click.echo("  " + click.style(str(finding), fg=_COLOR[finding.severity], dim=dim))
     if not result.reports:
         return
-    for text in table_lines(table_rows(result)):
+    for text in table_lines(table_rows(result), text=caption(result)):
         click.echo(text)

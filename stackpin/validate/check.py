@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from stackpin.backends import engine_of
 from stackpin.errors import InputError, Location, Problem, StackpinError
 from stackpin.profile.loader import LoadedProfile, load_profile
 from stackpin.records import Record
@@ -19,6 +20,7 @@ class ProfileReport(Record, frozen=True):
     summary: StackSummary
     findings: tuple[Finding, ...]
     upgrade: str | None = None  # "vllm 0.31.0 -> 0.33.0" when the findings are an upgrade's
+    engine_label: str = ""  # the stack's engine as people write it (the text summary's caption), not in -o json
 
     def count(self, severity: Severity) -> int:
         """Findings of this severity that count: not acknowledged (spec.acknowledge)."""
@@ -29,7 +31,10 @@ class ProfileReport(Record, frozen=True):
         return sum(1 for f in self.findings if f.acknowledged is not None)
 
     def to_data(self) -> dict[str, Any]:
-        return {**super().to_data(), "summary": self.summary.to_data()}  # its own to_data leaves a key out
+        data = {**super().to_data(), "summary": self.summary.to_data()}  # its own to_data leaves a key out
+        data.pop("engineLabel", None)
+        data.pop("engine_label", None)
+        return data
 
 
 class CheckResult(Record, frozen=True):
@@ -81,7 +86,8 @@ def check_profiles(paths: Iterable[str | Path], upgrade_to: str | None = None) -
             errors.extend(exc.lines())
             continue
         reports.append(ProfileReport(file=str(path), name=loaded.profile.name, summary=summarize(loaded.profile),
-                                     findings=tuple(findings), upgrade=upgrade))
+                                     findings=tuple(findings), upgrade=upgrade,
+                                     engine_label=engine_of(loaded.profile).label))
     try:
         duplicate_names(loaded_all)
     except InputError as exc:

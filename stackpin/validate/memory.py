@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.backends import engine_of
 from stackpin.profile.sizing import PoolMemory, pool_memory
 from stackpin.profile.topology import PoolTopology
 from stackpin.validate.rules import Context, Hit, Severity, pools, rule
@@ -34,7 +35,7 @@ def kv_fit(ctx: Context) -> Iterator[Hit]:
                 mem.weights_gib + mem.reserve_gib + mem.one_sequence_gib):
             yield Hit(path, f"{role}: {max(mem.kv_gib, 0):.1f} GiB left for KV cache per GPU cannot hold one "
                       f"{ctx.profile.spec.model.max_model_len}-token sequence ({mem.one_sequence_gib:.1f} GiB); "
-                      "vLLM refuses to start", "lower model.maxModelLen or free memory")
+                      f"{engine_of(ctx.profile).label} refuses to start", "lower model.maxModelLen or free memory")
 
 
 @rule("SP133", Severity.warning, "little memory headroom per GPU")
@@ -44,7 +45,8 @@ def headroom(ctx: Context) -> Iterator[Hit]:
             utilization = pool.spec.gpu_memory_utilization
             yield Hit(path + ("gpuMemoryUtilization",), f"{role}: gpuMemoryUtilization={utilization} "
                       f"leaves {mem.headroom_gib:.1f} GiB ({mem.headroom_gib / mem.hbm_gib:.0%}) of {mem.hbm_gib:g} "
-                      "GiB outside vLLM's pool for the CUDA context, NCCL buffers and fragmentation",
+                      f"GiB outside {engine_of(ctx.profile).label}'s pool for the CUDA context, NCCL buffers and "
+                      "fragmentation",
                       "expect out-of-memory errors under load or on restart; lower gpuMemoryUtilization")
 
 
