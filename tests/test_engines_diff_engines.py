@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner, Result
 
-from stackpin.backends import engine, names
+from stackpin.backends import engine, names, serving_releases
 from stackpin.cli.main import main
 from stackpin.engines.diff import diff_engine
 
@@ -61,7 +61,7 @@ def test_a_missing_sglang_release_names_its_package() -> None:
 
 
 def test_a_dynamo_diff_covers_every_engines_worker() -> None:
-    diff = diff_engine("dynamo", "1.5.1", "1.6.1")
+    diff = diff_engine("dynamo", "1.5.1", "1.6.1", serving_releases())
     assert list(diff.entries) == [*(engine(n).dynamo_worker for n in names()), "frontend"]
     sglang_worker = diff.entries[engine("sglang").dynamo_worker]
     assert sglang_worker.added or sglang_worker.removed or sglang_worker.changed  # 1.6.1's worker_sglang moved

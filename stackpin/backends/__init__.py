@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from stackpin.backends.base import ServingEngine
 
 if TYPE_CHECKING:
+    from stackpin.engines.diff import Serving
     from stackpin.profile.model import EngineName, StackProfile
 
 DEFAULT = "vllm"
@@ -40,3 +41,10 @@ def engine(name: str | EngineName) -> ServingEngine:
 
 def engine_of(profile: StackProfile) -> ServingEngine:
     return engine(profile.spec.engine.value)
+
+
+def serving_releases() -> tuple[Serving, ...]:
+    """Every engine as `stackpin engines diff` reads its releases (stackpin.engines sits above this seam)."""
+    from stackpin.engines.diff import Serving
+
+    return tuple(Serving(e.name, e.label, e.distribution, e.dynamo_worker, e.release) for e in _registry().values())

@@ -104,9 +104,10 @@ def diff(engine: str, old: str, new: str, output: str) -> None:
     """What upgrading ENGINE (a serving engine: vllm, sglang; dynamo, flashinfer) from OLD to NEW changes: flags,
     option strings, deprecations, choices, defaults, speculative methods, env vars, config fields, requirements.
     A Dynamo diff covers every engine's worker section and the frontend."""
+    from stackpin.backends import serving_releases
     from stackpin.engines.diff import diff_engine
 
-    result = diff_engine(engine, old, new)
+    result = diff_engine(engine, old, new, serving_releases())
     if output != "text":
         emit(result.data(), output)
     else:

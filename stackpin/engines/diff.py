@@ -7,6 +7,7 @@ env vars, config-class fields of JSON options, and the package's requirements.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +26,7 @@ from stackpin.catalog.version import parse_version
 from stackpin.engines.package import normalize
 from stackpin.errors import StackpinError
 
-# The packages around the serving engines, by the names a person types; the engines come from stackpin.backends.
+# The packages around the serving engines, by the names a person types.
 _OTHERS: dict[str, EngineName] = {"dynamo": "dynamo", "ai-dynamo": "dynamo", "flashinfer": "flashinfer",
                                   "flashinfer-python": "flashinfer"}
 _OTHER_TITLES = {"dynamo": "Dynamo", "flashinfer": "FlashInfer"}
@@ -34,12 +35,21 @@ _OTHER_PROJECTS = {"dynamo": "ai-dynamo", "flashinfer": "flashinfer-python"}
 _SPECULATIVE_KINDS = ("speculative_methods", "speculative_algorithms")
 
 
-def title(engine: str) -> str:
-    """The package as people write it: a serving engine's label, Dynamo, FlashInfer."""
-    from stackpin.backends import engine as backend
-    from stackpin.backends import names
+@dataclass(frozen=True)
+class Serving:
+    """A serving engine as a diff reads it. stackpin.backends hands these in (`backends.serving_releases()`):
+    this stage sits above the seam."""
 
-    return backend(engine).label if engine in names() else _OTHER_TITLES[engine]
+    name: str  # spec.engine
+    label: str  # as people write it
+    distribution: str  # the package `stackpin engines add` takes
+    dynamo_worker: str  # the Dynamo catalog's section of its worker
+    release: Callable[[str], Release | None]  # its release catalog, by version
+
+
+def title(engine: str, serving: Sequence[Serving]) -> str:
+    """The package as people write it: a serving engine's label, Dynamo, FlashInfer."""
+    return next((s.label for s in serving if s.name == engine), None) or _OTHER_TITLES[engine]
 
 
 @dataclass(frozen=True)
@@ -200,10 +210,11 @@ class EngineDiff:
     config_fields: dict[str, SetDiff]  # config class of a JSON option -> fields added / removed
     config_changed: dict[str, list[Change]]  # "SpeculativeConfig.method" -> its type, default, choices changes
     requires: RequiresDiff
+    label: str = ""  # the package as people write it (not in data())
 
     @property
     def title(self) -> str:
-        return f"{title(self.engine)} {self.old} -> {self.new}"
+        return f"{self.label} {self.old} -> {self.new}"
 
     def data(self) -> dict[str, Any]:
         return {"engine": self.engine, "old": self.old, "new": self.new,
@@ -217,39 +228,33 @@ class EngineDiff:
                 "requires": self.requires.data()}
 
 
-def _release(engine: EngineName, version: str) -> Release:
-    from stackpin.backends import engine as backend
-    from stackpin.backends import names
-
+def _release(engine: EngineName, version: str, serving: Sequence[Serving]) -> Release:
+    found = next((s for s in serving if s.name == engine), None)
     release: Release | None
-    if engine in names():
-        release, project = backend(engine).release(version), backend(engine).distribution
+    if found is not None:
+        release, project = found.release(version), found.distribution
     else:
         release = {"dynamo": dynamo_release, "flashinfer": flashinfer_release}[engine](version)
         project = _OTHER_PROJECTS[engine]
     if release is None:
         searched = ", ".join(where(d) for d in search_path())
-        raise StackpinError(f"no catalog of {title(engine)} {version} in {searched}",
+        raise StackpinError(f"no catalog of {title(engine, serving)} {version} in {searched}",
                             f"stackpin engines add {project}=={version}")
     return release
 
 
-def engine_name(name: str) -> EngineName:
-    """The package `name` means: a serving engine (stackpin.backends, by name or distribution), Dynamo or
-    FlashInfer."""
-    from stackpin.backends import engine as backend
-    from stackpin.backends import names
-
-    by_name: dict[str, str] = {**{n: n for n in names()}, **{backend(n).distribution: n for n in names()},
+def engine_name(name: str, serving: Sequence[Serving]) -> EngineName:
+    """The package `name` means: a serving engine (by name or distribution), Dynamo or FlashInfer."""
+    by_name: dict[str, str] = {**{s.name: s.name for s in serving}, **{s.distribution: s.name for s in serving},
                                **_OTHERS}
     found = by_name.get(name.lower())
     if found is None:
-        expected = [*names(), *dict.fromkeys(_OTHERS.values())]
+        expected = [*(s.name for s in serving), *dict.fromkeys(_OTHERS.values())]
         raise StackpinError(f"{name!r}: expected {', '.join(expected[:-1])} or {expected[-1]}")
-    return found  # type: ignore[return-value]  # a backend's name is a profile EngineName
+    return found  # type: ignore[return-value]  # a serving engine's name is a profile EngineName
 
 
-def diff_releases(old: Release, new: Release) -> EngineDiff:
+def diff_releases(old: Release, new: Release, serving: Sequence[Serving]) -> EngineDiff:
     if old.engine != new.engine:
         raise StackpinError(f"cannot compare {old.engine} {old.version} with {new.engine} {new.version}")
     entries: dict[str, EntryDiff] = {}
@@ -258,11 +263,8 @@ def diff_releases(old: Release, new: Release) -> EngineDiff:
     config_changed: dict[str, list[Change]] = {}
     methods = SetDiff()
     if isinstance(old, DynamoRelease) and isinstance(new, DynamoRelease):
-        from stackpin.backends import engine as backend
-        from stackpin.backends import names
-
         # Each serving engine's worker section (a catalog written before one has none: nothing to compare).
-        for section in (backend(n).dynamo_worker for n in names()):
+        for section in (s.dynamo_worker for s in serving):
             before, after = getattr(old, section), getattr(new, section)
             if before is not None and after is not None:
                 entries[section] = EntryDiff.of(before, after)
@@ -295,15 +297,16 @@ def diff_releases(old: Release, new: Release) -> EngineDiff:
     return EngineDiff(engine=old.engine, old=old.version, new=new.version, entries=entries, choices=choices,
                       speculative_methods=methods, env_vars=env, env_changed=env_changed, config_fields=config,
                       config_changed=config_changed,
-                      requires=RequiresDiff.of(old.requires, new.requires))
+                      requires=RequiresDiff.of(old.requires, new.requires), label=title(old.engine, serving))
 
 
-def diff_engine(engine: str, old: str, new: str) -> EngineDiff:
-    """The diff between two catalogued releases of `engine` (a serving engine, dynamo or flashinfer)."""
-    name = engine_name(engine)
+def diff_engine(engine: str, old: str, new: str, serving: Sequence[Serving]) -> EngineDiff:
+    """The diff between two catalogued releases of `engine` (a serving engine of `serving`, dynamo or
+    flashinfer)."""
+    name = engine_name(engine, serving)
     for version in (old, new):
         try:
             parse_version(version)
         except ValueError as exc:
             raise StackpinError(str(exc)) from None
-    return diff_releases(_release(name, old), _release(name, new))
+    return diff_releases(_release(name, old, serving), _release(name, new, serving), serving)
