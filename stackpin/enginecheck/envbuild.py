@@ -105,6 +105,21 @@ def engine_python(vllm: str, given: Path | None = None, base: Path | None = None
                          "or name its Python with --python")
 
 
+def check_python(engine: str, version: str, given: Path | None = None, base: Path | None = None) -> Path:
+    """The engine check environment's Python for release `version` of `engine` (vllm, sglang), absolute:
+    `given` against `base`, else where the setup builds it under `base` (the current directory); EngineEnvError
+    naming the path tried and how to build it, when it is missing."""
+    if engine == "vllm":
+        return engine_python(version, given, base)
+    base = (base or Path.cwd()).absolute()
+    python = (base / given if given is not None else venv_python(default_venv(version, base, engine))).absolute()
+    if not python.is_file():
+        raise EngineEnvError(f"{python}: no engine check environment for {engine} {version} (no such Python); "
+                             f"build it with `python3 -m stackpin.enginecheck.envbuild --{engine} {version}`, or "
+                             "name its Python with --python")
+    return python
+
+
 def is_current(venv: Path, plan: Recipe) -> bool:
     try:
         stamp = (venv / STAMP).read_text("utf-8").strip()

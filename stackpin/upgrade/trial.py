@@ -12,7 +12,6 @@ so that a drift of the bed over the trial weighs on both sides alike. `bench com
 from __future__ import annotations
 
 import hashlib
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,14 +19,14 @@ from typing import TypeVar
 
 from stackpin.bench.compare import Comparison, compare, main_metric
 from stackpin.bench.compare import Verdict as Decision
-from stackpin.bench.controlled import BenchControls, bench_once
-from stackpin.bench.result import BenchResult, result_json
+from stackpin.bench.controlled import BenchControls
+from stackpin.bench.result import BenchResult
 from stackpin.deploy.source import StackSource
 from stackpin.errors import StackpinError
 from stackpin.lock.lockfile import StackLock
 from stackpin.models import CamelModel, read_json_model
 from stackpin.upgrade.model import PROPOSAL_FILE, TRIAL_FILE, MetricVerdict, Proposal, Trial, Verdict
-from stackpin.upgrade.trialbed import Bed, SimBed, endpoints
+from stackpin.upgrade.trialbed import Bed, DynamoBed, SimBed, alternate, endpoints
 from stackpin.yamlio import MAX_INPUT_BYTES, read_regular, write_atomic
 
 CANDIDATE_LOCK = "candidate.lock.yaml"
@@ -171,24 +170,9 @@ def run_trial(arg: str, bed: Bed, controls: BenchControls, trace_name: str, *, s
     results.mkdir(exist_ok=True)
     for stale in [*results.glob("current-*.json"), *results.glob("candidate-*.json")]:
         stale.unlink()  # a trial's results are its own: none of an earlier trial's stays beside them
-    sides = {"current": current, "candidate": candidate}
-    measured: dict[str, list[tuple[Path, BenchResult]]] = {"current": [], "candidate": []}
-    original = signal.getsignal(signal.SIGINT)
-    try:
-        with endpoints(bed, current, candidate) as (current_url, candidate_url):
-            urls = {"current": current_url, "candidate": candidate_url}
-            for run in range(1, runs + 1):
-                # ABBA: alternate which side goes first, so a drift of the host weighs on both alike
-                for side in ("current", "candidate") if run % 2 else ("candidate", "current"):
-                    result = bench_once(urls[side], sides[side], controls)
-                    if result.interrupted:
-                        raise StackpinError(f"interrupted in run {run} of {runs} ({side}): no trial written")
-                    path = results / f"{side}-{run}.json"
-                    write_atomic(path, result_json(result))
-                    measured[side].append((path, result))
-                    note(f"run {run}/{runs} {side}: {_headline(result)} ({path})")
-    finally:
-        signal.signal(signal.SIGINT, original)
+    with endpoints(bed, current, candidate) as urls:
+        measured = dict(zip(("current", "candidate"), alternate(urls, (current, candidate), ("current", "candidate"),
+                                                                 controls, runs, results, note), strict=True))
     comparison = judge_results([r for _, r in measured["current"]], [r for _, r in measured["candidate"]],
                                threshold)
     verdict, metrics, main = trial_verdict(comparison)
@@ -229,12 +213,6 @@ def _read_json(raw: bytes, model: type[M], path: Path) -> M:
     return read_json_model(text, model, str(path))
 
 
-def _headline(result: BenchResult) -> str:
-    from stackpin.bench.headline import headline
-
-    return headline(result)
-
-
 def _slo_text(controls: BenchControls) -> str | None:
     from stackpin.plan.slo import slo_text
 
@@ -244,5 +222,7 @@ def _slo_text(controls: BenchControls) -> str | None:
 def _bed_name(bed: Bed, measured: dict[str, list[tuple[Path, BenchResult]]]) -> str:
     if isinstance(bed, SimBed):
         return "sim"
+    if isinstance(bed, DynamoBed):
+        return "dynamo"
     backends = {r.simulation.backend for side in measured.values() for _, r in side if r.simulation is not None}
     return "dynamo" if backends == {"dynamo"} else f"current {bed.current}, candidate {bed.candidate}"
