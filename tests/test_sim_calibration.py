@@ -56,11 +56,17 @@ def test_cli_figures_and_curve() -> None:
 
     figures_out = CliRunner().invoke(main, ["sim", "figures", "-o", "json"])
     assert figures_out.exit_code == 0 and all(row["within"] for row in json.loads(figures_out.stdout)["figures"])
+    every = json.loads(figures_out.stdout)["every"]
+    # Every figure says whether the model was fitted to it, and its error.
+    assert {r["status"] for r in every} == {"fitted", "fitted (quotient)", "held out"}
+    assert all(r["error"] == round(r["model"] / r["published"] - 1, 4) for r in every)
     lock = str(ROOT / "lockfiles" / "gb300-launch.lock.yaml")
     result = CliRunner().invoke(main, ["sim", "curve", lock, "--at", "80", "-o", "json"])
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
-    assert len(data["points"]) == 64 and data["points"][-1]["agents"] == 64 * 14  # 14 decode replicas
+    last = data["points"][-1]
+    assert len(data["points"]) == 64 and last["running"] == 64 * 14  # 14 decode replicas
+    assert last["agents"] > last["running"]  # each agent also counted through its prefill and tool time
     assert data["at"]["80"] == round(throughput_at(curve(load_stack(Path(lock))), 80), 1)
 
 

@@ -78,12 +78,14 @@ def serve(lock: str, port: int, host: str, step_model: str, speed: float, fault:
         sys.exit(code)
 
 
-@sim.command(help="""The published figures the simulator is calibrated to next to what its step model
-gives for the shipped locks (stackpin/sim/calibration.yaml), and whether each is within tolerance.
-Where the `sim` extra is installed, a column shows what the aiconfigurator step model gives (not fitted
-to the figures), or why it cannot model the stack. Then what the fit says about itself: each fitted
-parameter, its bounds, whether it ended on one, and the figures it moves; with --leave-one-out, the
-model refitted without each independent figure and its error on that figure (about half a minute).""")
+@sim.command(help="""Every public figure stackpin has for its model family next to what the step model gives
+for the stack behind it, its error, and whether the model was fitted to it (stackpin/sim/calibration.yaml
+`figures`, within the tolerance the calibration test holds them to) or it was held out (`validation`: the
+fit never sees them; each names its source and what the model lacks). Where the `sim` extra is installed, a
+column shows what the aiconfigurator step model gives for the fitted figures (not fitted to them), or why it
+cannot model the stack. Then what the fit says about itself: each fitted parameter, its bounds, whether it
+ended on one, and the figures it moves; with --leave-one-out, each fitted figure's error when the model is
+refitted without it (about half a minute): a held-out error for the fitted figures too.""")
 @click.option("--leave-one-out", "loo", is_flag=True, help="Refit without each independent figure and print the "
               "error on it: how well the model predicts a figure it was not fitted to.")
 @click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
@@ -93,55 +95,75 @@ model refitted without each independent figure and its error on that figure (abo
 @user_errors
 def figures(loo: bool, lockdir: str, output: str) -> None:
     from stackpin.sim.aic import installed_version, mapping
-    from stackpin.sim.curve import figures as compute
-    from stackpin.sim.curve import model_figures, validation
-    from stackpin.sim.fit import independent as independent_figures
-    from stackpin.sim.fit import leave_one_out, provenance
+    from stackpin.sim.curve import model_figures
+    from stackpin.sim.fit import every_figure, provenance
 
     locks = Path(lockdir)
-    rows = compute(lockdir=locks)
+    every = every_figure(locks, loo)
+    fitted_rows = [r for r in every if r.status != "held out"]
+    held = [r for r in every if r.status == "held out"]
     aic = model_figures("aiconfigurator", lockdir=locks) if installed_version() == mapping()["version"] else None
     fitted = provenance(lockdir=locks)
-    left = leave_one_out(lockdir=locks) if loo else None
-    checks = validation(lockdir=locks)
     if output != "text":
-        out = [{"name": f.name, "published": f.published, "simulated": f.simulated, "tolerance": f.tolerance,
-                "within": f.within} for f in rows]
+        out: list[dict[str, object]] = [{"name": f.name, "published": f.published, "simulated": f.model,
+                                         "tolerance": f.tolerance, "within": f.within} for f in fitted_rows]
         if aic is not None:
             for row, a in zip(out, aic, strict=True):
                 row["aiconfigurator"] = a.value if a.value is not None else {"refused": a.reason}
-        data: dict[str, object] = {"figures": out, "fitted": [
-            {"parameter": p.parameter, "value": p.value, "bounds": [p.low, p.high], "onBound": p.on_bound,
-             "moves": list(p.moves)} for p in fitted], "validation": [
-            {"name": v.name, "published": v.published, "simulated": v.simulated, "error": round(v.error, 4),
-             "unmodelled": list(v.unmodelled)} for v in checks]}
-        if left is not None:
-            data["leaveOneOut"] = [{"name": x.name, "published": x.published, "predicted": x.predicted,
-                                    "error": round(x.error, 4)} for x in left]
+        data: dict[str, object] = {
+            "every": [{"name": r.name, "published": r.published, "model": r.model, "error": round(r.error, 4),
+                       "status": r.status, **({"leftOut": round(r.left_out, 4)} if r.left_out is not None else {}),
+                       **({"source": r.source, "lacks": r.lacks} if r.status == "held out" else {})}
+                      for r in every],
+            "figures": out, "fitted": [
+                {"parameter": p.parameter, "value": p.value, "bounds": [p.low, p.high], "onBound": p.on_bound,
+                 "moves": list(p.moves)} for p in fitted],
+            "validation": [{"name": v.name, "published": v.published, "simulated": v.model, "error": round(v.error, 4),
+                            "source": v.source, "lacks": v.lacks, "unmodelled": list(v.unmodelled)} for v in held]}
+        if loo:
+            data["leaveOneOut"] = [
+                {"name": r.name, "published": r.published, "predicted": round(r.published * (1 + r.left_out), 3),
+                 "error": round(r.left_out, 4)} for r in fitted_rows if r.left_out is not None]
         emit(data, output)
         return
-    width = max(len(f.name) for f in rows)
-    head = f"{'figure':{width}}  {'published':>9}  {'simulated':>9}  within      "
-    click.echo(head + (f"{'aiconfigurator':>14}" if aic is not None else ""))
+    width = max(len(r.name) for r in every)
+    head = f"{'figure':{width}}  {'published':>9}  {'model':>9}  {'error':>7}  {'fitted or held out':30}"
+    if loo:
+        head += f"  {'left out':>8}"
+    click.echo(head + (f"  {'aiconfigurator':>14}" if aic is not None else ""))
     reasons: list[str] = []
-    for i, f in enumerate(rows):
-        line = (f"{f.name:{width}}  {f.published:>9g}  {f.simulated:>9g}  "
-                f"{'yes' if f.within else 'no'} (±{f.tolerance:.0%})")
-        if aic is not None:
+    notes: list[str] = []
+    for i, r in enumerate(every):
+        if r.status == "held out":
+            marks = []
+            for note in ([r.lacks] if r.lacks else []) + list(r.unmodelled):
+                if note not in notes:
+                    notes.append(note)
+                marks.append(f"({notes.index(note) + 1})")
+            status = " ".join(["held out", *marks])
+        else:
+            status = f"{r.status}, {'within' if r.within else 'OUTSIDE'} ±{r.tolerance or 0:.0%}"
+        line = f"{r.name:{width}}  {r.published:>9g}  {r.model:>9g}  {r.error:>+7.1%}  {status:30}"
+        if loo:
+            line += f"  {f'{r.left_out:+.1%}' if r.left_out is not None else '-':>8}"
+        if aic is not None and i < len(aic):
             a = aic[i]
             if a.value is None and a.reason not in reasons:
                 reasons.append(a.reason)
-            cell = f"{a.value:g}" if a.value is not None else f"refused [{reasons.index(a.reason) + 1}]"
-            line = f"{line:{len(head)}}{cell:>14}"
+            line += f"  {f'{a.value:g}' if a.value is not None else f'refused [{reasons.index(a.reason) + 1}]':>14}"
         click.echo(line)
+    for n, note in enumerate(notes, 1):
+        click.echo(f"({n}) not modelled: {note}")
     for n, reason in enumerate(reasons, 1):
         click.echo(f"[{n}] {reason}")
     if aic is None:
         click.echo("aiconfigurator column not shown: the `sim` extra (aiconfigurator-core) is not installed")
-    independent = len(set(independent_figures()) & {f.name for f in rows})
-    click.echo(f"\nfitted to these {len(rows)} figures ({independent} independent; the others are quotients of "
-               f"them) by scripts/sim_fit.py: {len(fitted)} parameters")
-    names = [f.name for f in rows]
+    if not loo:
+        click.echo("left out: with --leave-one-out, each independent fitted figure's error refitted without it")
+    count = sum(r.status == "fitted" for r in fitted_rows)
+    click.echo(f"\nfitted to {len(fitted_rows)} figures ({count} independent; the others are quotients of them) by "
+               f"scripts/sim_fit.py, {len(held)} held out: {len(fitted)} parameters")
+    names = [r.name for r in fitted_rows]
     pwidth = max(len(p.parameter) for p in fitted)
     click.echo(f"{'parameter':{pwidth}}  {'value':>10}  {'bounds':>19}  {'on bound':8}  moves figures (by > 1% when "
                "it moves 20%)")
@@ -150,27 +172,6 @@ def figures(loo: bool, lockdir: str, output: str) -> None:
         click.echo(f"{p.parameter:{pwidth}}  {p.value:>10.6g}  {f'[{p.low:g}, {p.high:g}]':>19}  "
                    f"{p.on_bound or '-':8}  {moves}")
     click.echo("figures by number: " + "; ".join(f"{i} {n}" for i, n in enumerate(names, 1)))
-    if checks:
-        click.echo("\nvalidation: public figures the fit does not see (stackpin/sim/calibration.yaml)")
-        width = max(len(v.name) for v in checks)
-        click.echo(f"{'figure':{width}}  {'published':>9}  {'simulated':>9}  {'error':>7}")
-        notes: list[str] = []
-        for v in checks:
-            marks = []
-            for note in v.unmodelled:
-                if note not in notes:
-                    notes.append(note)
-                marks.append(f"[{notes.index(note) + 1}]")
-            click.echo(f"{v.name:{width}}  {v.published:>9g}  {v.simulated:>9g}  {v.error:>+7.1%}  "
-                       + (f"not modelled: {' '.join(marks)}" if marks else ""))
-        for n, note in enumerate(notes, 1):
-            click.echo(f"[{n}] {note}")
-    if left is not None:
-        click.echo("\nleave one out: refitted without the figure (and the quotients of it), then asked for it")
-        width = max(len(x.name) for x in left)
-        click.echo(f"{'figure':{width}}  {'published':>9}  {'predicted':>9}  {'error':>7}")
-        for x in left:
-            click.echo(f"{x.name:{width}}  {x.published:>9g}  {x.predicted:>9g}  {x.error:>+7.1%}")
 
 
 @sim.command(help="""LOCK's steady-state curve from the step model: for 1..max-num-seqs running sequences
@@ -197,7 +198,7 @@ def curve(lock: str, trace_file: str | None, at_tps: tuple[float, ...], step_mod
     points = compute(stack, workload, model=step_model)
     single = round(single_agent_tps(stack, model=step_model), 1)
     stated = substitutions(step_model, stack)
-    rows = [{"batch": p.batch, "agents": p.agents, "agent_tps": round(p.agent_tps, 1),
+    rows = [{"batch": p.batch, "running": p.running, "agents": p.agents, "agent_tps": round(p.agent_tps, 1),
              "output_tps_per_gpu": round(p.output_tps_per_gpu, 1), "speculative_k": p.k} for p in points]
     at = {f"{tps:g}": round(throughput_at(points, tps), 1) for tps in at_tps}
     if output != "text":
@@ -207,9 +208,11 @@ def curve(lock: str, trace_file: str | None, at_tps: tuple[float, ...], step_mod
     click.echo(f"{stack.name}: {stack.gpus} GPUs, single agent {single} tok/s (simulated, {step_model})")
     for line in stated:
         click.echo(f"  substitution: {line}")
-    click.echo(f"{'batch':>5}  {'agents':>6}  {'agent tok/s':>11}  {'tok/s per GPU':>13}  k")
+    click.echo("batch: sequences decoding per engine; running: across the stack; agents: counted through their "
+               "prefill and tool time too")
+    click.echo(f"{'batch':>5}  {'running':>7}  {'agents':>6}  {'agent tok/s':>11}  {'tok/s per GPU':>13}  k")
     for row in rows:
-        click.echo(f"{row['batch']:>5}  {row['agents']:>6}  {row['agent_tps']:>11}  {row['output_tps_per_gpu']:>13}  "
-                   f"{row['speculative_k']}")
+        click.echo(f"{row['batch']:>5}  {row['running']:>7}  {row['agents']:>6}  {row['agent_tps']:>11}  "
+                   f"{row['output_tps_per_gpu']:>13}  {row['speculative_k']}")
     for tps, value in at.items():
         click.echo(f"at {tps} tok/s per agent: {value} tok/s per GPU")

@@ -172,7 +172,7 @@ class AicStepModel:
     stack: SimStack
     pool: SimPool
     roofline: StepModel
-    alpha: float = field(init=False)
+    alpha: tuple[float, ...] = field(init=False)  # per-position draft acceptance (roofline's)
     key: tuple[str, str, str, str, tuple[tuple[str, int], ...]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -188,8 +188,9 @@ class AicStepModel:
             _handle(*self.key, k).decode_step_latency(1, 1, 2)
 
     @classmethod
-    def of(cls, stack: SimStack, pool: SimPool, params: dict[str, Any] | None = None) -> AicStepModel:
-        return cls(stack, pool, StepModel.of(stack, pool, params))
+    def of(cls, stack: SimStack, pool: SimPool, params: dict[str, Any] | None = None,
+           acceptance: tuple[float, ...] | None = None) -> AicStepModel:
+        return cls(stack, pool, StepModel.of(stack, pool, params, acceptance))
 
     def step_time(self, decode: int, k: int, kv_tokens: int, prefill: int = 0) -> float:
         """Seconds for one step: `decode` sequences verifying 1 + k tokens each over `kv_tokens` of context

@@ -4,7 +4,11 @@ At a concurrency of b running sequences per decode engine, every engine repeats 
 sequences decode over the workload's mean context, and each answer that ends brings the next turn's
 uncached prompt tokens to prefill (chunked into the colocated engine's steps; on a disaggregated
 stack, on the prefill pool, whose capacity then bounds throughput). Per-agent tok/s is the tokens a
-sequence gets per second while it generates; throughput per GPU counts every GPU the stack holds.
+sequence gets per second while it generates; throughput per GPU counts every GPU the stack holds. The curve
+ends where the decode engines' KV cache is full (sim/kvcache.py), if before max-num-seqs. An agent is
+counted through its whole turn, as AgentPerf counts it: while its prompt is prefilled, while it decodes and
+while its tools run (the workload's `tool_s`), so a point with b sequences decoding per engine serves
+b x (TTFT + decode + tool time) / decode agents per engine (Little's law).
 The server (engine.py) runs the same step model event by event; this is its closed form, fast enough
 for `stackpin plan` and the calibration test.
 """
@@ -34,11 +38,13 @@ CALIBRATION_FILE = Path(__file__).with_name("calibration.yaml")
 @dataclass(frozen=True)
 class Workload:
     """What the curve needs of a trace: mean context while decoding, uncached prompt tokens and
-    output tokens per turn."""
+    output tokens per turn, and the mean tool time before a turn (seconds; AgentPerf simulates it between
+    an agent's turns, stackpin's traces carry it as each turn's `delay`)."""
 
     context: float
     prefill: float
     output: float
+    tool_s: float = 0.0
 
 
 def workload_of(turns: list[TraceTurn]) -> Workload:
@@ -50,7 +56,11 @@ def workload_of(turns: list[TraceTurn]) -> Workload:
     lengths = prompt_lengths(turns)
     output = sum(t.output_length for t in turns) / len(turns)
     mean_isl = sum(lengths) / len(lengths)
-    return Workload(context=mean_isl + output / 2, prefill=mean_isl * (1 - reuse_ratio(turns)), output=output)
+    # A session's first turn has no tool time before it (delay 0): the mean over every turn is the tool time
+    # an agent spends per turn when it replays sessions back to back (bench/tracegen.py, agentperf.yaml).
+    tool_s = sum(t.delay for t in turns) / len(turns) / 1000
+    return Workload(context=mean_isl + output / 2, prefill=mean_isl * (1 - reuse_ratio(turns)), output=output,
+                    tool_s=tool_s)
 
 
 @cache
@@ -64,52 +74,88 @@ def default_workload() -> Workload:
 @dataclass(frozen=True)
 class CurvePoint:
     batch: int  # running sequences per decode engine
-    agents: int  # batch x decode engines
+    agents: int  # agents served, each counted through its TTFT, decode and tool time (AgentPerf's count)
     agent_tps: float
     output_tps_per_gpu: float
     k: int  # speculative tokens verified per step
+    running: int = 0  # sequences decoding at once across the stack: batch x decode engines
+    ttft_s: float = 0.0  # the turn's prefill as this point's steps time it (sim/ttft.py has the queueing)
 
 
 def curve(stack: SimStack, workload: Workload | None = None, params: dict[str, Any] | None = None,
-          model: str = "roofline") -> list[CurvePoint]:
-    """One point per batch size 1..max-num-seqs."""
+          model: str = "roofline", acceptance: tuple[float, ...] | None = None) -> list[CurvePoint]:
+    """One point per batch size 1..max-num-seqs, or fewer where the KV cache fills first. `acceptance`:
+    measured per-position draft acceptance (a bench result's), replacing the model's."""
+    from stackpin.sim.kvcache import max_sequences
+
     workload = workload or default_workload()
     params = params or load_params()
     decode_pool = stack.decode
-    dec = step_model(model, stack, decode_pool, params)
+    dec = step_model(model, stack, decode_pool, params, acceptance)
     points = []
     prefill_capacity = math.inf  # prompt tokens/s the prefill pool can take (disaggregated)
+    prefill_s = 0.0  # a turn's prefill on the prefill pool, with the KV transfer (disaggregated)
     if not stack.colocated:
         pre_pool = stack.pool(Role.prefill)
-        pre = step_model(model, stack, pre_pool, params)
+        pre = step_model(model, stack, pre_pool, params, acceptance)
         chunk = pre_pool.max_batched_tokens
         prefill_capacity = pre_pool.engines * chunk / pre.step_time(0, 0, int(workload.context), chunk)
-    for b in range(1, decode_pool.max_num_seqs + 1):
+        prefill_s = workload.prefill / chunk * pre.step_time(0, 0, int(workload.context), chunk) + \
+            dec.kv_transfer_time(int(workload.context))
+    top = min(decode_pool.max_num_seqs, max(max_sequences(stack, decode_pool, workload.context), 1))
+    for b in range(1, top + 1):
         kv = int(b * workload.context)
         k = dec.best_k(b, kv)
         a = accepted_tokens(dec.alpha, k)
         step = dec.step_time(b, k, kv)
-        if stack.colocated and b > 1:
+        ttft = prefill_s
+        if stack.colocated:
             # Turns end at b*a/output per step; each adds its uncached prompt in budget-sized chunks.
             budget = max(decode_pool.max_batched_tokens - b * (1 + k), 1)
             chunks = max(1, math.ceil(workload.prefill / budget))
             extra = dec.step_time(b, k, kv, int(workload.prefill / chunks)) - step
-            step += (b * a / workload.output) * chunks * extra
+            if b > 1:
+                step += (b * a / workload.output) * chunks * extra
+            ttft = chunks * (step + extra)
         agent_tps = a / step
         total = decode_pool.engines * b * agent_tps
         total = min(total, prefill_capacity * workload.output / workload.prefill)
         agent_tps = total / (decode_pool.engines * b)
-        points.append(CurvePoint(b, b * decode_pool.engines, agent_tps, total / stack.gpus, k))
+        decode_s = workload.output / agent_tps
+        running = b * decode_pool.engines
+        agents = round(running * (ttft + decode_s + workload.tool_s) / decode_s)
+        points.append(CurvePoint(b, agents, agent_tps, total / stack.gpus, k, running, ttft))
     return points
 
 
-def single_agent_tps(stack: SimStack, params: dict[str, Any] | None = None, model: str = "roofline") -> float:
+def single_agent_tps(stack: SimStack, params: dict[str, Any] | None = None, model: str = "roofline",
+                     workload: Workload | None = None, acceptance: tuple[float, ...] | None = None) -> float:
     """One agent alone: its tokens per second while it generates (its prefill is its TTFT)."""
     params = params or load_params()
-    dec = step_model(model, stack, stack.decode, params)
-    kv = int(default_workload().context)
+    dec = step_model(model, stack, stack.decode, params, acceptance)
+    kv = int((workload or default_workload()).context)
     k = dec.best_k(1, kv)
     return accepted_tokens(dec.alpha, k) / dec.step_time(1, k, kv)
+
+
+def prompt_ttft(stack: SimStack, prompt: int, params: dict[str, Any] | None = None, model: str = "roofline") -> float:
+    """Seconds to prefill one `prompt`-token request alone on an idle engine (no prefix cache): its chunks of
+    max-num-batched-tokens, each attending to the ones before it, then one decode step for the first token
+    (disaggregated: on the prefill pool, then the KV transfer)."""
+    params = params or load_params()
+    pool = stack.decode if stack.colocated else stack.pool(Role.prefill)
+    pre = step_model(model, stack, pool, params)
+    chunk = max(pool.max_batched_tokens, 1)
+    total = done = 0
+    seconds = 0.0
+    while done < prompt:
+        total = min(chunk, prompt - done)
+        seconds += pre.step_time(0, 0, done, total)
+        done += total
+    dec = step_model(model, stack, stack.decode, params)
+    if not stack.colocated:
+        seconds += dec.kv_transfer_time(prompt)
+    return seconds + dec.step_time(1, 0, prompt)
 
 
 def throughput_at(points: list[CurvePoint], agent_tps: float) -> float:
@@ -196,16 +242,48 @@ def model_figures(model: str, params: dict[str, Any] | None = None, lockdir: Pat
 
 @dataclass(frozen=True)
 class Validation:
-    """A public figure the fit does not see, beside what the model gives for its stack."""
+    """A public figure the fit does not see (held out), beside what the model gives for its stack."""
 
     name: str
     published: float
     simulated: float
     unmodelled: tuple[str, ...]  # what the stack does that the model does not time (SimStack.unmodelled)
+    source: str = ""
+    lacks: str = ""  # what the model lacks that the figure shows, where calibration.yaml says it
 
     @property
     def error(self) -> float:
         return self.simulated / self.published - 1
+
+
+def _points_by_agents(points: list[CurvePoint], agents: float) -> float:
+    """The stack's output tok/s per GPU at `agents` agents (CurvePoint.agents, tool time counted), interpolated."""
+    for lo, hi in zip(points, points[1:], strict=False):
+        if lo.agents <= agents <= hi.agents and hi.agents > lo.agents:
+            frac = (agents - lo.agents) / (hi.agents - lo.agents)
+            return lo.output_tps_per_gpu + frac * (hi.output_tps_per_gpu - lo.output_tps_per_gpu)
+    return points[0].output_tps_per_gpu if agents < points[0].agents else points[-1].output_tps_per_gpu
+
+
+def validation_value(stack: SimStack, term: dict[str, Any], workload: Workload | None,
+                     params: dict[str, Any] | None = None) -> float:
+    """One held-out figure's metric on the model: single_agent_tps; max_tps (the stack's output tok/s at its
+    largest batch); agent_tps_at_running (per-agent tok/s with `running` sequences decoding across the stack);
+    tps_at_agents (the stack's output tok/s with `agents` agents, each counted through TTFT and tool time);
+    prompt_ttft (seconds to first token of one `prompt`-token request on an idle stack)."""
+    metric = term["metric"]
+    if metric == "single_agent_tps":
+        return single_agent_tps(stack, params, workload=workload)
+    if metric == "prompt_ttft":
+        return prompt_ttft(stack, int(term["prompt"]), params)
+    points = curve(stack, workload, params)
+    if metric == "max_tps":
+        return max(p.output_tps_per_gpu for p in points) * stack.gpus
+    if metric == "agent_tps_at_running":
+        return agent_tps_at(points, float(term["running"]) / stack.decode.engines)
+    if metric == "tps_at_agents":
+        return _points_by_agents(points, float(term["agents"])) * stack.gpus
+    raise ValueError(f"calibration.yaml: unknown metric {metric}")
 
 
 def validation(params: dict[str, Any] | None = None, lockdir: Path = LOCKDIR) -> list[Validation]:
@@ -219,11 +297,9 @@ def validation(params: dict[str, Any] | None = None, lockdir: Path = LOCKDIR) ->
         term = item["of"]
         stack = profile_stack(load_profile(lockdir.resolve().parent / item["profile"]).profile, term["stack"])
         workload = Workload(**item["workload"]) if "workload" in item else None
-        if term["metric"] == "single_agent_tps":
-            value = single_agent_tps(stack, params)
-        else:  # max_tps: the whole stack's output tok/s at its largest batch
-            value = max(p.output_tps_per_gpu for p in curve(stack, workload, params)) * stack.gpus
-        out.append(Validation(item["name"], float(item["published"]), round(value, 3), stack.unmodelled))
+        value = validation_value(stack, term, workload, params)
+        out.append(Validation(item["name"], float(item["published"]), round(value, 3), stack.unmodelled,
+                              str(item.get("source", "")), " ".join(str(item.get("lacks", "")).split())))
     return out
 
 

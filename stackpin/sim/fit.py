@@ -84,8 +84,13 @@ def fit(names: set[str] | None = None, restarts: int = 12, seed: int = 0,
     for restart in range(restarts):
         trial = copy.deepcopy(start)
         if restart or not from_file:
-            for path, low, high in free(start):
-                put(trial, path, math.exp(rng.uniform(math.log(low), math.log(high))))
+            # A start the loss refuses (step costs out of order) is drawn again: the search cannot leave it, and
+            # with every start refused the fit would fall back to the file's values (fitted with every figure).
+            for _ in range(100):
+                for path, low, high in free(start):
+                    put(trial, path, math.exp(rng.uniform(math.log(low), math.log(high))))
+                if math.isfinite(loss(trial, names, lockdir)):
+                    break
         trial_loss = _search(trial, names, lockdir)
         if trial_loss < best:
             params, best = trial, trial_loss
@@ -152,3 +157,38 @@ def leave_one_out(restarts: int = 4, lockdir: Path = LOCKDIR) -> list[LeftOut]:
         figure = next(f for f in figures(params, lockdir) if f.name == name)
         out.append(LeftOut(name, figure.published, figure.simulated))
     return out
+
+
+@dataclass(frozen=True)
+class FigureRow:
+    """One public figure as `stackpin sim figures` shows it: fitted (calibration.yaml `figures`) or held out
+    (`validation`), the model's value and its error; for a fitted figure, its error when left out of the fit."""
+
+    name: str
+    published: float
+    model: float
+    status: str  # "fitted", "fitted (quotient)" (computed from two fitted figures) or "held out"
+    tolerance: float | None = None  # fitted: the calibration test's
+    within: bool | None = None
+    left_out: float | None = None  # fitted: the error refitted without it (--leave-one-out)
+    source: str = ""
+    lacks: str = ""
+    unmodelled: tuple[str, ...] = ()
+
+    @property
+    def error(self) -> float:
+        return self.model / self.published - 1
+
+
+def every_figure(lockdir: Path = LOCKDIR, loo: bool = False) -> list[FigureRow]:
+    """Every public figure calibration.yaml has, fitted ones first, each with the model's error (and with
+    `loo`, each independent fitted figure's error when the model is refitted without it)."""
+    from stackpin.sim.curve import validation
+
+    left = {x.name: x.error for x in leave_one_out(lockdir=lockdir)} if loo else {}
+    alone = set(independent())
+    rows = [FigureRow(f.name, f.published, f.simulated, "fitted" if f.name in alone else "fitted (quotient)",
+                      f.tolerance, f.within, left.get(f.name)) for f in figures(lockdir=lockdir)]
+    rows += [FigureRow(v.name, v.published, v.simulated, "held out", source=v.source, lacks=v.lacks,
+                       unmodelled=v.unmodelled) for v in validation(lockdir=lockdir)]
+    return rows

@@ -14,7 +14,7 @@ class StepTimes(Protocol):
     """What the engine and the curve read from a step model."""
 
     @property
-    def alpha(self) -> float: ...
+    def alpha(self) -> tuple[float, ...]: ...  # per-position draft acceptance (roofline.accepted_tokens reads it)
 
     def step_time(self, decode: int, k: int, kv_tokens: int, prefill: int = 0) -> float: ...
 
@@ -33,15 +33,18 @@ def check_model(name: str, stack: SimStack | None = None) -> None:
         check(stack)
 
 
-def step_model(name: str, stack: SimStack, pool: SimPool, params: dict[str, Any] | None = None) -> StepTimes:
+def step_model(name: str, stack: SimStack, pool: SimPool, params: dict[str, Any] | None = None,
+               acceptance: tuple[float, ...] | None = None) -> StepTimes:
+    """The named step model for one pool; `acceptance`: measured per-position draft acceptance that replaces
+    the model's."""
     if name == "aiconfigurator":
         from stackpin.sim.aic import AicStepModel
 
-        return AicStepModel.of(stack, pool, params)
+        return AicStepModel.of(stack, pool, params, acceptance)
     check_model(name)
     from stackpin.sim.roofline import StepModel
 
-    return StepModel.of(stack, pool, params)
+    return StepModel.of(stack, pool, params, acceptance)
 
 
 def substitutions(name: str, stack: SimStack) -> list[str]:

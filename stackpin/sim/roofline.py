@@ -3,9 +3,12 @@
 A step runs `decode` sequences, each verifying 1 + k tokens (k speculative), plus `prefill` new
 prompt tokens (chunked prefill, colocated stacks). Its time is a fixed cost that depends on whether a
 CUDA graph covers the step, plus the kernels' time: the larger of compute (2 x active parameters per
-token, prefill-bound) and memory traffic (the weights the step's tokens route to, plus every running
-sequence's KV, decode-bound), each divided by the efficiency of the kernels and autotuning the stack
-chose. Parameters: roofline.yaml; hardware from the catalog.
+token, plus the sparse-attention indexer's scoring) and memory traffic (the weights the step's tokens
+route to, plus the KV the running sequences read: with DeepSeek's sparse attention the indexer keys, the
+top-k entries and the window, at the bytes the KV-cache dtype stores, sim/kvcache.py), each divided by the
+efficiency of the kernels and autotuning the stack chose. Draft acceptance is per position: measured
+(`acceptance=`), else published for the model (roofline.yaml `published_acceptance`), else a fitted rate
+falling with position. Parameters: roofline.yaml; hardware from the catalog.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from stackpin.sim.kvcache import KvLayout, layout
 from stackpin.sim.stack import SimPool, SimStack
 
 PARAMS_FILE = Path(__file__).with_name("roofline.yaml")
@@ -35,14 +39,19 @@ def _lookup(table: dict[str, float], key: str) -> float:
     return float(table[key] if key in table else table["default"])
 
 
+Rates = tuple[float, ...]  # conditional acceptance per draft position: P(i accepted | 1..i-1 accepted)
+
+
+def _bonus(fitted: dict[str, Any], rejection: str | None, draft_sample: str | None) -> float:
+    bonus = float(fitted["rejection_bonus"].get(rejection or "standard", 0.0))
+    return bonus + (float(fitted["probabilistic_bonus"]) if draft_sample == "probabilistic" else 0.0)
+
+
 def acceptance_rate(pool: SimPool, fitted: dict[str, Any]) -> float:
-    """Per-draft-token acceptance of the pool's speculative settings."""
+    """First-position acceptance of the pool's speculative settings from the fitted table (no published figure)."""
     if not pool.spec_method:
         return 0.0
-    alpha = _lookup(fitted["acceptance"], pool.spec_method)
-    alpha += float(fitted["rejection_bonus"].get(pool.rejection, 0.0))
-    if pool.draft_sample == "probabilistic":
-        alpha += float(fitted["probabilistic_bonus"])
+    alpha = _lookup(fitted["acceptance"], pool.spec_method) + _bonus(fitted, pool.rejection, pool.draft_sample)
     return min(alpha, 0.99)
 
 
@@ -52,21 +61,64 @@ def acceptance_decay() -> float:
     return float(load_params()["acceptance_decay"]["value"])
 
 
-def accepted_tokens(alpha: float, k: int) -> float:
-    """Expected tokens a step gives a sequence: the bonus token, plus draft i (1..k) when it and every
-    draft before it are accepted. The first draft is accepted with `alpha`; each later one, given the
-    ones before it were, with the rate before it x acceptance_decay(): a drafter reused for later
-    positions guesses them worse (roofline.yaml)."""
-    if k == 0 or alpha <= 0:
+def decayed(alpha: float, k: int) -> Rates:
+    """Per-position rates of a drafter whose first draft is accepted with `alpha`, each later one with the rate
+    before it x acceptance_decay()."""
+    return tuple(alpha * acceptance_decay() ** i for i in range(k)) if alpha > 0 else ()
+
+
+def accepted_tokens(acceptance: float | Rates, k: int) -> float:
+    """Expected tokens a step gives a sequence: the bonus token, plus draft i (1..k) when it and every draft
+    before it are accepted. `acceptance` is the per-position rates (positions past the last take its rate x
+    acceptance_decay() each), or a first-position rate for decayed()."""
+    rates = decayed(acceptance, k) if isinstance(acceptance, (int, float)) else tuple(acceptance)
+    if k == 0 or not rates or rates[0] <= 0:
         return 1.0
-    decay = acceptance_decay()
     total = reached = 1.0
-    rate = alpha
-    for _ in range(k):
+    rate = rates[0]
+    for i in range(k):
+        rate = rates[i] if i < len(rates) else rate * acceptance_decay()
         reached *= rate
         total += reached
-        rate *= decay
     return total
+
+
+def _solve_alpha(mean_length: float, k: int) -> float:
+    """The first-position rate whose decayed() rates give `mean_length` tokens a step at `k` drafts."""
+    low, high = 0.0, 0.999
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if accepted_tokens(mid, k) < mean_length else (low, mid)
+    return (low + high) / 2
+
+
+def published(stack: SimStack, method: str | None) -> dict[str, Any] | None:
+    """roofline.yaml's published acceptance for the stack's model and speculative method, if any."""
+    from stackpin.catalog import load_catalog
+
+    if not method:
+        return None
+    found = load_catalog().model_for(stack.model_id)
+    table = load_params().get("published_acceptance") or {}
+    entry: dict[str, Any] | None = table.get(found[0], {}).get(method) if found else None
+    return entry
+
+
+def acceptance_rates(stack: SimStack, pool: SimPool, fitted: dict[str, Any]) -> Rates:
+    """Per-position rates for the pool's drafts: the model's published acceptance (its rates, or the decayed
+    rates that give its published mean length), moved by the fitted bonuses where the pool samples or rejects
+    unlike the published measurement; else the fitted table's first rate, decayed."""
+    k = pool.spec_k if pool.spec_method else 0
+    if not k:
+        return ()
+    entry = published(stack, pool.spec_method)
+    if entry is None:
+        return decayed(acceptance_rate(pool, fitted), k)
+    rates: Rates = tuple(float(r) for r in entry["rates"]) if entry.get("rates") else decayed(
+        _solve_alpha(float(entry["mean_length"]), int(entry["num_tokens"])), int(entry["num_tokens"]))
+    shift = _bonus(fitted, pool.rejection, pool.draft_sample) - _bonus(fitted, entry.get("rejection"),
+                                                                        entry.get("draft_sample"))
+    return tuple(min(max(r + shift, 0.0), 0.99) for r in rates)
 
 
 @dataclass(frozen=True)
@@ -90,13 +142,16 @@ class _Rates:
 
 @dataclass(frozen=True)
 class StepModel:
-    """Step times for one pool of one stack (an engine: one data-parallel rank of a replica)."""
+    """Step times for one pool of one stack (an engine: one data-parallel rank of a replica). `acceptance`:
+    measured per-position rates that replace the model's (a bench result's, stackpin.bench.acceptance)."""
 
     stack: SimStack
     pool: SimPool
     params: dict[str, Any]
-    alpha: float = field(init=False)
+    acceptance: Rates | None = None
+    alpha: Rates = field(init=False)  # per-position acceptance the model uses (accepted_tokens reads it)
     rates: _Rates = field(init=False, repr=False)
+    kv: KvLayout = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Resolved once: the server calls step_time several times an engine step.
@@ -109,7 +164,9 @@ class StepModel:
         always_gib = max(model.active_params_b.decode * model.checkpoint_gib / model.params_b - experts_gib * picked, 0)
         bw = stack.gpu.hbm_tbps * 1e12 * float(f["bw_efficiency"])
         fabric = stack.gpu.scaleup_gbps * 1e9
-        object.__setattr__(self, "alpha", acceptance_rate(pool, f))
+        measured = tuple(self.acceptance) if self.acceptance is not None and pool.spec_method else None
+        object.__setattr__(self, "alpha", measured if measured is not None else acceptance_rates(stack, pool, f))
+        object.__setattr__(self, "kv", layout(stack))
         object.__setattr__(self, "rates", _Rates(
             graph_s=float(f["graph_step_s"]), piecewise_s=float(f["piecewise_step_s"]),
             eager_s=float(f["eager_step_s"]), weights_bw=bw * _lookup(f["moe"], stack.moe),
@@ -123,8 +180,9 @@ class StepModel:
             seq_s=float(f["seq_step_s"])))
 
     @classmethod
-    def of(cls, stack: SimStack, pool: SimPool, params: dict[str, Any] | None = None) -> StepModel:
-        return cls(stack, pool, params or load_params())
+    def of(cls, stack: SimStack, pool: SimPool, params: dict[str, Any] | None = None,
+           acceptance: Rates | None = None) -> StepModel:
+        return cls(stack, pool, params or load_params(), acceptance)
 
     @property
     def fitted(self) -> dict[str, Any]:
@@ -161,10 +219,19 @@ class StepModel:
         else:
             overhead = r.eager_s
         weights_s = self.weights_read_gib(tokens) * GIB / r.weights_bw
-        # MLA keeps one latent KV head replicated on every TP rank: each GPU reads its engine's whole KV.
-        kv_s = (kv_tokens + prefill) * model.kv_bytes_per_token / r.kv_bw
+        # MLA keeps one latent KV head replicated on every TP rank: each GPU reads its engine's whole KV (the
+        # indexer keys too). A decode token reads what its context's sparse attention selects (sim/kvcache.py);
+        # a prefill chunk reads its prefix once and writes its own entries.
+        context = kv_tokens / decode if decode else float(kv_tokens)
+        kv = self.kv
+        kv_bytes = decode * kv.decode_read(context, 1 + k) if decode else 0.0
+        if prefill:
+            kv_bytes += (context + prefill) * kv.stored_per_token
+        kv_s = kv_bytes / r.kv_bw
         active = model.active_params_b.prefill if prefill else model.active_params_b.decode
-        compute_s = 2e9 * active * tokens / r.compute_flops
+        # The indexer scores every key it reads against each of its heads, for every token of the step.
+        indexer = decode * (1 + k) * kv.indexer_flops(context) + prefill * kv.indexer_flops(context + prefill / 2)
+        compute_s = (2e9 * active * tokens + indexer) / r.compute_flops
         kernels = (max(compute_s, weights_s + kv_s) + tokens * r.comm_s_per_token) / r.autotune
         draft = k * r.draft_s if decode else 0.0
         # Per running sequence: scheduling, sampling and rejection sampling, on the host, unchanged by
@@ -178,10 +245,10 @@ class StepModel:
         """Prefill -> decode KV transfer of `tokens` over the scale-up fabric (disaggregated stacks)."""
         f = self.fitted
         bw = self.stack.gpu.scaleup_gbps * 1e9 * float(f["kv_transfer_efficiency"])
-        return float(f["kv_transfer_latency_s"]) + tokens * self.stack.model.kv_bytes_per_token / bw
+        return float(f["kv_transfer_latency_s"]) + (tokens * self.kv.stored_per_token + self.kv.window_per_seq) / bw
 
 
-def best_k(pool: SimPool, alpha: float, step_time: Callable[[int, int, int, int], float], decode: int,
+def best_k(pool: SimPool, alpha: float | Rates, step_time: Callable[[int, int, int, int], float], decode: int,
            kv_tokens: int, prefill: int = 0) -> int:
     """Speculative tokens a step verifies: the configured k, or with adaptive verification the k that
     gives the most tokens per second at this batch (every step model chooses the same way)."""

@@ -56,6 +56,7 @@ class SimStack:
     gpus: int  # every GPU the stack occupies
     engine: str  # the serving engine as people write it (ServingEngine.label): "vLLM", "SGLang"
     unmodelled: tuple[str, ...] = ()  # what the profile does that no step model here times: stated, never hidden
+    kv_cache_dtype: str = "auto"  # --kv-cache-dtype as the profile sets it (sim/kvcache.py resolves it)
 
     def pool(self, role: Role) -> SimPool:
         for p in self.pools:
@@ -130,7 +131,7 @@ def profile_stack(profile: StackProfile, name: str, digest: str = "") -> SimStac
         piecewise_graphs=mode in catalog.engine.piecewise_modes,
         attention=spec.kernels.attention or "auto", moe=spec.kernels.moe or "auto",
         autotune=str(spec.autotune.mode.value), gpus=topo.gpus, engine=engine_of(profile).label,
-        unmodelled=_unmodelled(profile, gpu),
+        unmodelled=_unmodelled(profile, gpu), kv_cache_dtype=spec.kv_cache.dtype,
     )
 
 
