@@ -397,3 +397,24 @@ def test_a_namespace_that_exists_is_never_used(tmp_path: Path, mirror: Path, eng
     assert "namespace sv-taken-0 exists already" in caught.value.message
     live: dict[str, Any] = env.ok("GET", "/api/v1/namespaces/sv-taken-0")
     assert not live["metadata"].get("deletionTimestamp")  # someone else's: left alone
+
+
+# --- the CLI ---------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--verify", "cluster"], "--verify cluster takes --fleet FLEET.yaml"),
+    (["--verify", "bed", "--dry-run"], "--verify measures the picks it writes: not with --dry-run"),
+])
+def test_search_verify_usage_is_one_line_exit_2_nothing_written(tmp_path: Path, args: list[str], said: str) -> None:
+    from click.testing import CliRunner
+
+    from stackpin.cli.main import main
+
+    base, _ = _site(tmp_path, [])
+    (tmp_path / "trace.jsonl").write_text(short_trace_text(), encoding="utf-8")
+    before = sorted(tmp_path.iterdir())
+    run = CliRunner().invoke(main, ["search", str(base), "--slo", "tps=80,ttft=10s", "--trace",
+                                    str(tmp_path / "trace.jsonl"), "--out", str(tmp_path / "out"), *args])
+    assert run.exit_code == 2, run.output
+    assert said in run.output and "Traceback" not in run.output
+    assert sorted(tmp_path.iterdir()) == before

@@ -11,6 +11,7 @@ from stackpin.cli.common import emit, file_only, user_errors
 
 if TYPE_CHECKING:
     from stackpin.search.run import SearchResult
+    from stackpin.search.verify import VerifyOptions
 
 
 @click.command("search")
@@ -33,9 +34,34 @@ if TYPE_CHECKING:
               help="Write a chart of the front (the `plot` extra).")
 @click.option("--dry-run", is_flag=True, help="Search and print; write no pick, proposal or chart.")
 @click.option("--force", is_flag=True, help="Replace picks and a proposal an earlier search wrote.")
+@click.option("--verify", type=click.Choice(["bed", "cluster"]), help="Check every pick before it is offered: lock "
+              "it and the base, run each through `engines check`, then bench each pick against the base with the "
+              "trace and SLO on the Dynamo bed (bed) or deployed in turn into scratch namespaces of the --fleet "
+              "rack (cluster); bench compare's verdict, ranked by what was measured (docs/search.md).")
+@click.option("--fleet", type=click.Path(dir_okay=False, exists=True), metavar="FLEET.yaml",
+              help="--verify cluster: the fleet file whose canary rack (kubeconfig, endpoint; {namespace} in it "
+                   "names the scratch namespace) and gates (ready, soak, bench) are used.")
+@click.option("--runs", type=click.IntRange(min=1, max=20), default=3, show_default=True,
+              help="--verify: runs of each side (alternated on the bed).")
+@click.option("--share", type=click.IntRange(min=1), default=1, show_default=True,
+              help="--verify bed: serve 1/N of each stack (sim serve's --share).")
+@click.option("--dynamo-env", metavar="DIR", help="--verify bed: the Dynamo bed's environment (default "
+              "$STACKPIN_DYNAMO_ENV, else .dynamobed/dynamo-1.6.1).")
+@click.option("--scratch-prefix", default="stackpin-verify", show_default=True, metavar="NAME",
+              help="--verify cluster: scratch namespaces are NAME-0 (the base), NAME-1, ...; never one that exists.")
+@click.option("--allow-stand-ins", is_flag=True, help="--verify cluster: apply locks holding stand-in pins (the "
+              "demo mirror's), as stackpin apply's.")
+@click.option("--lockdir", default="lockfiles", show_default=True, type=click.Path(file_okay=False),
+              help="--verify: whose parent the picks' locks name paths relative to.")
+@click.option("--mirror", "mirrors", multiple=True, metavar="REGISTRY=MIRROR", help="--verify: as stackpin lock's.")
+@click.option("--oci-layout", type=click.Path(exists=True, file_okay=False), help="--verify: as stackpin lock's.")
+@click.option("--hf-cache", type=click.Path(exists=True, file_okay=False), help="--verify: as stackpin lock's.")
+@click.option("--hf-endpoint", help="--verify: as stackpin lock's.")
 @user_errors
 def search(base: str, slo_text: str, trace: str, racks: int, top: int, out: str | None, model: str, output: str,
-           chart: str | None, dry_run: bool, force: bool) -> None:
+           chart: str | None, dry_run: bool, force: bool, verify: str | None, fleet: str | None, runs: int,
+           share: int, dynamo_env: str | None, scratch_prefix: str, allow_stand_ins: bool, lockdir: str,
+           mirrors: tuple[str, ...], oci_layout: str | None, hf_cache: str | None, hf_endpoint: str | None) -> None:
     """Search the stack space around BASE_PROFILE for a service target: placement and pool ratio, TP/EP/DP,
     max-num-seqs and batched tokens, speculative method and draft tokens, CUDA graphs, KV-cache dtype.
     Every candidate goes through every validate rule first; the survivors are predicted on the step model
@@ -48,6 +74,10 @@ def search(base: str, slo_text: str, trace: str, racks: int, top: int, out: str 
     from stackpin.sim.curve import workload_of
 
     slo = parse_slo(slo_text)  # bad --slo before any file is read
+    if verify and dry_run:
+        raise click.UsageError("--verify measures the picks it writes: not with --dry-run")
+    if (verify == "cluster") != (fleet is not None):
+        raise click.UsageError("--verify cluster takes --fleet FLEET.yaml, and --fleet is for --verify cluster")
     base_path = Path(base)
     name = load_profile(base_path).profile.name  # an unreadable profile before the trace
     turns = read_trace(Path(trace))
@@ -79,6 +109,58 @@ def search(base: str, slo_text: str, trace: str, racks: int, top: int, out: str 
         click.echo(f"wrote {path}", err=True)
     click.echo(f"{result.enumerated:,} candidates validated in {result.validate_s:.1f} s, "
                f"{len(result.survivors) + result.merged:,} predicted in {result.predict_s:.1f} s", err=True)
+    if verify:
+        from stackpin.cli.lock import _parse_mirrors
+        from stackpin.search.verify import VerifyOptions
+        from stackpin.upgrade.trial import LockOptions
+
+        options = VerifyOptions(lockdir=Path(lockdir), runs=runs, lock=LockOptions(
+            mirrors=tuple(_parse_mirrors(mirrors).items()), oci_layout=oci_layout, hf_cache=hf_cache,
+            hf_endpoint=hf_endpoint))
+        _verify(base_path, [p.path for p in result.picks if p.path is not None], verify, Path(trace), slo_text,
+                options, fleet, share, dynamo_env, scratch_prefix, allow_stand_ins, output)
+
+
+def _verify(base: Path, picks: list[Path], where: str, trace: Path, slo_text: str, options: VerifyOptions,
+            fleet: str | None, share: int, dynamo_env: str | None, scratch_prefix: str, allow_stand_ins: bool,
+            output: str) -> None:
+    """Every written pick checked and measured against the base (stackpin.search.verify_bed / verify_cluster);
+    exit 0 when one passed, 3 when none did but some were inconclusive, 1 otherwise."""
+    import sys
+
+    from stackpin.bench.compare import EXIT_INCONCLUSIVE
+    from stackpin.search.verify import Outcome
+
+    def note(line: str) -> None:
+        click.echo(line, err=True)
+
+    if where == "bed":
+        from stackpin.bench.controlled import BenchControls
+        from stackpin.bench.sessions import read_trace as read_sessions
+        from stackpin.search.verify_bed import verify_bed
+        from stackpin.upgrade.trialbed import DynamoBed
+
+        done = verify_bed(base, picks, DynamoBed(env=dynamo_env, share=share), BenchControls(
+            trace=read_sessions(trace)), str(trace), slo_text=slo_text, options=options, on_note=note)
+    else:
+        from stackpin.search.verify_cluster import verify_cluster
+
+        assert fleet is not None
+        done = verify_cluster(base, picks, Path(fleet), trace=trace, slo_text=slo_text, options=options,
+                              scratch_prefix=scratch_prefix, allow_stand_ins=allow_stand_ins, on_note=note)
+    if output == "json":
+        emit({"where": done.where, "picks": [{"record": str(path), **r.model_dump(mode="json", by_alias=True)}
+                                             for path, r in done.picks]}, "json")
+    else:
+        click.echo(f"verified on the {done.where} against {base} (measured, bench compare's verdict):")
+        for path, r in done.picks:
+            rank = str(r.rank) if r.rank else "-"
+            value = f"{r.measured_metric} {r.measured_text}" if r.measured_text else "not measured"
+            why = f": {r.problems[0]}" if r.problems and not r.passed else ""
+            click.echo(f"  {rank:>2} {r.outcome.value:<12} {value}  {r.pick}{why}  ({path})")
+    outcomes = {r.outcome for _, r in done.picks}
+    if not any(o.passed for o in outcomes):
+        sys.exit(EXIT_INCONCLUSIVE if Outcome.inconclusive in outcomes else 1)
 
 
 def _ttft(seconds: float) -> str:
