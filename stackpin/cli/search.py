@@ -156,7 +156,7 @@ def _verify(base: Path, picks: list[Path], where: str, trace: Path, slo_text: st
         for path, r in done.picks:
             rank = str(r.rank) if r.rank else "-"
             value = f"{r.measured_metric} {r.measured_text}" if r.measured_text else "not measured"
-            why = f": {r.problems[0]}" if r.problems and not r.passed else ""
+            why = f": {' '.join(r.problems[0].split())[:240]}" if r.problems and not r.passed else ""
             click.echo(f"  {rank:>2} {r.outcome.value:<12} {value}  {r.pick}{why}  ({path})")
     outcomes = {r.outcome for _, r in done.picks}
     if not any(o.passed for o in outcomes):

@@ -254,7 +254,7 @@ def check_all(base: Path, picks: Sequence[Path], options: VerifyOptions, note: N
         record.unlink(missing_ok=True)  # no earlier verdict stays beside this verification's
         checked = check_stack(pick, lock_path, options, note)
         if checked.refused:
-            note(f"pick {pick}: refused by {checked.refused}: {'; '.join(checked.problems)}")
+            note(f"pick {pick}: refused by {checked.refused}: {' '.join('; '.join(checked.problems).split())}")
         else:
             note(f"pick {pick}: locked ({checked.lock_path}), engines check ok")
         out.append(checked)
