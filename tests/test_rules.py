@@ -106,6 +106,15 @@ CASES = [
     Case("SP117", "warning", "spec.speculative", {"spec.speculative.method": None}, {"spec.speculative": {}}),
     Case("SP118", "error", "spec.speculative.draftModel", {"spec.speculative.draftModel": "acme/draft-1"},
          {"spec.speculative.draftModel": "acme/draft-1", "spec.speculative.draftRevision": "0123456789" * 4}),
+    # vLLM 0.31.0 refuses adaptive verification without full CUDA graphs (config/vllm.py:3151-3168) ...
+    Case("SP119", "error", "spec.speculative.adaptiveVerification", {"spec.cudaGraphs.mode": "PIECEWISE"},
+         {"spec.cudaGraphs.mode": "PIECEWISE", "spec.speculative.adaptiveVerification": False}),
+    Case("SP119", "error", "spec.speculative.adaptiveVerification",
+         {"spec.cudaGraphs.mode": "NONE", "spec.cudaGraphs.captureSizes": None, "spec.cudaGraphs.maxCaptureSize": None},
+         {"spec.cudaGraphs.mode": "FULL_DECODE_ONLY"}, label="graphs-off"),
+    # ... and its model runner rewrites FULL (adaptive_verification.py:36-43).
+    Case("SP120", "warning", "spec.cudaGraphs.mode", {"spec.cudaGraphs.mode": "FULL"},
+         {"spec.cudaGraphs.mode": "FULL", "spec.speculative.adaptiveVerification": False}),
     # parallelism
     Case("SP121", "warning", f"{W}.tensorParallel", {f"{W}.tensorParallel": 8, f"{W}.replicas": 9},
          {f"{W}.tensorParallel": 4, f"{W}.dataParallel": 2, f"{W}.replicas": 9}, label="nvl72-warning"),

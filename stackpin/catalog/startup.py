@@ -75,9 +75,19 @@ class CudaGraphs(Record, frozen=True, kw_only=True):
     decode_graph_limit_source: str
 
 
+class AdaptiveVerification(Record, frozen=True, kw_only=True):
+    """What adaptive draft verification asks of the CUDA graph mode."""
+
+    full_graph_modes: tuple[str, ...]  # modes with full graphs; VllmConfig raises at start for any other
+    full_graph_source: str
+    resolves: dict[str, str]  # the model runner's rewrite when piecewise capture is available (then without_piecewise)
+    resolves_source: str
+
+
 class SpeculativeStartup(Record, frozen=True, kw_only=True):
     draft_from_target: tuple[str, ...]
     source: str
+    adaptive_verification: AdaptiveVerification | None = None  # None: not read for this release
 
 
 class StartupFacts(Record, frozen=True, kw_only=True):

@@ -176,12 +176,13 @@ def breakable(ctx: Context) -> Iterator[Hit]:
 # reports the real fallback. Codes are never reused.
 
 
-def graph_fallback(ctx: Context) -> tuple[str, str] | None:
+def graph_fallback(ctx: Context, mode: str | None = None) -> tuple[str, str] | None:
     """(the mode vLLM really runs, why) when it drops the profile's piecewise graphs at start-up, else None:
     without breakable CUDA graphs a model with no torch.compile'd submodule has no piecewise capture, and
-    PIECEWISE becomes NONE, FULL_AND_PIECEWISE becomes FULL_DECODE_ONLY (catalog/startup.py)."""
+    PIECEWISE becomes NONE, FULL_AND_PIECEWISE becomes FULL_DECODE_ONLY (catalog/startup.py). `mode`: another
+    mode than the declared one (what an earlier rewrite made of it)."""
     found = startup_model(ctx)
-    mode = ctx.profile.spec.cuda_graphs.mode.value
+    mode = mode or ctx.profile.spec.cuda_graphs.mode.value
     if found is None or ctx.model is None:
         return None
     graphs, arch = found[0].cuda_graphs, ctx.model.architecture
@@ -195,6 +196,37 @@ def graph_fallback(ctx: Context) -> tuple[str, str] | None:
     return graphs.without_piecewise[mode], why
 
 
+def adaptive_rewrite(ctx: Context) -> tuple[str, str] | None:
+    """(the mode vLLM runs, why) when adaptive verification makes the model runner rewrite the declared mode
+    (FULL -> FULL_AND_PIECEWISE with piecewise capture, else FULL_DECODE_ONLY: catalog/startup.py
+    `speculative.adaptive_verification.resolves`), else None."""
+    from stackpin.validate.speculative import adaptive_pools
+
+    found = startup_model(ctx)
+    facts = found[0].speculative.adaptive_verification if found else None
+    mode = ctx.profile.spec.cuda_graphs.mode.value
+    if found is None or facts is None or mode not in facts.resolves or not any(adaptive_pools(ctx)):
+        return None
+    runs = facts.resolves[mode]
+    fallback = graph_fallback(ctx, runs)
+    piecewise = fallback is None
+    if fallback is not None:
+        runs = fallback[0]
+    why = (f"with adaptive verification on, vLLM {found[0].version}'s model runner resolves {mode} to {runs} "
+           f"(piecewise capture {'available' if piecewise else 'unavailable'}; "
+           f"{facts.resolves_source.split(' ')[0]})")
+    return runs, why
+
+
+def runtime_mode(ctx: Context) -> str | None:
+    """The CUDA graph mode vLLM runs when it is not the declared one (SP110's fallback, SP120's rewrite)."""
+    rewrite = adaptive_rewrite(ctx)
+    if rewrite is not None:
+        return rewrite[0]
+    fallback = graph_fallback(ctx)
+    return fallback[0] if fallback else None
+
+
 @vllm_rule("SP100", Severity.warning, "capture sizes that get no decode graph")
 def no_decode_graph(ctx: Context) -> Iterator[Hit]:
     """The model runner captures a decode graph only for token counts up to max-num-seqs x (1+k): larger
@@ -204,8 +236,7 @@ def no_decode_graph(ctx: Context) -> Iterator[Hit]:
     if found is None or graphs.capture_sizes is None:
         return
     facts = found[0].cuda_graphs
-    fallback = graph_fallback(ctx)
-    if (fallback[0] if fallback else graphs.mode.value) not in facts.separate_decode_modes:
+    if (runtime_mode(ctx) or graphs.mode.value) not in facts.separate_decode_modes:
         return
     for role, path, pool in pools(ctx):
         if pool.spec.max_num_seqs is None or role == Role.prefill:
@@ -227,6 +258,16 @@ def graph_downgrade(ctx: Context) -> Iterator[Hit]:
         yield Hit(_G + ("mode",), f"cudaGraphs.mode {mode} runs as {runs}: {why}; prefill and mixed batches run "
                   "without graphs", "set kernels.env.VLLM_USE_BREAKABLE_CUDAGRAPH to \"1\" (vLLM's own default for "
                   f"this model when it is unset), or declare cudaGraphs.mode: {runs}")
+
+
+@vllm_rule("SP120", Severity.warning, "CUDA graph mode vLLM rewrites under adaptive verification")
+def adaptive_graph_rewrite(ctx: Context) -> Iterator[Hit]:
+    """A deterministic rewrite at start-up: the stack runs another mode than it declares (as SP110's fallback,
+    but with no graphs lost: FULL's prefill graphs become piecewise ones)."""
+    if (rewrite := adaptive_rewrite(ctx)) is not None:
+        runs, why = rewrite
+        yield Hit(_G + ("mode",), f"cudaGraphs.mode {ctx.profile.spec.cuda_graphs.mode.value} runs as {runs}: {why}",
+                  f"declare cudaGraphs.mode: {runs}, what runs")
 
 
 @vllm_rule("SP230", Severity.error, "--compilation-config key the pinned vLLM lacks")

@@ -104,3 +104,35 @@ def options_without_method(ctx: Context) -> Iterator[Hit]:
         if spec.method is None and options:
             yield Hit(path, f"speculation is off (no method) but {sorted(options)} are set; they are ignored",
                       "set a method or remove the options")
+
+
+def adaptive_pools(ctx: Context) -> Iterator[tuple[str, FieldPath]]:
+    """(role, path of the speculative settings it runs) of every pool that runs adaptive verification."""
+    for role, pool_path, pool in pools(ctx):
+        spec = ctx.profile.speculative_for(pool.spec)
+        if spec.enabled and spec.adaptive_verification:
+            where = ("spec", "speculative") if pool.spec.speculative is None else pool_path + ("speculative",)
+            yield str(role), where
+
+
+@vllm_rule("SP119", Severity.error, "adaptive verification without full CUDA graphs")
+def adaptive_without_full_graphs(ctx: Context) -> Iterator[Hit]:
+    """VllmConfig refuses adaptive verification unless the CUDA graph mode has full graphs (catalog/startup.py
+    `speculative.adaptive_verification`): every worker fails at start."""
+    from stackpin.validate.graphs import runtime_mode
+    from stackpin.validate.kernels import startup_model
+
+    found = startup_model(ctx)
+    facts = found[0].speculative.adaptive_verification if found else None
+    if facts is None:
+        return
+    mode = ctx.profile.spec.cuda_graphs.mode.value
+    runs = runtime_mode(ctx) or mode
+    if mode in facts.full_graph_modes and runs in facts.full_graph_modes:
+        return
+    said = mode if runs == mode else f"{mode} (run as {runs})"
+    for role, path in adaptive_pools(ctx):
+        yield Hit(path + ("adaptiveVerification",), f"pool {role}: adaptive verification needs full CUDA graphs and "
+                  f"cudaGraphs.mode is {said}: vLLM {found[0].version} refuses to start (\"Adaptive verification "
+                  f"requires full CUDA graphs\", {facts.full_graph_source.split(' ')[0]})",
+                  f"set cudaGraphs.mode to one of {', '.join(facts.full_graph_modes)}, or adaptiveVerification: false")
