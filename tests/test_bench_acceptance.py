@@ -140,6 +140,7 @@ def test_bench_run_records_each_points_acceptance_from_the_simulator(tmp_path: P
     assert run.acceptance_from == f"vllm's spec-decode counters at {sim.url}/metrics"
     for point in run.points:
         assert point.acceptance is not None and point.acceptance.method == "dspark"
+        assert point.acceptance.drafting == "dspark, draft sampling probabilistic, rejection sampling block"
         # 200 tokens a request: the prefill's first, then a draft a decode step.
         tokens = sum(r.output_tokens for r in point.request_log)
         assert point.acceptance.drafts + point.acceptance.accepted >= tokens - point.requests
@@ -191,7 +192,7 @@ def test_compare_refuses_sides_that_drafted_differently_unless_told(tmp_path: Pa
     assert refused.exit_code == 2
     [line] = refused.stderr.strip().splitlines()
     assert line.startswith("error: mean acceptance length differs: A 3.10, B 2.55 over the 3 draft positions both "
-                           "drafted (A 3.10 (dspark; per position 0.90 0.78 0.71; 3000 drafts); B 2.55 ")
+                           "drafted (A 3.10 (dspark; per position 0.90 0.78 0.71); B 2.55 ")
     assert "17.7% apart, past 10%" in line and "--allow-acceptance-change" in line
     allowed = CliRunner().invoke(main, ["bench", "compare", *files, "--allow-acceptance-change", "-o", "json"])
     assert allowed.exit_code == 0, allowed.stderr
@@ -216,6 +217,23 @@ def test_a_stack_drafting_more_positions_is_the_same_workload() -> None:
     worse = _with_acceptance(make_result(TUNED, 100, 0.5, seed=2), (900, 500, 300, 200, 100))
     with pytest.raises(AcceptanceDiffers, match="over the 3 draft positions both drafted"):
         check_acceptance([a], [worse])
+
+
+def test_stacks_drafting_differently_are_stated_not_refused() -> None:
+    # A retune of the drafting (block rejection sampling where A had standard) changes acceptance: that is the
+    # stack's doing, not another workload's.
+    a = _with_acceptance(make_result(TUNED, 100, 0.5, seed=1), (900, 700, 500))
+    b = _with_acceptance(make_result(TUNED, 100, 0.5, seed=2), (800, 500, 250))
+    a = a.model_copy(update={"points": tuple(p.model_copy(update={"acceptance": p.acceptance.model_copy(
+        update={"drafting": "dspark, draft sampling greedy, rejection sampling standard"})}) for p in a.points)})
+    b = b.model_copy(update={"points": tuple(p.model_copy(update={"acceptance": p.acceptance.model_copy(
+        update={"drafting": "dspark, draft sampling greedy, rejection sampling block"})}) for p in b.points)})
+    check = check_acceptance([a], [b])
+    assert check.notes == ("the sides draft differently (A dspark, draft sampling greedy, rejection sampling "
+                           "standard; B dspark, draft sampling greedy, rejection sampling block): their acceptance "
+                           "(A 3.10 (dspark; per position 0.90 0.78 0.71); B 2.55 (dspark; per position "
+                           "0.80 0.62 0.50)) is the stacks', so it is not held to one workload's",)
+    assert compare([a], [b]).acceptance.notes == check.notes
 
 
 def test_acceptance_on_one_side_only_is_stated_not_refused(tmp_path: Path) -> None:

@@ -100,10 +100,11 @@ def check_acceptance(a: Sequence[BenchResult], b: Sequence[BenchResult], allow: 
                      threshold: float | None = None) -> AcceptanceCheck:
     """The rule every comparison of results takes (bench compare, rollback --if-regressed, upgrade trial and
     promote, the rollout's bench gate, all through bench.compare.compare): where both sides measured draft
-    acceptance, their mean acceptance lengths (at the agent counts both measured it at, over the draft
-    positions both drafted: `comparable_lengths`) may differ by at most `threshold` relative to A's, or the
-    comparison is refused
-    (AcceptanceDiffers, exit 2) unless `allow`. Stated, not refused: acceptance on one side only, and a
+    acceptance with the same drafting settings (method, draft model, draft and rejection sampling: a stack that
+    drafts differently accepts differently, which is what a retune is for), their mean acceptance lengths (at
+    the agent counts both measured it at, over the draft positions both drafted: `comparable_lengths`) may
+    differ by at most `threshold` relative to A's, or the comparison is refused (AcceptanceDiffers, exit 2)
+    unless `allow`. Stated, not refused: acceptance on one side only, sides drafting differently, and a
     difference compared anyway."""
     limit = default_threshold() if threshold is None else threshold
     common = _measured_at(a) & _measured_at(b)
@@ -116,6 +117,12 @@ def check_acceptance(a: Sequence[BenchResult], b: Sequence[BenchResult], allow: 
         return AcceptanceCheck(side_a, side_b, (
             f"draft acceptance measured on {which} only (mean length {found.text()}), not on {other}: the "
             "acceptance check is not made",))
+    if side_a.drafting and side_b.drafting and side_a.drafting != side_b.drafting:
+        # The stacks draft differently: a difference in acceptance is theirs (what a retune changes), not the
+        # text's, so it says nothing of whether the workload was the same.
+        return AcceptanceCheck(side_a, side_b, (
+            f"the sides draft differently (A {side_a.drafting}; B {side_b.drafting}): their acceptance (A "
+            f"{side_a.text()}; B {side_b.text()}) is the stacks', so it is not held to one workload's",))
     length_a, length_b, positions = comparable_lengths(side_a, side_b)
     apart = abs(length_b / length_a - 1)
     over = f" over the {positions} draft position{'s' * (positions != 1)} both drafted" if positions else ""

@@ -35,6 +35,27 @@ def speculative_method(lock: StackLock) -> str | None:
     return engine_of(profile).speculative_kind(spec.method) if spec.method and spec.k else None
 
 
+def drafting(lock: StackLock) -> str | None:
+    """What of the decoding pool's speculative settings moves draft acceptance besides the text: the method, the
+    draft model, draft and rejection sampling (not how many tokens a step drafts: compare holds sides to the
+    positions both drafted). Two results drafting alike measured one workload when their acceptance agrees."""
+    from stackpin.profile.topology import topology_of
+
+    method = speculative_method(lock)
+    if method is None:
+        return None
+    profile = lock.stack_profile
+    topology = topology_of(profile)
+    pool = topology.by_role.get(topology.decode_role)
+    spec = profile.speculative_for(pool.spec) if pool is not None else profile.spec.speculative
+    parts = [method]
+    if spec.draft_model:
+        parts.append(f"draft model {spec.draft_model}@{spec.draft_revision or '?'}")
+    parts.append(f"draft sampling {spec.draft_sample_method or 'default'}")
+    parts.append(f"rejection sampling {spec.rejection_sample_method or 'default'}")
+    return ", ".join(parts)
+
+
 def controls(lock: StackLock, trace_digest: str, agents: tuple[int, ...], slo: Slo | None) -> Controls:
     resolved = lock.resolved
     engine = engine_of(lock.stack_profile)

@@ -29,7 +29,7 @@ from typing import Any
 import stackpin.jsonio as jsonio
 from stackpin.bench.acceptance import Acceptance
 from stackpin.bench.binding import controls as make_controls
-from stackpin.bench.binding import speculative_method, stack_ref
+from stackpin.bench.binding import drafting, speculative_method, stack_ref
 from stackpin.bench.gaps import rescaled
 from stackpin.bench.result import BenchResult, ClientInfo, Point, Request, Shard, Simulation, Slo, controls_fingerprint
 from stackpin.bench.sessions import Context, Trace, agent_sessions, default_sessions_per_agent
@@ -219,6 +219,7 @@ class _Run:
     server_late: float = 0.0  # the largest of the kept points' simulator lateness (stack time)
     simulator: bool = False  # stackpin's own simulator, which says how late its host let it run
     method: str | None = None  # the lock's speculative method: what a measured acceptance is of
+    drafting: str | None = None  # ... and its settings that move acceptance (binding.drafting)
     acceptance_from: str | None = None  # where acceptance was read, or why not (BenchResult.acceptance_from)
 
     @property
@@ -243,7 +244,7 @@ class _Run:
     def accepted_between(self, before: Reading | None, after: Reading | None) -> Acceptance | None:
         if before is None or after is None:
             return None
-        return difference(before, after, self.method)
+        return difference(before, after, self.method, self.drafting)
 
     def on_sigint(self, *_: object) -> None:
         self.interrupted = True
@@ -470,7 +471,7 @@ def run_bench(options: RunOptions, source: StackSource, progress: Progress | Non
     run = _Run(options, options.model or served or locked_model,
                simulation.speed if simulation else 1.0, stack.gpus,
                simulator=simulation is not None and simulation.backend == "stackpin",
-               method=speculative_method(source.lock))
+               method=speculative_method(source.lock), drafting=drafting(source.lock))
     started = datetime.now(UTC)
     points: list[Point] = []
     signal.signal(signal.SIGINT, run.on_sigint)

@@ -130,6 +130,9 @@ class Acceptance(Model):
 
     method: str | None = Field(None, description="The speculative method the stack drafts with (the lock's, as "
                                "stackpin names it: mtp, dspark, eagle3, ...).")
+    drafting: str | None = Field(None, description="The lock's settings that move acceptance besides the text "
+                                 "(method, draft model, draft and rejection sampling): results drafting alike are "
+                                 "held to one acceptance by compare.")
     drafts: NonNegativeInt = Field(description="Verifications: one per request per step that checked drafts.")
     draft_tokens: NonNegativeInt | None = Field(description="Draft tokens proposed (none: the engine does not "
                                                 "count them).")
@@ -178,16 +181,17 @@ class Acceptance(Model):
         reached = add(self.reached_per_position, other.reached_per_position) \
             if self.reached_per_position and other.reached_per_position else ()
         return Acceptance(
-            method=self.method if self.method == other.method else None, drafts=self.drafts + other.drafts,
+            method=self.method if self.method == other.method else None,
+            drafting=self.drafting if self.drafting == other.drafting else None, drafts=self.drafts + other.drafts,
             draft_tokens=(self.draft_tokens or 0) + (other.draft_tokens or 0) if both_tokens else None,
             accepted_per_position=add(self.accepted_per_position, other.accepted_per_position),
             accepted_tokens=self.accepted + other.accepted if explicit else None, reached_per_position=reached)
 
     def text(self) -> str:
-        """`2.41 (mtp; per position 0.82 0.61 0.45; 1200 drafts)`."""
+        """`2.41 (mtp; per position 0.82 0.61 0.45)`."""
         rates = " ".join(f"{r:.2f}" for r in self.rates)
-        parts = [p for p in (self.method, f"per position {rates}" if rates else None, f"{self.drafts} drafts") if p]
-        return f"{self.mean_length:.2f} ({'; '.join(parts)})"
+        parts = [p for p in (self.method, f"per position {rates}" if rates else None) if p]
+        return f"{self.mean_length:.2f} ({'; '.join(parts)})" if parts else f"{self.mean_length:.2f}"
 
 
 class Point(Model):

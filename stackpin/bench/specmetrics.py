@@ -145,7 +145,7 @@ def _scrape(url: str, timeout_s: float) -> Reading | str:
     return parse(b"".join(chunks).decode("utf-8", "replace"))
 
 
-def difference(before: Reading, after: Reading, method: str | None) -> Acceptance | None:
+def difference(before: Reading, after: Reading, method: str | None, drafting: str | None = None) -> Acceptance | None:
     """What the endpoint counted between two readings; None where it counts none, or a counter went backwards
     (a restart). A first reading without the counters counts as zeros: SGLang's appear with the first request
     that finishes, as prometheus_client shows a labelled counter only once a series of it is touched."""
@@ -167,11 +167,12 @@ def difference(before: Reading, after: Reading, method: str | None) -> Acceptanc
         positions, reached = per_position("accepted_per_position"), per_position("reached_per_position")
         if drafts is None or tokens is None or accepted is None or positions is None or reached is None:
             return None
-        return Acceptance(method=method, drafts=drafts, draft_tokens=tokens, accepted_per_position=positions,
-                          accepted_tokens=accepted, reached_per_position=reached)
+        return Acceptance(method=method, drafting=drafting, drafts=drafts, draft_tokens=tokens,
+                          accepted_per_position=positions, accepted_tokens=accepted, reached_per_position=reached)
     verify, generated, requests = delta("verify_calls"), delta("generation_tokens"), delta("requests")
     if verify is None or generated is None or requests is None:
         return None
     gauge = after.draft_tokens_per_verify
-    return Acceptance(method=method, drafts=verify, draft_tokens=round(verify * gauge) if gauge else None,
+    return Acceptance(method=method, drafting=drafting, drafts=verify,
+                      draft_tokens=round(verify * gauge) if gauge else None,
                       accepted_per_position=(), accepted_tokens=max(generated - requests - verify, 0))
