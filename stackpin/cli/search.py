@@ -10,6 +10,7 @@ import click
 from stackpin.cli.common import emit, file_only, user_errors
 
 if TYPE_CHECKING:
+    from stackpin.search.predict import Prediction
     from stackpin.search.run import SearchResult
     from stackpin.search.verify import VerifyOptions
 
@@ -20,6 +21,9 @@ if TYPE_CHECKING:
               help="Per-agent output speed every agent holds and the TTFT limit.")
 @click.option("--trace", required=True, type=click.Path(dir_okay=False), metavar="TRACE",
               help="The agent trace whose mean context, uncached prompt and output per turn the model predicts for.")
+@click.option("--acceptance", "acceptance_file", type=click.Path(dir_okay=False), metavar="RESULT.json",
+              help="A bench result whose measured draft acceptance (per position) replaces the model's for the "
+                   "candidates drafting with the same method and draft count; the others keep the model's.")
 @click.option("--racks", type=click.IntRange(min=1), default=1, show_default=True,
               help="Whole racks of the base's platform every candidate fills with replicas.")
 @click.option("--top", type=click.IntRange(min=1), default=3, show_default=True,
@@ -58,9 +62,10 @@ if TYPE_CHECKING:
 @click.option("--hf-cache", type=click.Path(exists=True, file_okay=False), help="--verify: as stackpin lock's.")
 @click.option("--hf-endpoint", help="--verify: as stackpin lock's.")
 @user_errors
-def search(base: str, slo_text: str, trace: str, racks: int, top: int, out: str | None, model: str, output: str,
-           chart: str | None, dry_run: bool, force: bool, verify: str | None, fleet: str | None, runs: int,
-           share: int, dynamo_env: str | None, scratch_prefix: str, allow_stand_ins: bool, lockdir: str,
+def search(base: str, slo_text: str, trace: str, acceptance_file: str | None, racks: int, top: int, out: str | None,
+           model: str, output: str, chart: str | None, dry_run: bool, force: bool, verify: str | None,
+           fleet: str | None, runs: int, share: int, dynamo_env: str | None, scratch_prefix: str, allow_stand_ins: bool,
+           lockdir: str,
            mirrors: tuple[str, ...], oci_layout: str | None, hf_cache: str | None, hf_endpoint: str | None) -> None:
     """Search the stack space around BASE_PROFILE for a service target: placement and pool ratio, TP/EP/DP,
     max-num-seqs and batched tokens, speculative method and draft tokens, CUDA graphs, KV-cache dtype.
@@ -85,7 +90,12 @@ def search(base: str, slo_text: str, trace: str, racks: int, top: int, out: str 
         from stackpin.errors import StackpinError
 
         raise StackpinError(f"{trace}: the trace has no turns")
-    result = run_search(base_path, slo, workload_of(turns), racks=racks, top=top, model=model)
+    measured = None
+    if acceptance_file is not None:
+        from stackpin.search.predict import measured_from
+
+        measured = measured_from(Path(acceptance_file))
+    result = run_search(base_path, slo, workload_of(turns), racks=racks, top=top, model=model, measured=measured)
     files: tuple[Path, ...] = ()
     if not dry_run:
         from stackpin.search.write import write_picks
@@ -163,6 +173,15 @@ def _verify(base: Path, picks: list[Path], where: str, trace: Path, slo_text: st
         sys.exit(EXIT_INCONCLUSIVE if Outcome.inconclusive in outcomes else 1)
 
 
+def _accepted(p: Prediction | None) -> str:
+    """The table's acceptance cell: measured, published or estimate (the model's), '-' without drafts."""
+    if p is None or not p.acceptance:
+        return "-"
+    if p.acceptance.startswith("measured"):
+        return "measured"
+    return "published" if p.acceptance.startswith("model's published") else "estimate"
+
+
 def _ttft(seconds: float) -> str:
     return "never drains" if seconds == float("inf") else f"{seconds:.2f}"
 
@@ -172,7 +191,7 @@ def _print(r: SearchResult) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from stackpin.search.report import predicted_label
+    from stackpin.search.report import acceptance_note, predicted_label
 
     console = Console(highlight=False)
     if not console.is_terminal:
@@ -184,9 +203,11 @@ def _print(r: SearchResult) -> None:
                   f"{len(r.survivors) - 1:,} predicted, {meets:,} meet the SLO")
     for x in r.reasons[:5]:
         console.print(f"  pruned by {x.code}: {x.candidates:,} (e.g. {escape(x.example[:140])})")
+    console.print(f"draft acceptance: {escape(acceptance_note(r))}")
     table = Table(box=None, pad_edge=False, title="Pareto front at the SLO (predicted)", title_justify="left")
-    for column in ("pick", "tok/s/GPU", "tok/s/agent", "TTFT s", "agents", "GPUs", "limited by", "stack"):
-        table.add_column(column, justify="left" if column in ("pick", "limited by", "stack") else "right")
+    for column in ("pick", "tok/s/GPU", "tok/s/agent", "TTFT s", "agents", "GPUs", "limited by", "acceptance",
+                   "stack"):
+        table.add_column(column, justify="left" if column in ("pick", "limited by", "acceptance", "stack") else "right")
     ranks = {p.scored.index: p.rank for p in r.picks}
     rows = [r.survivors[i] for i in r.front]
     base = r.base_scored
@@ -197,10 +218,11 @@ def _print(r: SearchResult) -> None:
         mark = "base" if s.index == 0 else (str(ranks[s.index]) if s.index in ranks else "")
         if p is None or not p.meets:
             why = s.unpredicted or (p.limited_by if p else "")
-            table.add_row(mark, "-", "-", "-", "-", "-", escape(f"misses the SLO: {why}"), escape(s.label))
+            table.add_row(mark, "-", "-", "-", "-", "-", escape(f"misses the SLO: {why}"), _accepted(p),
+                          escape(s.label))
             continue
         table.add_row(mark, f"{p.tps_per_gpu:,.0f}", f"{p.agent_tps:.0f}", _ttft(p.ttft_s), f"{p.agents:,.0f}",
-                      str(p.gpus), p.limited_by, escape(s.label))
+                      str(p.gpus), p.limited_by, _accepted(p), escape(s.label))
     console.print(table)
     for pick in r.picks:
         if pick.scored.index not in {s.index for s in rows}:

@@ -2,8 +2,15 @@
 uses, the engine's start-up facts included) before anything predicts it.
 
 A candidate is pruned by an error, or by a warning whose rule the base does not warn about: a pick never
-brings a warning the stack did not already carry (the base's own warnings are the base's, and stay). What
-pruned it is counted by rule code; a candidate the profile schema refuses counts as `schema`.
+brings a warning the stack did not already carry (the base's own warnings are the base's, and stay). One
+exception, said in the pick's label and proposal: a candidate that cannot keep the base's pinned autotune cache
+tunes at start until one is captured for it, which is SP203's warning. What pruned it is counted by rule code;
+a candidate the profile schema refuses counts as `schema`.
+
+These are every rule `stackpin lock` applies: lock validates each profile with `run_rules` as here, then once
+more with the pinned autotune cache's config directories (SP205). A candidate keeps the base's cache only
+when it runs the base's engine config in every pool (space.py `engine_config`), so SP205 says of it what it
+says of the base; every other candidate has no cache (space.py `without_cache`) and SP205 has nothing to check.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from stackpin.search.space import Candidate
 from stackpin.validate import Finding, Severity, run_rules
 
 SCHEMA = "schema"  # the typed profile refused the document (the rule count's key for it)
+RECAPTURE_WARNINGS = frozenset({"SP203"})  # autotune at every start: what a pick needing a new capture runs
 
 
 @dataclass(frozen=True)
@@ -43,6 +51,8 @@ def base_warnings(findings: list[Finding] | tuple[Finding, ...]) -> frozenset[st
 
 def check(base: LoadedProfile, candidate: Candidate, allowed: frozenset[str]) -> Checked:
     """Validate one candidate; `allowed`: the warning codes the base itself has."""
+    if candidate.recapture:
+        allowed = allowed | RECAPTURE_WARNINGS
     try:
         loaded = loaded_candidate(base, candidate)
         findings = run_rules(loaded)

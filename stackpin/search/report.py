@@ -25,7 +25,23 @@ def prediction_data(p: Prediction | None) -> dict[str, Any] | None:
         return None
     return {"model": p.model, "meetsSlo": p.meets, "tokSPerGpu": _number(p.tps_per_gpu),
             "tokSPerAgent": _number(p.agent_tps), "ttftS": _number(p.ttft_s), "agents": _number(p.agents),
-            "gpus": p.gpus, "limitedBy": p.limited_by, "singleAgentTokS": _number(p.single_agent_tps)}
+            "gpus": p.gpus, "limitedBy": p.limited_by, "singleAgentTokS": _number(p.single_agent_tps),
+            "acceptance": p.acceptance or None}
+
+
+def acceptance_note(r: SearchResult) -> str:
+    """Which draft acceptance the predictions took, in one line."""
+    m = r.measured
+    if m is None:
+        return "the model's draft acceptance throughout (published where sim/roofline.yaml has it, else estimated)"
+    return (f"measured from {m.source} ({m.text()}{', ' + m.drafting if m.drafting else ''}) for candidates drafting "
+            f"{m.method} k={m.drafts}; the model's for every other method and draft count")
+
+
+RECAPTURE = ("needs a new autotune capture: the base's pinned autotune cache belongs to the engine config it was "
+             "captured on (vLLM keys it by its config hash), and this pick runs another, so it is written with "
+             "autotune.mode: tune and no cache (tuning at every start, SP203) and predicted so; capture one for it "
+             "(`stackpin autotune capture-job`, `stackpin autotune pack --push`), pin it and set mode: replay")
 
 
 def _edit_text(path: tuple[Any, ...], value: Any) -> str:
@@ -35,7 +51,8 @@ def _edit_text(path: tuple[Any, ...], value: Any) -> str:
 def scored_data(s: Scored) -> dict[str, Any]:
     return {"candidate": s.index, "label": s.label, "edits": [_edit_text(p, v) for p, v in s.edits],
             "predicted": prediction_data(s.prediction), "unpredicted": s.unpredicted or None,
-            "warnings": [f"{f.code} {f.path}: {f.message}" for f in s.warnings], "alike": s.merged}
+            "warnings": [f"{f.code} {f.path}: {f.message}" for f in s.warnings], "alike": s.merged,
+            "needsAutotuneCapture": s.recapture}
 
 
 def result_data(r: SearchResult) -> dict[str, Any]:
@@ -43,7 +60,7 @@ def result_data(r: SearchResult) -> dict[str, Any]:
     base = r.base_scored
     return {
         "base": str(r.base), "slo": {"tps": r.slo.tps, "ttftS": r.slo.ttft_s}, "model": r.model,
-        "figures": predicted_label(r.model), "racks": r.racks,
+        "figures": predicted_label(r.model), "racks": r.racks, "acceptance": acceptance_note(r),
         "workload": {"context": round(r.workload.context, 1), "prefill": round(r.workload.prefill, 1),
                      "output": round(r.workload.output, 1)},
         "candidates": {"enumerated": r.enumerated, "pruned": r.pruned, "alike": r.merged,
@@ -94,7 +111,8 @@ def proposal_markdown(r: SearchResult, diffs: dict[int, StackDiff]) -> str:
              f"{r.enumerated:,} candidates; {r.pruned:,} pruned by validate; {r.merged:,} alike to another "
              f"(validate and the model cannot tell them apart); {len(r.survivors) - 1:,} predicted, {meets:,} "
              "meet the SLO.", "",
-             f"Base `{r.base_name}`: {_fig(base.prediction if base else None)}.", ""]
+             f"Base `{r.base_name}`: {_fig(base.prediction if base else None)}.", "",
+             f"Draft acceptance: {acceptance_note(r)}.", ""]
     if r.reasons:
         lines += ["Pruned by (rule: candidates):", ""]
         lines += [f"- {x.code}: {x.candidates:,} ({x.example})" for x in r.reasons[:5]]
@@ -103,6 +121,10 @@ def proposal_markdown(r: SearchResult, diffs: dict[int, StackDiff]) -> str:
         s = pick.scored
         lines += [f"## Pick {pick.rank}: `{pick.path}`", "", f"{s.label}.", "",
                   f"Why: rank {pick.rank} by tok/s per GPU at the SLO: {_fig(s.prediction)}."]
+        if s.prediction is not None and s.prediction.acceptance:
+            lines.append(f"Draft acceptance: {s.prediction.acceptance}.")
+        if s.recapture:
+            lines += ["", f"This pick {RECAPTURE}."]
         if base is not None and base.prediction is not None and base.prediction.meets and s.prediction is not None:
             gain = s.prediction.tps_per_gpu / base.prediction.tps_per_gpu if base.prediction.tps_per_gpu else 0
             lines.append(f"That is {gain:.2f}x the base's predicted tok/s per GPU.")

@@ -16,7 +16,7 @@ from stackpin.bench.result import Slo
 from stackpin.errors import StackpinError
 from stackpin.profile.loader import LoadedProfile, load_profile
 from stackpin.profile.model import StackProfile
-from stackpin.search.predict import Prediction, predict_stack, stack_key
+from stackpin.search.predict import Measured, Prediction, predict_stack, stack_key
 from stackpin.search.prune import Checked, Reason, base_warnings, check, reasons
 from stackpin.search.space import Candidate, Space, candidates
 from stackpin.sim.curve import Workload
@@ -37,6 +37,7 @@ class Scored:
     prediction: Prediction | None
     unpredicted: str  # why the model refused it ("" when predicted)
     merged: int  # candidates that validate and the model could not tell from this one
+    recapture: bool = False  # cannot keep the base's pinned autotune cache: needs a new capture (space.Candidate)
 
     @property
     def meets(self) -> bool:
@@ -69,6 +70,7 @@ class SearchResult:
     picks: tuple[Pick, ...]
     validate_s: float
     predict_s: float
+    measured: Measured | None = None  # the measured acceptance given (`--acceptance`), None: the model's throughout
 
     @property
     def base_scored(self) -> Scored | None:
@@ -111,14 +113,16 @@ def _figures(p: Prediction | None, why: str) -> tuple[Any, ...]:
     if p is None:
         return (why,)
     return (p.meets, p.limited_by, *(float(f"{x:.6g}") for x in (p.tps_per_gpu, p.agent_tps, p.ttft_s, p.agents,
-                                                                   p.single_agent_tps)), p.gpus)
+                                                                   p.single_agent_tps)), p.gpus, p.acceptance)
 
 
 def search(base_path: Path, slo: Slo, workload: Workload, *, racks: int = 1, top: int = 3, model: str = "roofline",
-           params: dict[str, Any] | None = None, limit: int | None = None, space: Space | None = None) -> SearchResult:
+           params: dict[str, Any] | None = None, limit: int | None = None, space: Space | None = None,
+           measured: Measured | None = None) -> SearchResult:
     """Search the stack space around the profile at `base_path` for `slo` on `workload`. `limit`: enumerate
     at most that many candidates (the bench's sample); None: all of them. `space`: another space than
-    space.yaml's (tests)."""
+    space.yaml's (tests). `measured`: draft acceptance a bench run measured, taken over the model's for the
+    candidates drafting alike (predict.acceptance_for)."""
     from stackpin.sim.models import check_model
     from stackpin.sim.stack import profile_stack
     from stackpin.validate import run_rules
@@ -141,7 +145,7 @@ def search(base_path: Path, slo: Slo, workload: Workload, *, racks: int = 1, top
     if base_check.profile is None:
         raise StackpinError(f"{base_path}: the base profile does not load: {base_check.reason}")
     survivors, merged = _predict(base, [c for c in checked if not c.pruned_by or c.candidate.index == 0],
-                                 slo, workload, model, params, profile_stack)
+                                 slo, workload, model, params, profile_stack, measured)
     predicted = time.perf_counter()
     ranked = sorted(survivors, key=_rank_key)
     front = pareto(ranked)
@@ -154,11 +158,12 @@ def search(base_path: Path, slo: Slo, workload: Workload, *, racks: int = 1, top
         base=base_path, base_name=base.profile.name, slo=slo, model=model, racks=racks, workload=workload,
         enumerated=len(checked), pruned=sum(1 for c in checked if c.pruned_by and c.candidate.index != 0),
         reasons=reasons([c for c in checked if c.candidate.index != 0]), merged=merged, survivors=tuple(ranked),
-        front=front, picks=picks, validate_s=validated - started, predict_s=predicted - validated)
+        front=front, picks=picks, validate_s=validated - started, predict_s=predicted - validated, measured=measured)
 
 
 def _predict(base: LoadedProfile, items: list[Checked], slo: Slo, workload: Workload, model: str,
-             params: dict[str, Any] | None, profile_stack: Any) -> tuple[list[Scored], int]:
+             params: dict[str, Any] | None, profile_stack: Any, measured: Measured | None = None
+             ) -> tuple[list[Scored], int]:
     """Predict the surviving candidates; those with the same findings that the model predicts alike are one
     (validate and the model cannot tell them apart), the one with the fewest edits standing for all. A stack
     the model reads alike is predicted once."""
@@ -177,12 +182,12 @@ def _predict(base: LoadedProfile, items: list[Checked], slo: Slo, workload: Work
             key = stack_key(stack)
             if key not in cache:
                 try:
-                    cache[key] = (predict_stack(stack, slo, workload, model, params), "")
+                    cache[key] = (predict_stack(stack, slo, workload, model, params, measured), "")
                 except StackpinError as exc:
                     cache[key] = (None, exc.message)
             prediction, why = cache[key]
         scored = Scored(candidate.index, candidate.label, candidate.edits, candidate.document, item.profile,
-                        warnings, prediction, why, 0)
+                        warnings, prediction, why, 0, candidate.recapture)
         group = (_findings_key(item), _figures(prediction, why)) if candidate.index != 0 else ("base",)
         first = groups.get(group)
         if first is None:

@@ -77,10 +77,15 @@ class Candidate:
     knobs: Knobs | None  # None: the base itself
     document: dict[str, Any] = field(compare=False, repr=False)
     edits: tuple[tuple[FieldPath, Any], ...] = field(compare=False)
+    # The base replays a pinned autotune cache this candidate cannot keep (it runs another engine config):
+    # it tunes at start (autotune.mode: tune, no cache) until a cache is captured for it.
+    recapture: bool = False
 
     @property
     def label(self) -> str:
-        return "base" if self.knobs is None else self.knobs.text()
+        if self.knobs is None:
+            return "base"
+        return self.knobs.text() + ("; new autotune capture" if self.recapture else "")
 
 
 @dataclass(frozen=True)
@@ -284,6 +289,38 @@ def document_of(base: dict[str, Any], knobs: Knobs, racks: int, rack_gpus: int, 
     return doc
 
 
+# What vLLM hashes into the config directory a FlashInfer autotune cache is keyed by (VllmConfig.compute_hash,
+# model_executor/warmup/flashinfer_autotune_cache.py:19-41 in 0.31.0; max-num-seqs and batched tokens included,
+# config/scheduler.py:278-282): a candidate that changes any of these runs under another directory, where a cache
+# captured for the base holds nothing. Replica counts and node spread are not in it (profile/tuning.py
+# engine_configs).
+_HASHED = (("spec", "model"), ("spec", "placement", "mode"), ("spec", "placement", "kvConnector"),
+           ("spec", "speculative"), ("spec", "cudaGraphs"), ("spec", "kvCache"), ("spec", "kernels"))
+_NOT_HASHED = ("replicas", "nodesPerReplica")
+
+
+def engine_config(doc: dict[str, Any]) -> tuple[Any, ...]:
+    """The parts of a profile document that decide the engine config an autotune cache belongs to."""
+    pools = _get(doc, _POOLS) or {}
+    shaped = {role: {k: v for k, v in pool.items() if k not in _NOT_HASHED} for role, pool in pools.items()
+              if isinstance(pool, dict)}
+    return (*(repr(_get(doc, path)) for path in _HASHED), repr(sorted(shaped.items())))
+
+
+def replays_cache(doc: dict[str, Any]) -> bool:
+    autotune = _get(doc, ("spec", "autotune")) or {}
+    return autotune.get("mode") == "replay" and bool(autotune.get("cache"))
+
+
+def without_cache(doc: dict[str, Any]) -> dict[str, Any]:
+    """`doc` tuning at start instead of replaying the base's cache: what it runs until one is captured for it
+    (mode: tune, the setting a capture job runs; the model predicts it with its autotune factor for tune)."""
+    autotune = dict(_get(doc, ("spec", "autotune")) or {})
+    autotune["mode"] = "tune"
+    autotune["cache"] = None
+    return _with(doc, ("spec", "autotune"), autotune)
+
+
 def candidates(loaded: LoadedProfile, racks: int, space: Space | None = None,
                catalog: Catalog | None = None) -> Iterator[Candidate]:
     """The base (index 0), then every combination of the axes that fits `racks` racks, in a fixed order;
@@ -304,6 +341,7 @@ def candidates(loaded: LoadedProfile, racks: int, space: Space | None = None,
                              speculative_choices(loaded, space, catalog), space.graph_modes, space.captures,
                              space.kv_dtypes)
     index = 0
+    base_config = engine_config(base) if replays_cache(base) else None
     for (placement, prefill), shape, seqs, tokens, (method, k), mode, capture, kv in axes:
         if mode == "NONE" and capture != space.captures[0]:
             continue  # graphs off: no sizes to choose
@@ -311,8 +349,11 @@ def candidates(loaded: LoadedProfile, racks: int, space: Space | None = None,
         doc = document_of(base, knobs, racks, platform.total_gpus, platform.gpus_per_node, space)
         if doc is None:
             continue
+        recapture = base_config is not None and engine_config(doc) != base_config
+        if recapture:
+            doc = without_cache(doc)
         edits = tuple(leaf_edits(base, doc))
         if not edits:
             continue  # the base itself
         index += 1
-        yield Candidate(index, knobs, doc, edits)
+        yield Candidate(index, knobs, doc, edits, recapture)

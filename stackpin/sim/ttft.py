@@ -32,11 +32,12 @@ from stackpin.sim.stack import SimStack
 
 
 def ttft_curve(stack: SimStack, points: list[CurvePoint], workload: Workload, params: dict[str, Any] | None = None,
-               model: str = "roofline") -> list[float]:
-    """TTFT in seconds at each of `points` (curve(stack, workload, params, model)'s, same order)."""
+               model: str = "roofline", acceptance: tuple[float, ...] | None = None) -> list[float]:
+    """TTFT in seconds at each of `points` (curve(stack, workload, params, model, acceptance)'s, same order);
+    `acceptance`: the measured per-position rates the curve was drawn with."""
     params = params or load_params()
     pool = stack.decode
-    dec = step_model(model, stack, pool, params)
+    dec = step_model(model, stack, pool, params, acceptance)
     prompt = max(workload.prefill, 1.0)
     out = []
     if stack.colocated:
@@ -53,7 +54,7 @@ def ttft_curve(stack: SimStack, points: list[CurvePoint], workload: Workload, pa
             out.append(steps * dec.step_time(p.batch, p.k, kv, chunk))
         return out
     pre_pool = stack.pool(Role.prefill)
-    pre = step_model(model, stack, pre_pool, params)
+    pre = step_model(model, stack, pre_pool, params, acceptance)
     chunk = pre_pool.max_batched_tokens
     steps = max(1, math.ceil(prompt / chunk))
     service = steps * pre.step_time(0, 0, int(workload.context), int(min(chunk, prompt / steps)))
