@@ -137,8 +137,8 @@ class Acceptance(Model):
     draft_tokens: NonNegativeInt | None = Field(description="Draft tokens proposed (none: the engine does not "
                                                 "count them).")
     accepted_per_position: tuple[NonNegativeInt, ...] = Field(
-        description="Per draft position i: drafts whose positions 0..i were all accepted (vLLM's "
-        "spec_decode_num_accepted_tokens_per_pos); empty where the engine counts only the total (SGLang).")
+        description="Per draft position i: drafts whose positions 0..i were all accepted (the engine's per-position "
+        "counter, bench/acceptance.yaml); empty where the engine counts only the total (counting: verify_calls).")
     accepted_tokens: NonNegativeInt | None = Field(None, description="Draft tokens accepted, where counted apart "
                                                    "from the positions (none: their sum).")
     reached_per_position: tuple[NonNegativeInt, ...] = Field(

@@ -16,8 +16,10 @@ import urllib.error
 import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
 
-from stackpin.bench.acceptance import Acceptance, facts
+from stackpin.bench.acceptance import FACTS_FILE, Acceptance, facts
 
 MAX_METRICS_BYTES = 16 << 20  # a vLLM /metrics page is tens of KB; histograms per engine stay far below this
 TIMEOUT_S = 5.0  # the whole read, connect to last byte
@@ -27,10 +29,10 @@ TIMEOUT_S = 5.0  # the whole read, connect to last byte
 class Reading:
     """The spec-decode counters of one or more /metrics pages, summed over their series (engines, workers)."""
 
-    engine: str  # "vllm" or "sglang"; "" where the page was read and holds no spec-decode counter
+    engine: str  # the acceptance.yaml engines section whose counters it holds; "" where the page holds none
     totals: dict[str, float]  # role (acceptance.yaml's counter keys) -> value
     positions: dict[str, dict[int, float]] = field(default_factory=dict)  # per-position role -> position -> value
-    draft_tokens_per_verify: float | None = None  # SGLang's gauge less the root
+    draft_tokens_per_verify: float | None = None  # a verify_calls engine's gauge less the root
 
     def plus(self, other: Reading) -> Reading:
         if self.engine and other.engine and other.engine != self.engine:
@@ -50,21 +52,45 @@ class Reading:
 
 _LINE = re.compile(r'^([A-Za-z_:][A-Za-z0-9_:]*)(\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\})?\s+(\S+)')
 _LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+COUNTING = ("drafts", "verify_calls")  # acceptance.yaml's counting kinds, each named for the counter that marks it
+PER_POSITION = ("accepted_per_position", "reached_per_position")
+
+
+def sections() -> dict[str, dict[str, Any]]:
+    """acceptance.yaml's engine sections, in its order: key -> counters, counting kind, labels."""
+    found: dict[str, dict[str, Any]] = facts()["engines"]
+    for key, section in found.items():
+        if section.get("counting") not in COUNTING:
+            raise ValueError(f"{FACTS_FILE}: engines.{key}.counting: one of {', '.join(COUNTING)}")
+    return found
+
+
+@dataclass(frozen=True)
+class _Names:
+    counters: dict[str, tuple[str, str]]  # exposed name -> (section, role)
+    gauges: dict[str, str]  # exposed name of a draft-tokens-per-verify gauge -> section
+    prefixes: tuple[str, ...]  # what every name above starts with: lines that start otherwise are skipped
+
+
+@cache
+def _names() -> _Names:
+    counters = {name: (key, role) for key, section in sections().items()
+                for role, name in section["counters"].items()}
+    sim = facts()["stackpin_sim"]
+    counters[sim["reached_per_position"]] = (sim["serves"], "reached_per_position")
+    gauges = {s["draft_tokens_gauge"]: key for key, s in sections().items() if "draft_tokens_gauge" in s}
+    prefixes = tuple(sorted({name.split(":", 1)[0] + ":" for name in (*counters, *gauges)}))
+    return _Names(counters, gauges, prefixes)
 
 
 def parse(text: str) -> Reading:
     """The spec-decode counters a /metrics page holds (engine "" when it holds none)."""
-    vllm, sglang, sim = facts()["vllm"], facts()["sglang"], facts()["stackpin_sim"]
-    vllm_names = {name: role for role, name in vllm["counters"].items()}
-    vllm_names[sim["reached_per_position"]] = "reached_per_position"
-    sglang_names = {name: role for role, name in sglang["counters"].items()}
-    gauge_name = sglang["draft_tokens_gauge"]
-    position_label = vllm["position_label"]
-    totals: dict[str, dict[str, float]] = {"vllm": defaultdict(float), "sglang": defaultdict(float)}
-    positions: dict[str, dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    gauge: float | None = None
+    names, engines = _names(), sections()
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    positions: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
+    gauges: dict[str, float] = {}
     for line in text.splitlines():
-        if not line or line[0] == "#" or not line.startswith(("vllm:", "sglang:", "stackpin:")):
+        if not line or line[0] == "#" or not line.startswith(names.prefixes):
             continue
         match = _LINE.match(line)
         if match is None:
@@ -76,23 +102,22 @@ def parse(text: str) -> Reading:
             continue
         if value != value or value in (float("inf"), float("-inf")) or value < 0:
             continue  # not a count
-        if name in vllm_names:
-            role = vllm_names[name]
-            if role in ("accepted_per_position", "reached_per_position"):
+        if name in names.counters:
+            key, role = names.counters[name]
+            if role in PER_POSITION:
                 found = dict(_LABEL.findall(labels or ""))
-                position = found.get(position_label, "")
+                position = found.get(engines[key]["position_label"], "")
                 if position.isdigit() and int(position) < 1024:
-                    positions[role][int(position)] += value
+                    positions[key][role][int(position)] += value
             else:
-                totals["vllm"][role] += value
-        elif name in sglang_names:
-            totals["sglang"][sglang_names[name]] += value
-        elif name == gauge_name and value > 1:
-            gauge = max(gauge or 0.0, value - 1)
-    if "drafts" in totals["vllm"]:
-        return Reading("vllm", dict(totals["vllm"]), {k: dict(v) for k, v in positions.items()})
-    if "verify_calls" in totals["sglang"]:
-        return Reading("sglang", dict(totals["sglang"]), {}, gauge)
+                totals[key][role] += value
+        elif name in names.gauges and value > 1:
+            key = names.gauges[name]
+            gauges[key] = max(gauges.get(key, 0.0), value - 1)
+    for key, section in engines.items():
+        if section["counting"] in totals[key]:
+            return Reading(key, dict(totals[key]), {role: dict(v) for role, v in positions[key].items()},
+                           gauges.get(key))
     return Reading("", {})
 
 
@@ -162,13 +187,14 @@ def difference(before: Reading, after: Reading, method: str | None, drafting: st
         out = tuple(round(a.get(i, 0.0) - b.get(i, 0.0)) for i in range(n))
         return None if any(d < 0 for d in out) else out
 
-    if after.engine == "vllm":
+    if sections()[after.engine]["counting"] == "drafts":
         drafts, tokens, accepted = delta("drafts"), delta("draft_tokens"), delta("accepted_tokens")
         positions, reached = per_position("accepted_per_position"), per_position("reached_per_position")
         if drafts is None or tokens is None or accepted is None or positions is None or reached is None:
             return None
         return Acceptance(method=method, drafting=drafting, drafts=drafts, draft_tokens=tokens,
                           accepted_per_position=positions, accepted_tokens=accepted, reached_per_position=reached)
+    # verify_calls: a request's first token comes from the prefill, not a verify, so it is taken out.
     verify, generated, requests = delta("verify_calls"), delta("generation_tokens"), delta("requests")
     if verify is None or generated is None or requests is None:
         return None

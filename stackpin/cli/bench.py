@@ -187,9 +187,10 @@ def _print_result(result: BenchResult, out: str | None, output: str) -> None:
               help="Measure an invalid point again up to this many times (a passing load on the host often makes "
                    "one); the last measurement is kept, with how many it took.")
 @click.option("--metrics", "metrics_urls", multiple=True, metavar="URL",
-              help="A Prometheus page whose speculative-decoding counters (vLLM's, SGLang's) give each point's draft "
-                   "acceptance, summed over every --metrics (default: the endpoint's /metrics; behind Dynamo's "
-                   "frontend, each worker's system port: http://WORKER:PORT/metrics).")
+              help="A Prometheus page whose speculative-decoding counters (each engine's, as "
+                   "stackpin/bench/acceptance.yaml names them) give each point's draft acceptance, summed over "
+                   "every --metrics (default: the endpoint's /metrics; behind Dynamo's frontend, each worker's "
+                   "system port: http://WORKER:PORT/metrics).")
 @click.option("--pod-index", type=click.IntRange(min=0), default=0, hidden=True)
 @click.option("--pods", type=click.IntRange(min=1), default=1, hidden=True)
 @click.option("--out", required=True, type=click.Path(dir_okay=False), callback=file_only,

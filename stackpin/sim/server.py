@@ -232,9 +232,9 @@ def exposition(sim: Simulator, model_name: str) -> str:
     engines = [e for e in sim.decoders if e.spec.positions]
     if not engines:
         return "# stackpin simulator: this stack drafts no speculative tokens\n"
-    names = facts()["vllm"]["counters"]
-    reached = facts()["stackpin_sim"]["reached_per_position"]
-    label = facts()["vllm"]["position_label"]
+    own = facts()["stackpin_sim"]
+    served = facts()["engines"][own["serves"]]  # a `counting: drafts` engine's counters
+    names, reached, label = served["counters"], own["reached_per_position"], served["position_label"]
     model = json.dumps(model_name)  # a label value: quoted, backslashes and quotes escaped
     lines: list[str] = []
 
