@@ -63,6 +63,9 @@ class ServingEngine(Protocol):
     # catalog's env_vars, so one it lacks is ignored; None where the catalog's list is not known complete.
     env_registry: tuple[str, str] | None
     removed_env: str | None  # the versions.yaml section of env vars its releases stopped reading
+    # Its pinned release's own check of a lock, "module:function" in stackpin.enginecheck (a name, not an import:
+    # enginecheck sits below this seam); stackpin.enginecheck.check.lock_check resolves it.
+    lock_check: str
 
     def flag_catalog(self, version: str) -> FlagCatalog | None:
         """The options the pinned release's parser accepts, or None when no catalog has it."""

@@ -122,6 +122,7 @@ class Sglang:
     # follow: a name missing from the catalog may still be read, so none is called ignored.
     env_registry: tuple[str, str] | None = None
     removed_env: str | None = None  # stackpin records no SGLang env var removals
+    lock_check: str = "stackpin.enginecheck.sglang_check:check_sglang_lock"
 
     def release(self, version: str) -> Release | None:
         from stackpin.catalog.flags import sglang_release

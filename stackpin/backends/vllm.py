@@ -156,6 +156,7 @@ class Vllm:
     # vLLM reads its VLLM_ variables through one registry, vllm/envs.py, which its catalog's env_vars is read from.
     env_registry: tuple[str, str] | None = ("VLLM_", "vllm/envs.py")
     removed_env: str | None = "removed_env"  # versions.yaml removed_env: what vLLM stopped reading, since when
+    lock_check: str = "stackpin.enginecheck.check:check_lock"
 
     def release(self, version: str) -> Release | None:
         from stackpin.catalog.flags import vllm_release

@@ -23,6 +23,7 @@ import os
 import re
 import subprocess
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -293,6 +294,18 @@ def pinned_cache_lookup(lock: StackLock, autotune: dict[str, Any]) -> dict[str, 
     return {"path": path, "held": held, "pinned": cache.pinned if cache is not None else None,
             "stand_in": bool(cache is not None and cache.stand_in),
             "holds": sorted({p.split("/")[2][:12] for p in files or () if p.count("/") == 3})}
+
+
+def lock_check(engine: str) -> Callable[..., list[PoolCheck]]:
+    """The check of a lock by engine `engine`'s pinned release (`check_lock`'s signature), as its backend names
+    it (ServingEngine.lock_check)."""
+    from importlib import import_module
+
+    from stackpin.backends import engine as serving_engine
+
+    module, _, function = serving_engine(engine).lock_check.partition(":")
+    check: Callable[..., list[PoolCheck]] = getattr(import_module(module), function)
+    return check
 
 
 def check_lock(lock: StackLock, python: Path, catalog: Catalog | None = None,

@@ -109,7 +109,7 @@ def check_python(engine: str, version: str, given: Path | None = None, base: Pat
     """The engine check environment's Python for release `version` of `engine` (vllm, sglang), absolute:
     `given` against `base`, else where the setup builds it under `base` (the current directory); EngineEnvError
     naming the path tried and how to build it, when it is missing."""
-    if engine == "vllm":
+    if _key(engine, version) == version:  # keyed bare: the engine `stackpin engines setup-check` builds, its hint
         return engine_python(version, given, base)
     base = (base or Path.cwd()).absolute()
     python = (base / given if given is not None else venv_python(default_venv(version, base, engine))).absolute()

@@ -167,17 +167,15 @@ def engine_check(lock: StackLock, options: VerifyOptions) -> tuple[tuple[str, ..
     check` runs it."""
     import os
 
-    from stackpin.enginecheck.check import check_lock
+    from stackpin.enginecheck.check import lock_check
     from stackpin.enginecheck.envbuild import check_python
-    from stackpin.enginecheck.sglang_check import check_sglang_lock
 
     spec = lock.stack_profile.spec
     engine, version = spec.engine.value, spec.engine_version
     given = options.engine_python or (Path(os.environ["STACKPIN_ENGINE_PYTHON"])
                                       if os.environ.get("STACKPIN_ENGINE_PYTHON") else None)
     python = check_python(engine, version, given)
-    check = check_sglang_lock if engine == "sglang" else check_lock
-    pools = check(lock, python, timeout_s=options.engine_timeout_s)
+    pools = lock_check(engine)(lock, python, timeout_s=options.engine_timeout_s)
     problems = tuple(f"{pool.role}: {p}" for pool in pools for p in pool.problems)
     said = tuple(f"{'ok' if pool.ok else 'refused'} {pool.role}: {engine} {version}" for pool in pools)
     return problems, said
