@@ -47,6 +47,10 @@ if TYPE_CHECKING:
                    "names the scratch namespace) and gates (ready, soak, bench) are used.")
 @click.option("--runs", type=click.IntRange(min=1, max=20), default=3, show_default=True,
               help="--verify: runs of each side (alternated on the bed).")
+@click.option("--agents", "agents_text", default="1", show_default=True, metavar="N,N,...",
+              help="--verify bed: concurrent agent counts each side is benched at (bench run's --agents).")
+@click.option("--delay-scale", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="--verify bed: factor on the trace's tool delays (bench run's); 0 sends each turn at once.")
 @click.option("--share", type=click.IntRange(min=1), default=1, show_default=True,
               help="--verify bed: serve 1/N of each stack (sim serve's --share).")
 @click.option("--dynamo-env", metavar="DIR", help="--verify bed: the Dynamo bed's environment (default "
@@ -64,8 +68,8 @@ if TYPE_CHECKING:
 @user_errors
 def search(base: str, slo_text: str, trace: str, acceptance_file: str | None, racks: int, top: int, out: str | None,
            model: str, output: str, chart: str | None, dry_run: bool, force: bool, verify: str | None,
-           fleet: str | None, runs: int, share: int, dynamo_env: str | None, scratch_prefix: str, allow_stand_ins: bool,
-           lockdir: str,
+           fleet: str | None, runs: int, agents_text: str, delay_scale: float, share: int,
+           dynamo_env: str | None, scratch_prefix: str, allow_stand_ins: bool, lockdir: str,
            mirrors: tuple[str, ...], oci_layout: str | None, hf_cache: str | None, hf_endpoint: str | None) -> None:
     """Search the stack space around BASE_PROFILE for a service target: placement and pool ratio, TP/EP/DP,
     max-num-seqs and batched tokens, speculative method and draft tokens, CUDA graphs, KV-cache dtype.
@@ -128,12 +132,12 @@ def search(base: str, slo_text: str, trace: str, acceptance_file: str | None, ra
             mirrors=tuple(_parse_mirrors(mirrors).items()), oci_layout=oci_layout, hf_cache=hf_cache,
             hf_endpoint=hf_endpoint))
         _verify(base_path, [p.path for p in result.picks if p.path is not None], verify, Path(trace), slo_text,
-                options, fleet, share, dynamo_env, scratch_prefix, allow_stand_ins, output)
+                options, fleet, share, dynamo_env, scratch_prefix, allow_stand_ins, output, agents_text, delay_scale)
 
 
 def _verify(base: Path, picks: list[Path], where: str, trace: Path, slo_text: str, options: VerifyOptions,
             fleet: str | None, share: int, dynamo_env: str | None, scratch_prefix: str, allow_stand_ins: bool,
-            output: str) -> None:
+            output: str, agents_text: str = "1", delay_scale: float = 1.0) -> None:
     """Every written pick checked and measured against the base (stackpin.search.verify_bed / verify_cluster);
     exit 0 when one passed, 3 when none did but some were inconclusive, 1 otherwise."""
     import sys
@@ -145,13 +149,15 @@ def _verify(base: Path, picks: list[Path], where: str, trace: Path, slo_text: st
         click.echo(line, err=True)
 
     if where == "bed":
+        from stackpin.bench.binding import parse_agents
         from stackpin.bench.controlled import BenchControls
         from stackpin.bench.sessions import read_trace as read_sessions
         from stackpin.search.verify_bed import verify_bed
         from stackpin.upgrade.trialbed import DynamoBed
 
-        done = verify_bed(base, picks, DynamoBed(env=dynamo_env, share=share), BenchControls(
-            trace=read_sessions(trace)), str(trace), slo_text=slo_text, options=options, on_note=note)
+        controls = BenchControls(trace=read_sessions(trace), agents=parse_agents(agents_text), delay_scale=delay_scale)
+        done = verify_bed(base, picks, DynamoBed(env=dynamo_env, share=share), controls, str(trace), slo_text=slo_text,
+                          options=options, on_note=note)
     else:
         from stackpin.search.verify_cluster import verify_cluster
 
