@@ -44,10 +44,11 @@ def test_the_registry_is_the_profiles_engine_list() -> None:
 
 
 def test_each_engines_lock_check_is_its_own_engine_check() -> None:
-    from stackpin.enginecheck.check import check_lock, lock_check
+    from stackpin.enginecheck.check import lock_check
     from stackpin.enginecheck.sglang_check import check_sglang_lock
+    from stackpin.enginecheck.vllm_check import check_vllm_lock
 
-    assert lock_check("vllm") is check_lock and lock_check("sglang") is check_sglang_lock
+    assert lock_check("vllm") is check_vllm_lock and lock_check("sglang") is check_sglang_lock
 
 
 def test_a_profile_without_engine_runs_vllm_and_locks_as_before() -> None:

@@ -7,10 +7,11 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
+from stackpin.backends.vllm import serve_args as vllm_serve_args
 from stackpin.cli.main import main
 from stackpin.lock.lockfile import read_lock
 from stackpin.render.build import build_objects
-from stackpin.render.capture import capture_objects, dynamo_only_options, vllm_serve_args
+from stackpin.render.capture import capture_objects, dynamo_only_options
 from stackpin.validate.manifests import validate_objects
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,7 +95,7 @@ def test_multi_node_capture_runs_the_data_parallel_flags_the_operator_gives_serv
     import os
     import subprocess
 
-    from stackpin.render.capture import CAPTURE_SCRIPT
+    from stackpin.backends.vllm import CAPTURE_SCRIPT
 
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

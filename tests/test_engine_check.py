@@ -26,7 +26,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from stackpin.enginecheck.check import check_lock, judge, pool_specs, run_pool
+from stackpin.enginecheck.check import check_lock
+from stackpin.enginecheck.vllm_check import judge, pool_specs, run_pool
 from stackpin.lock.lockfile import StackLock
 from tests.lockkit import ROOT, shipped_locks, with_profile_value
 from tests.ownenv import own_env
@@ -445,7 +446,7 @@ def test_v4_compress_ratios_are_refused_by_the_v41_constructor(engine: Path, tmp
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The config this check used before (V4's ratios 4 and 128) is not a V4.1 one: vLLM 0.31.0's V4.1
     attention raises outside 0/1/2 (models/deepseek_v41/attention.py:305-310)."""
-    import stackpin.enginecheck.check as check
+    import stackpin.enginecheck.vllm_check as check
 
     published = check.model_config("deepseek-v4.1-flash")
     v4_ratios = {**published, "text_config": {**published["text_config"],

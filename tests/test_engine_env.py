@@ -19,8 +19,10 @@ from stackpin.enginecheck.envbuild import (
     EngineEnvError,
     Recipe,
     build,
+    default_engine,
     default_venv,
     engine_python,
+    engines,
     is_current,
     recipe,
     venv_python,
@@ -40,6 +42,22 @@ def test_the_shipped_recipe_is_package_data() -> None:
     assert plan.first == ("torch==2.13.0",) and "vllm==0.31.0" in plan.requirements_text.splitlines()
     with pytest.raises(EngineEnvError, match=r"no engine check environment for vLLM 9\.9 .*\(shipped: 0\.31\.0\)"):
         recipe("9.9")
+
+
+def test_the_engines_environments_json_names_are_the_backends() -> None:
+    """envbuild runs before stackpin's own environment exists (standard library only), so environments.json
+    repeats what the backends know: the engines, their labels, the default; held equal here."""
+    from stackpin.backends import DEFAULT, engine, names
+    from stackpin.enginecheck.envbuild import _environments, _label
+
+    assert default_engine() == DEFAULT and set(engines()) == set(names()) and engines()[0] == DEFAULT
+    assert all(_label(name) == engine(name).label for name in names())
+    # Every shipped environment installs its engine's own distribution at the release it is keyed by.
+    for entry in _environments().values():
+        name = str(entry.get("engine", DEFAULT))
+        plan = recipe(str(entry.get("version", "")) or str(entry["requirements"]).removesuffix(".txt").split("-")[-1],
+                      name)
+        assert plan.engine == name and f"{engine(name).distribution}=={plan.version}" in plan.requirements_text
 
 
 def test_the_existing_environment_is_current_for_the_shipped_recipe() -> None:

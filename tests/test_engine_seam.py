@@ -22,7 +22,8 @@ BASELINE = ROOT / "tests" / "data" / "engine-names.json"
 # The engine's own modules: its backend, its release readers and the scripts that run inside its environment.
 ENGINE_OWNED = ("stackpin/backends/*", "stackpin/engines/vllm_*.py", "stackpin/engines/sglang_*.py",
                 "stackpin/engines/dynamo_sglang.py", "stackpin/enginecheck/check_runtime*.py",
-                "stackpin/enginecheck/sglang_check.py")
+                "stackpin/enginecheck/sglang_check.py",
+                "stackpin/enginecheck/vllm_check.py")  # vLLM's check of a lock (check.py: what every engine's shares)
 ENGINE = re.compile(r"vllm|sglang", re.IGNORECASE)
 
 

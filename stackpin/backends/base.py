@@ -6,7 +6,8 @@ engine's worker command, its flag table, catalogs and facts, and never spells an
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from stackpin.jsonio import canonical_json
@@ -20,6 +21,17 @@ if TYPE_CHECKING:
     from stackpin.profile.topology import Role
 
 Flag = tuple[str, str | None]  # (option, value); None for a bare switch
+
+
+@dataclass(frozen=True)
+class Capture:
+    """How `stackpin autotune capture-job` runs an engine once with autotuning on (stackpin.render.capture): a bash
+    script (the worker's engine arguments arrive as "$@"; it serves until ready, records FlashInfer's runtime
+    metadata and lists the cache files below the engine's cache root) and the worker's argv as that server takes
+    it (`serve_args(args, dynamo_only)`: Dynamo's own options left out; ValueError on an argv it cannot serve)."""
+
+    script: str
+    serve_args: Callable[[tuple[str, ...], frozenset[str]], list[str]]
 
 
 class ServingEngine(Protocol):
@@ -66,6 +78,16 @@ class ServingEngine(Protocol):
     # Its pinned release's own check of a lock, "module:function" in stackpin.enginecheck (a name, not an import:
     # enginecheck sits below this seam); stackpin.enginecheck.check.lock_check resolves it.
     lock_check: str
+    runtime_image: str  # Dynamo's runtime image for this engine, without its tag (the Dynamo release)
+    # How `stackpin import` reads a worker's flags back: "tables" (stackpin.imports.profile `reading`: JSON options
+    # built from sections, off spellings, aliases) or "options" (each option through `modelled`, imports.modelled).
+    flag_import: str
+    # spec.placement.kvConnector -> the engine's own spelling of that KV transfer, where it has one (render writes
+    # it, import reads it back); empty where the connector's name is passed as it is.
+    kv_transfer_names: Mapping[str, str]
+    # Options render states where a DGD leaves the engine's own default -> why (`stackpin import --report`).
+    stated_defaults: Mapping[str, str]
+    capture: Capture | None  # how a pinned autotune cache is captured; None where none is (autotune_dir_env None)
 
     def flag_catalog(self, version: str) -> FlagCatalog | None:
         """The options the pinned release's parser accepts, or None when no catalog has it."""

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from stackpin.backends.base import Flag, json_arg, kv_events_enabled, passed_flags
+from stackpin.backends.base import Capture, Flag, json_arg, kv_events_enabled, passed_flags
 from stackpin.profile.engine_args import POOL
 from stackpin.profile.model import POOL_NAMES, AutotuneMode, Placement, Pool, StackProfile
 
@@ -123,6 +123,17 @@ class Sglang:
     env_registry: tuple[str, str] | None = None
     removed_env: str | None = None  # stackpin records no SGLang env var removals
     lock_check: str = "stackpin.enginecheck.sglang_check:check_sglang_lock"
+    runtime_image: str = "nvcr.io/nvidia/ai-dynamo/sglang-runtime"
+    flag_import: str = "options"
+    kv_transfer_names: Mapping[str, str] = MappingProxyType(TRANSFER_BACKENDS)  # --disaggregation-transfer-backend
+    capture: Capture | None = None  # no pinned cache is captured for SGLang (autotune_dir_env)
+    stated_defaults: Mapping[str, str] = MappingProxyType({
+        "--dp-size": "SGLang's default 1, stated",
+        "--pp-size": "SGLang's default 1, stated",
+        "--tp-size": "SGLang's default 1, stated",
+        "--mem-fraction-static": "stackpin's pool gpuMemoryUtilization default 0.9, stated (SGLang sizes its static "
+                                 "memory itself when the flag is unset)",
+    })
 
     def release(self, version: str) -> Release | None:
         from stackpin.catalog.flags import sglang_release

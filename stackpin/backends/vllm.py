@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from stackpin.backends.base import Flag, json_arg, kv_events_enabled, passed_flags
+from stackpin.backends.base import Capture, Flag, json_arg, kv_events_enabled, passed_flags
 from stackpin.profile.engine_args import POOL
 from stackpin.profile.model import AutotuneMode, Placement, Pool, Speculative, StackProfile
 
@@ -91,6 +91,57 @@ DEFAULT_KV_CONNECTOR = "NixlConnector"
 # for the pinned release (catalog/engines/vllm-<v>.startup.yaml `speculative.draft_from_target`).
 DRAFT_FROM_TARGET = ("dspark", "mtp")
 _DISAGGREGATION_MODE: dict[str, str] = {"worker": "agg", "prefill": "prefill", "decode": "decode"}
+# The autotune capture (stackpin.render.capture): `vllm serve` until the API answers /health (the cache is
+# written during warm-up, before that), then stop. Every node of a multi-node replica serves its own ranks (hybrid
+# load balancing, as served; render/capture.py gives the data-parallel environment) and stops when rank 0 is done.
+# Engine arguments arrive as "$@": nothing from the profile is spliced in.
+CAPTURE_SCRIPT = r"""set -euo pipefail
+extra=()
+index="${JOB_COMPLETION_INDEX:-0}"
+if [ "$STACKPIN_NODES" -gt 1 ]; then
+  extra+=(--data-parallel-hybrid-lb --data-parallel-size-local "$STACKPIN_DP_LOCAL"
+          --data-parallel-start-rank "$((index * STACKPIN_DP_LOCAL))"
+          --data-parallel-address "$STACKPIN_LEADER" --data-parallel-rpc-port "$STACKPIN_DP_RPC_PORT")
+fi
+done_marker="$VLLM_CACHE_ROOT/.stackpin-captured-$STACKPIN_POOL"
+vllm serve "$@" "${extra[@]}" &
+pid=$!
+if [ "$index" -eq 0 ]; then
+  until python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:8000/health")' 2>/dev/null; do
+    kill -0 "$pid" 2>/dev/null || { wait "$pid"; exit 1; }
+    sleep 10
+  done
+  touch "$done_marker"
+else
+  until [ -e "$done_marker" ]; do kill -0 "$pid" 2>/dev/null || { wait "$pid"; exit 1; }; sleep 10; done
+fi
+kill -TERM "$pid"
+wait "$pid" || true
+if [ "$index" -eq 0 ]; then
+  # The environment FlashInfer records in each file's _metadata, from the same image on the same GPUs:
+  # `stackpin autotune verify --runtime-metadata` compares every cache file with it.
+  python3 -c 'import json, sys; from flashinfer.autotuner.autotuner import _collect_metadata as meta
+json.dump(meta(), sys.stdout, sort_keys=True)' > "$VLLM_CACHE_ROOT/runtime-metadata-$STACKPIN_POOL.json"
+fi
+find "$VLLM_CACHE_ROOT/flashinfer_autotune_cache" -type f -name '*.json' | sort
+"""
+
+
+def serve_args(args: tuple[str, ...], dynamo_only: frozenset[str] = frozenset({"--disaggregation-mode"})) -> list[str]:
+    """A dynamo.vllm argv as `vllm serve` argv: the model goes first, Dynamo's own flags go (with their
+    value: the next token when it is not an option)."""
+    out, model, i = [], None, 0
+    while i < len(args):
+        if args[i] == "--model":
+            model, i = args[i + 1], i + 2
+        elif args[i] in dynamo_only:
+            i += 2 if i + 1 < len(args) and not args[i + 1].startswith("--") else 1
+        else:
+            out.append(args[i])
+            i += 1
+    if model is None:
+        raise ValueError("engine arguments carry no --model")
+    return [model, *out]
 
 
 def speculative_config(spec: Speculative, target_revision: str, facts: StartupFacts | None = None
@@ -156,17 +207,30 @@ class Vllm:
     # vLLM reads its VLLM_ variables through one registry, vllm/envs.py, which its catalog's env_vars is read from.
     env_registry: tuple[str, str] | None = ("VLLM_", "vllm/envs.py")
     removed_env: str | None = "removed_env"  # versions.yaml removed_env: what vLLM stopped reading, since when
-    lock_check: str = "stackpin.enginecheck.check:check_lock"
+    lock_check: str = "stackpin.enginecheck.vllm_check:check_vllm_lock"
+    runtime_image: str = "nvcr.io/nvidia/ai-dynamo/vllm-runtime"
+    flag_import: str = "tables"
+    kv_transfer_names: Mapping[str, str] = MappingProxyType({})  # --kv-transfer-config's kv_connector: the name
+    capture: Capture | None = Capture(CAPTURE_SCRIPT, serve_args)
+    stated_defaults: Mapping[str, str] = MappingProxyType({
+        "--data-parallel-size": "vLLM's default 1, stated",
+        "--pipeline-parallel-size": "vLLM's default 1, stated",
+        "--tensor-parallel-size": "vLLM's default 1, stated",
+        "--enable-prefix-caching": "vLLM's default, stated",
+        "--gpu-memory-utilization": "stackpin's default 0.9 (vLLM's own is 0.92 in 0.28.0-0.33.0), stated",
+        "--kv-cache-dtype": "vLLM's default auto, stated",
+        "--compilation-config.cudagraph_mode": "vLLM's default mode, stated",
+    })
 
     def release(self, version: str) -> Release | None:
-        from stackpin.catalog.flags import vllm_release
+        from stackpin.catalog.flags import engine_release
 
-        return vllm_release(version)
+        return engine_release(self.name, version)
 
     def flag_catalog(self, version: str) -> FlagCatalog | None:
-        from stackpin.catalog.flags import vllm_catalog
+        from stackpin.catalog.flags import engine_catalog
 
-        return vllm_catalog(version)
+        return engine_catalog(self.name, version)
 
     def startup(self, version: str) -> StartupFacts | None:
         from stackpin.catalog.startup import startup_facts

@@ -1,7 +1,8 @@
-"""Build the engine check's environment: the pinned vLLM from its published wheel, CPU-capable torch, and only
-what the check imports (`stackpin engines setup-check`, scripts/install-engine-check.sh).
+"""Build the engine check's environment: the pinned engine release from its published wheel, CPU-capable torch,
+and only what the check imports (`stackpin engines setup-check`, scripts/install-engine-check.sh).
 
-Steps, per pinned vLLM (environments.json beside this module): a venv; `first` (torch as vLLM's METADATA pins
+Steps, per pinned engine release (environments.json beside this module, which also names the engines, their
+labels and the default one): a venv; `first` (torch as vLLM's METADATA pins
 it) with its dependencies; then the requirements file shipped beside this module with --no-deps; then an
 import smoke test. pip prints its own progress: the build is a download of about 2 GB the first time.
 Idempotent: the venv keeps a stamp holding the sha256 of `first` and the requirements file; a current venv is
@@ -9,7 +10,8 @@ left alone, a stale or half-built one is rebuilt from scratch, and a failed or i
 venv that looks usable. Only PyPI (or the mirrors pip's config names) is contacted.
 
 Standard library only: scripts/install-engine-check.sh runs it with the system Python
-(`python3 -m stackpin.enginecheck.envbuild DIR`) before stackpin's own environment exists.
+(`python3 -m stackpin.enginecheck.envbuild DIR`) before stackpin's own environment exists, so the engines'
+facts come from environments.json, not from stackpin.backends.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
 from importlib import resources
 from pathlib import Path
 
@@ -36,14 +39,39 @@ class EngineEnvError(StackpinError):
     """The engine environment is missing or could not be built (exit 2)."""
 
 
+@cache
+def _data() -> dict[str, dict[str, object]]:
+    data: dict[str, dict[str, object]] = json.loads(
+        resources.files(__package__).joinpath("environments.json").read_text("utf-8"))
+    return data
+
+
+def default_engine() -> str:
+    """The engine `stackpin engines setup-check` builds the environment of (environments.json `_engines`)."""
+    return str(_data()["_engines"]["default"])
+
+
+def _label(engine: str) -> str:
+    labels = _data()["_engines"]["labels"]
+    assert isinstance(labels, dict)
+    return str(labels.get(engine, engine))
+
+
+def engines() -> tuple[str, ...]:
+    """The engines environments.json names, the default first."""
+    labels = _data()["_engines"]["labels"]
+    assert isinstance(labels, dict)
+    return (default_engine(), *sorted(set(labels) - {default_engine()}))
+
+
 @dataclass(frozen=True)
 class Recipe:
-    vllm: str
+    version: str  # the engine release
     first: tuple[str, ...]  # installed with their dependencies, before the requirements
     requirements: str  # the shipped requirements file's name (package data)
     requirements_text: str
     smoke: tuple[str, ...]  # modules the finished environment must import
-    engine: str = "vllm"  # the engine whose release `vllm` names (an entry's "engine"; vLLM when absent)
+    engine: str = field(default_factory=default_engine)  # an entry's "engine"; the default engine when absent
 
     @property
     def stamp(self) -> str:
@@ -53,37 +81,36 @@ class Recipe:
 
 
 def _environments() -> dict[str, dict[str, object]]:
-    data: dict[str, dict[str, object]] = json.loads(
-        resources.files(__package__).joinpath("environments.json").read_text("utf-8"))
-    return {k: v for k, v in data.items() if not k.startswith("_")}
+    return {k: v for k, v in _data().items() if not k.startswith("_")}
 
 
 def _key(engine: str, version: str) -> str:
-    """An environment's key in environments.json: vLLM's releases bare (as shipped first), others `engine-version`."""
-    return version if engine == "vllm" else f"{engine}-{version}"
+    """An environment's key in environments.json: the default engine's releases bare (as shipped first), others
+    `engine-version`."""
+    return version if engine == default_engine() else f"{engine}-{version}"
 
 
-def recipe(vllm: str, engine: str = "vllm") -> Recipe:
-    """How the environment for release `vllm` of `engine` is built; EngineEnvError naming the shipped ones
-    otherwise."""
-    environments = {k: v for k, v in _environments().items() if v.get("engine", "vllm") == engine}
-    label = {"vllm": "vLLM", "sglang": "SGLang"}.get(engine, engine)
-    if _key(engine, vllm) not in environments:
+def recipe(version: str, engine: str | None = None) -> Recipe:
+    """How the environment for release `version` of `engine` (the default engine when None) is built;
+    EngineEnvError naming the shipped ones otherwise."""
+    engine = engine or default_engine()
+    environments = {k: v for k, v in _environments().items() if v.get("engine", default_engine()) == engine}
+    if _key(engine, version) not in environments:
         shipped = sorted(str(v.get("version", k)) for k, v in environments.items())
-        raise EngineEnvError(f"no engine check environment for {label} {vllm} in "
+        raise EngineEnvError(f"no engine check environment for {_label(engine)} {version} in "
                              f"stackpin/enginecheck/environments.json (shipped: {', '.join(shipped)})")
-    entry = environments[_key(engine, vllm)]
+    entry = environments[_key(engine, version)]
     name = str(entry["requirements"])
     text = resources.files(__package__).joinpath(name).read_text("utf-8")
     first, smoke = entry["first"], entry["smoke"]
     assert isinstance(first, list) and isinstance(smoke, list)
-    return Recipe(vllm, tuple(map(str, first)), name, text, tuple(map(str, smoke)), engine)
+    return Recipe(version, tuple(map(str, first)), name, text, tuple(map(str, smoke)), engine)
 
 
-def default_venv(vllm: str, base: Path | None = None, engine: str = "vllm") -> Path:
-    """Where the setup builds, and the check looks for, the environment of release `vllm` of `engine`
-    (.enginecheck/vllm-0.31.0, .enginecheck/sglang-0.5.21): absolute, under `base` (the current directory)."""
-    return (base or Path.cwd()).absolute() / ENV_ROOT / f"{engine}-{vllm}"
+def default_venv(version: str, base: Path | None = None, engine: str | None = None) -> Path:
+    """Where the setup builds, and the check looks for, the environment of release `version` of `engine` (the
+    default engine when None): .enginecheck/ENGINE-VERSION, absolute, under `base` (the current directory)."""
+    return (base or Path.cwd()).absolute() / ENV_ROOT / f"{engine or default_engine()}-{version}"
 
 
 def venv_python(venv: Path) -> Path:
@@ -91,22 +118,24 @@ def venv_python(venv: Path) -> Path:
     return venv.absolute() / "bin" / "python"
 
 
-def engine_python(vllm: str, given: Path | None = None, base: Path | None = None) -> Path:
-    """The engine environment's Python for vLLM `vllm`, absolute (the check runs it from a scratch directory):
-    `given` (--python or $STACKPIN_ENGINE_PYTHON) against `base`, else where the setup builds it under `base`
-    (the current directory). EngineEnvError, naming the path tried and how to build it, when it is missing."""
+def engine_python(version: str, given: Path | None = None, base: Path | None = None) -> Path:
+    """The engine environment's Python for release `version` of the default engine (the one `stackpin engines
+    setup-check` builds), absolute (the check runs it from a scratch directory): `given` (--python or
+    $STACKPIN_ENGINE_PYTHON) against `base`, else where the setup builds it under `base` (the current directory).
+    EngineEnvError, naming the path tried and how to build it, when it is missing."""
     base = (base or Path.cwd()).absolute()
-    python = (base / given if given is not None else venv_python(default_venv(vllm, base))).absolute()
+    python = (base / given if given is not None else venv_python(default_venv(version, base))).absolute()
     if python.is_file():
         return python
-    build = (f"build it with `stackpin engines setup-check --vllm {vllm}` in {base}" if given is None
-             else f"build one with `stackpin engines setup-check --vllm {vllm} {python.parent.parent}`")
-    raise EngineEnvError(f"{python}: no engine check environment for vLLM {vllm} (no such Python); {build}, "
-                         "or name its Python with --python")
+    engine = default_engine()
+    build = (f"build it with `stackpin engines setup-check --{engine} {version}` in {base}" if given is None
+             else f"build one with `stackpin engines setup-check --{engine} {version} {python.parent.parent}`")
+    raise EngineEnvError(f"{python}: no engine check environment for {_label(engine)} {version} (no such Python); "
+                         f"{build}, or name its Python with --python")
 
 
 def check_python(engine: str, version: str, given: Path | None = None, base: Path | None = None) -> Path:
-    """The engine check environment's Python for release `version` of `engine` (vllm, sglang), absolute:
+    """The engine check environment's Python for release `version` of `engine` (`engines()`), absolute:
     `given` against `base`, else where the setup builds it under `base` (the current directory); EngineEnvError
     naming the path tried and how to build it, when it is missing."""
     if _key(engine, version) == version:  # keyed bare: the engine `stackpin engines setup-check` builds, its hint
@@ -158,7 +187,7 @@ def build(venv: Path, plan: Recipe, echo: Callable[[str], None], python: str = s
                  "pip's progress follows)")
             _run(pip + list(plan.first), f"pip install {' '.join(plan.first)}")
         count = sum(1 for line in plan.requirements_text.splitlines() if line.strip() and not line.startswith("#"))
-        echo(f"downloading the {count} packages the check imports, {plan.engine}=={plan.vllm} among them "
+        echo(f"downloading the {count} packages the check imports, {plan.engine}=={plan.version} among them "
              f"(stackpin/enginecheck/{plan.requirements}, --no-deps) into {venv}")
         reqs = venv / "requirements.txt"  # kept: what this environment was built from
         reqs.write_text(plan.requirements_text, "utf-8")
@@ -174,18 +203,22 @@ def build(venv: Path, plan: Recipe, echo: Callable[[str], None], python: str = s
 
 
 def main(argv: list[str]) -> int:
-    """`python3 -m stackpin.enginecheck.envbuild [DIR] [--vllm VERSION | --sglang VERSION]`, for
-    scripts/install-engine-check.sh."""
+    """`python3 -m stackpin.enginecheck.envbuild [DIR] [--ENGINE VERSION]` (one option per engine
+    environments.json names: the default engine's release by default), for scripts/install-engine-check.sh."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="install-engine-check")
     parser.add_argument("venv", nargs="?", type=Path)
-    parser.add_argument("--vllm", default="0.31.0")
-    parser.add_argument("--sglang", help="build the SGLang engine check's environment of this release instead")
-    args = parser.parse_args(argv)
-    engine, version = ("sglang", args.sglang) if args.sglang else ("vllm", args.vllm)
+    default, *others = engines()
+    parser.add_argument(f"--{default}", default=str(_data()["_engines"]["default_version"]))
+    for other in others:
+        parser.add_argument(f"--{other}", help=f"build the {_label(other)} engine check's environment of this "
+                                               "release instead")
+    chosen = vars(parser.parse_args(argv))
+    engine = next((other for other in others if chosen[other]), default)
+    version = str(chosen[engine])
     try:
-        build(args.venv or default_venv(version, engine=engine), recipe(version, engine),
+        build(chosen["venv"] or default_venv(version, engine=engine), recipe(version, engine),
               lambda line: print(line, flush=True), python=sys.executable)
     except StackpinError as exc:
         for line in exc.lines():

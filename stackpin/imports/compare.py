@@ -14,13 +14,13 @@ order never count and each differing key gets its own reason.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import cache
 
 import stackpin.jsonio as jsonio
 from stackpin.imports.dgd import Component, Dgd
 from stackpin.jsonio import canonical_json
 
 SWITCH = "(switch)"
-WORKER_MODULES = ("dynamo.vllm", "dynamo.sglang")  # the serving engines' workers (stackpin.backends)
 FRONTEND_MODULE = "dynamo.frontend"
 
 
@@ -81,9 +81,17 @@ def _mode(comp: Component) -> str | None:
     return comp.type if comp.type in ("prefill", "decode") else None
 
 
+@cache
+def _worker_modules() -> frozenset[str]:
+    """The modules the serving engines' workers run (`python3 -m dynamo.<engine>`, stackpin.backends)."""
+    from stackpin.backends import engine, names
+
+    return frozenset(engine(name).worker_command[-1] for name in names())
+
+
 def is_worker(comp: Component) -> bool:
     if comp.entry is not None:
-        return comp.entry.module in WORKER_MODULES
+        return comp.entry.module in _worker_modules()
     return comp.type in ("worker", "prefill", "decode") and comp.gpus > 0
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import stackpin.jsonio as jsonio
+from stackpin.backends import DEFAULT, names
 from stackpin.backends import engine as backend
 from stackpin.backends.base import ServingEngine
 from stackpin.catalog import Catalog, load_catalog
@@ -87,7 +88,12 @@ def _json(value: str) -> Any:
         return None
 
 
-def _versions(image: str | None, given: str | None, catalog: Catalog, notes: list[Note]) -> dict[str, Any]:
+def _versions(image: str | None, given: str | None, catalog: Catalog, notes: list[Note], eng: ServingEngine
+              ) -> dict[str, Any]:
+    """The stack's versions: the Dynamo release (the image tag's, else --dynamo, else the nearest the catalog
+    has) and what its extra for `eng` pins (stackpin.backends.pins), the runtime image Dynamo ships for it."""
+    from stackpin.backends.pins import dynamo_pins, release_pins
+
     pins = catalog.versions.dynamo
     found = _VERSION.search(image or "")
     version = given or (found.group(1) if found else None)
@@ -98,8 +104,13 @@ def _versions(image: str | None, given: str | None, catalog: Catalog, notes: lis
                           f"stackpin's version catalog; pinned {chosen}, the nearest it has (--dynamo to choose)"))
         version = chosen
     pin = pins[version]
-    return {"dynamo": version, "vllm": pin.vllm, "flashinfer": catalog.versions.vllm[pin.vllm].flashinfer,
-            "nixl": pin.nixl, "runtimeImage": image or f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{version}"}
+    release, nixl = dynamo_pins(eng, pin)
+    releases = release_pins(eng, catalog.versions)
+    if release is None or release not in releases:
+        raise ImportError_(f"Dynamo {version}'s {eng.dynamo_extra} extra pins no {eng.label} release stackpin knows; "
+                           "pass --dynamo with one that does")
+    return {"dynamo": version, eng.name: release, "flashinfer": releases[release].flashinfer,
+            "nixl": nixl or pin.nixl, "runtimeImage": image or f"{eng.runtime_image}:{version}"}
 
 
 def _key(version: str) -> Version:
@@ -383,21 +394,20 @@ def import_dgd(dgd: Dgd, *, platform: str | None = None, dynamo: str | None = No
     notes: list[Note] = []
     by_role = roles(dgd)
     for comp in other_components(dgd):
-        notes.append(Note(comp.name, "component", f"a {comp.type} component (not a vLLM worker or the frontend); "
-                          "not carried over"))
+        notes.append(Note(comp.name, "component", f"a {comp.type} component (not a {backend(DEFAULT).label} worker "
+                          "or the frontend); not carried over"))
     for role in [r for r in by_role if "#" in r]:
         notes.append(Note(by_role.pop(role).name, "component", f"a second {role.split('#')[0]} component; "
                           "stackpin runs one pool per role: not carried over"))
     workers = {r: c for r, c in by_role.items() if r != "frontend"}
     if not workers:
-        raise ImportError_(f"{dgd.name}: no engine worker (python3 -m dynamo.vllm or dynamo.sglang) found")
+        commands = [backend(name).worker_command for name in names()]
+        raise ImportError_(f"{dgd.name}: no engine worker ({' '.join(commands[0])} or "
+                           f"{' or '.join(command[-1] for command in commands[1:])}) found")
     main = workers.get("decode") or workers.get("worker") or next(iter(workers.values()))
-    engine = _engine_name(dgd, main)
-    if engine == "sglang":
-        return _import_sglang(dgd, by_role, workers, main, platform=platform, dynamo=dynamo, catalog=catalog,
-                              notes=notes)
-    return _import_flags(dgd, by_role, workers, main, backend(engine), platform=platform, dynamo=dynamo,
-                         catalog=catalog, notes=notes)
+    eng = backend(_engine_name(dgd, main))
+    read_back = _import_options if eng.flag_import == "options" else _import_flags
+    return read_back(dgd, by_role, workers, main, eng, platform=platform, dynamo=dynamo, catalog=catalog, notes=notes)
 
 
 def _import_flags(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, Component], main: Component,
@@ -409,7 +419,7 @@ def _import_flags(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, Co
     model_option = read.option("spec.model.id")
     if model_option not in main_opts:
         raise ImportError_(f"{dgd.name}: {main.name} names no {model_option}")
-    versions = _versions(main.image, dynamo, catalog, notes)
+    versions = _versions(main.image, dynamo, catalog, notes, eng)
     flags, dyn = eng.flag_catalog(versions[eng.name]), dynamo_catalog(versions["dynamo"], eng.dynamo_worker)
     model_id = main_opts[model_option]
     found = catalog.model_for(model_id)
@@ -549,39 +559,23 @@ def _finish(dgd: Dgd, spec: dict[str, Any], workers: dict[str, Component], main:
 def _engine_name(dgd: Dgd, main: Component) -> str:
     """The stack's serving engine: the module its main worker runs (`dynamo.sglang` -> sglang), else the DGD's
     spec.backendFramework, else vLLM (stackpin's default)."""
-    from stackpin.backends import names
-
     module = main.entry.module if main.entry else ""
     for name in names():
         if module == f"dynamo.{name}":
             return name
     framework = (dgd.backend_framework or "").lower()
-    return framework if framework in names() else "vllm"
+    return framework if framework in names() else DEFAULT
 
 
-def _sglang_versions(image: str | None, given: str | None, catalog: Catalog, notes: list[Note]) -> dict[str, Any]:
-    base = _versions(image, given, catalog, notes)
-    pin = catalog.versions.dynamo[base["dynamo"]]
-    if pin.sglang is None or pin.sglang not in catalog.versions.sglang:
-        raise ImportError_(f"Dynamo {base['dynamo']}'s sglang extra pins no SGLang release stackpin knows; "
-                           "pass --dynamo with one that does")
-    return {"dynamo": base["dynamo"], "sglang": pin.sglang,
-            "flashinfer": catalog.versions.sglang[pin.sglang].flashinfer,
-            "nixl": pin.sglang_nixl or pin.nixl,
-            "runtimeImage": image or f"nvcr.io/nvidia/ai-dynamo/sglang-runtime:{base['dynamo']}"}
-
-
-def _import_sglang(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, Component], main: Component, *,
-                   platform: str | None, dynamo: str | None, catalog: Catalog, notes: list[Note]) -> Imported:
-    """An SGLang stack: each worker's flags mapped back through SGLang's own modelled table (the one render
-    writes through); what the table does not model goes to the pool's engineArgs / dynamoArgs."""
-    from stackpin.backends import engine
-    from stackpin.backends.sglang import TRANSFER_BACKENDS
+def _import_options(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, Component], main: Component,
+                    eng: ServingEngine, *, platform: str | None, dynamo: str | None, catalog: Catalog,
+                    notes: list[Note]) -> Imported:
+    """A stack whose workers' flags map back option by option through the engine's own modelled table (the one
+    render writes through: SGLang's); what the table does not model goes to the pool's engineArgs / dynamoArgs."""
     from stackpin.imports.modelled import map_flags, put, resolve
 
-    sglang = engine("sglang")
-    versions = _sglang_versions(main.image, dynamo, catalog, notes)
-    flags, dyn = sglang.flag_catalog(versions["sglang"]), dynamo_catalog(versions["dynamo"], "worker_sglang")
+    versions = _versions(main.image, dynamo, catalog, notes, eng)
+    flags, dyn = eng.flag_catalog(versions[eng.name]), dynamo_catalog(versions["dynamo"], eng.dynamo_worker)
 
     def opts_of(comp: Component) -> dict[str, str]:
         raw = options(comp.entry.argv) if comp.entry else {}
@@ -598,17 +592,17 @@ def _import_sglang(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, C
     main_opts = opts_of(main)
     if "--model-path" not in main_opts:
         raise ImportError_(f"{dgd.name}: {main.name} names no --model-path")
-    mapped = {role: map_flags(opts_of(comp), sglang.modelled) for role, comp in workers.items()}
+    mapped = {role: map_flags(opts_of(comp), eng.modelled) for role, comp in workers.items()}
     main_stack = mapped[next(r for r, c in workers.items() if c is main)].stack
     stack = dict(main_stack)  # what the profile takes from it is popped; the other workers compare with main_stack
-    spec: dict[str, Any] = {"engine": "sglang"}
+    spec: dict[str, Any] = {"engine": eng.name}
     model_id = str(stack.pop("spec.model.id"))
     found = catalog.model_for(model_id)
     revision = stack.pop("spec.model.revision", None)
     model = _model(model_id, None if revision is None else str(revision), found, notes)
     if "spec.model.maxModelLen" not in stack:
         stack["spec.model.maxModelLen"] = found[1].max_context if found else 32768
-        notes.append(Note(main.name, "--context-length", "not set (SGLang takes the model's own); the profile "
+        notes.append(Note(main.name, "--context-length", f"not set ({eng.label} takes the model's own); the profile "
                           f"states {stack['spec.model.maxModelLen']}"
                           f"{' (the catalog maximum)' if found else ' (a placeholder: set it)'}"))
     spec["model"] = model
@@ -625,7 +619,7 @@ def _import_sglang(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, C
     backends = {str(b) for c in workers.values() if (b := opts_of(c).get("--disaggregation-transfer-backend"))}
     if disaggregated and backends:
         backend = sorted(backends)[0]
-        inverse = {v: k for k, v in TRANSFER_BACKENDS.items()}
+        inverse = {v: k for k, v in eng.kv_transfer_names.items()}
         placement["kvConnector"] = inverse.get(backend, backend)
         if len(backends) > 1:
             notes.append(Note("stack", "--disaggregation-transfer-backend", f"workers differ ({sorted(backends)}); "
@@ -668,4 +662,4 @@ def _import_sglang(dgd: Dgd, by_role: dict[str, Component], workers: dict[str, C
         pools[role] = pool
     placement["pools"] = pools
     spec["placement"] = placement
-    return _finish(dgd, spec, workers, main, frontend, fe_opts, catalog, notes, reading(sglang).derived_env)
+    return _finish(dgd, spec, workers, main, frontend, fe_opts, catalog, notes, reading(eng).derived_env)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stackpin.backends import engine, names
 from stackpin.imports.compare import flag_items, roles
 from stackpin.imports.dgd import Component, Dgd, dgds_in
 from stackpin.imports.profile import Imported, Note
@@ -37,22 +38,12 @@ STATED = {
     "flag --router-mode": "the DGD's router (its flag, DYN_ROUTER_MODE, or Dynamo's round-robin default), stated",
     "flag --migration-limit": "the DGD's migration limit (its flag, DYN_MIGRATION_LIMIT, or Dynamo's 0), stated",
     "flag --no-router-kv-events": "workers publish no KV events: the KV router predicts",
-    "flag --data-parallel-size": "vLLM's default 1, stated",
-    "flag --pipeline-parallel-size": "vLLM's default 1, stated",
-    "flag --tensor-parallel-size": "vLLM's default 1, stated",
     "flag --disaggregation-mode": "the worker's role, stated",
-    "flag --enable-prefix-caching": "vLLM's default, stated",
-    "flag --gpu-memory-utilization": "stackpin's default 0.9 (vLLM's own is 0.92 in 0.28.0-0.33.0), stated",
-    "flag --kv-cache-dtype": "vLLM's default auto, stated",
-    "flag --compilation-config.cudagraph_mode": "vLLM's default mode, stated",
     "flag --kv-transfer-config.kv_connector": "the stack's connector, stated on every pool of a disaggregated stack",
     "flag --kv-transfer-config.kv_role": "kv_both, stated on every pool of a disaggregated stack",
     "flag --compilation-config.max_cudagraph_capture_size": "the same setting as --max-cudagraph-capture-size",
-    "flag --dp-size": "SGLang's default 1, stated",
-    "flag --pp-size": "SGLang's default 1, stated",
-    "flag --tp-size": "SGLang's default 1, stated",
-    "flag --mem-fraction-static": "stackpin's pool gpuMemoryUtilization default 0.9, stated (SGLang sizes its "
-                                  "static memory itself when the flag is unset)",
+    # Each engine's defaults render states (its backend's stated_defaults).
+    **{f"flag {option}": why for name in names() for option, why in engine(name).stated_defaults.items()},
 }
 # What render writes in another form than the DGD did (any difference of these items).
 REWRITTEN = {
@@ -64,8 +55,9 @@ REWRITTEN = {
     "flag --speculative-config.revision": "the lock pins the draft's revision",
     "flag --max-cudagraph-capture-size": "the same setting, written inside --compilation-config",
     "flag --kv-transfer-config.kv_role": "stackpin writes kv_both on every pool (the NIXL connector pulls either way)",
-    "env VLLM_ENGINE_READY_TIMEOUT_S": "derived from the stack's start-up budget (catalog/engine.yaml and the "
-                                       "model's load time); the DGD's value is not kept",
+    **{f"env {timeout}": "derived from the stack's start-up budget (catalog/engine.yaml and the model's load time); "
+                         "the DGD's value is not kept"
+       for name in names() if (timeout := engine(name).ready_timeout_env) is not None},
     "entry": "a frontend without a command runs the operator's dynamo.frontend; stackpin states it",
 }
 # What render adds that the DGD does not state, by item prefix (applies when upstream does not set the item).

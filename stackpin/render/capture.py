@@ -21,45 +21,12 @@ from stackpin.render.build import RenderError, compute_domain, plan_stack
 from stackpin.render.plan import ComponentPlan, StackPlan
 from stackpin.render.pod import Volume, assemble_pod
 
-CACHE_ROOT = "/cache"  # VLLM_CACHE_ROOT: vLLM writes flashinfer_autotune_cache/<fi>/<arch>/<hash>/ below it
+CACHE_ROOT = "/cache"  # the engine's cache_root_env: vLLM writes flashinfer_autotune_cache/<fi>/<arch>/<hash>/ below it
 # A multi-node data-parallel pool runs with the flags Dynamo's operator injects into the served pods
 # (deploy/operator/internal/dynamo/backend_vllm.go injectDataParallelLaunchFlags, read at upstream commit
 # 2a6da14c: --data-parallel-hybrid-lb, the local size, the node's start rank, the leader's address and RPC
 # port 13445 on every node, no --headless), so the capture's engine configuration is the served one.
 DP_RPC_PORT = "13445"
-# `vllm serve` until the API answers /health (the cache is written during warm-up, before that),
-# then stop. Every node of a multi-node replica serves its own ranks (hybrid load balancing, as served)
-# and stops when rank 0 is done. Engine arguments arrive as "$@": nothing from the profile is spliced in.
-CAPTURE_SCRIPT = r"""set -euo pipefail
-extra=()
-index="${JOB_COMPLETION_INDEX:-0}"
-if [ "$STACKPIN_NODES" -gt 1 ]; then
-  extra+=(--data-parallel-hybrid-lb --data-parallel-size-local "$STACKPIN_DP_LOCAL"
-          --data-parallel-start-rank "$((index * STACKPIN_DP_LOCAL))"
-          --data-parallel-address "$STACKPIN_LEADER" --data-parallel-rpc-port "$STACKPIN_DP_RPC_PORT")
-fi
-done_marker="$VLLM_CACHE_ROOT/.stackpin-captured-$STACKPIN_POOL"
-vllm serve "$@" "${extra[@]}" &
-pid=$!
-if [ "$index" -eq 0 ]; then
-  until python3 -c 'import urllib.request; urllib.request.urlopen("http://127.0.0.1:8000/health")' 2>/dev/null; do
-    kill -0 "$pid" 2>/dev/null || { wait "$pid"; exit 1; }
-    sleep 10
-  done
-  touch "$done_marker"
-else
-  until [ -e "$done_marker" ]; do kill -0 "$pid" 2>/dev/null || { wait "$pid"; exit 1; }; sleep 10; done
-fi
-kill -TERM "$pid"
-wait "$pid" || true
-if [ "$index" -eq 0 ]; then
-  # The environment FlashInfer records in each file's _metadata, from the same image on the same GPUs:
-  # `stackpin autotune verify --runtime-metadata` compares every cache file with it.
-  python3 -c 'import json, sys; from flashinfer.autotuner.autotuner import _collect_metadata as meta
-json.dump(meta(), sys.stdout, sort_keys=True)' > "$VLLM_CACHE_ROOT/runtime-metadata-$STACKPIN_POOL.json"
-fi
-find "$VLLM_CACHE_ROOT/flashinfer_autotune_cache" -type f -name '*.json' | sort
-"""
 
 
 def _tune_lock(lock: StackLock) -> StackLock:
@@ -69,43 +36,46 @@ def _tune_lock(lock: StackLock) -> StackLock:
 
 
 def dynamo_only_options(lock: StackLock) -> frozenset[str]:
-    """Options of the pinned Dynamo worker that vLLM does not have (the parsers, `--disaggregation-mode`, a
-    pool's dynamoArgs): Dynamo's own, which `vllm serve` would refuse and which vLLM's config never sees."""
-    from stackpin.catalog.flags import dynamo_catalog, vllm_catalog
+    """Options of the pinned Dynamo worker that its engine does not have (the parsers, `--disaggregation-mode`, a
+    pool's dynamoArgs): Dynamo's own, which the engine's server would refuse and its config never sees."""
+    from stackpin.backends import engine_of
+    from stackpin.catalog.flags import dynamo_catalog
 
     spec = lock.stack_profile.spec
-    dynamo, vllm = dynamo_catalog(spec.versions.dynamo, "worker_vllm"), vllm_catalog(spec.engine_version)
-    known = frozenset(o for o in dynamo.options if vllm is None or not vllm.accepts(o)) if dynamo else frozenset()
+    eng = engine_of(lock.stack_profile)
+    dynamo, own = dynamo_catalog(spec.versions.dynamo, eng.dynamo_worker), eng.flag_catalog(spec.engine_version)
+    known = frozenset(o for o in dynamo.options if own is None or not own.accepts(o)) if dynamo else frozenset()
     return known | {"--disaggregation-mode", "--dyn-tool-call-parser", "--dyn-reasoning-parser"}
 
 
-def vllm_serve_args(args: tuple[str, ...], dynamo_only: frozenset[str] = frozenset({"--disaggregation-mode"})
-                    ) -> list[str]:
-    """A dynamo.vllm argv as `vllm serve` argv: the model goes first, Dynamo's own flags go (with their
-    value: the next token when it is not an option)."""
-    out, model, i = [], None, 0
-    while i < len(args):
-        if args[i] == "--model":
-            model, i = args[i + 1], i + 2
-        elif args[i] in dynamo_only:
-            i += 2 if i + 1 < len(args) and not args[i + 1].startswith("--") else 1
-        else:
-            out.append(args[i])
-            i += 1
-    if model is None:
-        raise RenderError("engine arguments carry no --model")
-    return [model, *out]
+def serve_args(lock: StackLock, args: tuple[str, ...], dynamo_only: frozenset[str]) -> list[str]:
+    """A worker's argv as its engine's own server takes it (the backend's capture), Dynamo's own flags left out."""
+    from stackpin.backends import engine_of
+
+    capture = engine_of(lock.stack_profile).capture
+    if capture is None:
+        raise RenderError(f"{lock.metadata.name}: its engine has no autotune capture")
+    try:
+        return capture.serve_args(args, dynamo_only)
+    except ValueError as exc:
+        raise RenderError(str(exc)) from None
 
 
-def _job(plan: StackPlan, comp: ComponentPlan, pvc: str, dynamo_only: frozenset[str]) -> list[dict[str, Any]]:
+def _job(plan: StackPlan, comp: ComponentPlan, pvc: str, dynamo_only: frozenset[str], lock: StackLock
+         ) -> list[dict[str, Any]]:
+    from stackpin.backends import engine_of
+
+    eng = engine_of(lock.stack_profile)
+    assert eng.capture is not None and eng.cache_root_env is not None  # capture_objects: require_replayable
     shape = comp.shape
     assert shape is not None  # worker pools only
     name = f"{plan.name}-autotune-{comp.name}"
     labels = {**dict(plan.labels), "app.kubernetes.io/component": f"autotune-capture-{comp.name}"}
     meta = {"name": name, "namespace": plan.namespace, "labels": labels, "annotations": dict(plan.annotations)}
-    env = {**dict(comp.env), "VLLM_CACHE_ROOT": CACHE_ROOT, "STACKPIN_POOL": comp.name,
+    env = {**dict(comp.env), eng.cache_root_env: CACHE_ROOT, "STACKPIN_POOL": comp.name,
            "STACKPIN_NODES": str(shape.nodes_per_replica), "STACKPIN_DP_RPC_PORT": DP_RPC_PORT}
-    env.pop("VLLM_ENGINE_READY_TIMEOUT_S", None)
+    if eng.ready_timeout_env is not None:
+        env.pop(eng.ready_timeout_env, None)
     objects: list[dict[str, Any]] = []
     if shape.spans_nodes:
         if shape.tensor_parallel > shape.gpus_per_pod:
@@ -121,8 +91,8 @@ def _job(plan: StackPlan, comp: ComponentPlan, pvc: str, dynamo_only: frozenset[
                       read_only=False))
     # One replica's pods inside one NVLink clique, as the serving stack requires.
     same_clique = {"labelSelector": {"matchLabels": {"job-name": name}}} if shape.spans_nodes else None
-    built = assemble_pod(plan, comp, command=("bash", "-c", CAPTURE_SCRIPT, "stackpin-capture"),
-                         args=vllm_serve_args(comp.args, dynamo_only), env=tuple(sorted(env.items())),
+    built = assemble_pod(plan, comp, command=("bash", "-c", eng.capture.script, "stackpin-capture"),
+                         args=serve_args(lock, comp.args, dynamo_only), env=tuple(sorted(env.items())),
                          extra_volumes=scratch, same_clique=same_clique)
     container = {**built.container, "resources": built.resources}
     pod: dict[str, Any] = {"restartPolicy": "Never", **built.fields, "containers": [container]}
@@ -162,7 +132,7 @@ def capture_objects(lock: StackLock, catalog: Catalog | None = None, storage: st
     dynamo_only = dynamo_only_options(lock)
     for comp in plan.components:
         if comp.name != "frontend":
-            objects += _job(plan, comp, pvc, dynamo_only)
+            objects += _job(plan, comp, pvc, dynamo_only, lock)
     if plan.compute_domain:
         objects.append(compute_domain(plan))
     return objects
