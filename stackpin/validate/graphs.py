@@ -8,6 +8,7 @@ from stackpin.profile.model import CudaGraphMode, StackProfile
 from stackpin.profile.topology import Role
 from stackpin.validate.kernels import startup_model
 from stackpin.validate.rules import Context, Hit, Severity, pools, vllm_rule
+from stackpin.yamlio import FieldPath
 
 _G = ("spec", "cudaGraphs")
 
@@ -196,12 +197,19 @@ def graph_fallback(ctx: Context, mode: str | None = None) -> tuple[str, str] | N
     return graphs.without_piecewise[mode], why
 
 
+def adaptive_pools(ctx: Context) -> Iterator[tuple[str, FieldPath]]:
+    """(role, path of the speculative settings it runs) of every pool that runs adaptive verification."""
+    for role, pool_path, pool in pools(ctx):
+        spec = ctx.profile.speculative_for(pool.spec)
+        if spec.enabled and spec.adaptive_verification:
+            where = ("spec", "speculative") if pool.spec.speculative is None else pool_path + ("speculative",)
+            yield str(role), where
+
+
 def adaptive_rewrite(ctx: Context) -> tuple[str, str] | None:
     """(the mode vLLM runs, why) when adaptive verification makes the model runner rewrite the declared mode
     (FULL -> FULL_AND_PIECEWISE with piecewise capture, else FULL_DECODE_ONLY: catalog/startup.py
     `speculative.adaptive_verification.resolves`), else None."""
-    from stackpin.validate.speculative import adaptive_pools
-
     found = startup_model(ctx)
     facts = found[0].speculative.adaptive_verification if found else None
     mode = ctx.profile.spec.cuda_graphs.mode.value

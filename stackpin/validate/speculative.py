@@ -106,25 +106,15 @@ def options_without_method(ctx: Context) -> Iterator[Hit]:
                       "set a method or remove the options")
 
 
-def adaptive_pools(ctx: Context) -> Iterator[tuple[str, FieldPath]]:
-    """(role, path of the speculative settings it runs) of every pool that runs adaptive verification."""
-    for role, pool_path, pool in pools(ctx):
-        spec = ctx.profile.speculative_for(pool.spec)
-        if spec.enabled and spec.adaptive_verification:
-            where = ("spec", "speculative") if pool.spec.speculative is None else pool_path + ("speculative",)
-            yield str(role), where
-
-
 @vllm_rule("SP119", Severity.error, "adaptive verification without full CUDA graphs")
 def adaptive_without_full_graphs(ctx: Context) -> Iterator[Hit]:
     """VllmConfig refuses adaptive verification unless the CUDA graph mode has full graphs (catalog/startup.py
     `speculative.adaptive_verification`): every worker fails at start."""
-    from stackpin.validate.graphs import runtime_mode
+    from stackpin.validate.graphs import adaptive_pools, runtime_mode
     from stackpin.validate.kernels import startup_model
 
     found = startup_model(ctx)
-    facts = found[0].speculative.adaptive_verification if found else None
-    if facts is None:
+    if found is None or (facts := found[0].speculative.adaptive_verification) is None:
         return
     mode = ctx.profile.spec.cuda_graphs.mode.value
     runs = runtime_mode(ctx) or mode
