@@ -23,7 +23,10 @@ BASELINE = ROOT / "tests" / "data" / "engine-names.json"
 ENGINE_OWNED = ("stackpin/backends/*", "stackpin/engines/vllm_*.py", "stackpin/engines/sglang_*.py",
                 "stackpin/engines/dynamo_sglang.py", "stackpin/enginecheck/check_runtime*.py",
                 "stackpin/enginecheck/sglang_check.py",
-                "stackpin/enginecheck/vllm_check.py")  # vLLM's check of a lock (check.py: what every engine's shares)
+                "stackpin/enginecheck/vllm_check.py",  # vLLM's check of a lock (check.py: what every engine's shares)
+                # The engines' one table for the stages above the seam (catalog, engines cannot import backends):
+                # each engine's catalog prefix, release record, distribution, Dynamo worker and release reader.
+                "stackpin/catalog/engine_kinds.py")
 ENGINE = re.compile(r"vllm|sglang", re.IGNORECASE)
 
 

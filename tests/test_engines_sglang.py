@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from devkit import enginepkgs as pkgs
 from stackpin.catalog.engine_data import SglangRelease
-from stackpin.catalog.flags import sglang_catalog
+from stackpin.catalog.flags import engine_catalog
 from stackpin.catalog.startup import sglang_startup_facts
 from stackpin.cli.main import main
 from stackpin.engines import sglang_release
@@ -115,8 +115,8 @@ def test_a_wheel_that_is_not_the_named_release_is_refused(tmp_path: Path) -> Non
     assert not (tmp_path / "site").exists()
 
 
-def test_the_shipped_catalog_loads_through_sglang_catalog() -> None:
-    catalog = sglang_catalog("0.5.21")
+def test_the_shipped_catalog_loads_through_engine_catalog() -> None:
+    catalog = engine_catalog("sglang", "0.5.21")
     assert catalog is not None and catalog.name == "SGLang 0.5.21"
     assert catalog.enforced["--attention-backend"][:3] == ("aiter", "ascend", "compressed")
     assert catalog.check_value("--attention-backend", "trtllm_mla") == []
@@ -132,7 +132,7 @@ def test_the_shipped_catalog_loads_through_sglang_catalog() -> None:
 
 def test_the_start_up_facts_agree_with_the_shipped_catalog() -> None:
     facts = sglang_startup_facts("0.5.21")
-    catalog = sglang_catalog("0.5.21")
+    catalog = engine_catalog("sglang", "0.5.21")
     assert facts is not None and catalog is not None
     assert facts.file == "stackpin/catalog/engines/sglang-0.5.21.startup.yaml"
     by_kind = {"attention.backend_choices": "attention_backends", "moe.runner_backend_choices": "moe_runner_backends",

@@ -136,16 +136,14 @@ class Sglang:
     })
 
     def release(self, version: str) -> Release | None:
-        from stackpin.catalog.flags import sglang_release
+        from stackpin.catalog.flags import engine_release
 
-        return sglang_release(version)
+        return engine_release(self.name, version)
 
     def flag_catalog(self, version: str) -> FlagCatalog | None:
-        from stackpin.catalog import flags
+        from stackpin.catalog.flags import engine_catalog
 
-        loader = getattr(flags, "sglang_catalog", None)
-        catalog: FlagCatalog | None = loader(version) if loader else None
-        return catalog
+        return engine_catalog(self.name, version)
 
     def startup(self, version: str) -> StartupFacts | None:  # noqa: ARG002 (the protocol's signature)
         return None  # SGLang's start-up facts are read by its own engine check (enginecheck), not a catalog file

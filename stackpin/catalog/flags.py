@@ -7,7 +7,7 @@ architectures, engine arguments of the pinned vLLM) and render (every emitted fl
 """
 
 from functools import cache
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 
@@ -22,19 +22,20 @@ from stackpin.catalog.engine_data import (
     EnvVar,
     FlashinferRelease,
     ParserRules,
-    SglangRelease,
+    Release,
     SglangWorker,
-    VllmRelease,
 )
+from stackpin.catalog.engine_kinds import KINDS, kind
 from stackpin.catalog.search import SearchPath, engine_file_name, find_engine_file, read_catalog_file, search_path
 from stackpin.errors import InputError, StackpinError
 from stackpin.jsonio import NestingError, check_depth
 from stackpin.records import Record
 
-DynamoEntry = Literal["worker_vllm", "frontend", "worker_sglang"]
-EngineName = Literal["vllm", "dynamo", "flashinfer", "sglang"]
-PROJECTS: dict[EngineName, str] = {"vllm": "vllm", "dynamo": "ai-dynamo", "flashinfer": "flashinfer-python",
-                                    "sglang": "sglang"}
+# A Dynamo catalog section: `frontend`, or a serving engine's worker (engine_kinds: `dynamo_worker`).
+DynamoEntry = str
+# A catalogued package by its catalog file's prefix (engine_kinds: `name`): a serving engine, dynamo, flashinfer.
+EngineName = str
+PROJECTS: dict[str, str] = {k.name: k.distribution for k in KINDS}
 
 
 class OptionUse(Record, frozen=True, kw_only=True):
@@ -199,20 +200,20 @@ def _model(engine: EngineName, version: str, path: SearchPath, cls: type[Any]) -
         raise CatalogFileError(exc.message) from None
 
 
-AnyRelease = VllmRelease | DynamoRelease | FlashinferRelease | SglangRelease
+AnyRelease = Release
 
 
 @cache
 def _release(engine: EngineName, version: str, path: SearchPath) -> AnyRelease | None:
-    cls = {"vllm": VllmRelease, "dynamo": DynamoRelease, "flashinfer": FlashinferRelease,
-           "sglang": SglangRelease}[engine]
-    release: AnyRelease | None = _model(engine, version, path, cls)
+    release: AnyRelease | None = _model(engine, version, path, kind(engine).record)
     return release
 
 
-def vllm_release(version: str) -> VllmRelease | None:
-    release = _release("vllm", version, search_path())
-    return release if isinstance(release, VllmRelease) else None
+def engine_release(engine: EngineName, version: str) -> Release | None:
+    """The catalog record of release `version` of package `engine` (a serving engine, dynamo, flashinfer), or
+    None when no catalog on the search path has it."""
+    release = _release(engine, version, search_path())
+    return release if isinstance(release, kind(engine).record) else None
 
 
 def dynamo_release(version: str) -> DynamoRelease | None:
@@ -234,7 +235,7 @@ def _entry_catalog(name: str, version: str, entry: EntryPoint, parser: ParserRul
     for flag, option in entry.options.items():
         owners.update((s, flag) for s in option.all_strings)
         if option.choices:
-            # Dynamo's options pass choices= to argparse; vLLM marks which ones argparse enforces.
+            # Dynamo's options pass choices= to argparse; an engine's catalog marks which ones argparse enforces.
             target = enforced if option.choices_enforced_by_argparse is not False else known
             target.update((s, option.choices) for s in option.strings)
     return {"name": name, "version": version, "options": frozenset(entry.option_strings), "enforced": enforced,
@@ -242,44 +243,31 @@ def _entry_catalog(name: str, version: str, entry: EntryPoint, parser: ParserRul
 
 
 @cache
-def _vllm_catalog(version: str, path: SearchPath) -> FlagCatalog | None:
-    release = _release("vllm", version, path)
-    if not isinstance(release, VllmRelease):
+def _engine_catalog(engine: EngineName, version: str, path: SearchPath) -> FlagCatalog | None:
+    row = kind(engine)
+    found = _release(engine, version, path)
+    if not row.serving or not isinstance(found, row.record):
         return None
-    fields = _entry_catalog(f"vLLM {version}", release.version, release, release.parser,
+    release: Any = found  # a serving engine's record: its parser's options, choices and env vars (EntryPoint)
+    # Each engine's record holds what its parser reads; config classes and the model registry where it has them.
+    fields = _entry_catalog(f"{row.label} {version}", release.version, release, release.parser,
                             choices=release.choices, env_vars=frozenset(release.env_vars), env=release.env_vars,
-                            model_architectures=release.model_architectures, config_classes=release.config_classes)
-    # --attention-backend takes any string at parse time and is checked against the backend
-    # registry when the engine starts: a known value list, not an argparse one.
-    fields["known"]["--attention-backend"] = release.choices.get("attention_backends", ())
+                            model_architectures=getattr(release, "model_architectures", {}),
+                            config_classes=getattr(release, "config_classes", {}))
+    for option, choices in row.checked_at_start.items():  # a known value list, not an argparse one
+        fields["known"][option] = release.choices.get(choices, ())
     return FlagCatalog(**fields)
 
 
+def engine_catalog(engine: EngineName, version: str) -> FlagCatalog | None:
+    """The flag catalog of release `version` of serving engine `engine` (what its own parser accepts), or None
+    when no catalog on the search path has it."""
+    return _engine_catalog(engine, version, search_path())
+
+
 def vllm_catalog(version: str) -> FlagCatalog | None:
-    """The flag catalog of a vLLM release, or None when no catalog on the search path has it."""
-    return _vllm_catalog(version, search_path())
-
-
-def sglang_release(version: str) -> SglangRelease | None:
-    release = _release("sglang", version, search_path())
-    return release if isinstance(release, SglangRelease) else None
-
-
-@cache
-def _sglang_catalog(version: str, path: SearchPath) -> FlagCatalog | None:
-    release = _release("sglang", version, path)
-    if not isinstance(release, SglangRelease):
-        return None
-    # Plain argparse: every choices list is enforced at parse time (`known` stays empty).
-    return FlagCatalog(**_entry_catalog(f"SGLang {version}", release.version, release, release.parser,
-                                        choices=release.choices, env_vars=frozenset(release.env_vars),
-                                        env=release.env_vars))
-
-
-def sglang_catalog(version: str) -> FlagCatalog | None:
-    """The flag catalog of an SGLang release (`ServerArgs.add_cli_args`), or None when no catalog on the search
-    path has it."""
-    return _sglang_catalog(version, search_path())
+    """`engine_catalog` of vLLM: kept for the callers (render, enginecheck, validate) that still ask for it."""
+    return engine_catalog("vllm", version)
 
 
 @cache
@@ -288,7 +276,7 @@ def _dynamo_catalog(version: str, entry: DynamoEntry, path: SearchPath) -> FlagC
     if not isinstance(release, DynamoRelease):
         return None
     section: EntryPoint | None = getattr(release, entry)
-    if section is None:  # worker_sglang of a catalog written before stackpin read it
+    if section is None:  # an engine's worker section in a catalog written before stackpin read it
         return None
     names = {flag: option for flag, option in section.options.items() if option.env_var}
     env = {option.env_var: EnvVar(default=option.default, default_expr=option.default_expr, option=flag)
@@ -298,13 +286,22 @@ def _dynamo_catalog(version: str, entry: DynamoEntry, path: SearchPath) -> FlagC
 
 
 def dynamo_catalog(version: str, entry: DynamoEntry) -> FlagCatalog | None:
-    """The flag catalog of one Dynamo entry point (`python -m dynamo.vllm`, `dynamo.sglang` or `dynamo.frontend`)."""
+    """The flag catalog of one Dynamo entry point (a serving engine's worker, `python -m dynamo.<engine>`, or
+    `frontend`)."""
     return _dynamo_catalog(version, entry, search_path())
 
 
-def dynamo_sglang_worker(version: str) -> SglangWorker | None:
-    """`python -m dynamo.sglang` of a Dynamo release as its catalog records it: its own options and what it
-    does to SGLang's parser (engine_parser, the --disaggregation-mode values it rewrites); None when no
-    catalog on the search path has the release, or one written before stackpin read that worker."""
+def dynamo_worker(version: str, engine: EngineName) -> EntryPoint | None:
+    """Serving engine `engine`'s worker section of a Dynamo release as its catalog records it (an engine's own
+    section record, e.g. what the worker does to the engine's parser); None when no catalog on the search path
+    has the release, or one written before stackpin read that worker."""
     release = _release("dynamo", version, search_path())
-    return release.worker_sglang if isinstance(release, DynamoRelease) else None
+    worker = kind(engine).dynamo_worker
+    section: EntryPoint | None = getattr(release, worker) if isinstance(release, DynamoRelease) and worker else None
+    return section
+
+
+def dynamo_sglang_worker(version: str) -> SglangWorker | None:
+    """`dynamo_worker` of SGLang: kept for stackpin.enginecheck's SGLang check, which still asks for it."""
+    worker = dynamo_worker(version, "sglang")
+    return worker if isinstance(worker, SglangWorker) else None

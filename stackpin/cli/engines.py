@@ -266,8 +266,8 @@ def check(inputs: tuple[str, ...], lockdir: str, python: Path | None, timeout_s:
     """
     import os
 
-    from stackpin.enginecheck.check import check_lock
-    from stackpin.enginecheck.sglang_check import check_sglang_lock
+    from stackpin.enginecheck.check import lock_check
+    from stackpin.enginecheck.envbuild import check_python
     from stackpin.render.output import load_inputs
 
     locks, _ = load_inputs(list(inputs), Path(lockdir))
@@ -276,11 +276,10 @@ def check(inputs: tuple[str, ...], lockdir: str, python: Path | None, timeout_s:
     given = python or (Path(env_python) if env_python else None)
     # Resolved here, against the directory the command runs in: the check itself runs from a scratch directory.
     stacks = sorted({(lock.stack_profile.spec.engine.value, lock.stack_profile.spec.engine_version) for lock in locks})
-    interpreters = {key: _check_python(*key, given) for key in stacks}
+    interpreters = {key: check_python(*key, given) for key in stacks}
     for lock in locks:
         key = (lock.stack_profile.spec.engine.value, lock.stack_profile.spec.engine_version)
-        check = check_sglang_lock if key[0] == "sglang" else check_lock
-        for pool in check(lock, interpreters[key], timeout_s=timeout_s):
+        for pool in lock_check(key[0])(lock, interpreters[key], timeout_s=timeout_s):
             failed |= not pool.ok
             results.append({"stack": pool.stack, "pool": pool.role, "ok": pool.ok, "problems": list(pool.problems),
                             key[0]: pool.result})
@@ -290,20 +289,6 @@ def check(inputs: tuple[str, ...], lockdir: str, python: Path | None, timeout_s:
         emit({"ok": not failed, "pools": results}, output)
     if failed:
         raise SystemExit(1)
-
-
-def _check_python(engine: str, version: str, given: Path | None) -> Path:
-    """The engine check environment's Python for this engine release: `given`, else where setup builds it."""
-    from stackpin.enginecheck.envbuild import EngineEnvError, default_venv, engine_python, venv_python
-
-    if engine == "vllm":
-        return engine_python(version, given)
-    python = (given if given is not None else venv_python(default_venv(version, engine=engine))).absolute()
-    if not python.is_file():
-        raise EngineEnvError(f"{python}: no engine check environment for {engine} {version} (no such Python); "
-                             f"build it with `python3 -m stackpin.enginecheck.envbuild --{engine} {version}`, or "
-                             "name its Python with --python")
-    return python
 
 
 @engines.command("setup-check")

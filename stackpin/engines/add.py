@@ -1,9 +1,10 @@
 """`stackpin engines add`: a published release into a catalog directory, without installing or importing it.
 
 The package comes from the index (`NAME==VERSION`) or from a file already on disk (`from_file`, for
-sites without the index). It is read with `ast` only (package.py), its catalog extracted
-(vllm_release, dynamo_release, flashinfer_release, sglang_release), its sha256 recorded, and the version pins of its
-metadata written into the directory's versions.yaml (store.py).
+sites without the index). It is read with `ast` only (package.py), its catalog extracted (the reader
+stackpin.catalog.engine_kinds names for its project: vllm_release, dynamo_release, flashinfer_release,
+sglang_release), its sha256 recorded, and the version pins of its metadata written into the directory's
+versions.yaml (store.py).
 """
 
 from __future__ import annotations
@@ -12,21 +13,27 @@ import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
+from importlib import import_module
 from pathlib import Path
 
-from stackpin.catalog.engine_data import DynamoRelease, FlashinferRelease, SglangRelease, VllmRelease
+from stackpin.catalog.engine_data import DynamoRelease, EntryPoint, FlashinferRelease, Release
+from stackpin.catalog.engine_kinds import KINDS, SERVING
 from stackpin.catalog.search import ENV, site_dirs
-from stackpin.engines import dynamo_release, flashinfer_release, sglang_release, vllm_release
 from stackpin.engines.index import default_index, fetch
 from stackpin.engines.package import PROJECTS, Package, PackageError, normalize, read_package
 from stackpin.engines.pins import pin_of
-from stackpin.engines.store import Release, write_release
+from stackpin.engines.store import write_release
 from stackpin.errors import StackpinError
 
-BUILDERS: dict[str, Callable[[Package], Release]] = {
-    "vllm": vllm_release.build, "ai-dynamo": dynamo_release.build, "flashinfer-python": flashinfer_release.build,
-    "sglang": sglang_release.build,
-}
+
+def reader(project: str) -> Callable[[Package], Release]:
+    """The catalog reader of `project` (a normalized project name stackpin catalogs), as its row names it."""
+    row = next(k for k in KINDS if k.distribution == project)
+    module, _, function = row.reader.partition(":")
+    build: Callable[[Package], Release] = getattr(import_module(module), function)
+    return build
+
+
 _SPEC = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;]+)\s*$")
 
 
@@ -45,18 +52,23 @@ class Added:
     @property
     def counts(self) -> dict[str, int]:
         release = self.release
-        if isinstance(release, VllmRelease):
-            registered = sum(len(o.strings) for o in release.options.values())
-            return {"options": len(release.options), "optionStrings": len(release.option_strings),
-                    "registered": registered, "generated": len(release.option_strings) - registered,
-                    "deprecated": sum(len(o.deprecated) for o in release.options.values()),
-                    "envVars": len(release.env_vars), "configClasses": len(release.config_classes)}
-        if isinstance(release, SglangRelease):
-            return {"options": len(release.options), "optionStrings": len(release.option_strings),
-                    "deprecated": sum(len(o.deprecated) for o in release.options.values()),
-                    "envVars": len(release.env_vars)}
+        if isinstance(release, EntryPoint):  # a serving engine's own parser
+            counts = {"options": len(release.options), "optionStrings": len(release.option_strings)}
+            # A parser that generates spellings of its own (vLLM's inverse --enable-/--disable- forms) and types
+            # JSON options with config classes: how many strings were registered, how many generated.
+            config_classes = getattr(release, "config_classes", None)
+            if config_classes is not None:
+                registered = sum(len(o.strings) for o in release.options.values())
+                counts |= {"registered": registered, "generated": len(release.option_strings) - registered}
+            counts["deprecated"] = sum(len(o.deprecated) for o in release.options.values())
+            counts["envVars"] = len(getattr(release, "env_vars", {}))
+            if config_classes is not None:
+                counts["configClasses"] = len(config_classes)
+            return counts
         if isinstance(release, DynamoRelease):
-            return {"workerOptionStrings": len(release.worker_vllm.option_strings),
+            # The worker counted is the first serving engine's (the default engine's), as it always was.
+            worker: EntryPoint = getattr(release, SERVING[0].dynamo_worker or "")
+            return {"workerOptionStrings": len(worker.option_strings),
                     "frontendOptionStrings": len(release.frontend.option_strings), "envVars": len(release.env_vars)}
         return {"envVars": len(release.env_vars)}
 
@@ -83,7 +95,7 @@ def extract(package: Package) -> Release:
     """The release's catalog; a package whose sources lack what the extractor reads (a module that is not
     there or does not parse) is a one-line error naming it, never a traceback."""
     try:
-        return BUILDERS[package.project](package)
+        return reader(package.project)(package)
     except LookupError as exc:
         raise PackageError(f"{package.filename}: {exc.args[0] if exc.args else exc} is missing or does not "
                            "parse; not a release stackpin can read") from None
@@ -97,8 +109,7 @@ def add_release(spec: str | None, *, from_file: Path | None = None, catalog_dir:
     `catalog_dir` (default: the first directory of STACKPIN_CATALOG_PATH)."""
     wanted = parse_spec(spec) if spec else None
     if wanted is None and from_file is None:
-        raise StackpinError("name a release (vllm==X, ai-dynamo==X, flashinfer-python==X, sglang==X) "
-                            "or give --from FILE")
+        raise StackpinError(f"name a release ({', '.join(f'{p}==X' for p in PROJECTS)}) or give --from FILE")
     target = catalog_dir or default_catalog_dir()
     if from_file is not None:
         if not from_file.is_file():
@@ -114,7 +125,7 @@ def add_release(spec: str | None, *, from_file: Path | None = None, catalog_dir:
     if wanted is not None and (package.project, package.version) != wanted:
         raise PackageError(f"{package.filename} is {package.project} {package.version}, not {wanted[0]} {wanted[1]}")
     release = extract(package)
-    # Dynamo's sglang extra's pins come with the Dynamo release; an SGLang release writes its own (FlashInfer, torch).
+    # An engine extra's pins come with the Dynamo release; an engine release writes its own (FlashInfer, torch).
     pin = pin_of(release, crd) if not isinstance(release, FlashinferRelease) else None
     catalog_file, versions_file = write_release(target, release, pin)
     return Added(release=release, package=package.filename, sha256=package.sha256, catalog_file=catalog_file,

@@ -251,7 +251,7 @@ def engine_name(name: str, serving: Sequence[Serving]) -> EngineName:
     if found is None:
         expected = [*(s.name for s in serving), *dict.fromkeys(_OTHERS.values())]
         raise StackpinError(f"{name!r}: expected {', '.join(expected[:-1])} or {expected[-1]}")
-    return found  # type: ignore[return-value]  # a serving engine's name is a profile EngineName
+    return found
 
 
 def diff_releases(old: Release, new: Release, serving: Sequence[Serving]) -> EngineDiff:

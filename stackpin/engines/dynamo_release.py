@@ -14,7 +14,10 @@ the whole option. The parsers are plain argparse: a boolean option's negatives a
 from __future__ import annotations
 
 import ast
+from importlib import import_module
 from typing import Any
+
+import msgspec
 
 from stackpin.catalog.engine_data import (
     Deprecation,
@@ -22,28 +25,18 @@ from stackpin.catalog.engine_data import (
     EngineOption,
     EntryPoint,
     EnvVar,
-    SglangWorker,
     Source,
     typed,
 )
-from stackpin.engines import dynamo_sglang
+from stackpin.catalog.engine_kinds import SERVING, ReleaseKind
 from stackpin.engines.argtypes import converter_type
 from stackpin.engines.package import Package
 from stackpin.engines.pysource import SourceTree, Unknown, call_name, keywords, last_name
 
 PREFIXES = ("dynamo/",)
 HELPERS = {"add_argument", "add_negatable_bool_argument"}
-ENTRY_POINTS = {
-    "worker_vllm": ("dynamo.vllm.args", "dynamo.vllm.backend_args"),
-    "frontend": ("dynamo.frontend.frontend_args",),
-    "worker_sglang": ("dynamo.sglang.args", "dynamo.sglang.backend_args"),  # every release from 1.3.1 has it
-}
+FRONTEND = ("dynamo.frontend.frontend_args",)
 GROUPS = "dynamo.common.configuration.groups."
-WORKER_RULE = ("The vLLM worker (python -m dynamo.vllm) also accepts every vLLM engine option "
-               "(AsyncEngineArgs.add_cli_args) of the vLLM it runs with.")
-SGLANG_RULE = ("The SGLang worker (python -m dynamo.sglang) also accepts every SGLang server option "
-               "({call}, {at}) of the SGLang it runs with, after its own options are parsed; worker_sglang "
-               "lists what it changes in that parser.")
 NO_RULE = ("argparse.BooleanOptionalAction registers --no-x beside each long option --x of a boolean option; "
            "each option lists them under `negatives`.")
 
@@ -265,47 +258,62 @@ def _crd(tree: SourceTree) -> str | None:
     return None
 
 
-def _sglang_worker(tree: SourceTree, entry: EntryPoint | None) -> tuple[SglangWorker | None, tuple[str, ...]]:
-    """The SGLang worker's section, and its rule when the worker hands the rest to SGLang's parser. Its
-    env vars go beside the others; one another entry point already names keeps that entry's record."""
-    if entry is None:
-        return None, ()
-    parser = dynamo_sglang.read(tree)
-    worker = SglangWorker(
-        option_strings=entry.option_strings, boolean_optional_options=entry.boolean_optional_options,
-        options=entry.options, engine_parser=parser.call, engine_parser_options=dict(sorted(parser.options.items())),
-        engine_choices_added=dict(sorted(parser.choices_added.items())),
-        disaggregation_modes=dict(sorted(parser.disaggregation_modes.items())), at=dict(sorted(parser.at.items())))
-    rule = (SGLANG_RULE.format(call=parser.call, at=parser.at["engine_parser"]),) if parser.call else ()
-    return worker, rule
+def _worker_roots(kind: ReleaseKind) -> tuple[str, ...]:
+    """The modules that register a serving engine's Dynamo worker options (dynamo/<engine>/args.py and
+    backend_args.py), and the argument-group modules they import."""
+    return (f"{kind.dynamo_module}.args", f"{kind.dynamo_module}.backend_args")
+
+
+def _section(tree: SourceTree, kind: ReleaseKind, entry: EntryPoint) -> tuple[Any, tuple[str, ...]]:
+    """A serving engine's worker section and its rules: the engine's own reader of the worker where it has one
+    (engine_kinds: `dynamo_section`), else the options as they are, with the engine's rule."""
+    if kind.dynamo_section is None:
+        return entry, (kind.dynamo_rule,) if kind.dynamo_rule else ()
+    module, _, function = kind.dynamo_section.partition(":")
+    section: tuple[Any, tuple[str, ...]] = getattr(import_module(module), function)(tree, entry)
+    return section
+
+
+def _entry_point(tree: SourceTree, helpers: _Helpers, roots: tuple[str, ...],
+                 unresolved: list[str]) -> EntryPoint:
+    options: dict[str, EngineOption] = {}
+    for module in _closure(tree, roots):
+        found, missed = _options(tree, module, helpers)
+        options.update(found)
+        unresolved += missed
+    return EntryPoint(option_strings=tuple(sorted({s for o in options.values() for s in o.all_strings})),
+                      boolean_optional_options=tuple(sorted(f for f, o in options.items() if o.boolean_optional)),
+                      options=dict(sorted(options.items())))
+
+
+def _env_vars(entry: EntryPoint) -> dict[str, EnvVar]:
+    return {option.env_var: EnvVar(default=option.default, default_expr=option.default_expr, option=flag)
+            for flag, option in entry.options.items() if option.env_var}
 
 
 def build(package: Package) -> DynamoRelease:
     tree = SourceTree(package.files)
     helpers = _Helpers(tree)
-    entries: dict[str, EntryPoint] = {}
-    env_vars: dict[str, EnvVar] = {}
     unresolved: list[str] = []
-    for entry, roots in ENTRY_POINTS.items():
-        if tree.path_of(roots[0]) is None and entry == "worker_sglang":
-            continue  # a release without the SGLang worker
-        options: dict[str, EngineOption] = {}
-        for module in _closure(tree, roots):
-            found, missed = _options(tree, module, helpers)
-            options.update(found)
-            unresolved += missed
-        entries[entry] = EntryPoint(
-            option_strings=tuple(sorted({s for o in options.values() for s in o.all_strings})),
-            boolean_optional_options=tuple(sorted(f for f, o in options.items() if o.boolean_optional)),
-            options=dict(sorted(options.items())))
-        for flag, option in options.items():
-            if option.env_var and not (entry == "worker_sglang" and option.env_var in env_vars):
-                env_vars[option.env_var] = EnvVar(default=option.default, default_expr=option.default_expr,
-                                                  option=flag)
-    sglang, rules = _sglang_worker(tree, entries.get("worker_sglang"))
+    optional = {f.name for f in msgspec.structs.fields(DynamoRelease) if f.default is not msgspec.NODEFAULT}
+    workers: dict[str, Any] = {}
+    rules: list[str] = []
+    env_vars: dict[str, EnvVar] = {}
+    for kind in SERVING:
+        assert kind.dynamo_worker is not None  # a serving engine's row names its worker
+        roots = _worker_roots(kind)
+        if tree.path_of(roots[0]) is None and kind.dynamo_worker in optional:
+            continue  # a release without this engine's worker (SGLang's: every release from 1.3.1 has it)
+        entry = _entry_point(tree, helpers, roots, unresolved)
+        workers[kind.dynamo_worker], own = _section(tree, kind, entry)
+        rules += own
+        # An env var two workers read keeps the record of the first that names it (the frontend's wins over both).
+        for name, record in _env_vars(entry).items():
+            env_vars.setdefault(name, record)
+    frontend = _entry_point(tree, helpers, FRONTEND, unresolved)
+    env_vars.update(_env_vars(frontend))
     return typed(DynamoRelease(
-        version=package.version, worker_vllm=entries["worker_vllm"], frontend=entries["frontend"], crd=_crd(tree),
-        worker_sglang=sglang,
-        env_vars=dict(sorted(env_vars.items())), rules=(NO_RULE, WORKER_RULE, *rules), requires=package.requires,
+        version=package.version, frontend=frontend, crd=_crd(tree), **workers,
+        env_vars=dict(sorted(env_vars.items())), rules=(NO_RULE, *rules), requires=package.requires,
         unresolved=tuple(sorted({*unresolved, *(f"{p}: syntax this Python cannot parse" for p in tree.unparsable)})),
         source=Source(package=package.filename, sha256=package.sha256, files_parsed=tuple(sorted(tree.used)))))

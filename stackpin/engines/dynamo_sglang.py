@@ -18,11 +18,13 @@ from __future__ import annotations
 import ast
 import copy
 
-from stackpin.catalog.engine_data import EngineOption
+from stackpin.catalog.engine_data import EngineOption, EntryPoint, SglangWorker
 from stackpin.engines.pysource import SourceTree, Unknown, call_name, dotted, keywords
 
 ARGS = "dynamo.sglang.args"
 DISAGGREGATION = "--disaggregation-mode"
+RULE = ("The SGLang worker (python -m dynamo.sglang) also accepts every SGLang server option ({call}, {at}) of the "
+        "SGLang it runs with, after its own options are parsed; worker_sglang lists what it changes in that parser.")
 
 
 class EngineParser:
@@ -201,3 +203,16 @@ def read(tree: SourceTree) -> EngineParser:
     if line:
         facts.at["disaggregation_modes"] = f"{path}:{line}"
     return facts
+
+
+def worker_section(tree: SourceTree, entry: EntryPoint) -> tuple[SglangWorker, tuple[str, ...]]:
+    """The Dynamo catalog's SGLang worker section (its own options, `entry`, and what it does to SGLang's
+    parser), and its rule when the worker hands the rest to SGLang's parser (engine_kinds: `dynamo_section`)."""
+    parser = read(tree)
+    worker = SglangWorker(
+        option_strings=entry.option_strings, boolean_optional_options=entry.boolean_optional_options,
+        options=entry.options, engine_parser=parser.call, engine_parser_options=dict(sorted(parser.options.items())),
+        engine_choices_added=dict(sorted(parser.choices_added.items())),
+        disaggregation_modes=dict(sorted(parser.disaggregation_modes.items())), at=dict(sorted(parser.at.items())))
+    rule = (RULE.format(call=parser.call, at=parser.at["engine_parser"]),) if parser.call else ()
+    return worker, rule

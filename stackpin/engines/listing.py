@@ -6,11 +6,12 @@ import re
 from dataclasses import dataclass
 
 from stackpin import jsonio
+from stackpin.catalog.engine_kinds import KINDS
 from stackpin.catalog.search import read_catalog_file, search_path, where
 from stackpin.catalog.version import parse_version
 from stackpin.errors import StackpinError
 
-_FILE = re.compile(r"^(vllm|dynamo|flashinfer|sglang)-(.+)\.json$")
+_FILE = re.compile(rf"^({'|'.join(re.escape(k.name) for k in KINDS)})-(.+)\.json$")
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from email.parser import HeaderParser
 from pathlib import Path, PurePosixPath
 from typing import IO
 
+from stackpin.catalog.engine_kinds import KINDS
 from stackpin.errors import StackpinError
 
 MAX_SOURCE_BYTES = 8 << 20  # one .py file; anything larger is not source worth reading
@@ -26,9 +27,8 @@ MAX_UNPACKED = 1 << 30  # every member, read or skipped
 MAX_SOURCES = 128 << 20  # the .py members kept in memory (vllm/, tests/, ... alike)
 MAX_METADATA = 4 << 20  # METADATA / PKG-INFO
 # The projects stackpin catalogs, by normalized name: what `engines add` calls them and which
-# directory of the package holds the source the extractor reads.
-PROJECTS = {"vllm": ("vllm", "vllm/"), "ai-dynamo": ("dynamo", "dynamo/"),
-            "flashinfer-python": ("flashinfer", "flashinfer/"), "sglang": ("sglang", "sglang/")}
+# directory of the package holds the source the extractor reads (stackpin.catalog.engine_kinds).
+PROJECTS = {k.distribution: (k.name, k.sources) for k in KINDS}
 
 
 class PackageError(StackpinError):

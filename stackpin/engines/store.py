@@ -16,14 +16,13 @@ from typing import Any
 import msgspec
 
 from stackpin.catalog import merged_versions, versions_of, versions_skeleton
-from stackpin.catalog.engine_data import CATALOG_FORMAT, DynamoRelease, FlashinferRelease, SglangRelease, VllmRelease
+from stackpin.catalog.engine_data import CATALOG_FORMAT, Release
 from stackpin.catalog.search import engine_file_name
 from stackpin.catalog.version import parse_version
 from stackpin.engines.pins import Pin
 from stackpin.errors import StackpinError
 from stackpin.yamlio import ambiguous_scalar, load_data, write_files
 
-Release = VllmRelease | DynamoRelease | FlashinferRelease | SglangRelease
 _ENTRY = re.compile(r"^  (?:\"([^\"]+)\"|'([^']+)'|([^\s:#][^:#]*?)):\s")
 NEW_VERSIONS = """# Version pins of the releases added to this catalog with `stackpin engines add`, read from each
 # package's metadata (vLLM pins flashinfer-python and torch; ai-dynamo's vllm extra pins vllm and nixl).
