@@ -142,3 +142,30 @@ def test_a_traces_tool_time_is_its_mean_delay() -> None:
     turns = [TraceTurn(session_id="a", input_length=1000, output_length=100, delay=0),
              TraceTurn(session_id="a", input_length=500, output_length=100, delay=3000)]
     assert workload_of(turns).tool_s == 1.5
+
+
+def test_a_replicas_dp_ranks_wait_for_each_others_prefill() -> None:
+    """vLLM steps a MoE replica's DP ranks together (Dynamo's mocker too: a group barrier each step), so a
+    step takes the slowest rank's time: any other rank's prefill chunk stalls every rank's decode. A rank
+    alone gets no such stall (the curve's first point charges its own turn's prefill to TTFT only)."""
+    from stackpin.sim.curve import prefill_stall
+    from stackpin.sim.models import step_model
+
+    one = load_stack(TUNED)
+    pool = one.decode
+    eight = dataclasses.replace(one, pools=(dataclasses.replace(pool, engines=pool.replicas * 8),))
+    chatty = Workload(context=1200, prefill=300, output=30)  # short answers: a new turn's prefill every few steps
+    alone, grouped = curve(one, chatty)[0], curve(eight, chatty)[0]
+    assert alone.batch == grouped.batch == 1
+    dec = step_model("roofline", eight, eight.decode, None)
+    kv = int(chatty.context)
+    step = dec.step_time(1, grouped.k, kv)
+    extra = dec.step_time(1, grouped.k, kv, int(chatty.prefill)) - step
+    a = accepted_tokens(dec.alpha, grouped.k)
+    rank = a / chatty.output  # prefill chunks one rank's turns bring a step (one chunk a turn here)
+    stalled = 1 - (1 - rank) ** 7  # a step in which any of the 7 other ranks prefills
+    assert grouped.agent_tps == pytest.approx(a / (step + stalled * extra), rel=1e-9)
+    assert grouped.agent_tps < 0.7 * alone.agent_tps
+    # One rank a replica: exactly the engine's own prefills, as before.
+    assert prefill_stall(0.3, 0.3, 1) == 0.3
+    assert prefill_stall(0.0, 0.3, 1) == 0.0

@@ -103,6 +103,7 @@ def curve(stack: SimStack, workload: Workload | None = None, params: dict[str, A
         prefill_s = workload.prefill / chunk * pre.step_time(0, 0, int(workload.context), chunk) + \
             dec.kv_transfer_time(int(workload.context))
     top = min(decode_pool.max_num_seqs, max(max_sequences(stack, decode_pool, workload.context), 1))
+    ranks = decode_pool.engines // decode_pool.replicas  # DP ranks of one replica, which step together
     for b in range(1, top + 1):
         kv = int(b * workload.context)
         k = dec.best_k(b, kv)
@@ -114,8 +115,8 @@ def curve(stack: SimStack, workload: Workload | None = None, params: dict[str, A
             budget = max(decode_pool.max_batched_tokens - b * (1 + k), 1)
             chunks = max(1, math.ceil(workload.prefill / budget))
             extra = dec.step_time(b, k, kv, int(workload.prefill / chunks)) - step
-            if b > 1:
-                step += (b * a / workload.output) * chunks * extra
+            rank = (b * a / workload.output) * chunks  # prefill chunks one engine's turns bring a step
+            step += prefill_stall(rank if b > 1 else 0.0, rank, ranks) * extra
             ttft = chunks * (step + extra)
         agent_tps = a / step
         total = decode_pool.engines * b * agent_tps
@@ -126,6 +127,17 @@ def curve(stack: SimStack, workload: Workload | None = None, params: dict[str, A
         agents = round(running * (ttft + decode_s + workload.tool_s) / decode_s)
         points.append(CurvePoint(b, agents, agent_tps, total / stack.gpus, k, running, ttft))
     return points
+
+
+def prefill_stall(own: float, rank: float, ranks: int) -> float:
+    """Prefill chunks a decode step of one engine waits for, on average: `own`, those its own turns bring (the
+    curve's first point charges none: one agent's prefill is its TTFT), and on a replica of `ranks` data-parallel
+    ranks the others'. vLLM steps a MoE model's DP ranks together (every rank's forward meets in the expert
+    all-to-all; an idle rank runs a dummy batch), so a step takes its slowest rank's time: a step in which any
+    other rank prefills a chunk (each with probability `rank`, independently) is a prefill step for every rank.
+    Dynamo's mocker does the same (its attention-DP ranks pass a group barrier each step): docs/sim.md."""
+    others = 1 - (1 - min(rank, 1.0)) ** (ranks - 1)
+    return own + (1 - min(own, 1.0)) * others
 
 
 def single_agent_tps(stack: SimStack, params: dict[str, Any] | None = None, model: str = "roofline",
