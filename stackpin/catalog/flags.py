@@ -266,7 +266,7 @@ def engine_catalog(engine: EngineName, version: str) -> FlagCatalog | None:
 
 
 def vllm_catalog(version: str) -> FlagCatalog | None:
-    """`engine_catalog` of vLLM: kept for the callers (render, enginecheck, validate) that still ask for it."""
+    """`engine_catalog` of vLLM, kept for the callers that still ask for it (enginecheck.vllm_check, validate)."""
     return engine_catalog("vllm", version)
 
 
