@@ -39,7 +39,7 @@ def acceptance_note(r: SearchResult) -> str:
 
 
 RECAPTURE = ("needs a new autotune capture: the base's pinned autotune cache belongs to the engine config it was "
-             "captured on (vLLM keys it by its config hash), and this pick runs another, so it is written with "
+             "captured on (the engine keys it by its config hash), and this pick runs another, so it is written with "
              "autotune.mode: tune and no cache (tuning at every start, SP203) and predicted so; capture one for it "
              "(`stackpin autotune capture-job`, `stackpin autotune pack --push`), pin it and set mode: replay")
 
