@@ -7,9 +7,10 @@ import json
 import math
 from typing import Any
 
-from stackpin.diff.model import ChangeKind, StackDiff
+from stackpin.diff.model import StackDiff
 from stackpin.search.predict import Prediction
 from stackpin.search.run import Scored, SearchResult
+from stackpin.upgrade.markdown import code_cell, diff_table
 
 
 def predicted_label(model: str) -> str:
@@ -87,20 +88,8 @@ def _fig(p: Prediction | None) -> str:
             f"{p.agents:,.0f} agents on {p.gpus} GPUs (limited by {p.limited_by})")
 
 
-def _cell(value: Any) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-    return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
-
-
 def _diff(diff: StackDiff, base: str, path: str) -> list[str]:
-    out = [f"`stackpin diff {base} {path}`: {diff.one_line()}", "",
-           "| group | field | base | pick | rollout |", "| --- | --- | --- | --- | --- |"]
-    for group in diff.groups:
-        for change in group.changes:
-            old = "(unset)" if change.kind == ChangeKind.added else _cell(change.old)
-            new = "(unset)" if change.kind == ChangeKind.removed else _cell(change.new)
-            out.append(f"| {group.id.value} | {_cell(change.path)} | {old} | {new} | {change.impact.value} |")
-    return out
+    return [f"`stackpin diff {base} {path}`: {diff.one_line()}", "", *diff_table(diff, "base", "pick")]
 
 
 def proposal_markdown(r: SearchResult, diffs: dict[int, StackDiff]) -> str:
@@ -129,10 +118,10 @@ def proposal_markdown(r: SearchResult, diffs: dict[int, StackDiff]) -> str:
             gain = s.prediction.tps_per_gpu / base.prediction.tps_per_gpu if base.prediction.tps_per_gpu else 0
             lines.append(f"That is {gain:.2f}x the base's predicted tok/s per GPU.")
         lines += ["", "What it changes in the base file:", ""]
-        lines += [f"- {_cell(_edit_text(p, v))}" for p, v in s.edits]
+        lines += [f"- {code_cell(_edit_text(p, v))}" for p, v in s.edits]
         if s.warnings:
             lines += ["", "Warnings it keeps (the base has them too):", ""]
-            lines += [f"- {f.code} {_cell(f.path)}: {f.message}" for f in s.warnings]
+            lines += [f"- {f.code} {code_cell(f.path)}: {f.message}" for f in s.warnings]
         if pick.rank in diffs:
             lines += ["", *_diff(diffs[pick.rank], str(r.base), str(pick.path))]
         lines.append("")

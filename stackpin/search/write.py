@@ -8,22 +8,19 @@ cannot be written.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from stackpin.diff.inputs import Stack
-from stackpin.diff.model import SourceKind, StackDiff, StackRef
+from stackpin.diff.model import StackDiff
 from stackpin.diff.run import diff_loaded
 from stackpin.errors import StackpinError
 from stackpin.profile.loader import LoadedProfile, load_profile
 from stackpin.search.run import Pick, SearchResult
+from stackpin.upgrade.propose import loaded_text, stack_side
 from stackpin.upgrade.textedit import TextEdit, scalar_text
 from stackpin.validate import Severity, run_rules
 from stackpin.yamlio import FieldPath, parse_yaml, write_atomic, write_files
@@ -103,25 +100,6 @@ def edited_text(base: LoadedProfile, name: str, edits: tuple[tuple[FieldPath, An
     return edit.text
 
 
-@contextmanager
-def _loaded_text(path: Path, text: str) -> Iterator[LoadedProfile]:
-    """`text` loaded as the profile at `path` would be (a temp file beside it, so `extends:` resolves the same),
-    removed when the block ends: a pick is checked before anything is written."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".stackpin-tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        loaded = load_profile(tmp)
-        yield LoadedProfile(loaded.profile, path, (path, *loaded.sources[1:]), loaded.positions, loaded.document)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-
-
-def _side(loaded: LoadedProfile, source: str) -> Stack:
-    return Stack(ref=StackRef(source=source, kind=SourceKind.profile, name=loaded.profile.name),
-                 profile=loaded.profile, path=loaded.path, sources=tuple(str(p) for p in loaded.sources))
-
-
 @dataclass(frozen=True)
 class Written:
     """What write_picks produced: the picks with their paths, the proposal directory and every file written."""
@@ -137,7 +115,7 @@ def _checked_pick(base: LoadedProfile, pick: Pick) -> tuple[str, StackDiff]:
     name = pick_name(base.profile.name, pick.rank)
     path = pick_path(base.path, pick.rank)
     text = edited_text(base, name, pick.scored.edits)
-    with _loaded_text(path, text) as loaded:
+    with loaded_text(path, text) as loaded:
         expected = pick.scored.profile.replace(metadata=pick.scored.profile.metadata.replace(name=name))
         if loaded.profile != expected:
             raise StackpinError(f"{path}: the edited text does not load to the candidate it was cut from",
@@ -145,7 +123,7 @@ def _checked_pick(base: LoadedProfile, pick: Pick) -> tuple[str, StackDiff]:
         errors = [f for f in run_rules(loaded) if f.severity == Severity.error and f.acknowledged is None]
         if errors:
             raise StackpinError(f"{path}: {errors[0].code} {errors[0].message} (the written pick fails validate)")
-        diff = diff_loaded(_side(base, str(base.path)), _side(loaded, str(path)))
+        diff = diff_loaded(stack_side(base, str(base.path)), stack_side(loaded, str(path)))
     return text, diff
 
 

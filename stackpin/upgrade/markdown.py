@@ -11,7 +11,8 @@ from stackpin.diff.model import ChangeKind, StackDiff
 from stackpin.upgrade.model import Proposal
 
 
-def _code(value: Any) -> str:
+def code_cell(value: Any) -> str:
+    """A value as inline code in a markdown table cell."""
     text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
     return "`" + text.replace("`", "'").replace("|", "\\|") + "`"
 
@@ -32,8 +33,8 @@ def _versions(p: Proposal) -> list[str]:
             ("NIXL", "nixl"), ("runtime image", "runtime_image"))
     for label, field in rows:
         old, new = getattr(p.current, field), getattr(p.candidate, field)
-        lines.append(f"| {label} | {_code(old)} | {_code(new)}{'' if old == new else ' (changed)'} |")
-    added = ", ".join(_code(a) for a in p.added) or "none (the catalogs had every release)"
+        lines.append(f"| {label} | {code_cell(old)} | {code_cell(new)}{'' if old == new else ' (changed)'} |")
+    added = ", ".join(code_cell(a) for a in p.added) or "none (the catalogs had every release)"
     return [*lines, "", f"Releases added to the catalog `{p.catalog}`: {added}."]
 
 
@@ -41,16 +42,17 @@ def _translations(p: Proposal) -> list[str]:
     out: list[str] = []
     if p.rewrites:
         out += ["", "## Rewritten", "", "Flags the release renamed, renamed in the candidate:", ""]
-        out += [f"- {_code(r.path)}: {_code(r.old)} -> {_code(r.new)} ({_cell(r.source)})" for r in p.rewrites]
+        out += [f"- {code_cell(r.path)}: {code_cell(r.old)} -> {code_cell(r.new)} ({_cell(r.source)})"
+                for r in p.rewrites]
     if p.pinned:
         out += ["", "## Defaults pinned", "", "Defaults the release changes that the stack relied on, written out "
                 "with their old value so the candidate runs as the current stack does:", ""]
-        out += [f"- {_code(d.path)}: {_code(d.value)} ({_code(d.flag)}: the default was {_code(d.old_default)}, "
-                f"is {_code(d.new_default)})" for d in p.pinned]
+        out += [f"- {code_cell(d.path)}: {code_cell(d.value)} ({code_cell(d.flag)}: the default was "
+                f"{code_cell(d.old_default)}, is {code_cell(d.new_default)})" for d in p.pinned]
     if p.blockers:
         out += ["", "## Blockers", "", "What the proposal cannot translate; a person has to decide. No candidate "
                 "profile was written.", ""]
-        out += [f"- {_code(b.path)}: {_cell(b.message)}{f' ({b.code})' if b.code else ''}" for b in p.blockers]
+        out += [f"- {code_cell(b.path)}: {_cell(b.message)}{f' ({b.code})' if b.code else ''}" for b in p.blockers]
     return out
 
 
@@ -61,7 +63,7 @@ def _findings(p: Proposal) -> list[str]:
     out = ["", "## Findings", "", f"Validation findings {what} that the current stack does not have:", ""]
     for f in p.findings:
         hint = f" (hint: {_cell(f.hint)})" if f.hint else ""
-        out.append(f"- {f.severity} {f.code} {_code(f.path)}: {_cell(f.message)}{hint}")
+        out.append(f"- {f.severity} {f.code} {code_cell(f.path)}: {_cell(f.message)}{hint}")
     return out
 
 
@@ -69,12 +71,17 @@ def _diff(diff: StackDiff | None) -> list[str]:
     if diff is None:
         return []
     out = ["", "## Stack diff", "", f"`stackpin diff {diff.a.source} {diff.b.source}`: {_cell(diff.one_line())}", ""]
-    out += ["| group | field | current | candidate | rollout |", "| --- | --- | --- | --- | --- |"]
+    return out + diff_table(diff, "current", "candidate")
+
+
+def diff_table(diff: StackDiff, a: str, b: str) -> list[str]:
+    """A stack diff as a markdown table, one row per change; `a` and `b` head the two sides' columns."""
+    out = [f"| group | field | {a} | {b} | rollout |", "| --- | --- | --- | --- | --- |"]
     for group in diff.groups:
         for change in group.changes:
-            old = "(unset)" if change.kind == ChangeKind.added else _code(change.old)
-            new = "(unset)" if change.kind == ChangeKind.removed else _code(change.new)
-            out.append(f"| {group.id.value} | {_code(change.path)} | {old} | {new} | {change.impact.value} |")
+            old = "(unset)" if change.kind == ChangeKind.added else code_cell(change.old)
+            new = "(unset)" if change.kind == ChangeKind.removed else code_cell(change.new)
+            out.append(f"| {group.id.value} | {code_cell(change.path)} | {old} | {new} | {change.impact.value} |")
     return out
 
 

@@ -172,7 +172,7 @@ def _inherited(loaded: LoadedProfile, plan: Translation) -> Translation:
 
 
 @contextmanager
-def _loaded_text(path: Path, text: str) -> Iterator[LoadedProfile]:
+def loaded_text(path: Path, text: str) -> Iterator[LoadedProfile]:
     """`text` loaded as the profile at `path` would be (beside it, so `extends:` resolves the same), from a
     temp file that never outlives the block; the candidate is checked before anything is written."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".stackpin-tmp", dir=path.parent)
@@ -185,7 +185,7 @@ def _loaded_text(path: Path, text: str) -> Iterator[LoadedProfile]:
         Path(tmp).unlink(missing_ok=True)
 
 
-def _side(loaded: LoadedProfile, source: str) -> Stack:
+def stack_side(loaded: LoadedProfile, source: str) -> Stack:
     return Stack(ref=StackRef(source=source, kind=SourceKind.profile, name=loaded.profile.name),
                  profile=loaded.profile, path=loaded.path, sources=tuple(str(p) for p in loaded.sources))
 
@@ -267,10 +267,10 @@ def propose(profile: Path, *, to: str | None, source: Source, catalog: Path | No
         findings = [_finding(f) for f in upgrade]
     else:
         candidate_text = _edit(current, name, target, plan, stale).text
-        with (_loaded_text(candidate_path, candidate_text) as candidate,
+        with (loaded_text(candidate_path, candidate_text) as candidate,
               profile_catalogs(current.profile.spec.catalog_path)):
             findings = _candidate_findings(current, candidate, target)
-            diff = diff_loaded(_side(current, str(profile)), _side(candidate, str(candidate_path)))
+            diff = diff_loaded(stack_side(current, str(profile)), stack_side(candidate, str(candidate_path)))
             if stale:
                 files[directory / CAPTURE_FILE] = _capture_job(candidate)
     key = DeploymentKey(namespace=current.profile.metadata.namespace, name=current.profile.metadata.deployment,
