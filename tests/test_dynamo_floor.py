@@ -1,6 +1,6 @@
 """The Dynamo bed's plan says where Dynamo 1.6.1's mocker cannot follow the lock: it floors a decode step at
 1 ms (stackpin/sim/dynamo.yaml, from its perf_model.rs), so a stack that decodes faster (Vera Rubin, tuned:
-0.848 ms per token at batch 1) is served slower than its lock, and the plan states the figures. No bed is
+under 1 ms per token at batch 1) is served slower than its lock, and the plan states the figures. No bed is
 started here; tests/test_dynamo_bed.py measures the floor on the real mocker."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def test_a_stack_under_the_floor_is_named_with_its_figures() -> None:
     line = slow.describe("1.6.1")
     assert line in bed.substitutions  # GET /stackpin/sim, and so every bench result of it, carries it
     assert f"{slow.fastest_ms:.3f} ms per token (batch 1)" in line and "floors a decode step at 1 ms" in line
-    assert f"~{1 - slow.fastest_ms:.0%} slower per token" in line and "batch 1 ~15%" in line
+    assert f"~{1 - slow.fastest_ms:.0%} slower per token" in line and f"batch 1 ~{1 - slow.fastest_ms:.0%}" in line
 
 
 def test_a_disaggregated_stack_is_judged_by_its_decode_pool() -> None:
