@@ -36,6 +36,17 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def nodes_per_replica_for(gpus_per_replica: int, gpus_per_node: int) -> int:
+    """The nodesPerReplica a written pool states for a replica of that many GPUs: the nodes it fills, at
+    least one (search writes candidate pools before any topology of them exists)."""
+    return max(1, _ceil_div(gpus_per_replica, gpus_per_node))
+
+
+def exceeds_node(gpus_per_replica: int, gpus_per_node: int) -> bool:
+    """A replica of that many GPUs cannot sit on one node (its expert all-to-all crosses nodes)."""
+    return gpus_per_replica > gpus_per_node
+
+
 def model_parallel_of(pool: Pool) -> int:
     """GPUs one data-parallel rank's model spans: TP x PP (vLLM's world before DP folds in)."""
     return pool.tensor_parallel * pool.pipeline_parallel

@@ -11,7 +11,6 @@ not invent one); an engine whose catalog lists no methods keeps the base's.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cache
@@ -19,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from stackpin.backends import engine_of
-from stackpin.catalog import Catalog, load_catalog
+from stackpin.catalog import Catalog, Platform, load_catalog
 from stackpin.errors import StackpinError
 from stackpin.profile.loader import LoadedProfile
+from stackpin.profile.topology import exceeds_node, nodes_per_replica_for
 from stackpin.yamlio import FieldPath
 
 SPACE_FILE = Path(__file__).with_name("space.yaml")
@@ -178,7 +178,7 @@ def _pool(template: dict[str, Any], shape: Shape, replicas: int, gpus_per_node: 
     _put(pool, "tensorParallel", shape.tp, 1)
     _put(pool, "dataParallel", shape.dp, 1)
     _put(pool, "expertParallel", shape.ep, False)
-    _put(pool, "nodesPerReplica", max(1, math.ceil(shape.gpus / gpus_per_node)), 1)
+    _put(pool, "nodesPerReplica", nodes_per_replica_for(shape.gpus, gpus_per_node), 1)
     if seqs is not None:
         pool["maxNumSeqs"] = seqs
     if tokens is not None:
@@ -230,10 +230,10 @@ def _templates(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return pools.get("prefill") or main, main
 
 
-def document_of(base: dict[str, Any], knobs: Knobs, racks: int, rack_gpus: int, gpus_per_node: int,
+def document_of(base: dict[str, Any], knobs: Knobs, racks: int, platform: Platform,
                 space: Space) -> dict[str, Any] | None:
     """The base document with `knobs` written in; None when not one whole replica (group) fits the racks."""
-    total = racks * rack_gpus
+    total = racks * platform.total_gpus
     prefill_template, main_template = _templates(base)
     doc = base
     if racks != int(_get(base, ("spec", "target", "count")) or 1):
@@ -242,7 +242,7 @@ def document_of(base: dict[str, Any], knobs: Knobs, racks: int, rack_gpus: int, 
         replicas = total // knobs.shape.gpus
         if replicas == 0:
             return None
-        pools: dict[str, Any] = {"worker": _pool(main_template, knobs.shape, replicas, gpus_per_node,
+        pools: dict[str, Any] = {"worker": _pool(main_template, knobs.shape, replicas, platform.gpus_per_node,
                                                  knobs.max_num_seqs, knobs.max_num_batched_tokens),
                                  "prefill": None, "decode": None}
         doc = _with(doc, ("spec", "placement", "mode"), COLOCATED)
@@ -253,10 +253,10 @@ def document_of(base: dict[str, Any], knobs: Knobs, racks: int, rack_gpus: int, 
             return None
         pre_tokens = prefill_template.get("maxNumBatchedTokens")
         pools = {"worker": None,
-                 "prefill": _pool(prefill_template, knobs.prefill, groups * p, gpus_per_node,
+                 "prefill": _pool(prefill_template, knobs.prefill, groups * p, platform.gpus_per_node,
                                   prefill_template.get("maxNumSeqs"), pre_tokens),
-                 "decode": _pool(main_template, knobs.shape, groups * d, gpus_per_node, knobs.max_num_seqs,
-                                 knobs.max_num_batched_tokens)}
+                 "decode": _pool(main_template, knobs.shape, groups * d, platform.gpus_per_node,
+                                 knobs.max_num_seqs, knobs.max_num_batched_tokens)}
         doc = _with(doc, ("spec", "placement", "mode"), "disaggregated")
         if not _get(doc, ("spec", "placement", "kvConnector")):
             doc = _with(doc, ("spec", "placement", "kvConnector"), space.kv_connector)
@@ -266,7 +266,7 @@ def document_of(base: dict[str, Any], knobs: Knobs, racks: int, rack_gpus: int, 
             continue  # absent in the base and the candidate alike: nothing to write
         doc = _with(doc, (*_POOLS, role), pool)
     shapes = [knobs.shape] + ([knobs.prefill] if knobs.prefill is not None else [])
-    if any(s.ep and s.gpus > gpus_per_node for s in shapes):
+    if any(s.ep and exceeds_node(s.gpus, platform.gpus_per_node) for s in shapes):
         doc = _with(doc, ("spec", "kernels", "all2all"), space.multinode_all2all)
     spec_path = ("spec", "speculative")
     speculative = dict(_get(base, spec_path) or {})
@@ -346,7 +346,7 @@ def candidates(loaded: LoadedProfile, racks: int, space: Space | None = None,
         if mode == "NONE" and capture != space.captures[0]:
             continue  # graphs off: no sizes to choose
         knobs = Knobs(placement, shape, prefill, seqs, tokens, method, k, mode, capture, kv)
-        doc = document_of(base, knobs, racks, platform.total_gpus, platform.gpus_per_node, space)
+        doc = document_of(base, knobs, racks, platform, space)
         if doc is None:
             continue
         recapture = base_config is not None and engine_config(doc) != base_config
