@@ -311,6 +311,27 @@ def test_a_client_that_leaves_mid_stream_frees_its_slot() -> None:
     assert result["done"] and result["ttft"] < 1.0
 
 
+def test_a_client_that_resets_mid_stream_frees_its_slot() -> None:
+    """A client that closes with tokens unread resets the connection (RST, forced here with SO_LINGER 0,
+    as the kernel does on its own when unread data sits in the socket): the read that watches for it
+    raises instead of returning EOF, and the sequence must still be dropped."""
+    import socket
+    import struct
+
+    stack = _small(load_stack(TUNED), max_num_seqs=1)
+    with serve_in_thread(stack, speed=5) as sim:
+        host, port = sim.url.removeprefix("http://").rsplit(":", 1)
+        body = json.dumps({"messages": [{"role": "user", "content": "a b"}], "max_tokens": 100_000,
+                           "stream": True}).encode()
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            assert sock.recv(200).startswith(b"HTTP/1.1 200 ")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        result = _stream(sim.url, "c d", 5)
+    assert result["done"] and result["ttft"] < 1.0
+
+
 def test_malformed_http_is_a_400_and_the_server_goes_on() -> None:
     import socket
 

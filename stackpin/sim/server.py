@@ -148,21 +148,27 @@ class SimServer:
         # first byte of the client's next request (sent the moment this answer ends): keep it.
         closed = asyncio.ensure_future(reader.read(1))
         done = asyncio.ensure_future(stream.done.wait())
-        await asyncio.wait([closed, done], return_when=asyncio.FIRST_COMPLETED)
-        if closed.done() and closed.result():
-            carry += closed.result()
-            await done
-        elif not done.done():  # EOF: the client went away (or a stall fault waits for it to)
-            seq.cancelled = True
+        try:
+            await asyncio.wait([closed, done], return_when=asyncio.FIRST_COMPLETED)
+            if closed.done() and closed.result():  # a reset raises here: handled as EOF, below
+                carry += closed.result()
+                await done
+            elif not done.done():  # EOF: the client went away (or a stall fault waits for it to)
+                return False
+            else:
+                closed.cancel()
+                (got,) = await asyncio.gather(closed, return_exceptions=True)  # frees the reader
+                if isinstance(got, bytes):
+                    if not got:
+                        return False
+                    carry += got
+        finally:
+            # However the handler leaves before the answer ends (EOF, or a client that closed with our
+            # tokens unread, which resets the connection and makes the read raise), the sequence is
+            # dropped: otherwise it keeps its batch slot and KV until max_tokens.
+            if not stream.done.is_set():
+                seq.cancelled = True
             done.cancel()
-            return False
-        else:
-            closed.cancel()
-            (got,) = await asyncio.gather(closed, return_exceptions=True)  # frees the reader
-            if isinstance(got, bytes):
-                if not got:
-                    return False
-                carry += got
         if stream.dropped:
             return False
         if not request["stream"]:
