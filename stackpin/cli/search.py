@@ -55,6 +55,9 @@ if TYPE_CHECKING:
               help="--verify bed: serve 1/N of each stack (sim serve's --share).")
 @click.option("--dynamo-env", metavar="DIR", help="--verify bed: the Dynamo bed's environment (default "
               "$STACKPIN_DYNAMO_ENV, else .dynamobed/dynamo-1.6.1).")
+@click.option("--python", "engine_python", type=click.Path(dir_okay=False), metavar="PATH",
+              help="--verify: the engine check's Python, as engines check's --python (default "
+              "$STACKPIN_ENGINE_PYTHON, else where `engines setup-check` builds it).")
 @click.option("--scratch-prefix", default="stackpin-verify", show_default=True, metavar="NAME",
               help="--verify cluster: scratch namespaces are NAME-0 (the base), NAME-1, ...; never one that exists.")
 @click.option("--allow-stand-ins", is_flag=True, help="--verify cluster: apply locks holding stand-in pins (the "
@@ -69,7 +72,7 @@ if TYPE_CHECKING:
 def search(base: str, slo_text: str, trace: str, acceptance_file: str | None, racks: int, top: int, out: str | None,
            model: str, output: str, chart: str | None, dry_run: bool, force: bool, verify: str | None,
            fleet: str | None, runs: int, agents_text: str, delay_scale: float, share: int,
-           dynamo_env: str | None, scratch_prefix: str, allow_stand_ins: bool, lockdir: str,
+           dynamo_env: str | None, engine_python: str | None, scratch_prefix: str, allow_stand_ins: bool, lockdir: str,
            mirrors: tuple[str, ...], oci_layout: str | None, hf_cache: str | None, hf_endpoint: str | None) -> None:
     """Search the stack space around BASE_PROFILE for a service target: placement and pool ratio, TP/EP/DP,
     max-num-seqs and batched tokens, speculative method and draft tokens, CUDA graphs, KV-cache dtype.
@@ -128,7 +131,8 @@ def search(base: str, slo_text: str, trace: str, acceptance_file: str | None, ra
         from stackpin.search.verify import VerifyOptions
         from stackpin.upgrade.trial import LockOptions
 
-        options = VerifyOptions(lockdir=Path(lockdir), runs=runs, lock=LockOptions(
+        options = VerifyOptions(lockdir=Path(lockdir), runs=runs, engine_python=Path(engine_python) if engine_python
+                                else None, lock=LockOptions(
             mirrors=tuple(_parse_mirrors(mirrors).items()), oci_layout=oci_layout, hf_cache=hf_cache,
             hf_endpoint=hf_endpoint))
         _verify(base_path, [p.path for p in result.picks if p.path is not None], verify, Path(trace), slo_text,
