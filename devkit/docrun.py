@@ -20,9 +20,10 @@ the session is skipped and says why), `without` (extras whose packages the block
 in a venv with the core alone), `vary` (what legitimately differs between runs: preset names from
 VARY or regular expressions; each match reads as `<vary>` on both sides), `transient` (regular expressions
 for progress lines printed only while a wait lasts, so a run may print them or not: a line that matches is
-left out on both sides), `timeout` (seconds for the
-block, default 120), `images` (files the block draws: the test holds them to the committed bytes,
-scripts/update_docs.py copies them back).
+left out on both sides), `rerun` (a regular expression for a line a busy host may make a run print, taking
+another path than the doc's, such as an inconclusive bench gate: a session that does not match and printed
+one is run once more, and must match then), `timeout` (seconds for the block, default 120), `images` (files
+the block draws: the test holds them to the committed bytes, scripts/update_docs.py copies them back).
 
 Each command runs in one bash per block, stdout and stderr together, from the scratch copy's root, with
 `stackpin` (this checkout's entry point run by this interpreter) and the interpreter's `bin/` first on PATH,
@@ -206,7 +207,7 @@ def _options(doc: str, line: int, body: str) -> dict[str, Any]:
     if not isinstance(options, dict):
         raise DocError(f"{doc}:{line}: docs marker: expected `run` or a mapping of options")
     unknown = set(options) - {"session", "copy", "setup", "env", "needs", "vary", "transient", "timeout", "images",
-                              "file", "without"}
+                              "file", "without", "rerun"}
     if unknown:
         raise DocError(f"{doc}:{line}: docs marker: unknown option(s) {', '.join(sorted(unknown))}")
     bad_needs = set(_as_list(options.get("needs"))) - NEEDS
@@ -552,6 +553,17 @@ def mismatch(ran: Ran) -> str | None:
     diff = difflib.unified_diff(expected, actual, f"{block.where} (the doc)", f"{block.where} (this run)",
                                 lineterm="", n=2)
     return "\n".join(diff)
+
+
+def busy_host(ran: list[Ran]) -> str | None:
+    """The first line of a session's run that its `rerun` pattern names (a path a busy host took), or None."""
+    for result in ran:
+        pattern = result.block.options.get("rerun")
+        if pattern:
+            found = next((line for out in result.outputs for line in out if re.search(pattern, line)), None)
+            if found is not None:
+                return found
+    return None
 
 
 def rewrite(text: str, doc: str, results: list[Ran]) -> str:

@@ -44,6 +44,7 @@ def main(argv: list[str]) -> int:
     from devkit.fleetbed import fleet_bed
     from devkit.livesim import serve_live
     from stackpin.history.store import HistoryStore
+    from stackpin.rollout.record import RolloutStore, State
 
     if len(argv) != 1:
         print("usage: python -m devkit.rollout_demo WORKDIR", file=sys.stderr)
@@ -78,13 +79,15 @@ def main(argv: list[str]) -> int:
             # A gate whose runs a busy host stretched is inconclusive: never a pass and never a rollback, the
             # rollout pauses. The demo then resumes it (twice at most), which benches the canary again, as a
             # person would.
-            said = sp("rollout", "start", "fleet.yaml", f"{DEPLOYMENT}@2", "--allow-recreate", "--allow-stand-ins",
-                      expect=(0, 1))
-            for _ in range(2):
-                if "bench gate inconclusive" not in said:
+            sp("rollout", "start", "fleet.yaml", f"{DEPLOYMENT}@2", "--allow-recreate", "--allow-stand-ins",
+               expect=(0, 1))
+            rollouts = RolloutStore(work / "rollouts", "west")
+            for _ in range(2):  # the record says whether it paused (its text keeps every past gate's line)
+                last = rollouts.read(rollouts.ids()[-1])
+                if last.state is not State.paused:
                     break
                 print("# the host was too busy for the canary's gate (inconclusive, paused): resume it")
-                said = sp("rollout", "resume", "fleet.yaml", expect=(0, 1))
+                sp("rollout", "resume", "fleet.yaml", expect=(0, 1))
             if "succeeded" not in sp("rollout", "status", "west"):
                 raise SystemExit("revision 2 did not reach every rack: see above")
             print("# 2. revision 3, made two-fold slower on the canary: its gate fails, the canary is rolled back")

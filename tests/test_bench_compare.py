@@ -250,3 +250,26 @@ def test_stacks_served_on_different_gpu_counts_compare_agents_per_gpu(tmp_path: 
     code, out, err = cli(["bench", "compare", a, b])
     assert code == 0 and "max agents per GPU under SLO" in out
     assert "A ran on 72 GPUs, B on 4: agent counts compare per GPU" in err
+
+
+def late(result: BenchResult, seconds: float) -> BenchResult:
+    """The result as a host that stamped every timestamp up to `seconds` late would have left it known."""
+    points = tuple(p.model_copy(update={"loop_lag_p99_s": seconds}) for p in result.points)
+    return result.model_copy(update={"points": points})
+
+
+@pytest.mark.parametrize(("ttft_b", "lag", "verdict"), [
+    (0.42, 0.0, "improvement"),             # on time: the -16% is measured
+    (0.42, 0.08, "no significant change"),  # late: 1%..27% better whatever it hid (a gain unconfirmed)
+    (0.42, 0.15, "inconclusive"),           # later still: the lateness could hide a regression past 5%
+    (0.50, 0.08, "inconclusive"),           # no change measured, yet the lateness could hide one
+    (0.60, 0.08, "inconclusive"),           # +20% measured, yet the lateness could hide none
+])
+def test_a_late_host_turns_only_what_it_could_hide(ttft_b: float, lag: float, verdict: str) -> None:
+    from stackpin.bench.compare import compare
+
+    a = [late(make_result(LAUNCH, tps=100, ttft=0.5, seed=s, agents=(1,), fail_from=None), lag) for s in (1, 2)]
+    b = [late(make_result(TUNED, tps=130, ttft=ttft_b, seed=s, agents=(1,), fail_from=None), lag) for s in (3, 4)]
+    ttft = {m.name: m for m in compare(a, b).metrics}["TTFT p90 at 1 agent"]
+    assert ttft.verdict.value == verdict, ttft.why
+    assert ("lateness" in ttft.why) == (lag > 0), ttft.why

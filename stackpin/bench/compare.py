@@ -24,7 +24,9 @@ What a headline is compared on:
   same workload (stackpin/bench/acceptance.py `check_acceptance`). One side without it is stated, not refused.
 - A headline timed from timestamps (single-agent speed, TTFT) is known only to within how late the host
   let them be (`late_bound`: the client's loop lag p99 plus the simulator's lateness per step): a verdict
-  stands only where it holds for every value that leaves possible on both sides.
+  stands only where it holds for every value that leaves possible on both sides. Where it does not, yet no
+  such value makes B worse past the threshold, the verdict is no significant change (a gain unconfirmed);
+  otherwise it is inconclusive.
 
 The interval of a measured headline comes from repeated runs when each side has two or more
 (resampling runs), otherwise from the samples inside the runs (requests or agents, resampled): a single
@@ -415,13 +417,19 @@ def ratio_range(a: Estimate, b: Estimate) -> tuple[float, float]:
     return ratio(b.low, a.high), ratio(b.high, a.low)
 
 
+def change_range(a: Estimate, b: Estimate, higher_is_better: bool) -> tuple[float, float]:
+    """B's gain over A (positive: better) in its worst and its best case over every pair of values the two
+    estimates allow."""
+    smallest, largest = ratio_range(a, b)
+    return (smallest - 1, largest - 1) if higher_is_better else (1 - largest, 1 - smallest)
+
+
 def censored_verdict(a: Estimate, b: Estimate, higher_is_better: bool, threshold: float) -> tuple[Verdict, str]:
     """What bounds decide: B's change lies between its worst and best case over every pair of values the
     two estimates allow. A regression only where even the best case is worse by the threshold, an
     improvement only where even the worst case is better by it, no significant change where both cases lie
     within it; anything else is inconclusive."""
-    smallest, largest = ratio_range(a, b)
-    worst, best = (smallest - 1, largest - 1) if higher_is_better else (1 - largest, 1 - smallest)
+    worst, best = change_range(a, b, higher_is_better)
     if best < -threshold:
         return Verdict.regression, f"B is at least {-best:.0%} worse whatever lies within the bounds"
     if worst > threshold:
@@ -492,10 +500,20 @@ def _judge(spec: _Spec, side_a: _Side, side_b: _Side, threshold: float, rng: ran
         bounded, _ = censored_verdict(timed_a, timed_b, spec.higher_is_better, threshold)
         if bounded is not verdict:
             late = max(r.late for r in [*runs_a, *runs_b])
-            verdict, why = Verdict.inconclusive, (
-                f"{_pct(change) if change is not None else 'the change'} is within what the host's lateness could "
-                f"make of it (timestamps up to {late * 1000:.1f} ms late, A {timed_a.text(_short)}, B "
-                f"{timed_b.text(_short)}): a quieter host, or a simulator's lower --speed")
+            lateness = (f"timestamps up to {late * 1000:.1f} ms late, A {timed_a.text(_short)}, B "
+                        f"{timed_b.text(_short)}")
+            worst, best = change_range(timed_a, timed_b, spec.higher_is_better)
+            if verdict is not Verdict.regression and worst >= -threshold:
+                # Whatever the lateness hides, B is no worse past the threshold: what the timestamps cannot
+                # confirm is only a gain, and an unconfirmed gain is no significant change.
+                verdict, why = Verdict.no_change, (
+                    f"{_pct(change) if change is not None else 'the change'}, a gain the host's lateness leaves "
+                    f"unconfirmed: between {worst:+.1%} and {best:+.1%} whatever it hid ({lateness}), never a "
+                    f"regression past the {threshold:.0%} threshold")
+            else:
+                verdict, why = Verdict.inconclusive, (
+                    f"{_pct(change) if change is not None else 'the change'} is within what the host's lateness "
+                    f"could make of it ({lateness}): a quieter host, or a simulator's lower --speed")
     return metric(change, low, high, basis, verdict, why)
 
 
