@@ -18,8 +18,8 @@ from stackpin.diff.model import GroupId, Impact
 from stackpin.lock.lockfile import check_locks, effective_profile, read_lock
 from stackpin.profile.loader import load_profile
 from stackpin.render.output import lock_for_profile
+from stackpin.rules import Finding
 from stackpin.validate import Severity, all_rules, run_rules
-from stackpin.validate.rules import Finding
 from tests.helpers import ROOT, apply, base_doc, dump, line_of, load_doc, write_profile
 
 W = "spec.placement.pools.worker"

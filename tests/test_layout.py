@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "stackpin"
 # Top to bottom: each stage may import the ones before it. errors, yamlio, jsonio, records, models, extras,
 # version and children are shared leaves.
-STAGES = ("catalog", "engines", "profile", "backends", "validate", "examples", "lock", "autotune", "render",
+STAGES = ("catalog", "engines", "profile", "rules", "backends", "validate", "examples", "lock", "autotune", "render",
           "enginecheck", "history", "diff", "deploy", "site", "bench", "sim", "plan", "upgrade", "rollout", "search",
           "report", "demo", "imports", "api", "cli")
 LEAVES = ("errors", "yamlio", "jsonio", "records", "models", "extras", "version", "children")

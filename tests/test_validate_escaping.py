@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from stackpin.cli.main import main
 from stackpin.errors import InputError, Location, Problem, escape_controls
-from stackpin.validate.rules import Hit, Severity, hit_text
+from stackpin.rules import Hit, Severity, hit_text
 from tests.helpers import PROFILES_DIR
 
 LAUNCH = PROFILES_DIR / "gb300-launch.yaml"

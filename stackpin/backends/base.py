@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from stackpin.catalog.startup import StartupFacts
     from stackpin.profile.model import Pool, StackProfile
     from stackpin.profile.topology import Role
+    from stackpin.rules import Hit
 
 Flag = tuple[str, str | None]  # (option, value); None for a bare switch
 
@@ -88,6 +89,9 @@ class ServingEngine(Protocol):
     # Options render states where a DGD leaves the engine's own default -> why (`stackpin import --report`).
     stated_defaults: Mapping[str, str]
     capture: Capture | None  # how a pinned autotune cache is captured; None where none is (autotune_dir_env None)
+    # Its own validation rules' modules (what its release decides about its knobs): stackpin.validate imports them
+    # with every engine's, and each runs only for stacks on this engine.
+    rule_modules: tuple[str, ...]
 
     def flag_catalog(self, version: str) -> FlagCatalog | None:
         """The options the pinned release's parser accepts, or None when no catalog has it."""
@@ -118,6 +122,11 @@ class ServingEngine(Protocol):
     def worker_flags(self, profile: StackProfile, role: Role, pool: Pool, *, model_revision: str,
                      catalog: FlagCatalog | None = None, serving: tuple[Flag, ...] = ()) -> list[Flag]:
         """The flags after `worker_command` for one pool, in a fixed order."""
+        ...
+
+    def render_refusals(self, profile: StackProfile) -> list[tuple[str, Hit]]:
+        """(rule code, hit) of its rules that render checks again: a stack this engine would refuse at start-up
+        (a lock made around validation must not render)."""
         ...
 
 

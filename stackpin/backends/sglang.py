@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from stackpin.catalog.flags import DynamoEntry, FlagCatalog
     from stackpin.catalog.startup import StartupFacts
     from stackpin.profile.topology import Role
+    from stackpin.rules import Hit
 
 # Options stackpin renders from modelled fields (worker_flags below), -> the field to use.
 MODELLED: dict[str, str] = {
@@ -127,6 +128,7 @@ class Sglang:
     flag_import: str = "options"
     kv_transfer_names: Mapping[str, str] = MappingProxyType(TRANSFER_BACKENDS)  # --disaggregation-transfer-backend
     capture: Capture | None = None  # no pinned cache is captured for SGLang (autotune_dir_env)
+    rule_modules: tuple[str, ...] = ()  # what SGLang decides at start-up its own engine check reads (enginecheck)
     stated_defaults: Mapping[str, str] = MappingProxyType({
         "--dp-size": "SGLang's default 1, stated",
         "--pp-size": "SGLang's default 1, stated",
@@ -154,6 +156,9 @@ class Sglang:
     def autotune_flags(self, profile: StackProfile, catalog: FlagCatalog | None) -> list[Flag]:  # noqa: ARG002
         off = profile.spec.autotune.mode == AutotuneMode.off
         return [("--disable-flashinfer-autotune", None)] if off else []  # fields/exec_.py:287-290
+
+    def render_refusals(self, profile: StackProfile) -> list[tuple[str, Hit]]:  # noqa: ARG002 (the protocol's)
+        return []  # a capture list is refused for SGLang altogether (problems())
 
     def problems(self, profile: StackProfile) -> list[str]:
         """What the profile asks that stackpin cannot yet render for SGLang, each with where to go instead."""

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from stackpin.catalog.flags import DynamoEntry, FlagCatalog
     from stackpin.catalog.startup import StartupFacts
     from stackpin.profile.topology import Role
+    from stackpin.rules import Hit
 
 # Options stackpin renders from modelled fields (worker_flags below), -> the field to use.
 MODELLED: dict[str, str] = {
@@ -212,6 +213,8 @@ class Vllm:
     flag_import: str = "tables"
     kv_transfer_names: Mapping[str, str] = MappingProxyType({})  # --kv-transfer-config's kv_connector: the name
     capture: Capture | None = Capture(CAPTURE_SCRIPT, serve_args)
+    rule_modules: tuple[str, ...] = tuple(f"stackpin.backends.vllm_rules.{family}"
+                                          for family in ("kernels", "graphs", "speculative", "precision"))
     stated_defaults: Mapping[str, str] = MappingProxyType({
         "--data-parallel-size": "vLLM's default 1, stated",
         "--pipeline-parallel-size": "vLLM's default 1, stated",
@@ -245,6 +248,12 @@ class Vllm:
 
     def problems(self, profile: StackProfile) -> list[str]:  # noqa: ARG002 (the protocol's signature)
         return []  # every modelled field has its vLLM flag
+
+    def render_refusals(self, profile: StackProfile) -> list[tuple[str, Hit]]:
+        from stackpin.backends.vllm_rules.graphs import empty_capture_hit
+
+        hit = empty_capture_hit(profile)  # SP105: vLLM asserts at least one capture size with graphs on
+        return [] if hit is None else [("SP105", hit)]
 
     def worker_flags(self, profile: StackProfile, role: Role, pool: Pool, *, model_revision: str,
                      catalog: FlagCatalog | None = None, serving: tuple[Flag, ...] = ()) -> list[Flag]:

@@ -37,11 +37,10 @@ from stackpin.render.pod import (
     assemble_pod,
     quantities_as_text,
 )
+from stackpin.rules import hit_text
 from stackpin.validate.autotune import cache_shape_problems
 from stackpin.validate.engineargs import flag_problems
-from stackpin.validate.graphs import empty_capture_hit
 from stackpin.validate.placement import speculative_mismatch_hit
-from stackpin.validate.rules import hit_text
 
 LABEL_PREFIX = "stackpin.dev/"
 ESTIMATES_ANNOTATION = f"{LABEL_PREFIX}estimates"  # cluster-facing facts the objects rest on that are estimates
@@ -214,10 +213,9 @@ def _plan_stack(lock: StackLock, catalog: Catalog) -> StackPlan:
     if directories is not None:
         # SP205 refuses such a cache at lock time; a lock made around it must not render either.
         problems += [why for _, why in cache_shape_problems(profile, topology, directories, catalog)]
-    # SP105 and SP154 refuse these profiles; a lock made around validation must not render either.
-    for code, hit in (("SP105", empty_capture_hit(profile)), ("SP154", speculative_mismatch_hit(profile, topology))):
-        if hit is not None:
-            problems.append(hit_text(code, hit))
+    # The engine's start-up refusals (vLLM's SP105) and SP154: a lock made around validation must not render them.
+    refusals = [*engine_of(profile).render_refusals(profile), ("SP154", speculative_mismatch_hit(profile, topology))]
+    problems += [hit_text(code, hit) for code, hit in refusals if hit is not None]
 
     labels = {**base_labels, "app.kubernetes.io/managed-by": "stackpin", f"{LABEL_PREFIX}profile": profile.name,
               f"{LABEL_PREFIX}stack-digest": lock.short_digest}

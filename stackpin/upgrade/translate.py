@@ -14,9 +14,9 @@ from stackpin.backends import engine_of
 from stackpin.catalog.flags import FlagCatalog
 from stackpin.profile.model import Pool, StackProfile
 from stackpin.profile.topology import Role
+from stackpin.rules import pool_path
 from stackpin.upgrade.model import Blocker, PinnedDefault, Rewrite
 from stackpin.validate.engineargs import field_path
-from stackpin.validate.rules import pool_path
 from stackpin.validate.upgrade import keep_entry, relied_defaults
 
 

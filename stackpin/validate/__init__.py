@@ -12,14 +12,14 @@ from collections.abc import Sequence
 
 import msgspec
 
-from stackpin.backends import DEFAULT, engine_of
+from stackpin.backends import engine_of
 from stackpin.catalog import Catalog, load_catalog
 from stackpin.catalog.search import profile_catalogs
 from stackpin.profile.loader import LoadedProfile
 from stackpin.profile.model import StackProfile
 from stackpin.profile.topology import topology_of
 from stackpin.profile.tuning import ConfigDirectory
-from stackpin.validate.rules import RULES, Acknowledged, Context, Finding, Rule, Severity, dotted
+from stackpin.rules import RULES, Acknowledged, Context, Finding, Rule, Severity, dotted
 
 __all__ = ["Acknowledged", "Context", "Finding", "Rule", "Severity", "all_rules", "context_for", "run_rules"]
 
@@ -27,25 +27,28 @@ _ORDER = {Severity.error: 0, Severity.warning: 1, Severity.info: 2}
 
 
 def _load_rules() -> None:
-    # Importing the family modules registers their rules.
+    # Importing the family modules registers their rules: every stack's, here, and each engine's own.
+    import importlib
+
+    from stackpin.backends import engine, names
     from stackpin.validate import (  # noqa: F401
         acknowledge,
         autotune,
         engineargs,
-        graphs,
-        kernels,
         memory,
         parallelism,
         placement,
         podoverrides,
-        precision,
         provenance,
         serving,
         site,
-        speculative,
         upgrade,
         versions,
     )
+
+    for name in names():
+        for module in engine(name).rule_modules:
+            importlib.import_module(module)
 
 
 def context_for(profile: StackProfile, catalog: Catalog | None = None, *,
@@ -58,7 +61,6 @@ def context_for(profile: StackProfile, catalog: Catalog | None = None, *,
     flags = engine.flag_catalog(profile.spec.engine_version)
     return Context(profile, catalog, platform, catalog.gpus[platform.gpu],
                    found[0] if found else None, found[1] if found else None,
-                   flags if engine.name == DEFAULT else None,
                    topology_of(profile, catalog), None if autotune_cache is None else tuple(autotune_cache),
                    upgrade_from, engine_catalog=flags)
 

@@ -17,7 +17,7 @@ from stackpin.errors import InputError, Problem
 from stackpin.profile.loader import LoadedProfile
 from stackpin.profile.model import POOL_NAMES, Acknowledgement
 from stackpin.profile.topology import Role
-from stackpin.validate.rules import (
+from stackpin.rules import (
     RULES,
     Acknowledged,
     Context,

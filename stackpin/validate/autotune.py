@@ -8,7 +8,7 @@ from stackpin.catalog import Catalog
 from stackpin.profile.model import AutotuneMode, CudaGraphMode, StackProfile
 from stackpin.profile.topology import Role, Topology
 from stackpin.profile.tuning import SHARED_FILE, ConfigDirectory, expected_files, fit_cache, pool_shape, ranks_summary
-from stackpin.validate.rules import Context, Hit, Severity, rule
+from stackpin.rules import Context, Hit, Severity, rule
 
 _A = ("spec", "autotune")
 

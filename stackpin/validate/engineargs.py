@@ -24,7 +24,7 @@ from stackpin.catalog.flags import FlagCatalog, OptionUse, dynamo_catalog
 from stackpin.profile.engine_args import POOL, scalar_text
 from stackpin.profile.model import Placement, Pool, RouterMode, StackProfile
 from stackpin.profile.topology import Role
-from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pool_path, pools, rule
+from stackpin.rules import Context, Hit, Severity, choices_hint, pool_path, pools, rule
 from stackpin.yamlio import FieldPath
 
 Kind = Literal["engineArgs", "dynamoArgs"]
@@ -412,9 +412,9 @@ def modelled_values(ctx: Context) -> Iterator[Hit]:
     writes from the modelled fields is held to the engine's own parser: an unknown option or a value outside
     the choices argparse enforces fails the worker at start, and render would refuse it. Also what the
     engine cannot be given (its `problems`)."""
-    if ctx.vllm is not None:
-        return  # vLLM's own rules (kernels, graphs, speculative, precision) say it field by field
     engine = engine_of(ctx.profile)
+    if engine.rule_modules:
+        return  # the engine's own rules (vLLM's kernels, graphs, speculative, precision) say it field by field
     for problem in engine.problems(ctx.profile):
         field, _, why = problem.partition(": ")
         yield Hit(tuple(field.split(".")), why or problem)

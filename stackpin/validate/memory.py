@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from stackpin.backends import engine_of
 from stackpin.profile.sizing import PoolMemory, pool_memory
 from stackpin.profile.topology import PoolTopology
-from stackpin.validate.rules import Context, Hit, Severity, pools, rule
+from stackpin.rules import Context, Hit, Severity, pools, rule
 from stackpin.yamlio import FieldPath
 
 

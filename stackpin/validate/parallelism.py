@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.validate.rules import Context, Hit, Severity, pools, rule, vllm_rule
+from stackpin.rules import Context, Hit, Severity, pools, rule
 
 
 @rule("SP121", Severity.error, "tensor-parallel group spans nodes",
@@ -67,14 +67,3 @@ def idle_gpus(ctx: Context) -> Iterator[Hit]:
     used, have = ctx.topology.gpus, ctx.topology.gpus_available
     if 0 < used < have and ctx.platform.kind == "rack":
         yield Hit(("spec", "placement", "pools"), f"the pools use {used} of {have} GPUs; {have - used} stay idle")
-
-
-@vllm_rule("SP127", Severity.warning, "wide expert parallelism on the default all2all backend")
-def wide_ep_all2all(ctx: Context) -> Iterator[Hit]:
-    backend = ctx.profile.spec.kernels.all2all
-    for role, _path, pool in pools(ctx):
-        if pool.expert_parallel and pool.nodes_needed > 1 and backend in (
-                None, "allgather_reducescatter"):
-            yield Hit(("spec", "kernels", "all2all"), f"the {role} pool runs expert parallelism over "
-                      f"{pool.gpus_per_replica} GPUs on several nodes with the default allgather_reducescatter "
-                      "all2all", "pin a multi-node all2all backend (flashinfer_nvlink_*, deepep_*, nixl_ep)")

@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 from stackpin.profile.model import Placement, StackProfile
 from stackpin.profile.topology import Role, Topology
+from stackpin.rules import Context, Hit, Severity, pool_path, pools, rule
 from stackpin.validate.admission import GroveComponent, pcs_name
-from stackpin.validate.rules import Context, Hit, Severity, pool_path, pools, rule
 
 _P = ("spec", "placement")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.profile.podpatch import touched
-from stackpin.validate.rules import Context, Hit, Severity, rule
+from stackpin.rules import Context, Hit, Severity, rule
 
 
 @rule("SP271", Severity.info, "a component's pod template is patched by spec.placement.podOverrides")

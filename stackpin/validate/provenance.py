@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-from stackpin.validate.rules import Context, Hit, Severity, pools, rule
+from stackpin.rules import Context, Hit, Severity, pools, rule
 
 _COMMIT = re.compile(r"^[0-9a-f]{40}$")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.profile.serving import ParserChoice, parser_choices
-from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pools, rule
+from stackpin.rules import Context, Hit, Severity, choices_hint, pools, rule
 
 
 def _first_with(ctx: Context, choice: ParserChoice) -> str | None:

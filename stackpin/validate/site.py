@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from stackpin.catalog.site import PRODUCT_LABEL
-from stackpin.validate.rules import Context, Hit, Severity, rule
+from stackpin.rules import Context, Hit, Severity, rule
 
 _PLATFORM = ("spec", "target", "platform")
 _HINT = "measure them: stackpin site probe, then stackpin site import (docs/site.md#site-facts)"

@@ -22,12 +22,12 @@ from stackpin.backends import DEFAULT, engine, engine_of
 from stackpin.backends.pins import dynamo_pins, release_pins
 from stackpin.catalog import Catalog, DynamoPin
 from stackpin.catalog.engine_data import EngineOption
-from stackpin.catalog.flags import FlagCatalog, vllm_catalog
+from stackpin.catalog.flags import FlagCatalog
 from stackpin.catalog.version import parse_version
 from stackpin.profile.model import AutotuneMode, Pool, StackProfile
 from stackpin.profile.topology import Role
+from stackpin.rules import Context, Hit, Severity, pools, rule
 from stackpin.validate.engineargs import field_path, renders
-from stackpin.validate.rules import Context, Hit, Severity, pools, rule
 from stackpin.yamlio import FieldPath
 
 if TYPE_CHECKING:  # an annotation only: validate need not import pydantic for it
@@ -121,7 +121,7 @@ def keep_entry(flag: str, was: EngineOption, catalog: FlagCatalog) -> tuple[str,
     return flag, value
 
 
-def _keep(flag: str, was: EngineOption, old: str, catalog: FlagCatalog) -> str:
+def _keep(flag: str, was: EngineOption, old: str, catalog: FlagCatalog, label: str) -> str:
     """How to keep an old default."""
     entry = keep_entry(flag, was, catalog)
     if entry is not None:
@@ -129,8 +129,9 @@ def _keep(flag: str, was: EngineOption, old: str, catalog: FlagCatalog) -> str:
         text = "true" if value is True else json.dumps(value) if isinstance(value, dict | list) else value
         return f"to keep the old behaviour, pass {key}: {text} in engineArgs"
     if was.default is None:
-        return f"vLLM {old} decided it when the engine started; pass {flag} in engineArgs to choose the value yourself"
-    return f"vLLM {old} left {flag} off; nothing turns it off in engineArgs, check the release notes"
+        return (f"{label} {old} decided it when the engine started; pass {flag} in engineArgs to choose the value "
+                "yourself")
+    return f"{label} {old} left {flag} off; nothing turns it off in engineArgs, check the release notes"
 
 
 def _passed(catalog: FlagCatalog, flag: str, pool: Pool) -> bool:
@@ -174,19 +175,21 @@ def relied_defaults(profile: StackProfile, active: Sequence[tuple[Role, Pool]], 
 @rule("SP242", Severity.warning, "default the upgraded vLLM changes that the profile relies on",
       acknowledge=UPGRADE_ONLY)
 def changed_default(ctx: Context) -> Iterator[Hit]:
-    if (up := _upgrade(ctx)) is None or ctx.vllm is None:
+    runs = engine_of(ctx.profile)
+    if (up := _upgrade(ctx)) is None or ctx.engine_catalog is None:
         return
-    _, old_version, vllm = up
-    old = vllm_catalog(old_version)
+    _, old_version, version = up
+    old = runs.flag_catalog(old_version)
     if old is None:
         return
     active = [(role, pool.spec) for role, _, pool in pools(ctx)]
-    for relied in relied_defaults(ctx.profile, active, old, ctx.vllm):
+    for relied in relied_defaults(ctx.profile, active, old, ctx.engine_catalog):
         now = relied.now
         decides = ", which leaves it to the engine at start" if now.default is None else ""
-        yield Hit(relied.path, f"vLLM {vllm} changes the default of {relied.flag} from {_default(relied.was)} "
-                  f"(vLLM {old_version}) to {_default(now)}{decides}; the profile leaves it to the default",
-                  _keep(relied.flag, relied.was, old_version, ctx.vllm))
+        yield Hit(relied.path, f"{runs.label} {version} changes the default of {relied.flag} from "
+                  f"{_default(relied.was)} ({runs.label} {old_version}) to {_default(now)}{decides}; the profile "
+                  "leaves it to the default",
+                  _keep(relied.flag, relied.was, old_version, ctx.engine_catalog, runs.label))
 
 
 @rule("SP243", Severity.error, "pinned autotune cache the upgraded release will not read", acknowledge=UPGRADE_ONLY)

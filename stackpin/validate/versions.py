@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from stackpin.backends import engine_of
 from stackpin.backends.pins import dynamo_pins, release_pins
 from stackpin.catalog.version import parse_version
-from stackpin.validate.rules import Context, Hit, Severity, rule
+from stackpin.rules import Context, Hit, Severity, rule
 
 _V = ("spec", "versions")
 

@@ -1,12 +1,13 @@
 """What a validation rule is and how one registers: severities, findings, hits, the context a rule
-reads, and the `@rule` registry. The rule families (the sibling modules) build on this module alone;
+reads, and the `@rule` registry. The rule families build on this module alone: stackpin.validate's own
+(every stack's rules) and each serving engine's (stackpin.backends, an engine's `rule_modules`);
 stackpin.validate runs them."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
 
@@ -70,9 +71,6 @@ class Context(msgspec.Struct, frozen=True):
     gpu: Gpu
     model_key: str | None
     model: ModelFacts | None
-    # The pinned vLLM's flag catalog, for a stack that runs vLLM and when stackpin has extracted it: the rules
-    # about vLLM's own knobs (kernels, speculative methods, CUDA graph modes, precision) read it.
-    vllm: FlagCatalog | None
     topology: Topology
     # The pinned autotune cache's config directories, once its contents are known (a lock records
     # them); None before (`stackpin validate` of a profile), and the rules that need them stay silent.
@@ -82,7 +80,9 @@ class Context(msgspec.Struct, frozen=True):
     upgrade_from: StackProfile | None = None
     # What the other rules found: set for the rules registered with reads_findings, which run after them.
     findings: tuple[Finding, ...] | None = None
-    # The flag catalog of the stack's engine (stackpin.backends), what engineArgs are checked against.
+    # The flag catalog of the stack's pinned engine release (stackpin.backends), when stackpin has extracted it:
+    # what engineArgs are checked against, and what an engine's own rules read (its kernels, speculative methods,
+    # CUDA graph modes, precision).
     engine_catalog: FlagCatalog | None = None
 
 
@@ -134,11 +134,6 @@ def rule(code: str, severity: Severity, title: str, *, warning_when: str | None 
         return fn
 
     return register
-
-
-def vllm_rule(code: str, severity: Severity, title: str, **kw: Any) -> Callable[[Check], Check]:
-    """A rule about vLLM's own knobs, read from its catalog and start-up facts: silent for other engines."""
-    return rule(code, severity, title, engine="vllm", **kw)
 
 
 def dotted(path: FieldPath) -> str:

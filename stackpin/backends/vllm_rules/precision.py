@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.backends.vllm_rules import vllm_rule
 from stackpin.profile.model import Precision
-from stackpin.validate.rules import Context, Hit, Severity, vllm_rule
+from stackpin.rules import Context, Hit, Severity
 
 _WEIGHTS = ("spec", "model", "weights")
 _FALLBACKS = ("spec", "fallbacks")
@@ -87,5 +88,5 @@ def kv_dtype(ctx: Context) -> Iterator[Hit]:
     if ctx.model is not None and dtype not in ctx.model.kv_cache_dtypes:
         yield Hit(("spec", "kvCache", "dtype"), f"{ctx.model_key} does not support kv-cache dtype {dtype!r}",
                   f"one of: {', '.join(ctx.model.kv_cache_dtypes)}")
-    elif ctx.vllm is not None and dtype not in ctx.vllm.choices["kv_cache_dtypes"]:
-        yield Hit(("spec", "kvCache", "dtype"), f"vLLM {ctx.vllm.version} has no kv-cache dtype {dtype!r}")
+    elif ctx.engine_catalog is not None and dtype not in ctx.engine_catalog.choices["kv_cache_dtypes"]:
+        yield Hit(("spec", "kvCache", "dtype"), f"vLLM {ctx.engine_catalog.version} has no kv-cache dtype {dtype!r}")

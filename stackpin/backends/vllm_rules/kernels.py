@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from stackpin.backends import engine_of
+from stackpin.backends.vllm_rules import vllm_rule
 from stackpin.catalog.model_configs import attention_heads
 from stackpin.catalog.startup import AttentionBackend, ModelStartup, StartupFacts, startup_facts, startup_file_name
-from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pools, vllm_rule
+from stackpin.rules import Context, Hit, Severity, choices_hint, pools
 
 _K = ("spec", "kernels")
 
@@ -34,14 +34,14 @@ def attention_unknown(ctx: Context) -> Iterator[Hit]:
 
 @vllm_rule("SP213", Severity.error, "kernel backend the pinned vLLM does not have")
 def backend_unknown(ctx: Context) -> Iterator[Hit]:
-    if ctx.vllm is None:
+    if ctx.engine_catalog is None:
         return
     for field in ("attention", "moe", "linear", "all2all"):
         value = getattr(ctx.profile.spec.kernels, field)
-        choices = ctx.vllm.choices[f"{field}_backends"]
+        choices = ctx.engine_catalog.choices[f"{field}_backends"]
         if value is not None and value not in choices:
-            yield Hit(_K + (field,), f"vLLM {ctx.vllm.version} has no {field} backend {value!r}",
-                      choices_hint(value, choices, f"catalog/engines/vllm-{ctx.vllm.version}.json"))
+            yield Hit(_K + (field,), f"vLLM {ctx.engine_catalog.version} has no {field} backend {value!r}",
+                      choices_hint(value, choices, f"catalog/engines/vllm-{ctx.engine_catalog.version}.json"))
 
 
 @vllm_rule("SP214", Severity.warning, "fallback kernels on a GPU with native support")
@@ -59,7 +59,7 @@ def fallback_on_native(ctx: Context) -> Iterator[Hit]:
 
 def startup_model(ctx: Context) -> tuple[StartupFacts, ModelStartup] | None:
     """The pinned vLLM's start-up facts for the stack's model architecture, when the catalog has them."""
-    facts = engine_of(ctx.profile).startup(ctx.profile.spec.engine_version)
+    facts = startup_facts(ctx.profile.spec.engine_version)  # vLLM's rules run only for vLLM stacks
     if facts is None or ctx.model is None or ctx.model.architecture not in facts.models:
         return None
     return facts, facts.models[ctx.model.architecture]
@@ -155,8 +155,19 @@ def kv_dtype_rewritten(ctx: Context) -> Iterator[Hit]:
 @vllm_rule("SP219", Severity.warning, "no start-up facts for the pinned vLLM")
 def no_startup_facts(ctx: Context) -> Iterator[Hit]:
     version = ctx.profile.spec.versions.vllm
-    if version is not None and ctx.vllm is not None and startup_facts(version) is None:
+    if version is not None and ctx.engine_catalog is not None and startup_facts(version) is None:
         yield Hit(("spec", "versions", "vllm"), f"stackpin has no start-up facts for vLLM {version} "
                   f"(catalog/engines/{startup_file_name(version)}): what it raises on or changes silently once the "
                   "model is built (attention kernel, KV dtype, block size, CUDA graph fallbacks) went unchecked",
                   "add the file from the release's source (docs/engine-args.md#start-up-facts)")
+
+
+@vllm_rule("SP127", Severity.warning, "wide expert parallelism on the default all2all backend")
+def wide_ep_all2all(ctx: Context) -> Iterator[Hit]:
+    backend = ctx.profile.spec.kernels.all2all
+    for role, _path, pool in pools(ctx):
+        if pool.expert_parallel and pool.nodes_needed > 1 and backend in (
+                None, "allgather_reducescatter"):
+            yield Hit(("spec", "kernels", "all2all"), f"the {role} pool runs expert parallelism over "
+                      f"{pool.gpus_per_replica} GPUs on several nodes with the default allgather_reducescatter "
+                      "all2all", "pin a multi-node all2all backend (flashinfer_nvlink_*, deepep_*, nixl_ep)")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from stackpin.backends.vllm_rules import vllm_rule
+from stackpin.backends.vllm_rules.kernels import startup_model
 from stackpin.profile.model import CudaGraphMode, StackProfile
 from stackpin.profile.topology import Role
-from stackpin.validate.kernels import startup_model
-from stackpin.validate.rules import Context, Hit, Severity, pools, vllm_rule
+from stackpin.rules import Context, Hit, Severity, pools
 from stackpin.yamlio import FieldPath
 
 _G = ("spec", "cudaGraphs")
@@ -282,14 +283,14 @@ def adaptive_graph_rewrite(ctx: Context) -> Iterator[Hit]:
 def compilation_keys(ctx: Context) -> Iterator[Hit]:
     """spec.cudaGraphs.compilation is written into vLLM's --compilation-config beside the modelled keys: vLLM
     refuses a key its CompilationConfig does not have, and every worker fails at start."""
-    if ctx.vllm is None:
+    if ctx.engine_catalog is None:
         return
     graphs = ctx.profile.spec.cuda_graphs
-    for problem in ctx.vllm.check_value("--compilation-config", graphs.compilation_config()):
+    for problem in ctx.engine_catalog.check_value("--compilation-config", graphs.compilation_config()):
         yield Hit(("spec", "cudaGraphs", "compilation"), f"{problem}: vLLM {ctx.profile.spec.versions.vllm} refuses it "
                   "at start", "write only keys of vLLM's CompilationConfig (docs/engine-args.md)")
     for _role, path, pool in pools(ctx):
         if pool.spec.compilation:
-            for problem in ctx.vllm.check_value("--compilation-config", {**pool.spec.compilation}):
+            for problem in ctx.engine_catalog.check_value("--compilation-config", {**pool.spec.compilation}):
                 yield Hit((*path, "compilation"), f"{problem}: vLLM {ctx.profile.spec.versions.vllm} refuses it at "
                           "start", "write only keys of vLLM's CompilationConfig (docs/engine-args.md)")

@@ -7,8 +7,9 @@ from collections.abc import Iterator
 
 import msgspec
 
+from stackpin.backends.vllm_rules import vllm_rule
 from stackpin.profile.model import Speculative
-from stackpin.validate.rules import Context, Hit, Severity, choices_hint, pools, vllm_rule
+from stackpin.rules import Context, Hit, Severity, choices_hint, pools
 from stackpin.yamlio import FieldPath
 
 
@@ -21,18 +22,19 @@ def _settings(ctx: Context) -> Iterator[tuple[FieldPath, Speculative]]:
 
 
 def _aliases(ctx: Context) -> tuple[str, ...]:
-    return ctx.vllm.choices.get("speculative_mtp_aliases", ()) if ctx.vllm else ()
+    return ctx.engine_catalog.choices.get("speculative_mtp_aliases", ()) if ctx.engine_catalog else ()
 
 
 @vllm_rule("SP111", Severity.error, "speculative method unknown to the pinned vLLM")
 def unknown_method(ctx: Context) -> Iterator[Hit]:
-    if ctx.vllm is None:
+    if ctx.engine_catalog is None:
         return
-    methods = ctx.vllm.choices["speculative_methods"]
+    methods = ctx.engine_catalog.choices["speculative_methods"]
     for path, spec in _settings(ctx):
         if spec.method is not None and spec.method not in methods and spec.method not in _aliases(ctx):
-            yield Hit(path + ("method",), f"vLLM {ctx.vllm.version} has no speculative method {spec.method!r}",
-                      choices_hint(spec.method, methods, f"catalog/engines/vllm-{ctx.vllm.version}.json"))
+            yield Hit(path + ("method",),
+                      f"vLLM {ctx.engine_catalog.version} has no speculative method {spec.method!r}",
+                      choices_hint(spec.method, methods, f"catalog/engines/vllm-{ctx.engine_catalog.version}.json"))
 
 
 @vllm_rule("SP112", Severity.error, "speculative method the model rejects")
@@ -110,8 +112,8 @@ def options_without_method(ctx: Context) -> Iterator[Hit]:
 def adaptive_without_full_graphs(ctx: Context) -> Iterator[Hit]:
     """VllmConfig refuses adaptive verification unless the CUDA graph mode has full graphs (catalog/startup.py
     `speculative.adaptive_verification`): every worker fails at start."""
-    from stackpin.validate.graphs import adaptive_pools, runtime_mode
-    from stackpin.validate.kernels import startup_model
+    from stackpin.backends.vllm_rules.graphs import adaptive_pools, runtime_mode
+    from stackpin.backends.vllm_rules.kernels import startup_model
 
     found = startup_model(ctx)
     if found is None or (facts := found[0].speculative.adaptive_verification) is None:
