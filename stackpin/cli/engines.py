@@ -284,7 +284,8 @@ def check(inputs: tuple[str, ...], lockdir: str, python: Path | None, timeout_s:
             results.append({"stack": pool.stack, "pool": pool.role, "ok": pool.ok, "problems": list(pool.problems),
                             key[0]: pool.result})
             if output == "text":
-                click.echo(_check_line(pool.stack, pool.role, pool.problems, pool.result))
+                click.echo("\n".join(f"problem {pool.stack} {pool.role}: {p}" for p in pool.problems) if pool.problems
+                           else f"ok {pool.stack} {pool.role}: {pool.resolved}")
     if output != "text":
         emit({"ok": not failed, "pools": results}, output)
     if failed:
@@ -307,32 +308,3 @@ def setup_check(venv: Path | None, vllm: str) -> None:
     from stackpin.enginecheck.envbuild import build, default_venv, recipe
 
     build(venv or default_venv(vllm), recipe(vllm), lambda line: click.echo(line, err=True))
-
-
-def _check_line(stack: str, role: str, problems: tuple[str, ...], result: dict[str, Any]) -> str:
-    if problems:
-        return "\n".join(f"problem {stack} {role}: {p}" for p in problems)
-    if result.get("engine") == "sglang":
-        r = result["resolved"]
-        keys = ("attention_backend", "kv_cache_dtype", "page_size", "speculative_algorithm", "mem_fraction_static",
-                "cuda_graph_max_bs_decode", "max_running_requests")
-        shown = ", ".join(f"{k} {r[k]}" for k in keys if r.get(k) is not None)
-        return f"ok {stack} {role}: SGLang {result['sglang_version']} resolves {shown}"
-    model, config, spec = result.get("model") or {}, result["config"], result.get("speculative")
-    mode = model.get("cudagraph_mode_runtime", config["cudagraph_mode"])
-    parts = [f"vLLM {result['vllm_version']}", f"cudagraph {mode}"]
-    if model:
-        parts.append(f"{model['attention_layers']} {model['attention_class']} layers built "
-                     f"({model['heads_per_rank']} heads a rank) storing {model['kv_cache_dtype_stored']} in "
-                     f"{config['block_size']}-token blocks (kernel {model['kernel_block_size']})")
-    if spec:
-        parts.append(f"{spec['method']} draft at {spec['draft_revision']}")
-    if result.get("autotune"):
-        autotune = result["autotune"]
-        found = autotune.get("pinned_cache") or {}
-        verdict = {True: "in the pinned cache", False: "not in the pinned cache",
-                   None: "hit or miss not known"}[found.get("held")]
-        if found.get("held") is False and found.get("stand_in"):
-            verdict += ": a stand-in cache, whose hashes are not vLLM's"
-        parts.append(f"autotune file {autotune['file']} ({verdict})")
-    return f"ok {stack} {role}: " + ", ".join(parts) + f"; not run here: {', '.join(result.get('skipped', []))}"

@@ -44,6 +44,7 @@ class PoolCheck:
     role: str
     result: dict[str, Any]
     problems: tuple[str, ...] = field(default=())
+    resolved: str = ""  # what the engine resolved, in one line, as its own check words it (engines check)
 
     @property
     def ok(self) -> bool:

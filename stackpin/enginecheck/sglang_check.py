@@ -200,5 +200,15 @@ def check_sglang_lock(lock: StackLock, python: Path, catalog: Catalog | None = N
         result = {"engine": "sglang", "sglang_version": verdict.sglang_version, "accepted": verdict.accepted,
                   "stage": verdict.stage, "error": verdict.error, "resolved": dict(verdict.resolved),
                   "stand_ins": list(verdict.stand_ins), "skipped": list(verdict.skipped)}
-        out.append(PoolCheck(lock.metadata.name, role, result, () if verdict.accepted else (verdict.message,)))
+        out.append(PoolCheck(lock.metadata.name, role, result, () if verdict.accepted else (verdict.message,),
+                             resolved_line(result)))
     return out
+
+
+def resolved_line(result: dict[str, Any]) -> str:
+    """What SGLang's ServerArgs resolved for a pool, in one line."""
+    r = result["resolved"]
+    keys = ("attention_backend", "kv_cache_dtype", "page_size", "speculative_algorithm", "mem_fraction_static",
+            "cuda_graph_max_bs_decode", "max_running_requests")
+    shown = ", ".join(f"{k} {r[k]}" for k in keys if r.get(k) is not None)
+    return f"SGLang {result['sglang_version']} resolves {shown}"

@@ -230,5 +230,27 @@ def check_vllm_lock(lock: StackLock, python: Path, catalog: Catalog | None = Non
                 # The file as the pod sees it: the rendered directory, not this check's scratch copy of it.
                 pod_dir = spec["rendered_env"]["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"]
                 result["autotune"]["file"] = pod_dir + result["autotune"]["file"].removeprefix(here)
-            out.append(PoolCheck(lock.metadata.name, role, result, tuple(problems)))
+            out.append(PoolCheck(lock.metadata.name, role, result, tuple(problems), resolved_line(result)))
     return out
+
+
+def resolved_line(result: dict[str, Any]) -> str:
+    """What vLLM's engine-config construction and model build resolved for a pool, in one line."""
+    model, config, spec = result.get("model") or {}, result["config"], result.get("speculative")
+    mode = model.get("cudagraph_mode_runtime", config["cudagraph_mode"])
+    parts = [f"vLLM {result['vllm_version']}", f"cudagraph {mode}"]
+    if model:
+        parts.append(f"{model['attention_layers']} {model['attention_class']} layers built "
+                     f"({model['heads_per_rank']} heads a rank) storing {model['kv_cache_dtype_stored']} in "
+                     f"{config['block_size']}-token blocks (kernel {model['kernel_block_size']})")
+    if spec:
+        parts.append(f"{spec['method']} draft at {spec['draft_revision']}")
+    if result.get("autotune"):
+        autotune = result["autotune"]
+        found = autotune.get("pinned_cache") or {}
+        verdict = {True: "in the pinned cache", False: "not in the pinned cache",
+                   None: "hit or miss not known"}[found.get("held")]
+        if found.get("held") is False and found.get("stand_in"):
+            verdict += ": a stand-in cache, whose hashes are not vLLM's"
+        parts.append(f"autotune file {autotune['file']} ({verdict})")
+    return ", ".join(parts) + f"; not run here: {', '.join(result.get('skipped', []))}"

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import msgspec
 
+from stackpin.backends import DEFAULT, names
 from stackpin.catalog.site import SiteView
 from stackpin.errors import InputError, Problem, StackpinError
 from stackpin.jsonio import canonical_json
-from stackpin.profile.model import LOCK_KIND, AutotuneMode, EngineName, StackProfile
+from stackpin.profile.model import LOCK_KIND, AutotuneMode, StackProfile
 from stackpin.profile.tuning import ConfigDirectory, parse_ranks_summary
 from stackpin.records import CamelRecord, load, problems_of
 from stackpin.yamlio import dump_yaml, load_yaml, recover_writes, write_files
@@ -207,7 +208,7 @@ def effective_profile(profile: StackProfile) -> dict[str, Any]:
             del placement[key]
     # Likewise the engine choice: vLLM, the default, and the versions of engines the stack does not run.
     spec = data["spec"]
-    if spec["engine"] == EngineName.vllm.value:
+    if spec["engine"] == DEFAULT:
         del spec["engine"]
     spec["versions"] = {k: v for k, v in spec["versions"].items() if v is not None}
     return data
@@ -216,8 +217,8 @@ def effective_profile(profile: StackProfile) -> dict[str, Any]:
 def engines_of(profile: StackProfile) -> LockedEngines:
     """The engine versions a profile pins (its runtime image is locked as an image)."""
     versions = profile.spec.versions
-    return LockedEngines(dynamo=versions.dynamo, vllm=versions.vllm, sglang=versions.sglang,
-                         flashinfer=versions.flashinfer, nixl=versions.nixl)
+    serving = {name: getattr(versions, name) for name in names()}  # every engine's field; one is set
+    return LockedEngines(dynamo=versions.dynamo, flashinfer=versions.flashinfer, nixl=versions.nixl, **serving)
 
 
 def stack_digest(profile: dict[str, Any], resolved: ResolvedSection) -> str:
