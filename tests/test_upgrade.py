@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from stackpin.cli.main import main as cli_main
 from stackpin.validate.upgrade import parse_target
 from stackpin.validate.upgradecheck import upgrade_findings
-from tests.helpers import PROFILES_DIR, apply, base_doc, dump, line_of, load_doc, write_profile
+from tests.helpers import PROFILES_DIR, ROOT, apply, base_doc, dump, line_of, load_doc, write_profile
 
 W = "spec.placement.pools.worker"
 PINS_1_5 = {"spec.versions.dynamo": "1.5.1", "spec.versions.vllm": "0.28.0", "spec.versions.flashinfer": "0.6.16.post3",
@@ -72,9 +72,22 @@ def test_an_upgrade_to_the_pinned_release_changes_nothing(tmp_path: Path) -> Non
     assert "nothing in this profile breaks or changes meaning" in result.output
 
 
-@pytest.mark.parametrize("target", ["0.33.0", "vllm>=0.33.0", "dynamo==1.6.1", "vllm==latest"])
-def test_a_target_that_is_not_vllm_eq_version_is_exit_2(target: str) -> None:
+@pytest.mark.parametrize("target", ["0.33.0", "vllm>=0.33.0", "dynamo==1.6.1", "vllm==latest", "trtllm==1.0.0"])
+def test_a_target_that_is_not_engine_eq_version_is_exit_2(target: str) -> None:
     with pytest.raises(ValueError):
         parse_target(target)
     result = CliRunner().invoke(cli_main, ["validate", "--upgrade-to", target, str(PROFILES_DIR / "gb300-tuned.yaml")])
-    assert result.exit_code == 2 and "vllm==X.Y.Z" in result.output
+    assert result.exit_code == 2 and "ENGINE==X.Y.Z" in result.output
+
+
+def test_an_upgrade_names_the_stacks_own_engine() -> None:
+    """An SGLang stack moves along SGLang's releases: a vLLM target is refused for it in one line (it used to be
+    moved to 'SGLang 0.33.0'), and the SGLang target reports against SGLang's own pins."""
+    sglang = str(ROOT / "docs" / "examples" / "gb300-sglang.yaml")
+    refused = CliRunner().invoke(cli_main, ["validate", "--upgrade-to", "vllm==0.33.0", sglang])
+    assert refused.exit_code == 2, refused.output
+    assert "gb300-sglang.yaml" in refused.output and "the stack runs SGLang" in refused.output
+    assert "Traceback" not in refused.output
+    moved = CliRunner().invoke(cli_main, ["validate", "-o", "json", "--upgrade-to", "sglang==0.5.21", sglang])
+    assert moved.exit_code == 0, moved.output
+    assert json.loads(moved.stdout)["reports"][0]["upgrade"] == "sglang 0.5.21 -> 0.5.21"

@@ -34,8 +34,9 @@ def _paths(paths: StrPath | Iterable[StrPath]) -> list[str]:
 def validate_profiles(paths: StrPath | Iterable[StrPath], *, upgrade_to: str | None = None) -> CheckResult:
     """`stackpin validate`: every profile (a directory stands for the profiles in it), its findings and
     summary. Unreadable input in one file is in `input_errors` and does not hide the others' findings.
-    `upgrade_to` (a vLLM version, `0.33.0` or `vllm==0.33.0`): report what moving each profile to it
-    breaks or changes instead."""
+    `upgrade_to` (`ENGINE==X`, such as `vllm==0.33.0` or `sglang==0.5.22`, or a bare vLLM version): report what
+    moving each profile to that release of its engine breaks or changes instead."""
+    from stackpin.backends import DEFAULT
     from stackpin.errors import StackpinError
     from stackpin.validate.check import check_profiles, expand_profile_args
     from stackpin.validate.upgrade import parse_target
@@ -43,9 +44,10 @@ def validate_profiles(paths: StrPath | Iterable[StrPath], *, upgrade_to: str | N
     target = None
     if upgrade_to is not None:
         try:
-            target = parse_target(upgrade_to if upgrade_to.startswith("vllm==") else f"vllm=={upgrade_to}")
+            target = parse_target(upgrade_to if "==" in upgrade_to else f"{DEFAULT}=={upgrade_to}")
         except ValueError:
-            raise StackpinError(f"upgrade_to={upgrade_to!r} is not a vLLM version such as 0.33.0") from None
+            raise StackpinError(f"upgrade_to={upgrade_to!r} is not ENGINE==X (vllm==0.33.0) or a vLLM version such "
+                                "as 0.33.0") from None
     return check_profiles(expand_profile_args(_paths(paths)), upgrade_to=target)
 
 

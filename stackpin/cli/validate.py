@@ -15,8 +15,9 @@ from stackpin.cli.common import OUTPUT, emit, fail, user_errors
 @click.option("--manifests", is_flag=True,
               help="PATHS are rendered Kubernetes manifests (files or directories): check them against the "
                    "bundled CRDs and Kubernetes schemas.")
-@click.option("--upgrade-to", metavar="vllm==X",
-              help="Report what in each profile breaks or changes meaning under vLLM X (removed flags, env vars "
+@click.option("--upgrade-to", metavar="ENGINE==X",
+              help="Report what in each profile breaks or changes meaning under release X of its engine "
+                   "(vllm==X, sglang==X; removed flags, env vars "
                    "and backends, changed defaults it relies on, an autotune cache X will not read, the Dynamo "
                    "release that ships X) instead of validating it as pinned.")
 @click.option("--fail-on", type=click.Choice(["error", "warning"]), default="error", show_default=True,
@@ -26,8 +27,8 @@ from stackpin.cli.common import OUTPUT, emit, fail, user_errors
 @user_errors
 def validate(paths: tuple[str, ...], manifests: bool, upgrade_to: str | None, fail_on: str, output: str) -> None:
     """Check profiles (files or directories) against the hardware, the model and the pinned engines;
-    with --upgrade-to vllm==X, report what moving them to vLLM X breaks or changes; with --manifests,
-    check rendered manifests instead.
+    with --upgrade-to ENGINE==X (vllm==X, sglang==X: the stacks' own engine), report what moving them to its
+    release X breaks or changes; with --manifests, check rendered manifests instead.
 
     Exit 0 when no finding reaches --fail-on (acknowledged ones do not), 1 when one does, 2 on
     unreadable or malformed input.

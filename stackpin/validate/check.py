@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from stackpin.backends import engine_of
 from stackpin.errors import InputError, Location, Problem, StackpinError
@@ -12,6 +12,9 @@ from stackpin.profile.loader import LoadedProfile, load_profile
 from stackpin.records import Record
 from stackpin.validate import Finding, Severity, run_rules
 from stackpin.validate.summary import StackSummary, summarize
+
+if TYPE_CHECKING:
+    from stackpin.validate.upgrade import Target
 
 
 class ProfileReport(Record, frozen=True):
@@ -63,9 +66,10 @@ def duplicate_names(loaded: Sequence[LoadedProfile]) -> None:
         raise InputError(problems)
 
 
-def check_profiles(paths: Iterable[str | Path], upgrade_to: str | None = None) -> CheckResult:
+def check_profiles(paths: Iterable[str | Path], upgrade_to: Target | None = None) -> CheckResult:
     """Validate every profile; bad input in one file does not hide findings in the others. With
-    `upgrade_to` (a vLLM version), the findings are what moving each profile to it breaks or changes."""
+    `upgrade_to` (an engine and its release), the findings are what moving each profile to it breaks or
+    changes; a profile on another engine is bad input."""
     from stackpin.validate.upgradecheck import upgrade_findings
 
     reports, errors, loaded_all = [], [], []
@@ -77,17 +81,22 @@ def check_profiles(paths: Iterable[str | Path], upgrade_to: str | None = None) -
             continue
         loaded_all.append(loaded)
         try:  # an acknowledgement that may not stand is bad input too
+            runs = engine_of(loaded.profile)
             if upgrade_to is None:
                 findings, upgrade = run_rules(loaded), None
+            elif upgrade_to.engine != runs.name:
+                raise InputError([Problem(loaded.locate(("spec", "engine")), "spec.engine",
+                                          f"the stack runs {runs.label}; --upgrade-to {upgrade_to} names another "
+                                          f"engine (an engine change is a new stack: give {runs.name}==X here)")])
             else:
-                findings = upgrade_findings(loaded, upgrade_to)
-                upgrade = f"vllm {loaded.profile.spec.versions.vllm} -> {upgrade_to}"
+                findings = upgrade_findings(loaded, upgrade_to.version)
+                upgrade = f"{runs.name} {loaded.profile.spec.engine_version} -> {upgrade_to.version}"
         except InputError as exc:
             errors.extend(exc.lines())
             continue
         reports.append(ProfileReport(file=str(path), name=loaded.profile.name, summary=summarize(loaded.profile),
                                      findings=tuple(findings), upgrade=upgrade,
-                                     engine_label=engine_of(loaded.profile).label))
+                                     engine_label=runs.label))
     try:
         duplicate_names(loaded_all)
     except InputError as exc:

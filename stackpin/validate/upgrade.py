@@ -1,9 +1,9 @@
-"""`stackpin validate --upgrade-to vllm==X`: what in a profile breaks or changes meaning under another
-vLLM release, as findings against the profile.
+"""`stackpin validate --upgrade-to ENGINE==X`: what in a profile breaks or changes meaning under another
+release of its serving engine (vllm==X, sglang==X), as findings against the profile.
 
-The profile is moved to the target (vLLM X, the FlashInfer X pins, and the newest Dynamo release that
-ships X with its NIXL) and every rule runs again, with the catalogs of the target; a finding the moved
-profile has and the profile as written does not is something the upgrade breaks (a removed flag, env
+The profile is moved to the target (the engine's release X, the FlashInfer X pins, and the newest Dynamo
+release that ships X with its NIXL) and every rule runs again, with the catalogs of the target; a finding the
+moved profile has and the profile as written does not is something the upgrade breaks (a removed flag, env
 var, backend or speculative method; an engineArgs flag or key the release dropped). Rules SP241-SP243
 compare the two releases directly: the Dynamo release that ships X, defaults X changes that the profile
 relies on, and a pinned autotune cache X will not read. They are silent outside an upgrade.
@@ -14,11 +14,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
-from stackpin.backends import DEFAULT, engine, engine_of
+from stackpin.backends import DEFAULT, engine, engine_of, names
 from stackpin.backends.pins import dynamo_pins, release_pins
 from stackpin.catalog import Catalog, DynamoPin
 from stackpin.catalog.engine_data import EngineOption
@@ -36,15 +36,24 @@ if TYPE_CHECKING:  # an annotation only: validate need not import pydantic for i
 _V = ("spec", "versions")
 # SP241-SP243 report only under --upgrade-to: an acknowledgement of one would be stale (SP251) everywhere else.
 UPGRADE_ONLY = "it reports only under `validate --upgrade-to`: an acknowledgement of it is stale everywhere else"
-_TARGET = re.compile(r"vllm==([0-9]+\.[0-9]+\.[0-9]+(?:[.-]?(?:post|rc|dev)[0-9]+)?)")
+_TARGET = re.compile(r"([a-z][a-z0-9-]*)==([0-9]+\.[0-9]+\.[0-9]+(?:[.-]?(?:post|rc|dev)[0-9]+)?)")
 
 
-def parse_target(text: str) -> str:
-    """The vLLM version of `vllm==X`; ValueError for anything else."""
+class Target(NamedTuple):
+    engine: str  # a serving engine's name (stackpin.backends), as in spec.engine
+    version: str
+
+    def __str__(self) -> str:
+        return f"{self.engine}=={self.version}"
+
+
+def parse_target(text: str) -> Target:
+    """The engine and release of `ENGINE==X` (vllm==0.33.0, sglang==0.5.22); ValueError for anything else."""
     found = _TARGET.fullmatch(text.strip())
-    if found is None:
-        raise ValueError(f"{text!r}: give the target as vllm==X.Y.Z")
-    return found.group(1)
+    if found is None or found.group(1) not in names():
+        raise ValueError(f"{text!r}: give the target as ENGINE==X.Y.Z, ENGINE one of {', '.join(names())} "
+                         "(the stack's engine)")
+    return Target(found.group(1), found.group(2))
 
 
 def dynamo_for(vllm: str, catalog: Catalog, profile: StackProfile | None = None) -> tuple[str, DynamoPin] | None:
@@ -72,33 +81,36 @@ def moved(profile: StackProfile, vllm: str, catalog: Catalog) -> StackProfile:
 
 
 def _upgrade(ctx: Context) -> tuple[StackProfile, str, str] | None:
-    """(the profile as written, its vLLM, the target vLLM) during an upgrade check, else None."""
+    """(the profile as written, its engine release, the target release) during an upgrade check, else None."""
     if ctx.upgrade_from is None:
         return None
     old, new = ctx.upgrade_from.spec.engine_version, ctx.profile.spec.engine_version
     return (ctx.upgrade_from, old, new) if old != new else None
 
 
-@rule("SP241", Severity.error, "no Dynamo release, or another one, ships the upgraded vLLM",
+@rule("SP241", Severity.error, "no Dynamo release, or another one, ships the upgraded engine",
       warning_when="another Dynamo release ships it", acknowledge=UPGRADE_ONLY)
 def dynamo_release(ctx: Context) -> Iterator[Hit]:
     if (up := _upgrade(ctx)) is None:
         return
-    written, _, vllm = up
-    found = dynamo_for(vllm, ctx.catalog, ctx.profile)
+    written, old_version, version = up
+    runs = engine_of(ctx.profile)
+    found = dynamo_for(version, ctx.catalog, ctx.profile)
     old = written.spec.versions.dynamo
     if found is None:
-        ships = ", ".join(f"Dynamo {d}: vLLM {p.vllm}" for d, p in ctx.catalog.versions.dynamo.items())
-        yield Hit(_V + ("dynamo",), f"no Dynamo release stackpin knows ships vLLM {vllm}: Dynamo {old}'s runtime "
-                  f"image runs vLLM {written.spec.versions.vllm}, so no runtime image to pin runs {vllm}",
+        ships = ", ".join(f"Dynamo {d}: {runs.label} {dynamo_pins(runs, p)[0]}"
+                          for d, p in ctx.catalog.versions.dynamo.items())
+        yield Hit(_V + ("dynamo",), f"no Dynamo release stackpin knows ships {runs.label} {version}: Dynamo {old}'s "
+                  f"runtime image runs {runs.label} {old_version}, so no runtime image to pin runs {version}",
                   f"known: {ships} (catalog/versions.yaml)")
     elif found[0] != old:
         dynamo, pin = found
         flashinfer = ctx.profile.spec.versions.flashinfer
-        yield Hit(_V + ("dynamo",), f"vLLM {vllm} ships in Dynamo {dynamo}, not in Dynamo {old}: the runtime "
-                  "image and every pin change with it",
-                  f"set versions.dynamo: {dynamo}, vllm: {vllm}, flashinfer: {flashinfer}, nixl: {pin.nixl} and "
-                  f"runtimeImage to Dynamo {dynamo}'s vLLM runtime", Severity.warning)
+        nixl = dynamo_pins(runs, pin)[1]
+        yield Hit(_V + ("dynamo",), f"{runs.label} {version} ships in Dynamo {dynamo}, not in Dynamo {old}: the "
+                  "runtime image and every pin change with it",
+                  f"set versions.dynamo: {dynamo}, {runs.name}: {version}, flashinfer: {flashinfer}, nixl: {nixl} "
+                  f"and runtimeImage to Dynamo {dynamo}'s {runs.label} runtime", Severity.warning)
 
 
 def _default(option: EngineOption) -> str:
@@ -172,7 +184,7 @@ def relied_defaults(profile: StackProfile, active: Sequence[tuple[Role, Pool]], 
             yield ReliedDefault(flag, was, now, modelled, roles)
 
 
-@rule("SP242", Severity.warning, "default the upgraded vLLM changes that the profile relies on",
+@rule("SP242", Severity.warning, "default the upgraded engine changes that the profile relies on",
       acknowledge=UPGRADE_ONLY)
 def changed_default(ctx: Context) -> Iterator[Hit]:
     runs = engine_of(ctx.profile)

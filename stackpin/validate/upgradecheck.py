@@ -1,5 +1,5 @@
-"""`stackpin validate --upgrade-to vllm==X`'s findings: every rule run on the profile as written and on
-the profile moved to X (stackpin.validate.upgrade), and what only the moved one has."""
+"""`stackpin validate --upgrade-to ENGINE==X`'s findings: every rule run on the profile as written and on
+the profile moved to release X of its engine (stackpin.validate.upgrade), and what only the moved one has."""
 
 from __future__ import annotations
 
@@ -14,12 +14,13 @@ from stackpin.validate.upgrade import moved
 BOOKKEEPING = frozenset({"SP161", "SP162", "SP163", "SP164", "SP165"})
 
 
-def upgrade_findings(loaded: LoadedProfile, vllm: str, catalog: Catalog | None = None) -> list[Finding]:
-    """Findings of the profile moved to vLLM `vllm` that the profile as written does not have."""
+def upgrade_findings(loaded: LoadedProfile, version: str, catalog: Catalog | None = None) -> list[Finding]:
+    """Findings of the profile moved to release `version` of its engine that the profile as written does not
+    have."""
     with profile_catalogs(loaded.profile.spec.catalog_path):  # the pins of its own catalogs, too
         catalog = catalog or load_catalog()
         before = {(f.code, f.path) for f in run_rules(loaded, catalog)}
-        target = LoadedProfile(moved(loaded.profile, vllm, catalog), loaded.path, loaded.sources,
+        target = LoadedProfile(moved(loaded.profile, version, catalog), loaded.path, loaded.sources,
                                loaded.positions, loaded.document)
         after = run_rules(target, catalog, upgrade_from=loaded.profile)
     return [f for f in after if (f.code, f.path) not in before and f.code not in BOOKKEEPING]
