@@ -56,24 +56,24 @@ def parse_target(text: str) -> Target:
     return Target(found.group(1), found.group(2))
 
 
-def dynamo_for(vllm: str, catalog: Catalog, profile: StackProfile | None = None) -> tuple[str, DynamoPin] | None:
+def dynamo_for(version: str, catalog: Catalog, profile: StackProfile | None = None) -> tuple[str, DynamoPin] | None:
     """The newest Dynamo release the catalog knows that ships this release of the engine `profile` runs
     (vLLM without a profile)."""
     runs = engine_of(profile) if profile is not None else engine(DEFAULT)
     found = [(parse_version(v), v, pin) for v, pin in catalog.versions.dynamo.items()
-             if dynamo_pins(runs, pin)[0] == vllm]
+             if dynamo_pins(runs, pin)[0] == version]
     return (max(found)[1], max(found)[2]) if found else None
 
 
-def moved(profile: StackProfile, vllm: str, catalog: Catalog) -> StackProfile:
-    """`profile` moved to release `vllm` of its engine, the FlashInfer that release pins, and the newest Dynamo
+def moved(profile: StackProfile, version: str, catalog: Catalog) -> StackProfile:
+    """`profile` moved to release `version` of its engine, the FlashInfer that release pins, and the newest Dynamo
     release shipping it with that extra's NIXL (the engine's pins: stackpin.backends.pins)."""
     runs = engine_of(profile)
     versions = profile.spec.versions
-    change: dict[str, Any] = {runs.name: vllm}
-    if (pin := release_pins(runs, catalog.versions).get(vllm)) is not None:
+    change: dict[str, Any] = {runs.name: version}
+    if (pin := release_pins(runs, catalog.versions).get(version)) is not None:
         change["flashinfer"] = pin.flashinfer
-    if (dynamo := dynamo_for(vllm, catalog, profile)) is not None:
+    if (dynamo := dynamo_for(version, catalog, profile)) is not None:
         change["dynamo"] = dynamo[0]
         if (nixl := dynamo_pins(runs, dynamo[1])[1]) is not None:
             change["nixl"] = nixl
@@ -158,11 +158,12 @@ class ReliedDefault(msgspec.Struct, frozen=True):
     now: EngineOption
     modelled: str | None  # the profile field that renders the flag (the engine's modelled table), when one does
     roles: tuple[Role, ...]  # the pools that leave it to the default
+    engine: str  # the stack's engine: its spec.versions key
 
     @property
     def path(self) -> FieldPath:
-        """Where rule SP242 reports it: the modelled field of the first such pool, else versions.vllm."""
-        return tuple(field_path(self.modelled, self.roles[0]).split(".")) if self.modelled else _V + ("vllm",)
+        """Where rule SP242 reports it: the modelled field of the first such pool, else the engine's version."""
+        return tuple(field_path(self.modelled, self.roles[0]).split(".")) if self.modelled else _V + (self.engine,)
 
 
 def relied_defaults(profile: StackProfile, active: Sequence[tuple[Role, Pool]], old: FlagCatalog,
@@ -181,7 +182,7 @@ def relied_defaults(profile: StackProfile, active: Sequence[tuple[Role, Pool]], 
         else:
             roles = tuple(role for role, pool in active if not _passed(new, flag, pool))
         if roles:
-            yield ReliedDefault(flag, was, now, modelled, roles)
+            yield ReliedDefault(flag, was, now, modelled, roles, profile.spec.engine.value)
 
 
 @rule("SP242", Severity.warning, "default the upgraded engine changes that the profile relies on",
@@ -208,19 +209,20 @@ def changed_default(ctx: Context) -> Iterator[Hit]:
 def cache_unread(ctx: Context) -> Iterator[Hit]:
     if (up := _upgrade(ctx)) is None:
         return
-    written, old_vllm, vllm = up
+    written, old_version, version = up
+    label = engine_of(ctx.profile).label
     autotune = written.spec.autotune
     if autotune.mode != AutotuneMode.replay or not autotune.cache:
         return
     old_fi, new_fi = written.spec.versions.flashinfer, ctx.profile.spec.versions.flashinfer
     hint = "capture a cache on the upgraded stack (stackpin autotune capture-job) and pin it"
     if old_fi != new_fi:
-        yield Hit(("spec", "autotune", "cache"), f"the cache was captured with FlashInfer {old_fi}; vLLM {vllm} "
+        yield Hit(("spec", "autotune", "cache"), f"the cache was captured with FlashInfer {old_fi}; {label} {version} "
                   f"runs FlashInfer {new_fi}, which reads only its own version's directory: the engine "
                   "would tune again at start or run untuned", hint)
     files = ctx.catalog.engine.autotune_files
-    if files.per_rank(old_vllm) != files.per_rank(vllm):
-        now, then = ("one file per rank", "the one shared file") if files.per_rank(vllm) else (
+    if files.per_rank(old_version) != files.per_rank(version):
+        now, then = ("one file per rank", "the one shared file") if files.per_rank(version) else (
             "the one shared file", "one file per rank")
-        yield Hit(("spec", "autotune", "cache"), f"vLLM {vllm} reads {now} of FlashInfer's autotune configs; the "
-                  f"cache holds {then}, as vLLM {old_vllm} writes it", hint)
+        yield Hit(("spec", "autotune", "cache"), f"{label} {version} reads {now} of FlashInfer's autotune configs; "
+                  f"the cache holds {then}, as {label} {old_version} writes it", hint)
