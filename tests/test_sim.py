@@ -395,3 +395,61 @@ def test_the_kv_router_keeps_a_session_on_its_worker_and_spreads_sessions_sharin
         assert [e["routed"] - b for e, b in zip(stats["engines"], before, strict=True)] == [2, 2]
         again = _stream(sim.url, f"{system} {_words(8, 's0-')} {_words(1, 'turn2-')}", 4, client)
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] == 12 * 512
+
+
+class _Steps:
+    """A step model whose decode step costs 1 ms and whose prefill costs 10 µs a token: what a rank waits for is
+    read off its busy time."""
+
+    alpha: tuple[float, ...] = ()
+
+    def step_time(self, decode: int, k: int, kv_tokens: int, prefill: int = 0) -> float:
+        return 0.001 + prefill * 1e-5
+
+    def best_k(self, decode: int, kv_tokens: int, prefill: int = 0) -> int:
+        return 0
+
+    def kv_transfer_time(self, tokens: int) -> float:
+        return 0.0
+
+
+@pytest.mark.parametrize("together", [True, False])
+def test_a_replicas_data_parallel_ranks_step_together(together: bool) -> None:
+    """vLLM steps a MoE replica's DP ranks in lockstep (and Dynamo's mocker likewise): while one rank prefills a
+    long prompt, the other rank's decode steps each take the prefill step's time. Ranks of separate replicas do
+    not wait for each other."""
+    import asyncio
+
+    from stackpin.profile.topology import Role
+    from stackpin.sim.engine import Clock, Engine, Replica, Seq
+
+    stack = load_stack(TUNED)
+    pool = replace(stack.decode, engines=2, replicas=1 if together else 2, max_batched_tokens=4096,
+                   spec_method=None)
+
+    async def run() -> tuple[float, float, int]:
+        clock = Clock(200.0)
+        ranks = [Engine(stack, pool, clock, Role.worker, model=_Steps()) for _ in range(2)]
+        replicas = [Replica(ranks, clock)] if together else [Replica([r], clock) for r in ranks]
+        tasks = [asyncio.ensure_future(r.run()) for r in replicas]
+        finished = asyncio.Event()
+
+        def emit(_tokens: int, last: bool) -> None:
+            if last:
+                finished.set()
+
+        ranks[0].submit(Seq(prompt=1, keys=[], max_tokens=20, emit=emit, to_prefill=1))
+        ranks[1].submit(Seq(prompt=40960, keys=[], max_tokens=1, emit=lambda *_: None, to_prefill=40960))
+        await asyncio.wait_for(finished.wait(), 30)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        return ranks[0].stats.busy_s, ranks[1].stats.busy_s, ranks[0].stats.steps
+
+    decoding, prefilling, steps = asyncio.run(run())
+    assert steps == 20  # its prefill step (1 token, its first answer token), then 19 decode steps
+    if together:  # its first 10 steps met the other rank's 4,096-token chunks (41 ms each), then 1 ms steps
+        assert decoding == pytest.approx(10 * (0.001 + 4096e-5) + 10 * 0.001), decoding
+        assert prefilling == pytest.approx(10 * (0.001 + 4096e-5))
+    else:  # on its own: 1 ms a step (its 1-token prefill: 10 µs more), whatever the other replica computes
+        assert decoding == pytest.approx(20 * 0.001 + 1e-5), decoding

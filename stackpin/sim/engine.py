@@ -7,9 +7,11 @@ spends what is left of the batched-token budget on chunked prefill of admitted s
 disaggregated stack prefill engines only prefill, then the KV travels to the decode engine the
 router chose (time from the fabric's bandwidth) and the sequence joins that engine's batch. The
 router is Dynamo's KV router: colocated, prefix hits against load; disaggregated, prefix hits on the
-prefill engines and load alone on the decode engines. Each engine keeps a virtual clock advanced by
-the step model and sleeps until wall time catches up with virtual time / speed, so timing holds on
-average even where the event loop cannot sleep for less than a millisecond.
+prefill engines and load alone on the decode engines. The data-parallel ranks of one replica step
+together (Replica: a step takes its slowest rank's time, as vLLM's DP ranks meet in the expert all-to-all).
+Each replica keeps a virtual clock advanced by the step model and sleeps until wall time catches up with
+virtual time / speed, so timing holds on average even where the event loop cannot sleep for less than a
+millisecond.
 """
 
 from __future__ import annotations
@@ -196,8 +198,7 @@ class Engine:
         self.cache = PrefixCache(pool.kv_tokens // BLOCK)
         self.waiting: deque[Seq] = deque()
         self.running: list[Seq] = []
-        self.vtime = 0.0
-        self.wake = asyncio.Event()
+        self.wake = asyncio.Event()  # its replica's, once grouped (Replica)
         self.on_prefilled = on_prefilled
         self.stats = EngineStats()
         # Sequences routed to this engine and not finished, wherever they are now (waiting on a prefill
@@ -220,15 +221,9 @@ class Engine:
         self.waiting.append(seq)
         self.wake.set()
 
-    async def run(self) -> None:
-        while True:
-            if not self.running and not self.waiting:
-                self.wake.clear()
-                await self.wake.wait()
-                self.vtime = max(self.vtime, self.clock.now())
-            await self.step()
-
-    async def step(self) -> None:
+    def plan(self) -> Step | None:
+        """Admit what fits and choose this rank's next step (its decoders, draft count and prefill chunks), or
+        None when it has nothing to compute this step."""
         pool = self.pool
         self.running = [s for s in self.running if not s.cancelled]
         while self.waiting and self.waiting[0].cancelled:
@@ -259,22 +254,27 @@ class Engine:
         if not decoders and not prefill:
             # Only sequences that arrived decoded-ready (their KV just came from a prefill engine) were
             # admitted: they decode from the next step, at this same virtual instant.
-            await asyncio.sleep(0)
-            return
+            return None
         took = self.model.step_time(len(decoders), k, context, prefill) * self.slow
-        self.vtime += took
+        return Step(decoders, k, chunks, prefill, took)
+
+    def account(self, step: Step, took: float) -> None:
+        """Count a step that took `took` virtual seconds (its replica's slowest rank's time)."""
         st = self.stats
         st.steps += 1
         st.busy_s += took
-        st.decode_seq_steps += len(decoders)
-        st.prefill_tokens += prefill
+        st.decode_seq_steps += len(step.decoders)
+        st.prefill_tokens += step.prefill
         st.waiting_seq_steps += len(self.waiting)
         st.max_waiting = max(st.max_waiting, len(self.waiting))
-        await self.clock.until(self.vtime)
-        st.late_s += max(self.clock.now() - self.vtime, 0.0)
+
+    def finish(self, step: Step) -> None:
+        """The step's tokens, once virtual time reached its end: decoded and accepted ones, finished prefills."""
+        st = self.stats
+        k = step.k
         done: list[Seq] = []
         spec = self.spec
-        for seq in decoders:
+        for seq in step.decoders:
             if seq.cancelled:
                 continue
             accepted = 0
@@ -293,7 +293,7 @@ class Engine:
                 seq.emit(n, finished)
                 if finished:
                     done.append(seq)
-        for seq, take in chunks:
+        for seq, take in step.chunks:
             seq.to_prefill -= take
             if seq.to_prefill == 0 and not seq.cancelled:
                 self.cache.touch(seq.keys)
@@ -311,6 +311,56 @@ class Engine:
         if done:
             gone = set(done)
             self.running = [s for s in self.running if s not in gone]
+
+
+@dataclass(eq=False)
+class Step:
+    """One rank's share of a step: the sequences it decodes (k drafts each), its prefill chunks, and its own time."""
+
+    decoders: list[Seq]
+    k: int
+    chunks: list[tuple[Seq, int]]
+    prefill: int  # tokens prefilled
+    took: float  # virtual seconds this rank alone would take
+
+
+class Replica:
+    """The data-parallel ranks of one replica, stepped together: vLLM steps a MoE model's DP ranks in lockstep
+    (every rank's forward meets in the expert all-to-all; an idle rank runs a dummy batch), so each step takes
+    its slowest rank's time, and a prefill chunk on any rank stalls every rank's decode. Dynamo's mocker does
+    the same (its attention-DP ranks pass a group barrier each step); the curve charges it as prefill_stall.
+    A replica of one rank is one engine stepping alone."""
+
+    def __init__(self, ranks: Sequence[Engine], clock: Clock) -> None:
+        self.ranks = list(ranks)
+        self.clock = clock
+        self.wake = asyncio.Event()
+        for rank in self.ranks:
+            rank.wake = self.wake  # a request for any rank wakes the replica
+        self.vtime = 0.0
+
+    async def run(self) -> None:
+        while True:
+            if not any(r.running or r.waiting for r in self.ranks):
+                self.wake.clear()
+                await self.wake.wait()
+                self.vtime = max(self.vtime, self.clock.now())
+            steps = [r.plan() for r in self.ranks]
+            taken = [s.took for s in steps if s is not None]
+            if not taken:
+                await asyncio.sleep(0)
+                continue
+            took = max(taken)
+            self.vtime += took
+            for rank, step in zip(self.ranks, steps, strict=True):
+                if step is not None:
+                    rank.account(step, took)
+            await self.clock.until(self.vtime)
+            late = max(self.clock.now() - self.vtime, 0.0)
+            for rank, step in zip(self.ranks, steps, strict=True):
+                if step is not None:
+                    rank.stats.late_s += late
+                    rank.finish(step)
 
 
 class Simulator:
@@ -334,7 +384,10 @@ class Simulator:
         self.submitted = 0
 
     def start(self) -> None:
-        self.tasks = [asyncio.ensure_future(e.run()) for e in [*self.decoders, *self.prefillers]]
+        replicas = [*_replicas(self.decoders, self.stack.decode, self.clock)]
+        if self.prefillers:
+            replicas += _replicas(self.prefillers, self.stack.pool(Role.prefill), self.clock)
+        self.tasks = [asyncio.ensure_future(r.run()) for r in replicas]
 
     async def stop(self) -> None:
         for task in self.tasks:
@@ -399,3 +452,9 @@ class Simulator:
         engine.cache.touch(seq.keys)
         delay = self.transfer_model.kv_transfer_time(max(seq.prompt - held, 0)) / self.clock.speed
         asyncio.get_running_loop().call_later(delay, engine.submit, seq)
+
+
+def _replicas(engines: Sequence[Engine], pool: SimPool, clock: Clock) -> list[Replica]:
+    """A pool's engines as its replicas: each replica's data-parallel ranks, in order."""
+    ranks = max(1, len(engines) // max(pool.replicas, 1))
+    return [Replica(engines[i:i + ranks], clock) for i in range(0, len(engines), ranks)]

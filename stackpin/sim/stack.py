@@ -19,7 +19,8 @@ class SimPool:
 
     role: Role
     replicas: int
-    engines: int  # schedulers: replicas x data-parallel ranks (vLLM schedules each DP rank on its own)
+    engines: int  # schedulers: replicas x data-parallel ranks (each DP rank schedules its own batch; a
+    # replica's ranks step together: stackpin.sim.engine.Replica)
     gpus_per_engine: int  # TP x PP
     weights_gib_per_gpu: float
     model_parallel: int  # GPUs the dense weights split over (TP x PP)
