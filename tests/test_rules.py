@@ -112,6 +112,10 @@ CASES = [
     Case("SP119", "error", "spec.speculative.adaptiveVerification",
          {"spec.cudaGraphs.mode": "NONE", "spec.cudaGraphs.captureSizes": None, "spec.cudaGraphs.maxCaptureSize": None},
          {"spec.cudaGraphs.mode": "FULL_DECODE_ONLY"}, label="graphs-off"),
+    # --enforce-eager passed through turns the pool's graphs off whatever cudaGraphs says (config/vllm.py:1694-1696)
+    Case("SP119", "error", "spec.speculative.adaptiveVerification",
+         {"spec.placement.pools.worker.engineArgs": {"--enforce-eager": True}},
+         {"spec.placement.pools.worker.engineArgs": {"--no-enforce-eager": True}}, label="enforce-eager"),
     # ... and its model runner rewrites FULL (adaptive_verification.py:36-43).
     Case("SP120", "warning", "spec.cudaGraphs.mode", {"spec.cudaGraphs.mode": "FULL"},
          {"spec.cudaGraphs.mode": "FULL", "spec.speculative.adaptiveVerification": False}),

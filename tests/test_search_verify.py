@@ -11,10 +11,9 @@ is `_Gateway`, which serves each namespace's live stack on stackpin's simulator 
 gateway routing to the scratch namespace's Dynamo frontend would.
 
 The picks: `numSpeculativeTokens: 3` and `maxNumSeqs: 32` (both start in vLLM as declared), and the worker's
-`engineArgs: {--enforce-eager: true}`, which validate cannot see through (an engine argument it does not model)
-and vLLM 0.31.0 refuses: eager mode turns CUDA graphs off, and the base's adaptive verification needs full ones
-(config/vllm.py:1694-1696, 3163-3168). The engine check refuses it, in vLLM's own words. Tests that measure run
-beside a CPU burner.
+`engineArgs: {--max-num-active-seqs: 128}`, an engine argument validate does not model, which vLLM 0.31.0 refuses
+above the pool's maxNumSeqs of 64 (config/scheduler.py:336-343). The engine check refuses it, in vLLM's own
+words. Tests that measure run beside a CPU burner.
 """
 
 from __future__ import annotations
@@ -58,11 +57,10 @@ ROOT = Path(__file__).resolve().parent.parent
 BASE = ROOT / "profiles" / "deepseek-v4.1-flash" / "gb300-tuned.yaml"
 ENGINE_PYTHON = Path(os.environ.get("STACKPIN_ENGINE_PYTHON", ROOT / ".enginecheck" / "vllm-0.31.0" / "bin" / "python"))
 DYNAMO_ENV = Path(os.environ.get("STACKPIN_DYNAMO_ENV", ROOT / ".dynamobed" / "dynamo-1.6.1"))
-REFUSED = ("worker: vLLM 0.31.0 fails at config: ValidationError: 1 validation error for VllmConfig",
-           "Adaptive verification requires full CUDA graphs. Use cudagraph mode FULL, FULL_DECODE_ONLY, or "
-           "FULL_AND_PIECEWISE, or disable adaptive verification.")
+REFUSED = ("worker: vLLM 0.31.0 fails at config: ValidationError: 1 validation error for SchedulerConfig",
+           "max_num_active_seqs (128) cannot be greater than max_num_seqs (64).")
 PICKS = {"spec3": "speculative:\n    numSpeculativeTokens: 3\n",
-         "eager": "placement:\n    pools:\n      worker:\n        engineArgs:\n          --enforce-eager: true\n",
+         "active": "placement:\n    pools:\n      worker:\n        engineArgs:\n          --max-num-active-seqs: 128\n",
          "seqs32": "placement:\n    pools:\n      worker:\n        maxNumSeqs: 32\n"}
 
 
@@ -115,7 +113,7 @@ def test_two_picks_verified_on_the_dynamo_bed_and_one_refused_by_the_engine(tmp_
 
     dynamo = own_env(DYNAMO_ENV / "bin" / "python", ROOT / ".dynamobed" / "UNAVAILABLE", "Dynamo bed", "dynamo-env",
                      "STACKPIN_REQUIRE_DYNAMO").parent.parent
-    base, picks = _site(tmp_path, ["spec3", "eager", "seqs32"])
+    base, picks = _site(tmp_path, ["spec3", "active", "seqs32"])
     # Short: 8 sessions of two or three turns, one agent, answers back to back (TTFT p90 cannot be judged on so
     # few requests: bench compare says so, and the outcome cannot be a pass).
     trace = tmp_path / "trace.jsonl"
@@ -133,7 +131,7 @@ def test_two_picks_verified_on_the_dynamo_bed_and_one_refused_by_the_engine(tmp_
     # The pick the engine refuses is dropped with the engine's own words, never benched.
     path, refused = by_pick["base.search-2.yaml"]
     assert refused.outcome is Outcome.refused and not refused.passed and refused.rank is None
-    assert _refused_by_vllm(refused.problems)
+    assert _refused_by_vllm(refused.problems), refused.problems
     assert refused.pick_results == [] and not list((tmp_path / "base.search-2.results").glob("*.json"))
     assert any(n.startswith(f"pick {picks[1]}: refused by engines check: {REFUSED[0]}") and REFUSED[1] in n
                for n in notes)
@@ -317,7 +315,7 @@ def test_picks_deployed_in_turn_into_scratch_namespaces_measured_and_gone(
 
     bed, gateway = rack
     env = bed.envs[0]
-    base, picks = _site(tmp_path, ["seqs32", "eager"])
+    base, picks = _site(tmp_path, ["seqs32", "active"])
     fleet = _fleet(tmp_path, env, gateway.url + "/{namespace}")
     notes: list[str] = []
     with cpu_burners():

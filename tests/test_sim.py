@@ -403,13 +403,13 @@ class _Steps:
 
     alpha: tuple[float, ...] = ()
 
-    def step_time(self, decode: int, k: int, kv_tokens: int, prefill: int = 0) -> float:
+    def step_time(self, decode: int, k: int, kv_tokens: int, prefill: int = 0) -> float:  # noqa: ARG002
         return 0.001 + prefill * 1e-5
 
-    def best_k(self, decode: int, kv_tokens: int, prefill: int = 0) -> int:
+    def best_k(self, decode: int, kv_tokens: int, prefill: int = 0) -> int:  # noqa: ARG002
         return 0
 
-    def kv_transfer_time(self, tokens: int) -> float:
+    def kv_transfer_time(self, tokens: int) -> float:  # noqa: ARG002
         return 0.0
 
 

@@ -44,7 +44,7 @@ class PoolCheck:
     role: str
     result: dict[str, Any]
     problems: tuple[str, ...] = field(default=())
-    resolved: str = ""  # what the engine resolved, in one line, as its own check words it (engines check)
+    resolved: str = ""  # what the engine resolved, in one line, as its own check words it; "" with problems
 
     @property
     def ok(self) -> bool:

@@ -201,7 +201,7 @@ def check_sglang_lock(lock: StackLock, python: Path, catalog: Catalog | None = N
                   "stage": verdict.stage, "error": verdict.error, "resolved": dict(verdict.resolved),
                   "stand_ins": list(verdict.stand_ins), "skipped": list(verdict.skipped)}
         out.append(PoolCheck(lock.metadata.name, role, result, () if verdict.accepted else (verdict.message,),
-                             resolved_line(result)))
+                             resolved_line(result) if verdict.accepted else ""))
     return out
 
 

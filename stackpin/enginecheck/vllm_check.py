@@ -230,7 +230,8 @@ def check_vllm_lock(lock: StackLock, python: Path, catalog: Catalog | None = Non
                 # The file as the pod sees it: the rendered directory, not this check's scratch copy of it.
                 pod_dir = spec["rendered_env"]["VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR"]
                 result["autotune"]["file"] = pod_dir + result["autotune"]["file"].removeprefix(here)
-            out.append(PoolCheck(lock.metadata.name, role, result, tuple(problems), resolved_line(result)))
+            out.append(PoolCheck(lock.metadata.name, role, result, tuple(problems),
+                                 "" if problems else resolved_line(result)))
     return out
 
 

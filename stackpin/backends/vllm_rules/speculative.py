@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import msgspec
 
@@ -120,11 +120,30 @@ def adaptive_without_full_graphs(ctx: Context) -> Iterator[Hit]:
         return
     mode = ctx.profile.spec.cuda_graphs.mode.value
     runs = runtime_mode(ctx) or mode
-    if mode in facts.full_graph_modes and runs in facts.full_graph_modes:
-        return
-    said = mode if runs == mode else f"{mode} (run as {runs})"
+    # `--enforce-eager` passed through engineArgs sets the pool's CUDA graph mode to NONE whatever cudaGraphs
+    # says (vLLM 0.31.0 config/vllm.py:1694-1696, 1967-1970).
+    eager = {str(role) for role, _, pool in pools(ctx) if _enforces_eager(ctx, pool.spec.engine_args)}
+    full = mode in facts.full_graph_modes and runs in facts.full_graph_modes
     for role, path in adaptive_pools(ctx):
+        if full and role not in eager:
+            continue
+        said = ("NONE: its engineArgs pass --enforce-eager" if role in eager
+                else mode if runs == mode else f"{mode} (run as {runs})")
         yield Hit(path + ("adaptiveVerification",), f"pool {role}: adaptive verification needs full CUDA graphs and "
                   f"cudaGraphs.mode is {said}: vLLM {found[0].version} refuses to start (\"Adaptive verification "
                   f"requires full CUDA graphs\", {facts.full_graph_source.split(' ')[0]})",
-                  f"set cudaGraphs.mode to one of {', '.join(facts.full_graph_modes)}, or adaptiveVerification: false")
+                  f"set cudaGraphs.mode to one of {', '.join(facts.full_graph_modes)}, or adaptiveVerification: false"
+                  + (", and drop --enforce-eager" if role in eager else ""))
+
+
+def _enforces_eager(ctx: Context, engine_args: Mapping[str, object]) -> bool:
+    """Whether a pool's engineArgs turn on `--enforce-eager` (a switch: true, or given without a value)."""
+    catalog = ctx.engine_catalog
+    for flag, value in engine_args.items():
+        use = catalog.resolve(flag) if catalog is not None else None
+        if (use.flag if use else flag) != "--enforce-eager":
+            continue
+        negative = use is not None and use.string in use.option.negatives  # --no-enforce-eager
+        if negative != (value not in (False, "false", "False")):
+            return True
+    return False
