@@ -58,10 +58,10 @@ def test_the_job_is_indexed_valid_and_deterministic(tmp_path: Path) -> None:
     assert {"name": "results", "persistentVolumeClaim": {"claimName": "shared-results"}} in volumes
 
 
-def run_pods(tmp_path: Path, trace: Path, url: str) -> list[Path]:
-    """Run each pod's container arguments as rendered, with the ConfigMap's files and the results
-    volume on local paths, against `url`."""
-    config, _, job = render(tmp_path, trace)
+def run_pods(tmp_path: Path, trace: Path, url: str, *extra: str) -> list[Path]:
+    """Run each pod's container arguments as rendered (with `extra` bench job options), with the ConfigMap's
+    files and the results volume on local paths, against `url` (the frontend's address, wherever it is named)."""
+    config, _, job = render(tmp_path, trace, *extra)
     inputs, results = tmp_path / "inputs", tmp_path / "results"
     inputs.mkdir(exist_ok=True)
     results.mkdir(exist_ok=True)
@@ -118,3 +118,30 @@ def test_merge_refuses_parts_of_other_runs(tmp_path: Path) -> None:
     (tmp_path / "other.json").write_text(result_json(other_run))
     code, _, err = cli(["bench", "merge", str(zero), str(tmp_path / "other.json"), "--out", str(merged)])
     assert code == 2 and "precision: fp8-fp4 vs fp8" in err and not merged.exists()
+
+
+def test_the_pods_read_draft_acceptance_where_metrics_say_and_merge_keeps_one_reading(tmp_path: Path) -> None:
+    """`--metrics` reaches every pod's `bench run`; each pod reads the engines' spec-decode counters around its
+    share of a point (here stackpin's simulator of the tuned stack, which serves vLLM's counters), and the merged
+    result keeps one reading a point: the pods' readings overlap (all pods' drafts over one pod's time)."""
+    from stackpin.sim.server import serve_in_thread as serve_sim
+
+    trace = write_trace(tmp_path / "t.jsonl", sessions=3, turns=2)
+    _, _, job = render(tmp_path, trace, "--metrics", "http://frontend:8000/metrics", "--metrics",
+                       "http://decode-0:9090/metrics")
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--metrics"] == [
+        "http://frontend:8000/metrics", "http://decode-0:9090/metrics"]
+    code, _, err = cli(["bench", "job", "--lock", str(LOCK), "--endpoint", "http://frontend:8000", "--trace",
+                        str(trace), "--pods", "2", "--image", "x", "--metrics", "file:///etc/passwd"])
+    assert code == 2 and err.count("\n") == 1 and "--metrics 'file:///etc/passwd'" in err, err
+    with serve_sim(LOCK, speed=4, share=18) as sim:
+        parts = run_pods(tmp_path, trace, sim.url, "--metrics", "http://frontend:8000/metrics")
+    for part in map(read_result, parts):
+        assert all(p.acceptance is not None and p.acceptance.drafts > 0 for p in part.points), part.acceptance_from
+    code, _, err = cli(["bench", "merge", *map(str, parts), "--out", str(tmp_path / "merged.json")])
+    assert code == 0, err
+    merged, pods = read_result(tmp_path / "merged.json"), [read_result(p) for p in parts]
+    for point in merged.points:
+        readings = [q.acceptance for r in pods for q in r.points if q.agents == point.agents]
+        assert point.acceptance in readings  # one pod's reading, not their sum

@@ -25,8 +25,11 @@ def job_objects(lock: StackLock, lock_text: str, trace_text: str, *, endpoint: s
                 agents: Sequence[int], image: str, slo: Slo | None = None, workers: int = 1,
                 duration_s: float | None = None, sessions: int | None = None, delay_scale: float = 1.0,
                 timeout_s: float = 300.0, model: str | None = None, results_claim: str | None = None,
-                storage: str = "1Gi", namespace: str | None = None, cpu: str | None = None) -> list[dict[str, Any]]:
-    """ConfigMap (lock + trace), the results PVC (unless `results_claim` names one), the Indexed Job."""
+                storage: str = "1Gi", namespace: str | None = None, cpu: str | None = None,
+                metrics: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """ConfigMap (lock + trace), the results PVC (unless `results_claim` names one), the Indexed Job. `metrics`:
+    the Prometheus pages each pod reads draft acceptance from (bench run's --metrics; `bench merge` keeps one
+    pod's reading a point, as they overlap)."""
     profile = lock.stack_profile
     namespace = namespace or profile.metadata.namespace
     name = f"{lock.metadata.name}-bench"[:52].rstrip("-")
@@ -51,6 +54,8 @@ def job_objects(lock: StackLock, lock_text: str, trace_text: str, *, endpoint: s
         args += ["--sessions", str(sessions)]
     if model:
         args += ["--model", model]
+    for url in metrics:
+        args += ["--metrics", url]
     requests = {"cpu": cpu or str(workers), "memory": "1Gi"}
     container = {
         "name": "bench", "image": image, "command": ["stackpin"], "args": args,

@@ -381,6 +381,10 @@ def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str,
 @click.option("--request-timeout", "timeout_text", default="300s", show_default=True, metavar="SECONDS")
 @click.option("--results-claim", metavar="PVC", help="An existing ReadWriteMany claim for the results (default: "
               "one is rendered).")
+@click.option("--metrics", "metrics_urls", multiple=True, metavar="URL",
+              help="As bench run's, as the pods reach it: a Prometheus page of the engines' speculative-decoding "
+                   "counters (behind Dynamo's frontend, each worker's system port, e.g. "
+                   "http://NAME-decode-0.NAMESPACE.svc:9090/metrics; default: the endpoint's /metrics).")
 @click.option("-n", "--namespace", metavar="NAMESPACE", help="Namespace (default: the profile's metadata.namespace).")
 @click.option("--out", "output_file", type=click.Path(dir_okay=False, allow_dash=True),
               help="Write here instead of stdout (`-`: stdout).")
@@ -390,8 +394,8 @@ def attach(revision_arg: str, result_file: str, replace: bool, history_dir: str,
 @user_errors
 def job(lock_input: str, endpoint: str, trace_file: str, pods: int, image: str, agents_text: str,
         slo_text: str | None, model: str | None, workers: int, duration_text: str | None, sessions: int | None,
-        delay_scale: float, timeout_text: str, results_claim: str | None, namespace: str | None,
-        output_file: str | None, lockdir: str, history_dir: str, output: str) -> None:
+        delay_scale: float, timeout_text: str, results_claim: str | None, metrics_urls: tuple[str, ...],
+        namespace: str | None, output_file: str | None, lockdir: str, history_dir: str, output: str) -> None:
     """Render an Indexed Job that runs the replay client in PODS pods next to the stack.
 
     Each pod writes result-<index>.json to the results volume; `stackpin bench merge` combines them.
@@ -401,11 +405,14 @@ def job(lock_input: str, endpoint: str, trace_file: str, pods: int, image: str, 
     from stackpin.bench.binding import parse_agents, parse_seconds, slo_option
     from stackpin.bench.job import job_objects
     from stackpin.bench.sessions import read_trace
+    from stackpin.bench.specmetrics import check_url
     from stackpin.deploy.source import resolve_source
     from stackpin.errors import StackpinError
     from stackpin.lock.lockfile import render_lock
     from stackpin.validate.manifests import validate_objects
 
+    for url in metrics_urls:
+        check_url(url, "--metrics")  # a bad URL fails here, not in N pods
     source = resolve_source(lock_input, Path(lockdir), Path(history_dir))
     read_trace(Path(trace_file))  # a bad trace fails here, not in N pods
     objects = job_objects(
@@ -413,7 +420,7 @@ def job(lock_input: str, endpoint: str, trace_file: str, pods: int, image: str, 
         pods=pods, agents=parse_agents(agents_text), image=image, slo=slo_option(slo_text, source.lock),
         workers=workers, duration_s=parse_seconds(duration_text, "--duration") if duration_text else None,
         sessions=sessions, delay_scale=delay_scale, timeout_s=parse_seconds(timeout_text, "--request-timeout"),
-        model=model, results_claim=results_claim, namespace=namespace)
+        model=model, results_claim=results_claim, namespace=namespace, metrics=metrics_urls)
     errors = validate_objects([(f"bench-job#{i}", obj) for i, obj in enumerate(objects, 1)])
     if errors:
         raise StackpinError("\n".join(str(e) for e in errors))
