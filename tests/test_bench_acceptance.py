@@ -278,3 +278,37 @@ def test_behind_the_dynamo_beds_frontend_no_acceptance_is_counted(tmp_path: Path
     assert run.acceptance_from == ("not exposed: dynamo 1.6.1's mocker counts no draft acceptance (the bed charges "
                                    "decode steps per accepted token); not exposed: GET "
                                    f"{running.url}/metrics answered 404")
+
+
+def test_rollback_and_the_rollout_gate_take_the_acceptance_override(tmp_path: Path) -> None:
+    """What refuses two results whose acceptance differs names how to compare them anyway, and every command that
+    judges results takes it: rollback --if-regressed (--allow-acceptance-change), the fleet's bench gate
+    (gates.bench.allowAcceptanceChange), upgrade trial (recorded in trial.json, which promote recomputes with)."""
+    from stackpin.rollout.benchgate import judge
+    from stackpin.rollout.fleet import BenchGate
+    from stackpin.upgrade.model import Trial
+    from tests.test_bench_compare import LAUNCH, history_args, promote_both
+
+    promote_both(tmp_path)
+    a = _write(_with_acceptance(make_result(LAUNCH, 100, 0.5, seed=1), (900, 700, 500)), tmp_path / "a.json")
+    b = _write(_with_acceptance(make_result(TUNED, 70, 0.5, seed=2), (800, 500, 250)), tmp_path / "b.json")
+    for revision, path in ((1, a), (2, b)):
+        attached = CliRunner().invoke(main, ["bench", "attach", f"dsv41-flash@{revision}", path,
+                                             *history_args(tmp_path)])
+        assert attached.exit_code == 0, attached.stderr
+    args = ["rollback", "dsv41-flash", "--if-regressed", *history_args(tmp_path),
+            "--deployments", str(tmp_path / "deployments")]
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2, refused.output
+    [line] = refused.stderr.strip().splitlines()
+    assert "mean acceptance length differs" in line and "allowAcceptanceChange: true" in line
+    allowed = CliRunner().invoke(main, [*args, "--allow-acceptance-change"])
+    assert allowed.exit_code == 0, allowed.stderr
+    assert "verdict: regression" in allowed.stdout and "rollback to 1" in allowed.stdout
+    alone = CliRunner().invoke(main, ["rollback", "dsv41-flash", "--allow-acceptance-change", *history_args(tmp_path)])
+    assert alone.exit_code == 2 and "only with --if-regressed" in alone.output
+    with pytest.raises(AcceptanceDiffers):
+        judge([Path(a)], [Path(b)], 0.05)
+    assert judge([Path(a)], [Path(b)], 0.05, allow_acceptance_change=True).verdict == "fail"
+    assert BenchGate.model_validate({"trace": "t.jsonl", "allowAcceptanceChange": True}).allow_acceptance_change
+    assert "allow_acceptance_change" in Trial.model_fields and not Trial.model_fields["allow_acceptance_change"].default

@@ -132,7 +132,8 @@ def check_acceptance(a: Sequence[BenchResult], b: Sequence[BenchResult], allow: 
     if not allow:
         raise AcceptanceDiffers(f"mean acceptance length differs: {both}: {apart:.1%} apart, past {limit:.0%}; the "
                                 "drafts' acceptance changes what the same workload means, so the results are not "
-                                "comparable (--allow-acceptance-change compares them anyway)")
+                                "comparable (--allow-acceptance-change compares them anyway; in a fleet's bench "
+                                "gate, allowAcceptanceChange: true)")
     return AcceptanceCheck(side_a, side_b, (
         f"mean acceptance length {both}: {apart:.1%} apart, past {limit:.0%}; compared anyway "
         "(--allow-acceptance-change)",))

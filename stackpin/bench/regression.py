@@ -31,7 +31,8 @@ class RegressionCheck:
         return self.comparison is not None and self.comparison.verdict is Verdict.inconclusive
 
 
-def check_regression(store: HistoryStore, key: DeploymentKey, threshold: float) -> RegressionCheck:
+def check_regression(store: HistoryStore, key: DeploymentKey, threshold: float,
+                     allow_acceptance_change: bool = False) -> RegressionCheck:
     newest = store.newest(key)
     if newest is None or newest.revision < 2:
         return RegressionCheck(None, None, None, f"{key} has no revision before its newest to compare with")
@@ -43,5 +44,5 @@ def check_regression(store: HistoryStore, key: DeploymentKey, threshold: float) 
                                f"revision {' and '.join(map(str, missing))} of {key} has no bench result "
                                "(stackpin bench attach DEPLOYMENT@REV RESULT.json)")
     comparison = compare([read_evidence(paths[previous])], [read_evidence(paths[newest.revision])],
-                         threshold=threshold)
+                         threshold=threshold, allow_acceptance_change=allow_acceptance_change)
     return RegressionCheck(previous, newest.revision, comparison, None)

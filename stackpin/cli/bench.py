@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from stackpin.cli.common import HISTORY, OUTPUT, emit, emit_objects, file_only, finite, user_errors
+from stackpin.cli.comparison import ALLOW_ACCEPTANCE_CHANGE
 from stackpin.cli.complete import revisions
 
 if TYPE_CHECKING:
@@ -281,9 +282,7 @@ def _read(paths: tuple[str, ...]) -> list[BenchResult]:
 @click.option("--resamples", type=click.IntRange(min=100, max=100_000), default=2000, show_default=True,
               help="Bootstrap resamples (at most 100,000: each costs a pass over every sample).")
 @click.option("--force", is_flag=True, help="Compare even when trace, model build, precision or SLO differ.")
-@click.option("--allow-acceptance-change", is_flag=True, help="Compare even when the sides' measured draft "
-              "acceptance (mean acceptance length) differs past --acceptance-threshold: the same trace drafting "
-              "differently is not the same workload.")
+@ALLOW_ACCEPTANCE_CHANGE
 @click.option("--acceptance-threshold", "acceptance_text", metavar="FRACTION", help="Largest relative difference of "
               "mean acceptance length compared without --allow-acceptance-change (default: 10%, "
               "stackpin/bench/acceptance.yaml says why).")

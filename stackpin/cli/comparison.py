@@ -14,6 +14,14 @@ if TYPE_CHECKING:
     from stackpin.bench.compare import Comparison, Estimate
 
 
+# Every command that judges two stacks' bench results (bench compare, rollback --if-regressed, upgrade trial):
+# compare although their measured draft acceptance differs (stackpin.bench.acceptance.check_acceptance).
+ALLOW_ACCEPTANCE_CHANGE = click.option(
+    "--allow-acceptance-change", is_flag=True,
+    help="Compare even when the sides' measured draft acceptance (mean acceptance length) differs past "
+         "acceptance.yaml's threshold: the same trace drafting differently is not the same workload.")
+
+
 def threshold(text: str) -> float:
     from stackpin.bench.binding import parse_threshold
 

@@ -30,6 +30,7 @@ from stackpin.cli.common import (
     strict_preflight,
     user_errors,
 )
+from stackpin.cli.comparison import ALLOW_ACCEPTANCE_CHANGE
 from stackpin.cli.complete import deployments
 
 if TYPE_CHECKING:
@@ -124,6 +125,7 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
               "against the previous revision's (`stackpin bench attach`); prints the comparison.")
 @click.option("--threshold", "threshold_text", default="5%", show_default=True,
               help="With --if-regressed: the smallest relative change that counts as a regression.")
+@ALLOW_ACCEPTANCE_CHANGE
 @HISTORY
 @DEPLOYMENTS
 @click.option("--apply", "apply_it", is_flag=True,
@@ -145,9 +147,10 @@ def promote(lock_input: str, message: str, history_dir: str, deployments_dir: st
 @OUTPUT
 @user_errors
 def rollback(deployment: str, to: int | None, message: str | None, if_regressed: bool, threshold_text: str,
-             history_dir: str, deployments_dir: str, signing_key: str | None, apply_it: bool, dry_run: bool,
-             force_conflicts: bool, allow_recreate: bool, wait: bool, timeout: float | None, kubeconfig: str | None,
-             context: str | None, namespace: str | None, output: str) -> None:
+             allow_acceptance_change: bool, history_dir: str, deployments_dir: str, signing_key: str | None,
+             apply_it: bool, dry_run: bool, force_conflicts: bool, allow_recreate: bool, wait: bool,
+             timeout: float | None, kubeconfig: str | None, context: str | None, namespace: str | None,
+             output: str) -> None:
     """Record a new revision of DEPLOYMENT whose stack is revision N's, and render it; with --apply,
     apply it to the cluster too (the cluster options and the apply flags only mean something then).
 
@@ -164,11 +167,13 @@ def rollback(deployment: str, to: int | None, message: str | None, if_regressed:
                      **dict.fromkeys(cluster_flags_given(), True)}
     if not apply_it and (given := [name for name, on in cluster_flags.items() if on]):
         raise click.UsageError(f"{', '.join(given)} only with --apply")
+    if allow_acceptance_change and not if_regressed:
+        raise click.UsageError("--allow-acceptance-change only with --if-regressed")
     comparison = None
     if if_regressed:
         if to is not None:
             raise click.UsageError("--if-regressed rolls back to the previous revision; it takes no --to")
-        to, comparison = _regressed(store, key, threshold_text, output)
+        to, comparison = _regressed(store, key, threshold_text, output, allow_acceptance_change)
         if to is None:
             if output != "text":
                 emit({"deployment": str(key), "comparison": comparison, "rolledBack": False}, output)
@@ -246,13 +251,13 @@ def _startup_budget(revision: Revision) -> float:
 
 
 def _regressed(store: HistoryStore, key: DeploymentKey, threshold_text: str,
-               output: str) -> tuple[int | None, dict[str, Any] | None]:
+               output: str, allow_acceptance_change: bool) -> tuple[int | None, dict[str, Any] | None]:
     """The revision to roll back to (None, after saying why, when there is none) and the comparison;
     the decision is stackpin.bench.regression's, this only prints it."""
     from stackpin.bench.regression import check_regression
     from stackpin.cli.comparison import comparison_data, print_comparison, threshold
 
-    check = check_regression(store, key, threshold(threshold_text))
+    check = check_regression(store, key, threshold(threshold_text), allow_acceptance_change)
     if check.comparison is None:
         click.echo(f"no rollback: {check.reason}", err=True)
         return None, None

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from stackpin.cli.common import HISTORY, OUTPUT, emit, finite, user_errors
+from stackpin.cli.comparison import ALLOW_ACCEPTANCE_CHANGE
 
 if TYPE_CHECKING:
     from stackpin.upgrade.trial import TrialOutcome
@@ -33,6 +34,7 @@ DEFAULT_TRACE_SESSIONS = 32  # the trace a trial generates when none is given (A
 @click.option("--slo", "slo_text", metavar="tps=T,ttft=S[,percentile=p90]|none",
               help="As bench run's, the same for both sides (default: the current profile's spec.service where "
                    "--agents asks for more than one agent; none for one agent alone, whose curve cannot locate it).")
+@ALLOW_ACCEPTANCE_CHANGE
 @click.option("--threshold", "threshold_text", default="5%", show_default=True,
               help="Smallest relative change that counts as a gain or a regression.")
 @click.option("--duration", "duration_text", metavar="SECONDS", help="As bench run's: per agent count, start no turn "
@@ -60,7 +62,8 @@ DEFAULT_TRACE_SESSIONS = 32  # the trace a trial generates when none is given (A
 @OUTPUT
 @user_errors
 def trial(proposal: str, sim: bool, endpoint: str | None, current_endpoint: str | None, trace_file: str | None,
-          runs: int, agents_text: str, slo_text: str | None, threshold_text: str, duration_text: str | None,
+          runs: int, agents_text: str, slo_text: str | None, allow_acceptance_change: bool, threshold_text: str,
+          duration_text: str | None,
           sessions: int | None, delay_scale: float, lag_limit_text: str, workers: int, speed: float | None,
           share: int | None, fault_candidate: str | None, lockdir: str, mirrors: tuple[str, ...],
           oci_layout: str | None, hf_cache: str | None, hf_endpoint: str | None, history_dir: str,
@@ -114,7 +117,8 @@ def trial(proposal: str, sim: bool, endpoint: str | None, current_endpoint: str 
                         threshold=threshold(threshold_text), lockdir=Path(lockdir), history=Path(history_dir),
                         lock_options=LockOptions(mirrors=tuple(_parse_mirrors(mirrors).items()), oci_layout=oci_layout,
                                                  hf_cache=hf_cache, hf_endpoint=hf_endpoint),
-                        on_note=lambda line: click.echo(line, err=True))
+                        on_note=lambda line: click.echo(line, err=True),
+                        allow_acceptance_change=allow_acceptance_change)
     _print_trial(outcome, output)
     if outcome.trial.verdict.value == "inconclusive":
         from stackpin.bench.compare import EXIT_INCONCLUSIVE

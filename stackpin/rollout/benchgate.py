@@ -127,7 +127,8 @@ def _run(endpoint: str, source: StackSource, controls: BenchControls, which: str
     return result
 
 
-def judge(before: Sequence[Path], after: Sequence[Path], threshold: float) -> GateResult:
+def judge(before: Sequence[Path], after: Sequence[Path], threshold: float,
+          allow_acceptance_change: bool = False) -> GateResult:
     """bench compare's verdict (bench.compare.decide) as the gate's: pass on a gain or no significant change,
     fail on a regression, inconclusive when the evidence cannot decide (then the summary says what is
     missing). Results measured under different controls (trace, model, SLO) raise ControlsDiffer; one
@@ -137,7 +138,7 @@ def judge(before: Sequence[Path], after: Sequence[Path], threshold: float) -> Ga
     if not before or not after:
         raise StackpinError("bench gate: judging needs at least one result of each stack")
     a, b = [read_evidence(p) for p in before], [read_evidence(p) for p in after]
-    comparison = compare(a, b, threshold=threshold)
+    comparison = compare(a, b, threshold=threshold, allow_acceptance_change=allow_acceptance_change)
     decided = comparison.verdict
     main = main_metric(comparison)
     runs = f"{len(a)} runs" if len(a) == len(b) else f"{len(a)}+{len(b)} runs"

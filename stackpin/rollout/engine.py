@@ -339,7 +339,7 @@ class Engine:
             from stackpin.rollout.benchgate import judge
 
             result = judge([Path(p) for p in entry.gate.before], [Path(p) for p in after],
-                           parse_threshold(bench.threshold, "threshold"))
+                           parse_threshold(bench.threshold, "threshold"), bench.allow_acceptance_change)
             gate = entry.gate.model_copy(update={"verdict": result.verdict, "summary": result.summary,
                                                  "after": after})
         self.rack_update(canary.name, gate=gate)

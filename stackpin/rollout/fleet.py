@@ -100,6 +100,9 @@ class BenchGate(CamelModel):
     duration_seconds: Annotated[float, Field(gt=0)] | None = None
     sessions: Annotated[int, Field(ge=1)] | None = None
     lag_limit: str = "10ms"
+    # Judge before and after although their measured draft acceptance differs past acceptance.yaml's threshold
+    # (bench compare --allow-acceptance-change); otherwise such a gate stops, saying so.
+    allow_acceptance_change: bool = False
 
     @field_validator("threshold")
     @classmethod

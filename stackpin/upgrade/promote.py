@@ -94,7 +94,8 @@ def promote_candidate(arg: str, store: HistoryStore, deployments: Path, *, allow
         raise TrialRefused(f"{directory}: the trial names no {'candidate' if not results['candidate'] else 'current'} "
                            "result: not promoted")
     # The verdict is recomputed from the results, at this command's threshold, never read from trial.json.
-    comparison = judge_results([r for r, _ in results["current"]], [r for r, _ in results["candidate"]], threshold)
+    comparison = judge_results([r for r, _ in results["current"]], [r for r, _ in results["candidate"]], threshold,
+                               trial.allow_acceptance_change)
     verdict = VERDICTS[comparison.verdict]
     if verdict != trial.verdict:
         again = (f"--threshold {trial.threshold:.0%} judges as the trial did" if trial.threshold != threshold

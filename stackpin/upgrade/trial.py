@@ -142,16 +142,17 @@ def trial_verdict(comparison: Comparison) -> tuple[Verdict, list[MetricVerdict],
     return VERDICTS[comparison.verdict], metrics, main.name if main else None
 
 
-def judge_results(current: list[BenchResult], candidate: list[BenchResult], threshold: float) -> Comparison:
+def judge_results(current: list[BenchResult], candidate: list[BenchResult], threshold: float,
+                  allow_acceptance_change: bool = False) -> Comparison:
     """The trial's comparison: the current stack's runs (A) against the candidate's (B); what run_trial
     records and what promote recomputes from the same files."""
-    return compare(current, candidate, threshold=threshold)
+    return compare(current, candidate, threshold=threshold, allow_acceptance_change=allow_acceptance_change)
 
 
 def run_trial(arg: str, bed: Bed, controls: BenchControls, trace_name: str, *, slo_text: str | None = None,
               runs: int = 3, threshold: float = 0.05, lockdir: Path = Path("lockfiles"),
               history: Path = Path("history"), lock_options: LockOptions = LockOptions(),
-              on_note: Callable[[str], None] | None = None) -> TrialOutcome:
+              on_note: Callable[[str], None] | None = None, allow_acceptance_change: bool = False) -> TrialOutcome:
     """Lock the candidate, bench both sides `runs` times, compare, write trial.json and results/. The SLO
     is `slo_text` as bench run reads it (absent: the current profile's spec.service), one for both sides."""
     from stackpin.bench.controlled import compared_slo
@@ -174,7 +175,7 @@ def run_trial(arg: str, bed: Bed, controls: BenchControls, trace_name: str, *, s
         measured = dict(zip(("current", "candidate"), alternate(urls, (current, candidate), ("current", "candidate"),
                                                                  controls, runs, results, note), strict=True))
     comparison = judge_results([r for _, r in measured["current"]], [r for _, r in measured["candidate"]],
-                               threshold)
+                               threshold, allow_acceptance_change)
     verdict, metrics, main = trial_verdict(comparison)
     simulated = all(r.simulation is not None for side in measured.values() for _, r in side)
     trial = Trial(
@@ -183,7 +184,7 @@ def run_trial(arg: str, bed: Bed, controls: BenchControls, trace_name: str, *, s
         candidate_digest=candidate_lock.stack_digest, simulated=simulated, bed=_bed_name(bed, measured), runs=runs,
         trace=trace_name, slo=_slo_text(controls), current_results=[str(p) for p, _ in measured["current"]],
         candidate_results=[str(p) for p, _ in measured["candidate"]], metrics=metrics, verdict=verdict,
-        main_metric=main, threshold=threshold)
+        main_metric=main, threshold=threshold, allow_acceptance_change=allow_acceptance_change)
     path = directory / TRIAL_FILE
     write_atomic(path, trial_json(trial))
     return TrialOutcome(trial, comparison, path)
