@@ -117,7 +117,7 @@ def test_one_flag_catalog_type_for_validation_and_render() -> None:
     profile = StackProfile.from_data(base_doc())
     vllm = vllm_catalog(profile.spec.versions.vllm)
     assert isinstance(vllm, FlagCatalog)
-    assert context_for(profile).vllm is vllm is engine_of(profile).flag_catalog(profile.spec.engine_version)
+    assert context_for(profile).engine_catalog is vllm is engine_of(profile).flag_catalog(profile.spec.engine_version)
     # What validation reads and what render checks against come from the same parse.
     assert vllm.accepts("--enable-prefix-caching") and vllm.accepts("--no-enable-prefix-caching")
     assert not vllm.accepts("--no-max-num-seqs")
