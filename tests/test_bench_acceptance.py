@@ -283,7 +283,8 @@ def test_behind_the_dynamo_beds_frontend_no_acceptance_is_counted(tmp_path: Path
 def test_rollback_and_the_rollout_gate_take_the_acceptance_override(tmp_path: Path) -> None:
     """What refuses two results whose acceptance differs names how to compare them anyway, and every command that
     judges results takes it: rollback --if-regressed (--allow-acceptance-change), the fleet's bench gate
-    (gates.bench.allowAcceptanceChange), upgrade trial (recorded in trial.json, which promote recomputes with)."""
+    (gates.bench.allowAcceptanceChange), upgrade trial (recorded in trial.json) and upgrade promote, which
+    recomputes the trial's verdict and takes the override on its own command line, never from trial.json."""
     from stackpin.rollout.benchgate import judge
     from stackpin.rollout.fleet import BenchGate
     from stackpin.upgrade.model import Trial
@@ -312,3 +313,5 @@ def test_rollback_and_the_rollout_gate_take_the_acceptance_override(tmp_path: Pa
     assert judge([Path(a)], [Path(b)], 0.05, allow_acceptance_change=True).verdict == "fail"
     assert BenchGate.model_validate({"trace": "t.jsonl", "allowAcceptanceChange": True}).allow_acceptance_change
     assert "allow_acceptance_change" in Trial.model_fields and not Trial.model_fields["allow_acceptance_change"].default
+    for command in (["upgrade", "trial"], ["upgrade", "promote"]):
+        assert "--allow-acceptance-change" in CliRunner().invoke(main, [*command, "--help"]).stdout

@@ -156,6 +156,7 @@ def _print_trial(outcome: TrialOutcome, output: str) -> None:
 @click.option("--threshold", "threshold_text", default="5%", show_default=True,
               help="The smallest relative change that counts, as the trial's --threshold: the verdict is recomputed "
                    "from the trial's results at it and must agree with the trial's.")
+@ALLOW_ACCEPTANCE_CHANGE
 @click.option("-m", "--message", help="Why: kept in the revision (default: the upgrade, the trial's verdict and its "
               "main headline).")
 @HISTORY
@@ -165,8 +166,9 @@ def _print_trial(outcome: TrialOutcome, output: str) -> None:
               help="Sign the revision, as stackpin promote's.  [default: $STACKPIN_SIGNING_KEY]")
 @OUTPUT
 @user_errors
-def promote(proposal: str, allow_no_change: bool, threshold_text: str, message: str | None, history_dir: str,
-            deployments_dir: str, signing_key: str | None, output: str) -> None:
+def promote(proposal: str, allow_no_change: bool, threshold_text: str, allow_acceptance_change: bool,
+            message: str | None, history_dir: str, deployments_dir: str, signing_key: str | None,
+            output: str) -> None:
     """Record PROPOSAL's trialled candidate as the next revision of its deployment, with the trial's results
     attached (kinds bench, upgrade-trial, trial-current-N, trial-candidate-N).
 
@@ -181,7 +183,8 @@ def promote(proposal: str, allow_no_change: bool, threshold_text: str, message: 
 
     store = HistoryStore(Path(history_dir), signing_key=Path(signing_key) if signing_key else None)
     promoted = promote_candidate(proposal, store, Path(deployments_dir), allow_no_change=allow_no_change,
-                                 message=message, threshold=threshold(threshold_text))
+                                 message=message, threshold=threshold(threshold_text),
+                                 allow_acceptance_change=allow_acceptance_change)
     recorded, revision = promoted.recorded, promoted.recorded.revision
     attached = [str(p) for p in promoted.attached]
     if output != "text":

@@ -166,5 +166,5 @@ class Trial(CamelModel):
     main_metric: str | None = None  # the headline the message and the summary quote
     threshold: float = 0.05  # the smallest relative change counted as a gain or a regression
     # compared although the sides' measured draft acceptance differed past acceptance.yaml's threshold (upgrade
-    # trial --allow-acceptance-change); promote recomputes the verdict likewise
+    # trial --allow-acceptance-change): a record of what the trial did; promote is told again on its own command
     allow_acceptance_change: bool = False

@@ -67,10 +67,12 @@ class Promoted:
 
 def promote_candidate(arg: str, store: HistoryStore, deployments: Path, *, allow_no_change: bool = False,
                       message: str | None = None, env: Mapping[str, str] | None = None,
-                      threshold: float = 0.05) -> Promoted:
+                      threshold: float = 0.05, allow_acceptance_change: bool = False) -> Promoted:
     """Record the proposal's candidate lock as the next revision of its deployment, with the trial's
     results attached; refused (TrialRefused, exit 1, nothing written) unless the verdict recomputed from the
-    trial's results at `threshold` allows it and agrees with the one trial.json records."""
+    trial's results at `threshold` allows it and agrees with the one trial.json records. Sides whose measured
+    draft acceptance differs are refused (AcceptanceDiffers, exit 2) unless `allow_acceptance_change`: this
+    command's own, never trial.json's word."""
     from stackpin.history.attachments import attach_held
     from stackpin.history.model import Revision
     from stackpin.history.record import promote
@@ -95,7 +97,7 @@ def promote_candidate(arg: str, store: HistoryStore, deployments: Path, *, allow
                            "result: not promoted")
     # The verdict is recomputed from the results, at this command's threshold, never read from trial.json.
     comparison = judge_results([r for r, _ in results["current"]], [r for r, _ in results["candidate"]], threshold,
-                               trial.allow_acceptance_change)
+                               allow_acceptance_change)
     verdict = VERDICTS[comparison.verdict]
     if verdict != trial.verdict:
         again = (f"--threshold {trial.threshold:.0%} judges as the trial did" if trial.threshold != threshold

@@ -143,7 +143,7 @@ def _enforces_eager(ctx: Context, engine_args: Mapping[str, object]) -> bool:
         use = catalog.resolve(flag) if catalog is not None else None
         if (use.flag if use else flag) != "--enforce-eager":
             continue
-        negative = use is not None and use.string in use.option.negatives  # --no-enforce-eager
-        if negative != (value not in (False, "false", "False")):
+        # a switch's value is a boolean (FlagCatalog.check_value refuses anything else): --no-enforce-eager: true is off
+        if (use is not None and use.negative) != bool(value):
             return True
     return False
